@@ -1,0 +1,71 @@
+// delayq/error.hpp - error codes of the delayq engine and its stores.
+#pragma once
+
+#include <utility>  // before any Boost header: see docs/toolchain-notes (Boost 1.74 + C++20)
+
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+#include <type_traits>
+
+namespace delayq {
+
+/// Every error the engine and its stores report. Values are stable: they are
+/// part of the API and may be logged or compared by number.
+enum class errc {
+  ok = 0,
+  /// The task type is empty, too long, or has characters outside
+  /// [A-Za-z0-9._:-].
+  invalid_type = 1,
+  /// No executor is registered for the task type (and the engine was not
+  /// told to accept unregistered types).
+  unknown_type = 2,
+  /// The task id is too long or has control characters or spaces.
+  invalid_id = 3,
+  /// A negative delay, or a due time before the epoch.
+  invalid_delay = 4,
+  /// The due time is further away than engine_options::max_delay.
+  due_too_far = 5,
+  /// The payload is larger than engine_options::max_payload.
+  payload_too_large = 6,
+  /// A task with this id is pending and the call asked on_conflict::reject.
+  duplicate_id = 7,
+  /// engine_options::max_pending tasks are pending already.
+  queue_full = 8,
+  /// The engine is not running: start() was not called, or stop() was.
+  not_running = 9,
+  /// The store cannot be reached (connection refused, timed out, lost).
+  store_unavailable = 10,
+  /// The store answered with an error (disk full, wrong type, bad schema).
+  store_error = 11,
+  /// A stored record could not be decoded (corrupt, truncated, unknown
+  /// version). It is quarantined, never deleted.
+  corrupt_record = 12,
+  /// A store URI that open_store() does not understand.
+  invalid_store_uri = 13,
+  /// start() was called twice.
+  already_started = 14,
+  /// The engine options are inconsistent (zero tick, zero slots, ...).
+  invalid_options = 15,
+};
+
+/// The category of delayq::errc. Thread-safe: a stateless singleton.
+const boost::system::error_category& delayq_category() noexcept;
+
+inline boost::system::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), delayq_category()};
+}
+
+namespace detail {
+/// Throws boost::system::system_error when ec is set; the shared tail of every
+/// throwing overload.
+inline void throw_if(const boost::system::error_code& ec, const char* what) {
+  if (ec) throw boost::system::system_error(ec, what);
+}
+}  // namespace detail
+
+}  // namespace delayq
+
+namespace boost::system {
+template <>
+struct is_error_code_enum<delayq::errc> : std::true_type {};
+}  // namespace boost::system

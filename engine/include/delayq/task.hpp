@@ -1,0 +1,39 @@
+// delayq/task.hpp - the unit of work the engine schedules, stores and runs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace delayq {
+
+/// One delayed task.
+///
+/// `due` is an absolute wall-clock instant: it is what the stores persist
+/// (as epoch milliseconds), so a task keeps its true due time across
+/// restarts. `attempts` counts the executions that have started and failed
+/// so far; it is 0 for a task that never ran.
+///
+/// Thread safety: a plain value; distinct objects may be used concurrently.
+struct task {
+  std::string id;
+  std::string type;
+  std::string payload;  ///< Opaque bytes; NUL bytes are allowed.
+  std::chrono::system_clock::time_point due{};
+  std::uint32_t attempts = 0;
+
+  friend bool operator==(const task&, const task&) = default;
+};
+
+/// Milliseconds since the Unix epoch: the unit stores persist due times in.
+inline std::int64_t to_epoch_ms(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+/// The inverse of to_epoch_ms().
+inline std::chrono::system_clock::time_point from_epoch_ms(std::int64_t ms) {
+  return std::chrono::system_clock::time_point{
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::milliseconds{ms})};
+}
+
+}  // namespace delayq

@@ -1,0 +1,83 @@
+// delayq/task_store.hpp - the interface every persistence backend implements.
+#pragma once
+
+#include <utility>
+
+#include <boost/system/error_code.hpp>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "delayq/error.hpp"
+#include "delayq/task.hpp"
+
+namespace delayq {
+
+/// What list() found.
+struct list_summary {
+  std::size_t tasks = 0;        ///< Records decoded and handed to the sink.
+  std::size_t quarantined = 0;  ///< Records that could not be decoded and were
+                                ///< moved to the store's quarantine area.
+};
+
+/// Where tasks live while they wait: the engine saves a task before it
+/// acknowledges a schedule, and removes it only after its executor succeeded.
+///
+/// A store is a plain key-value set of tasks keyed by `task::id`. The engine
+/// orders its calls: for one id, a later call always starts after an earlier
+/// one returned, so a store needs no per-id ordering of its own.
+///
+/// Contract for implementers:
+/// - `save` upserts the whole batch atomically (all or nothing) and returns
+///   only once it is durable by the store's own definition (see
+///   docs/persistence.md). On error nothing of the batch may be visible.
+/// - `remove` deletes the ids that exist and ignores the others.
+/// - `list` streams every stored task to `sink` (any order), without loading
+///   the whole set into one reply. A record that cannot be decoded is moved to
+///   a quarantine area, counted in the summary and never deleted or thrown.
+/// - No third-party exception escapes: errors come back as `ec`
+///   (errc::store_unavailable, errc::store_error).
+///
+/// Thread safety: the engine calls a store from one thread at a time; a store
+/// need not be thread-safe unless it is shared outside the engine.
+class task_store {
+ public:
+  virtual ~task_store() = default;
+
+  /// Upserts `tasks` as one atomic, durable batch.
+  virtual void save(std::span<const task> tasks, boost::system::error_code& ec) = 0;
+
+  /// Deletes the tasks with these ids; unknown ids are not an error.
+  virtual void remove(std::span<const std::string> ids, boost::system::error_code& ec) = 0;
+
+  /// Calls `sink` once per stored task. Quarantines undecodable records.
+  virtual list_summary list(const std::function<void(task&&)>& sink,
+                            boost::system::error_code& ec) = 0;
+
+  /// A human-readable name for logs and errors, e.g. "memory:" or
+  /// "redis://127.0.0.1:6379/0". Never contains a password.
+  virtual std::string describe() const = 0;
+
+  /// Throwing form of save(): throws boost::system::system_error.
+  void save(std::span<const task> tasks) {
+    boost::system::error_code ec;
+    save(tasks, ec);
+    detail::throw_if(ec, "delayq: store save");
+  }
+  /// Throwing form of remove().
+  void remove(std::span<const std::string> ids) {
+    boost::system::error_code ec;
+    remove(ids, ec);
+    detail::throw_if(ec, "delayq: store remove");
+  }
+  /// Throwing form of list().
+  list_summary list(const std::function<void(task&&)>& sink) {
+    boost::system::error_code ec;
+    auto summary = list(sink, ec);
+    detail::throw_if(ec, "delayq: store list");
+    return summary;
+  }
+};
+
+}  // namespace delayq

@@ -1,0 +1,44 @@
+#include "delayq/error.hpp"
+
+#include <string>
+
+namespace delayq {
+namespace {
+
+class category final : public boost::system::error_category {
+ public:
+  const char* name() const noexcept override { return "delayq"; }
+
+  std::string message(int value) const override {
+    switch (static_cast<errc>(value)) {
+      case errc::ok: return "success";
+      case errc::invalid_type:
+        return "invalid task type (1-128 characters from [A-Za-z0-9._:-])";
+      case errc::unknown_type: return "no executor registered for this task type";
+      case errc::invalid_id:
+        return "invalid task id (1-256 bytes, no spaces or control characters)";
+      case errc::invalid_delay: return "invalid delay (negative, or due before the epoch)";
+      case errc::due_too_far: return "due time is further away than engine_options::max_delay";
+      case errc::payload_too_large: return "payload is larger than engine_options::max_payload";
+      case errc::duplicate_id: return "a task with this id is pending (on_conflict::reject)";
+      case errc::queue_full: return "engine_options::max_pending tasks are pending already";
+      case errc::not_running: return "the engine is not running (not started, or stopped)";
+      case errc::store_unavailable: return "the task store cannot be reached";
+      case errc::store_error: return "the task store reported an error";
+      case errc::corrupt_record: return "a stored record could not be decoded";
+      case errc::invalid_store_uri: return "unsupported store URI";
+      case errc::already_started: return "the engine was started already";
+      case errc::invalid_options: return "invalid engine options";
+    }
+    return "unknown delayq error " + std::to_string(value);
+  }
+};
+
+}  // namespace
+
+const boost::system::error_category& delayq_category() noexcept {
+  static const category instance;
+  return instance;
+}
+
+}  // namespace delayq
