@@ -12,8 +12,7 @@ class category final : public boost::system::error_category {
   std::string message(int value) const override {
     switch (static_cast<errc>(value)) {
       case errc::ok: return "success";
-      case errc::invalid_type:
-        return "invalid task type (1-128 characters from [A-Za-z0-9._:-])";
+      case errc::invalid_type: return "invalid task type (1-128 characters from [A-Za-z0-9._:-])";
       case errc::unknown_type: return "no executor registered for this task type";
       case errc::invalid_id:
         return "invalid task id (1-256 bytes, no spaces or control characters)";

@@ -25,7 +25,8 @@ executor_factory& executor_factory::add(std::string type, maker m) {
 
 executor_factory& executor_factory::add(std::string type, function fn) {
   auto shared = std::make_shared<const function>(std::move(fn));
-  return add(std::move(type), maker{[shared] { return std::make_unique<function_executor>(shared); }});
+  return add(std::move(type),
+             maker{[shared] { return std::make_unique<function_executor>(shared); }});
 }
 
 std::unique_ptr<executor> executor_factory::make(std::string_view type) const {

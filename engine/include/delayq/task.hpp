@@ -33,7 +33,8 @@ inline std::int64_t to_epoch_ms(std::chrono::system_clock::time_point t) {
 /// The inverse of to_epoch_ms().
 inline std::chrono::system_clock::time_point from_epoch_ms(std::int64_t ms) {
   return std::chrono::system_clock::time_point{
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::milliseconds{ms})};
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::milliseconds{ms})};
 }
 
 }  // namespace delayq

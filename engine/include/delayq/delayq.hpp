@@ -1,0 +1,13 @@
+// delayq/delayq.hpp - the umbrella header: everything a user of the engine needs.
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include "delayq/engine.hpp"
+#include "delayq/error.hpp"
+#include "delayq/executor.hpp"
+#include "delayq/log.hpp"
+#include "delayq/memory_store.hpp"
+#include "delayq/task.hpp"
+#include "delayq/task_store.hpp"
+#include "delayq/timer_wheel.hpp"

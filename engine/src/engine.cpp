@@ -1,0 +1,742 @@
+// The engine: the wheel under one mutex, an Asio timer on a strand that
+// advances it, a thread pool that runs executors, and a group-committing
+// writer in front of the store. docs/design.md explains the threads and the
+// order of persist, fire and remove.
+#include "delayq/engine.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+#include "delayq/log.hpp"
+#include "delayq/timer_wheel.hpp"
+#include "detail/lateness_histogram.hpp"
+#include "detail/store_writer.hpp"
+
+namespace delayq {
+namespace {
+
+using std::chrono::steady_clock;
+using std::chrono::system_clock;
+
+// What the engine keeps in a wheel node's tag.
+enum node_state : std::uint32_t {
+  armed = 0,       // waiting in a slot for its tick
+  persisting = 1,  // a store write about it is in flight; other calls wait
+};
+
+constexpr std::size_t max_type_length = 128;
+constexpr std::size_t max_id_length = 256;
+
+bool valid_type(std::string_view type) {
+  if (type.empty() || type.size() > max_type_length) return false;
+  return std::all_of(type.begin(), type.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+  });
+}
+
+bool valid_id(std::string_view id) {
+  if (id.empty() || id.size() > max_id_length) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u != 0x7f;
+  });
+}
+
+boost::system::error_code check_options(const engine_options& o) {
+  if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 ||
+      o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
+      o.retry_backoff < std::chrono::milliseconds{0})
+    return errc::invalid_options;
+  for (const auto& [type, limit] : o.type_concurrency)
+    if (limit == 0) return errc::invalid_options;
+  return {};
+}
+
+std::string describe_task(const task& t) { return "task " + t.id + " (" + t.type + ")"; }
+
+}  // namespace
+
+class engine::impl : public std::enable_shared_from_this<impl> {
+ public:
+  impl(boost::asio::any_io_executor ex, executor_factory executors,
+       std::unique_ptr<task_store> store, engine_options options)
+      : options_(std::move(options)),
+        executors_(std::move(executors)),
+        store_(std::move(store)),
+        writer_(*store_),
+        strand_(boost::asio::make_strand(ex)),
+        timer_(strand_),
+        pool_(options_.workers),
+        wheel_(options_.slots),
+        id_nonce_(std::random_device{}() & 0xffffffu) {
+    for (const auto& [type, limit] : options_.type_concurrency) gates_[type].limit = limit;
+  }
+
+  // ------------------------------------------------------------ lifecycle
+
+  void start(boost::system::error_code& ec) {
+    ec = {};
+    std::unique_lock lock(mutex_);
+    if (state_ != run_state::idle) {
+      ec = errc::already_started;
+      return;
+    }
+    // Nobody else can touch the engine before start() returns (calls fail
+    // with not_running), so holding the lock across the load is free.
+    anchor_steady_ = steady_clock::now() - options_.tick;
+    anchor_system_ = system_clock::now() - options_.tick;
+    std::uint64_t loaded = 0;
+    const list_summary summary = store_->list(
+        [&](task&& t) {
+          if (!valid_id(t.id) || wheel_.find(t.id) != timer_wheel::npos) {
+            log(log_level::warning,
+                "start: skipping stored " + describe_task(t) + ": invalid or duplicate id");
+            return;
+          }
+          const std::uint64_t tick = tick_for(t.due);
+          wheel_.insert(std::move(t), tick);
+          ++loaded;
+        },
+        ec);
+    if (ec) {
+      log(log_level::error, "start: loading " + store_->describe() + " failed: " + ec.message());
+      return;
+    }
+    loaded_ = loaded;
+    quarantined_ = summary.quarantined;
+    state_ = run_state::running;
+    armed_tick_ = wheel_.next_due_tick();
+    if (armed_tick_ != timer_wheel::no_tick) post_rearm();
+    log(log_level::info,
+        "started with " + std::to_string(loaded) + " stored tasks from " + store_->describe());
+  }
+
+  bool stop(duration drain) {
+    std::unique_lock lock(mutex_);
+    if (state_ == run_state::idle || state_ == run_state::stopped) {
+      state_ = run_state::stopped;
+      return running_.empty();
+    }
+    state_ = run_state::stopping;
+    // Attempts held back by a per-type limit have not started: drop them from
+    // memory; they are still in the store for the next start.
+    for (auto& [type, gate] : gates_) {
+      for (attempt* a : gate.waiting) forget(a);
+      gate.waiting.clear();
+    }
+    boost::asio::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
+    changed_.wait_for(lock, drain, [&] { return running_.empty(); });
+    state_ = run_state::stopped;
+    const bool drained = running_.empty();
+    lock.unlock();
+    writer_.flush();  // removals of attempts that just succeeded
+    return drained;
+  }
+
+  void join_workers() { pool_.join(); }
+
+  // ------------------------------------------------------------ scheduling
+
+  std::string schedule_at(std::string_view type, std::string payload, time_point due,
+                          const schedule_options& opts, boost::system::error_code& ec) {
+    ec = {};
+    if (auto e = validate(type, payload, due, opts.id)) {
+      ec = e;
+      return {};
+    }
+    task t;
+    t.type = std::string(type);
+    t.payload = std::move(payload);
+    // Stores keep milliseconds; keep the same value in memory so find() and a
+    // reloaded task agree.
+    t.due = std::chrono::floor<std::chrono::milliseconds>(due);
+
+    std::unique_lock lock(mutex_);
+    if (state_ != run_state::running) {
+      ec = errc::not_running;
+      return {};
+    }
+    attempt* superseded = nullptr;
+    if (opts.id.empty()) {
+      do t.id = generate_id();
+      while (wheel_.find(t.id) != timer_wheel::npos || running_.count(t.id) != 0);
+    } else {
+      t.id = opts.id;
+      wait_settled(lock, t.id);
+      const timer_wheel::handle h = wheel_.find(t.id);
+      auto run = running_.find(t.id);
+      if (h != timer_wheel::npos || run != running_.end()) {
+        switch (opts.conflict) {
+          case on_conflict::reject: ec = errc::duplicate_id; return {};
+          case on_conflict::keep: return t.id;
+          case on_conflict::replace:
+            if (h != timer_wheel::npos) return replace_waiting(lock, h, std::move(t), ec);
+            // The old version is running: let it finish, but its outcome must
+            // neither remove nor retry what replaces it.
+            superseded = run->second.get();
+            break;
+        }
+      }
+    }
+    if (pending_locked() - (superseded ? 1 : 0) >= options_.max_pending) {
+      ec = errc::queue_full;
+      return {};
+    }
+    if (superseded) set_superseded(superseded, true);
+    const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
+    if (!persist_then_arm(lock, h, ec)) {
+      wheel_.erase(h);
+      // Give the id back to the old version if it is still running.
+      if (superseded && superseded_.count(superseded) != 0) set_superseded(superseded, false);
+      changed_.notify_all();
+      return {};
+    }
+    ++scheduled_;
+    return wheel_.value(h).id;
+  }
+
+  bool cancel(std::string_view id, boost::system::error_code& ec) {
+    ec = {};
+    std::unique_lock lock(mutex_);
+    if (state_ != run_state::running) {
+      ec = errc::not_running;
+      return false;
+    }
+    wait_settled(lock, id);
+    if (const timer_wheel::handle h = wheel_.find(id); h != timer_wheel::npos) {
+      const std::uint64_t old_tick = wheel_.due_tick(h);
+      wheel_.disarm(h);
+      wheel_.tag(h) = persisting;
+      auto ticket = writer_.enqueue_remove(std::string(id));
+      lock.unlock();
+      ec = writer_.wait(ticket, false);
+      lock.lock();
+      if (ec) {
+        arm_locked(h, old_tick);
+      } else {
+        wheel_.erase(h);
+        ++cancelled_;
+      }
+      changed_.notify_all();
+      return !ec;
+    }
+    if (auto run = running_.find(id); run != running_.end()) {
+      run->second->cancelled = true;
+      ++cancelled_;
+      return true;
+    }
+    return false;
+  }
+
+  bool reschedule(std::string_view id, time_point due, boost::system::error_code& ec) {
+    ec = {};
+    if (auto e = validate_due(due)) {
+      ec = e;
+      return false;
+    }
+    std::unique_lock lock(mutex_);
+    if (state_ != run_state::running) {
+      ec = errc::not_running;
+      return false;
+    }
+    wait_settled(lock, id);
+    const timer_wheel::handle h = wheel_.find(id);
+    if (h == timer_wheel::npos) return false;
+    const time_point old_due = wheel_.value(h).due;
+    const std::uint64_t old_tick = wheel_.due_tick(h);
+    wheel_.disarm(h);
+    wheel_.value(h).due = std::chrono::floor<std::chrono::milliseconds>(due);
+    if (!persist_then_arm(lock, h, ec)) {
+      wheel_.value(h).due = old_due;
+      arm_locked(h, old_tick);
+      return false;
+    }
+    return true;
+  }
+
+  std::optional<task> find(std::string_view id) const {
+    std::lock_guard lock(mutex_);
+    if (const timer_wheel::handle h = wheel_.find(id);
+        h != timer_wheel::npos && wheel_.tag(h) == armed)
+      return wheel_.value(h);
+    if (auto run = running_.find(id); run != running_.end()) return run->second->t;
+    return std::nullopt;
+  }
+
+  std::size_t pending() const {
+    std::lock_guard lock(mutex_);
+    return pending_locked();
+  }
+
+  engine_stats stats() const {
+    engine_stats s;
+    {
+      std::lock_guard lock(mutex_);
+      s.pending = pending_locked();
+      s.running = active_;
+      s.scheduled = scheduled_;
+      s.loaded = loaded_;
+      s.succeeded = succeeded_;
+      s.failed = failed_;
+      s.cancelled = cancelled_;
+      s.quarantined = quarantined_;
+    }
+    s.fired = fired_.load(std::memory_order_relaxed);
+    s.lateness_p50 = lateness_.quantile(0.50);
+    s.lateness_p90 = lateness_.quantile(0.90);
+    s.lateness_p99 = lateness_.quantile(0.99);
+    s.lateness_max = lateness_.max();
+    return s;
+  }
+
+  const engine_options& options() const noexcept { return options_; }
+
+ private:
+  enum class run_state { idle, running, stopping, stopped };
+
+  // A task taken out of the wheel to run. It stays findable by id (through
+  // running_) until its outcome is settled.
+  struct attempt {
+    task t;
+    bool cancelled = false;   // cancel() came while it ran: do not retry
+    bool superseded = false;  // schedule(replace) stored a new version: leave the store alone
+  };
+  struct type_gate {
+    std::size_t limit = 0;
+    std::size_t active = 0;
+    std::deque<attempt*> waiting;
+  };
+
+  // ------------------------------------------------------------ validation
+
+  boost::system::error_code validate_due(time_point due) const {
+    if (due.time_since_epoch().count() < 0) return errc::invalid_delay;
+    if (due - system_clock::now() > options_.max_delay) return errc::due_too_far;
+    return {};
+  }
+
+  boost::system::error_code validate(std::string_view type, const std::string& payload,
+                                     time_point due, const std::string& id) const {
+    if (!valid_type(type)) return errc::invalid_type;
+    if (!options_.accept_unregistered_types && !executors_.contains(type))
+      return errc::unknown_type;
+    if (!id.empty() && !valid_id(id)) return errc::invalid_id;
+    if (payload.size() > options_.max_payload) return errc::payload_too_large;
+    return validate_due(due);
+  }
+
+  // ------------------------------------------------------------ clock
+
+  // Due times are wall-clock instants; the wheel counts steady ticks from
+  // anchor_steady_. A due time is mapped to the first tick boundary at or
+  // after it, once, when the task enters the wheel: a later step of the wall
+  // clock does not move tasks already waiting (see docs/design.md).
+  std::uint64_t tick_for(time_point due) const {
+    const auto offset = due - anchor_system_;
+    if (offset.count() <= 0) return 0;
+    const auto tick = std::chrono::duration_cast<system_clock::duration>(options_.tick).count();
+    return static_cast<std::uint64_t>((offset.count() + tick - 1) / tick);
+  }
+
+  std::uint64_t current_tick() const {
+    const auto elapsed = steady_clock::now() - anchor_steady_;
+    return static_cast<std::uint64_t>(elapsed / options_.tick);
+  }
+
+  steady_clock::time_point deadline_of(std::uint64_t tick) const {
+    return anchor_steady_ +
+           tick * std::chrono::duration_cast<steady_clock::duration>(options_.tick);
+  }
+
+  // ------------------------------------------------------------ wheel + timer
+
+  std::size_t pending_locked() const { return wheel_.size() + running_.size(); }
+
+  // Blocks while a store write about `id` is in flight, so calls on one id
+  // take effect in order and each sees the settled outcome of the last.
+  void wait_settled(std::unique_lock<std::mutex>& lock, std::string_view id) {
+    changed_.wait(lock, [&] {
+      const timer_wheel::handle h = wheel_.find(id);
+      return h == timer_wheel::npos || wheel_.tag(h) != persisting;
+    });
+  }
+
+  // Saves node `h` (detached), waits for the store outside the lock, then
+  // arms it. Returns false (ec set) when the save failed; the node is left
+  // detached for the caller to roll back.
+  bool persist_then_arm(std::unique_lock<std::mutex>& lock, timer_wheel::handle h,
+                        boost::system::error_code& ec) {
+    wheel_.tag(h) = persisting;
+    auto ticket = writer_.enqueue_save(wheel_.value(h));
+    lock.unlock();
+    ec = writer_.wait(ticket, true);
+    lock.lock();
+    // Nobody else erased or moved `h`: every other call on this id waited.
+    if (ec) {
+      wheel_.tag(h) = armed;  // the caller re-arms or erases it
+      return false;
+    }
+    arm_locked(h, tick_for(wheel_.value(h).due));
+    changed_.notify_all();
+    return true;
+  }
+
+  std::string replace_waiting(std::unique_lock<std::mutex>& lock, timer_wheel::handle h, task t,
+                              boost::system::error_code& ec) {
+    const std::uint64_t old_tick = wheel_.due_tick(h);
+    task old = std::exchange(wheel_.value(h), std::move(t));
+    wheel_.disarm(h);
+    if (!persist_then_arm(lock, h, ec)) {
+      wheel_.value(h) = std::move(old);
+      arm_locked(h, old_tick);
+      changed_.notify_all();
+      return {};
+    }
+    ++scheduled_;
+    return wheel_.value(h).id;
+  }
+
+  // Arms `h` and wakes the timer early if it is now the earliest task.
+  void arm_locked(timer_wheel::handle h, std::uint64_t tick) {
+    wheel_.arm(h, tick);
+    wheel_.tag(h) = armed;
+    const std::uint64_t due = wheel_.due_tick(h);
+    if (due < armed_tick_ && state_ == run_state::running) {
+      armed_tick_ = due;
+      post_rearm();
+    }
+  }
+
+  void post_rearm() {
+    boost::asio::post(strand_, [self = shared_from_this()] { self->rearm(); });
+  }
+
+  // On the strand: point the timer at armed_tick_. An absolute deadline, so
+  // however late this runs, the tick boundary does not drift.
+  void rearm() {
+    std::uint64_t tick;
+    {
+      std::lock_guard lock(mutex_);
+      if (state_ != run_state::running) return;
+      tick = armed_tick_;
+    }
+    if (tick == timer_wheel::no_tick) return;
+    timer_.expires_at(deadline_of(tick));
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->on_timer();
+    });
+  }
+
+  // On the strand: fire everything due up to now (every missed tick, in
+  // order), hand it to the workers, and sleep until the next due tick.
+  void on_timer() {
+    std::vector<attempt*> ready;
+    {
+      std::lock_guard lock(mutex_);
+      if (state_ != run_state::running) return;
+      std::vector<attempt*> fired;
+      wheel_.advance(current_tick(), [&](timer_wheel::handle h) {
+        auto a = std::make_unique<attempt>();
+        a->t = wheel_.extract(h);
+        fired.push_back(a.get());
+        std::string_view key = a->t.id;
+        running_.emplace(key, std::move(a));  // unique: a replaced version is in superseded_
+      });
+      // One tick may hold tasks due at different milliseconds, and a reload
+      // puts every overdue task in the same tick: run them in due order.
+      std::stable_sort(fired.begin(), fired.end(),
+                       [](const attempt* x, const attempt* y) { return x->t.due < y->t.due; });
+      for (attempt* a : fired)
+        if (admit(a)) ready.push_back(a);
+      armed_tick_ = wheel_.next_due_tick();
+    }
+    for (attempt* a : ready) post_attempt(a);
+    rearm();
+  }
+
+  // Under the lock: counts `a` against its type's limit, or parks it.
+  bool admit(attempt* a) {
+    auto gate = gates_.find(a->t.type);
+    if (gate != gates_.end()) {
+      if (gate->second.active >= gate->second.limit) {
+        gate->second.waiting.push_back(a);
+        return false;
+      }
+      ++gate->second.active;
+    }
+    ++active_;
+    return true;
+  }
+
+  // Under the lock: `a` finished; returns the next parked attempt of its type
+  // that may start now, if any.
+  attempt* release(const attempt& a) {
+    --active_;
+    auto gate = gates_.find(a.t.type);
+    if (gate == gates_.end()) return nullptr;
+    --gate->second.active;
+    if (gate->second.waiting.empty() || state_ != run_state::running) return nullptr;
+    attempt* next = gate->second.waiting.front();
+    gate->second.waiting.pop_front();
+    ++gate->second.active;
+    ++active_;
+    return next;
+  }
+
+  void post_attempt(attempt* a) {
+    // A raw pointer, not shared_from_this(): the pool is a member, joined by
+    // ~engine before the impl can go, and a shared pointer queued in a member
+    // would keep its owner alive forever.
+    boost::asio::post(pool_, [this, a] { run_attempt(a); });
+  }
+
+  // ------------------------------------------------------------ workers
+
+  void run_attempt(attempt* a) {
+    {
+      std::lock_guard lock(mutex_);
+      if (state_ != run_state::running) {
+        // Stopped before it started: it is still in the store for next time.
+        release(*a);
+        forget(a);
+        changed_.notify_all();
+        return;
+      }
+    }
+    const auto started = system_clock::now();
+    lateness_.record(std::chrono::duration_cast<std::chrono::microseconds>(started - a->t.due));
+    fired_.fetch_add(1, std::memory_order_relaxed);
+
+    // `a` is only read here; other threads change its flags under the lock
+    // but never its task, and only this thread erases it.
+    std::string failure;
+    try {
+      if (auto ex = executors_.make(a->t.type))
+        ex->execute(a->t);
+      else
+        failure = "no executor for type " + a->t.type;
+    } catch (const std::exception& e) {
+      failure = e.what();
+      if (failure.empty()) failure = "exception with an empty message";
+    } catch (...) {
+      failure = "exception of unknown type";
+    }
+    complete(a, failure);
+  }
+
+  void complete(attempt* a, const std::string& failure) {
+    std::unique_lock lock(mutex_);
+    const bool ok = failure.empty();
+    ok ? ++succeeded_ : ++failed_;
+    attempt* next = release(*a);
+    bool flush = false;
+    if (a->superseded) {
+      forget(a);
+    } else if (ok || a->cancelled) {
+      // At-least-once: the task leaves the store only now. Nobody waits for
+      // this removal; losing it to a crash runs the task once more.
+      writer_.enqueue_remove(a->t.id);
+      running_.erase(a->t.id);
+      flush = true;
+    } else {
+      // Out of running_ before the move: its key is a view into a->t.id.
+      const std::unique_ptr<attempt> owned = std::move(running_.extract(a->t.id).mapped());
+      task t = std::move(owned->t);
+      t.attempts += 1;
+      t.due = std::chrono::floor<std::chrono::milliseconds>(system_clock::now() +
+                                                            options_.retry_backoff);
+      log(log_level::warning, describe_task(t) + " attempt " + std::to_string(t.attempts) +
+                                  " failed: " + failure + "; retrying in " +
+                                  std::to_string(options_.retry_backoff.count()) + " ms");
+      if (state_ == run_state::running) {
+        const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
+        boost::system::error_code ec;
+        if (!persist_then_arm(lock, h, ec)) {
+          // The store keeps the previous attempt count; the retry still runs.
+          log(log_level::error, "could not persist the retry of " + describe_task(wheel_.value(h)) +
+                                    ": " + ec.message());
+          arm_locked(h, tick_for(wheel_.value(h).due));
+          changed_.notify_all();
+        }
+      } else {
+        // Stopping: record the attempt; the next start retries it.
+        writer_.enqueue_save(std::move(t));
+        flush = true;
+      }
+    }
+    changed_.notify_all();
+    lock.unlock();
+    if (flush) writer_.flush();
+    if (next) post_attempt(next);
+  }
+
+  // Under the lock: moves a running attempt out of (or back into) running_,
+  // so the id is free for the version that replaces it.
+  void set_superseded(attempt* a, bool on) {
+    if (on) {
+      auto node = running_.extract(a->t.id);
+      a->superseded = true;
+      superseded_.emplace(a, std::move(node.mapped()));
+    } else {
+      auto node = superseded_.extract(a);
+      a->superseded = false;
+      std::string_view key = a->t.id;
+      running_.emplace(key, std::move(node.mapped()));
+    }
+  }
+
+  // Under the lock: drops a finished (or never started) attempt.
+  void forget(attempt* a) {
+    if (a->superseded)
+      superseded_.erase(a);
+    else
+      running_.erase(a->t.id);
+  }
+
+  std::string generate_id() {
+    // 6 hex digits of a per-engine random nonce, a dash, 8 of a counter: 15
+    // characters, so the id fits std::string's small buffer. A clash with a
+    // stored id is caught by the caller, which draws the next one.
+    static constexpr char hex[] = "0123456789abcdef";
+    const std::uint64_t n = id_counter_.fetch_add(1, std::memory_order_relaxed);
+    std::string id(15, '-');
+    for (int i = 0; i < 6; ++i) id[5 - i] = hex[(id_nonce_ >> (4 * i)) & 0xf];
+    for (int i = 0; i < 8; ++i) id[14 - i] = hex[(n >> (4 * i)) & 0xf];
+    return id;
+  }
+
+  const engine_options options_;
+  const executor_factory executors_;
+  std::unique_ptr<task_store> store_;
+  detail::store_writer writer_;
+  boost::asio::strand<boost::asio::any_io_executor> strand_;
+  boost::asio::steady_timer timer_;  // touched only on strand_
+  boost::asio::thread_pool pool_;
+  // Tick k of the wheel is the instant anchor_steady_ + k * tick. Set by
+  // start() one tick in the past, so that the wheel (which starts at tick 0
+  // and files anything not in the future at tick 1) runs overdue tasks at
+  // once instead of a tick later.
+  steady_clock::time_point anchor_steady_;
+  system_clock::time_point anchor_system_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // a persisting node settled, or an attempt ended
+  run_state state_ = run_state::idle;
+  timer_wheel wheel_;
+  std::unordered_map<std::string_view, std::unique_ptr<attempt>>
+      running_;  // keys view into attempt::t.id
+  std::unordered_map<attempt*, std::unique_ptr<attempt>> superseded_;  // replaced while running
+  std::unordered_map<std::string, type_gate> gates_;                   // keys fixed at construction
+  std::size_t active_ = 0;  // attempts posted to workers and not completed
+  std::uint64_t armed_tick_ = timer_wheel::no_tick;
+
+  std::uint64_t scheduled_ = 0, loaded_ = 0, succeeded_ = 0, failed_ = 0, cancelled_ = 0,
+                quarantined_ = 0;
+  std::atomic<std::uint64_t> fired_{0};
+  detail::lateness_histogram lateness_;
+
+  const std::uint64_t id_nonce_;
+  std::atomic<std::uint64_t> id_counter_{0};
+};
+
+// ---------------------------------------------------------------- engine
+
+engine::engine(boost::asio::any_io_executor ex, executor_factory executors,
+               std::unique_ptr<task_store> store, engine_options options) {
+  if (!store) throw std::invalid_argument("delayq::engine: store must not be null");
+  if (auto ec = check_options(options)) throw boost::system::system_error(ec, "delayq::engine");
+  impl_ = std::make_shared<impl>(std::move(ex), std::move(executors), std::move(store),
+                                 std::move(options));
+}
+
+engine::engine(boost::asio::io_context& io, executor_factory executors,
+               std::unique_ptr<task_store> store, engine_options options)
+    : engine(io.get_executor(), std::move(executors), std::move(store), std::move(options)) {}
+
+engine::~engine() {
+  if (!impl_) return;
+  impl_->stop(duration{0});
+  impl_->join_workers();
+}
+
+void engine::start() {
+  boost::system::error_code ec;
+  start(ec);
+  detail::throw_if(ec, "delayq::engine::start");
+}
+void engine::start(boost::system::error_code& ec) { impl_->start(ec); }
+
+std::string engine::schedule(std::string_view type, std::string payload, duration delay,
+                             const schedule_options& options) {
+  boost::system::error_code ec;
+  auto id = schedule(type, std::move(payload), delay, options, ec);
+  detail::throw_if(ec, "delayq::engine::schedule");
+  return id;
+}
+
+std::string engine::schedule(std::string_view type, std::string payload, duration delay,
+                             const schedule_options& options, boost::system::error_code& ec) {
+  if (delay < duration{0}) {
+    ec = errc::invalid_delay;
+    return {};
+  }
+  if (delay > impl_->options().max_delay) {
+    ec = errc::due_too_far;
+    return {};
+  }
+  return impl_->schedule_at(type, std::move(payload), std::chrono::system_clock::now() + delay,
+                            options, ec);
+}
+
+std::string engine::schedule_at(std::string_view type, std::string payload, time_point due,
+                                const schedule_options& options) {
+  boost::system::error_code ec;
+  auto id = schedule_at(type, std::move(payload), due, options, ec);
+  detail::throw_if(ec, "delayq::engine::schedule_at");
+  return id;
+}
+
+std::string engine::schedule_at(std::string_view type, std::string payload, time_point due,
+                                const schedule_options& options, boost::system::error_code& ec) {
+  return impl_->schedule_at(type, std::move(payload), due, options, ec);
+}
+
+bool engine::cancel(std::string_view id) {
+  boost::system::error_code ec;
+  const bool found = cancel(id, ec);
+  detail::throw_if(ec, "delayq::engine::cancel");
+  return found;
+}
+bool engine::cancel(std::string_view id, boost::system::error_code& ec) {
+  return impl_->cancel(id, ec);
+}
+
+bool engine::reschedule(std::string_view id, time_point due) {
+  boost::system::error_code ec;
+  const bool found = reschedule(id, due, ec);
+  detail::throw_if(ec, "delayq::engine::reschedule");
+  return found;
+}
+bool engine::reschedule(std::string_view id, time_point due, boost::system::error_code& ec) {
+  return impl_->reschedule(id, due, ec);
+}
+
+std::optional<task> engine::find(std::string_view id) const { return impl_->find(id); }
+std::size_t engine::pending() const { return impl_->pending(); }
+engine_stats engine::stats() const { return impl_->stats(); }
+bool engine::stop(duration drain) { return impl_->stop(drain); }
+const engine_options& engine::options() const noexcept { return impl_->options(); }
+
+}  // namespace delayq

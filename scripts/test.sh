@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# scripts/test.sh - the one test command: bash scripts/test.sh
+#
+# Installs the Debian build dependencies, then runs these stages in order:
+#   build  build/       RelWithDebInfo, -Werror, benchmarks on; ctest
+#   asan   build-asan/  ASan + UBSan at -O1; ctest
+#   tsan   build-tsan/  TSan at -O1; ctest
+#   bench  scripts/bench-smoke.sh (quick benchmark run), when it exists
+# Every ctest run has a private Redis server (scripts/with-redis.sh).
+# Pick stages with DELAYQ_STAGES, e.g. DELAYQ_STAGES=build bash scripts/test.sh
+# The last line sums up every ctest run: "ctest: N passed, M failed".
+set -euo pipefail
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$DELAYQ_ROOT"
+
+stages="${DELAYQ_STAGES:-build,asan,tsan,bench}"
+for s in ${stages//,/ }; do
+  case "$s" in
+    build | asan | tsan | bench) ;;
+    *) delayq_die "unknown stage '$s' in DELAYQ_STAGES (stages: build,asan,tsan,bench)" ;;
+  esac
+done
+want() { [[ ",$stages," == *",$1,"* ]]; }
+
+# Sanitized code runs several times slower; -O1 keeps the tests quick without
+# losing stack traces. Debug keeps assertions on.
+sanitizer_args=(
+  -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g"
+  -DDELAYQ_INSTALL=OFF -DDELAYQ_BUILD_EXAMPLES=OFF
+)
+
+log_dir="$(mktemp -d "${TMPDIR:-/tmp}/delayq-testlogs.XXXXXX")"
+passed=0
+failed=0
+current=""
+timings=()
+
+# Adds the counts of ctest's "X% tests passed, Y tests failed out of Z" line.
+count_ctest() {
+  local line
+  line="$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -n 1 || true)"
+  [[ -n "$line" ]] || return 0
+  [[ "$line" =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]
+  failed=$((failed + BASH_REMATCH[1]))
+  passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+}
+
+finish() {
+  local rc=$?
+  rm -rf "$log_dir"
+  echo
+  if ((${#timings[@]})); then
+    echo "stage timings:"
+    printf '  %s\n' "${timings[@]}"
+  fi
+  if ((rc != 0)); then
+    echo "==> FAILED in stage ${current:-setup} (exit $rc)"
+    # A stage that failed outside ctest (configure, build, a script) still
+    # counts as a failure, so the summary of a failed run never reads clean.
+    ((failed > 0)) || failed=1
+  fi
+  echo "ctest: $passed passed, $failed failed"
+}
+trap finish EXIT
+
+# stage <name> <function> : runs a stage with a header and its wall time.
+stage() {
+  current="$1"
+  echo
+  echo "==> stage $1"
+  local start=$SECONDS
+  "$2"
+  timings+=("$(printf '%-6s %4ds' "$1" $((SECONDS - start)))")
+  current=""
+}
+
+# run_ctest <builddir> : ctest under a private Redis; counts the results.
+run_ctest() {
+  local log="$log_dir/ctest-$current.log" rc=0
+  scripts/with-redis.sh ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 2>&1 | tee "$log" || rc=$?
+  count_ctest "$log"
+  return "$rc"
+}
+
+stage_build() {
+  configure_and_build build "${DELAYQ_MAIN_BUILD_ARGS[@]}"
+  run_ctest build
+}
+
+stage_asan() {
+  configure_and_build build-asan -DDELAYQ_SANITIZE=address,undefined "${sanitizer_args[@]}"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest build-asan
+}
+
+stage_tsan() {
+  configure_and_build build-tsan -DDELAYQ_SANITIZE=thread "${sanitizer_args[@]}"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest build-tsan
+}
+
+stage_bench() {
+  if [[ ! -f scripts/bench-smoke.sh ]]; then
+    echo "(no scripts/bench-smoke.sh yet: nothing to run)"
+    return 0
+  fi
+  # The smoke run uses the benchmarks of build/; make sure they are current.
+  configure_and_build build "${DELAYQ_MAIN_BUILD_ARGS[@]}"
+  scripts/with-redis.sh bash scripts/bench-smoke.sh
+}
+
+current=deps
+echo "==> stage deps"
+ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
+current=""
+
+for s in build asan tsan bench; do
+  if want "$s"; then stage "$s" "stage_$s"; fi
+done

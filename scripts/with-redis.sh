@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# scripts/with-redis.sh CMD [ARGS...] - runs CMD beside a private Redis server.
+#
+# Starts redis-server on a free loopback port with its data in a fresh temp
+# dir (AOF on, fsync always, no RDB), exports
+#   DELAYQ_TEST_REDIS=redis://127.0.0.1:PORT
+#   DELAYQ_TEST_REDIS_PORT=PORT
+#   DELAYQ_TEST_REDIS_DIR=<its data dir>
+# runs CMD, then always stops the server and removes the dir. Exits with CMD's
+# status. Needs redis-server and redis-cli (Debian: redis-server).
+set -euo pipefail
+
+if (($# == 0)); then
+  echo "usage: $0 CMD [ARGS...]" >&2
+  exit 2
+fi
+for tool in redis-server redis-cli; do
+  command -v "$tool" >/dev/null ||
+    { echo "with-redis: $tool not found; install it with: apt-get install redis-server" >&2; exit 1; }
+done
+
+dir="$(mktemp -d "${TMPDIR:-/tmp}/delayq-redis.XXXXXX")"
+port=""
+pid=""
+
+stop_redis() {
+  if [[ -n "$port" ]]; then
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  fi
+  [[ -z "$pid" && -s "$dir/redis.pid" ]] && pid="$(cat "$dir/redis.pid")"
+  if [[ -n "$pid" ]]; then
+    local i
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      sleep 0.5
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  fi
+  rm -rf "$dir"
+}
+trap stop_redis EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# A port the kernel just handed out for a bind is free unless someone takes it
+# first; a start that loses that race is retried on another port.
+free_port() {
+  if command -v python3 >/dev/null; then
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+  else
+    local p
+    while :; do
+      p=$((20000 + RANDOM % 40000))
+      # Nothing accepts a connection there: take it.
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        echo "$p"
+        return
+      fi
+    done
+  fi
+}
+
+# Our server answers, not a stranger on the same port: compare process ids.
+ours() {
+  [[ -s "$dir/redis.pid" ]] || return 1
+  local served
+  served="$(redis-cli -p "$1" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')"
+  [[ -n "$served" && "$served" == "$(cat "$dir/redis.pid")" ]]
+}
+
+started=0
+for attempt in 1 2 3 4 5; do
+  port="$(free_port)"
+  rm -f "$dir/redis.pid" "$dir/redis.log"
+  redis-server --port "$port" --bind 127.0.0.1 \
+    --save '' --appendonly yes --appendfsync always \
+    --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" \
+    --logfile "$dir/redis.log" >/dev/null || true
+  for ((i = 0; i < 100; i++)); do  # up to 10 s
+    if [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && ours "$port"; then
+      started=1
+      break
+    fi
+    # Lost the port race, or failed outright: stop waiting.
+    grep -q -e 'Address already in use' -e '# Failed' "$dir/redis.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  ((started)) && break
+  echo "with-redis: redis-server did not start on port $port (attempt $attempt); log tail:" >&2
+  tail -n 20 "$dir/redis.log" >&2 2>/dev/null || true
+  [[ -s "$dir/redis.pid" ]] && kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
+done
+if ((!started)); then
+  port=""
+  echo "with-redis: giving up: could not start redis-server" >&2
+  exit 1
+fi
+pid="$(cat "$dir/redis.pid")"
+
+export DELAYQ_TEST_REDIS="redis://127.0.0.1:$port"
+export DELAYQ_TEST_REDIS_PORT="$port"
+export DELAYQ_TEST_REDIS_DIR="$dir"
+echo "with-redis: redis-server $pid on $DELAYQ_TEST_REDIS (data in $dir)" >&2
+
+status=0
+"$@" || status=$?
+exit "$status"
