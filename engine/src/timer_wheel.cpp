@@ -31,7 +31,6 @@ void timer_wheel::add_chunk() {
   if (chunks_.size() >= (std::size_t{npos} >> chunk_bits))
     throw std::length_error("delayq::timer_wheel: too many tasks");
   chunks_.push_back(std::make_unique<node[]>(chunk_size));
-  used_in_last_chunk_ = 0;
 }
 
 timer_wheel::handle timer_wheel::allocate_node() {
@@ -41,17 +40,21 @@ timer_wheel::handle timer_wheel::allocate_node() {
     node_at(h).next = npos;
     return h;
   }
-  if (used_in_last_chunk_ == chunk_size) add_chunk();
-  return static_cast<handle>(((chunks_.size() - 1) << chunk_bits) | used_in_last_chunk_++);
+  // Fresh nodes are handed out in order, so chunks added by reserve() are used.
+  if (fresh_ == chunks_.size() * chunk_size) add_chunk();
+  return fresh_++;
 }
 
 void timer_wheel::free_node(handle h) noexcept {
   node& n = node_at(h);
   // Release the task's heap buffers now rather than when the node is reused:
-  // a 1 MiB payload should not outlive its task.
-  n.value = task{};
+  // a 1 MiB payload should not outlive its task. Assigning task{} would not:
+  // a std::string assigned a short string keeps its buffer.
+  std::destroy_at(&n.value);
+  std::construct_at(&n.value);
   n.tag = 0;
   n.linked = false;
+  n.pending = false;
   n.prev = npos;
   n.next = free_head_;
   free_head_ = h;
@@ -61,6 +64,9 @@ void timer_wheel::free_node(handle h) noexcept {
 
 void timer_wheel::link(handle h, std::uint64_t due) noexcept {
   if (due <= now_) due = now_ + 1;
+  // no_tick means "nothing armed" to next_due_tick(); the tick before it is
+  // already half a million years away at 1 ms per tick.
+  if (due == no_tick) due = no_tick - 1;
   node& n = node_at(h);
   n.due = due;
   const auto s = static_cast<std::size_t>(due % slot_count_);
@@ -101,14 +107,14 @@ void timer_wheel::unlink(handle h) noexcept {
   // made exact when the slot is next processed.
 }
 
-void timer_wheel::collect_due(std::size_t s, std::uint64_t tick,
-                              std::vector<handle>& out) noexcept {
+void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out) {
   std::uint64_t remaining_min = no_tick;
   for (handle h = slot_lists_[s].head; h != npos;) {
     node& n = node_at(h);
     const handle next = n.next;
     if (n.due <= tick) {
       unlink(h);
+      n.pending = true;
       out.push_back(h);
     } else {
       remaining_min = std::min(remaining_min, n.due);
@@ -166,11 +172,13 @@ timer_wheel::handle timer_wheel::insert_detached(task&& t) {
 }
 
 void timer_wheel::arm(handle h, std::uint64_t due_tick) noexcept {
+  node_at(h).pending = false;
   if (node_at(h).linked) unlink(h);
   link(h, due_tick);
 }
 
 void timer_wheel::disarm(handle h) noexcept {
+  node_at(h).pending = false;
   if (node_at(h).linked) unlink(h);
 }
 
@@ -181,6 +189,15 @@ void timer_wheel::erase(handle h) noexcept {
   index_erase(node_at(h).value.id);
   free_node(h);
   --size_;
+}
+
+task timer_wheel::extract(handle h) noexcept {
+  if (node_at(h).linked) unlink(h);
+  index_erase(node_at(h).value.id);  // before the move: the index reads the id
+  task out = std::move(node_at(h).value);
+  free_node(h);
+  --size_;
+  return out;
 }
 
 bool timer_wheel::erase(std::string_view id) noexcept {
@@ -243,8 +260,7 @@ void timer_wheel::index_erase(std::string_view id) noexcept {
   std::size_t i = index_find_slot(id, hash_id(id));
   if (i == no_slot) return;
   // Backward-shift: pull later entries of the same probe run into the hole.
-  for (std::size_t j = (i + 1) & index_mask_; index_[j].node != npos;
-       j = (j + 1) & index_mask_) {
+  for (std::size_t j = (i + 1) & index_mask_; index_[j].node != npos; j = (j + 1) & index_mask_) {
     const std::size_t home = index_[j].hash & index_mask_;
     // Entry j may move to i only if its home is not in the cyclic range (i, j].
     const bool home_in_range = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);

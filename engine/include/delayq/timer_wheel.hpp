@@ -113,6 +113,8 @@ class timer_wheel {
   bool is_armed(handle h) const noexcept;
   /// Forgets node `h` entirely; the handle becomes invalid.
   void erase(handle h) noexcept;
+  /// Moves the task out of node `h` and forgets the node.
+  task extract(handle h) noexcept;
   /// Forgets the task with this id. Returns false when it is not held.
   bool erase(std::string_view id) noexcept;
   /// Moves the task with this id to `due_tick`. False when it is not held.
@@ -135,7 +137,9 @@ class timer_wheel {
   /// <= to_tick to `sink(handle)`, in due-tick order (insertion order within
   /// one tick). Each node is disarmed but still held when the sink gets it:
   /// the sink must erase() it, arm() it again, or keep it detached. The sink
-  /// may insert, arm and erase other nodes, but must not call advance().
+  /// may insert, arm and erase other nodes, but must not call advance(). The
+  /// nodes due at one tick leave their slot together: one that the sink
+  /// erases, arms or disarms before its turn is not handed over.
   /// Returns the number of nodes handed over.
   template <class Sink>
   std::size_t advance(std::uint64_t to_tick, Sink&& sink);
@@ -151,6 +155,7 @@ class timer_wheel {
     std::uint64_t due = 0;
     std::uint32_t tag = 0;
     bool linked = false;
+    bool pending = false;  // taken out of its slot by advance(), not yet handed over
     task value;
   };
   struct slot_list {
@@ -185,7 +190,7 @@ class timer_wheel {
 
   // Takes the nodes of slot `s` due at or before `tick` out of the slot into
   // `out`, and makes the slot's lower bound exact again.
-  void collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out) noexcept;
+  void collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out);
 
   std::size_t slot_count_;
   std::uint64_t now_ = 0;
@@ -193,12 +198,12 @@ class timer_wheel {
   std::size_t armed_ = 0;
 
   std::vector<slot_list> slot_lists_;
-  std::vector<std::uint64_t> slot_min_;   // lower bound of the earliest due tick per slot
-  std::vector<std::uint64_t> occupied_;   // one bit per non-empty slot
+  std::vector<std::uint64_t> slot_min_;  // lower bound of the earliest due tick per slot
+  std::vector<std::uint64_t> occupied_;  // one bit per non-empty slot
 
   std::vector<std::unique_ptr<node[]>> chunks_;
   handle free_head_ = npos;  // free nodes are chained through node::next
-  std::uint32_t used_in_last_chunk_ = chunk_size;
+  std::uint32_t fresh_ = 0;  // nodes ever handed out; later ones are unused
 
   std::vector<index_entry> index_;
   std::size_t index_mask_ = 0;
@@ -217,8 +222,13 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     now_ = tick;
     batch.clear();
     collect_due(static_cast<std::size_t>(tick % slot_count_), tick, batch);
-    for (handle h : batch) sink(h);
-    fired += batch.size();
+    for (handle h : batch) {
+      node& n = node_at(h);
+      if (!n.pending) continue;  // erased, armed or disarmed by the sink meanwhile
+      n.pending = false;
+      ++fired;
+      sink(h);
+    }
   }
   if (to_tick > now_) now_ = to_tick;
   batch.clear();
