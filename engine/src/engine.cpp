@@ -16,6 +16,7 @@
 #include <random>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "delayq/log.hpp"
@@ -57,7 +58,8 @@ bool valid_id(std::string_view id) {
 boost::system::error_code check_options(const engine_options& o) {
   if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 ||
       o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
-      o.retry_backoff < std::chrono::milliseconds{0})
+      o.retry_backoff < std::chrono::milliseconds{0} || o.async_threads == 0 ||
+      !(o.catch_up_rate >= 0))
     return errc::invalid_options;
   for (const auto& [type, limit] : o.type_concurrency)
     if (limit == 0) return errc::invalid_options;
@@ -76,9 +78,11 @@ class engine::impl : public std::enable_shared_from_this<impl> {
         executors_(std::move(executors)),
         store_(std::move(store)),
         writer_(*store_),
+        executor_(ex),
         strand_(boost::asio::make_strand(ex)),
         timer_(strand_),
         pool_(options_.workers),
+        async_pool_(options_.async_threads),
         wheel_(options_.slots),
         id_nonce_(std::random_device{}() & 0xffffffu) {
     for (const auto& [type, limit] : options_.type_concurrency) gates_[type].limit = limit;
@@ -98,6 +102,8 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     anchor_steady_ = steady_clock::now() - options_.tick;
     anchor_system_ = system_clock::now() - options_.tick;
     std::uint64_t loaded = 0;
+    const auto now = system_clock::now();
+    std::vector<task> overdue;
     const list_summary summary = store_->list(
         [&](task&& t) {
           if (!valid_id(t.id) || wheel_.find(t.id) != timer_wheel::npos) {
@@ -105,15 +111,22 @@ class engine::impl : public std::enable_shared_from_this<impl> {
                 "start: skipping stored " + describe_task(t) + ": invalid or duplicate id");
             return;
           }
-          const std::uint64_t tick = tick_for(t.due);
-          wheel_.insert(std::move(t), tick);
           ++loaded;
+          if (t.due <= now && options_.catch_up_rate > 0) {
+            overdue.push_back(std::move(t));
+          } else {
+            const std::uint64_t tick = tick_for(t.due);
+            wheel_.insert(std::move(t), tick);
+          }
         },
         ec);
     if (ec) {
       log(log_level::error, "start: loading " + store_->describe() + " failed: " + ec.message());
+      // Leave nothing half-loaded behind: a later start() loads afresh.
+      wheel_.advance(timer_wheel::no_tick - 1, [&](timer_wheel::handle h) { wheel_.erase(h); });
       return;
     }
+    release_overdue(std::move(overdue));
     loaded_ = loaded;
     quarantined_ = summary.quarantined;
     state_ = run_state::running;
@@ -145,66 +158,173 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     return drained;
   }
 
-  void join_workers() { pool_.join(); }
+  void join_threads() {
+    async_pool_.join();  // their calls fail fast with not_running by now
+    pool_.join();
+  }
+
+  boost::asio::any_io_executor executor() const { return executor_; }
+  boost::asio::any_io_executor async_executor() { return async_pool_.get_executor(); }
 
   // ------------------------------------------------------------ scheduling
 
   std::string schedule_at(std::string_view type, std::string payload, time_point due,
                           const schedule_options& opts, boost::system::error_code& ec) {
+    std::vector<task_spec> one(1);
+    one[0].type = std::string(type);
+    one[0].payload = std::move(payload);
+    one[0].due = due;
+    one[0].options = opts;
+    std::size_t bad = 0;
+    auto ids = schedule_many(std::move(one), ec, bad);
+    return ids.empty() ? std::string{} : std::move(ids.front());
+  }
+
+  // Every schedule call comes here: validate all, decide all under the lock,
+  // write all in one store batch, then arm all or roll all back. `bad` gets
+  // the index of the task an error is about.
+  std::vector<std::string> schedule_many(std::vector<task_spec> specs,
+                                         boost::system::error_code& ec, std::size_t& bad) {
     ec = {};
-    if (auto e = validate(type, payload, due, opts.id)) {
-      ec = e;
-      return {};
+    const std::size_t n = specs.size();
+    std::vector<task> tasks(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      task_spec& spec = specs[i];
+      if (auto e = validate(spec.type, spec.payload, spec.due, spec.options.id)) {
+        ec = e;
+        bad = i;
+        return {};
+      }
+      tasks[i].id = spec.options.id;
+      tasks[i].type = std::move(spec.type);
+      tasks[i].payload = std::move(spec.payload);
+      // Stores keep milliseconds; keep the same value in memory so find() and
+      // a reloaded task agree.
+      tasks[i].due = std::chrono::floor<std::chrono::milliseconds>(spec.due);
     }
-    task t;
-    t.type = std::string(type);
-    t.payload = std::move(payload);
-    // Stores keep milliseconds; keep the same value in memory so find() and a
-    // reloaded task agree.
-    t.due = std::chrono::floor<std::chrono::milliseconds>(due);
 
     std::unique_lock lock(mutex_);
     if (state_ != run_state::running) {
       ec = errc::not_running;
       return {};
     }
-    attempt* superseded = nullptr;
-    if (opts.id.empty()) {
-      do t.id = generate_id();
-      while (wheel_.find(t.id) != timer_wheel::npos || running_.count(t.id) != 0);
-    } else {
-      t.id = opts.id;
-      wait_settled(lock, t.id);
+    // Calls on one id take effect in order: wait out writes in flight.
+    changed_.wait(lock, [&] {
+      return std::none_of(tasks.begin(), tasks.end(), [&](const task& t) {
+        if (t.id.empty()) return false;
+        const timer_wheel::handle h = wheel_.find(t.id);
+        return h != timer_wheel::npos && wheel_.tag(h) == persisting;
+      });
+    });
+
+    // Decide what each task does, before changing anything.
+    enum class action { insert, keep, replace_waiting, replace_running };
+    struct step {
+      action what = action::insert;
+      timer_wheel::handle h = timer_wheel::npos;
+      attempt* running = nullptr;
+      task old;  // replace_waiting: the version to restore on failure
+      std::uint64_t old_tick = 0;
+    };
+    std::vector<step> plan(n);
+    std::unordered_set<std::string_view> in_batch;
+    std::size_t added = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      task& t = tasks[i];
+      step& st = plan[i];
+      if (t.id.empty()) {
+        do t.id = generate_id();
+        while (wheel_.find(t.id) != timer_wheel::npos || running_.count(t.id) != 0 ||
+               in_batch.count(t.id) != 0);
+      } else if (n > 1 && in_batch.count(t.id) != 0) {
+        ec = errc::duplicate_id;
+        bad = i;
+        return {};
+      }
+      if (n > 1) in_batch.insert(t.id);
       const timer_wheel::handle h = wheel_.find(t.id);
       auto run = running_.find(t.id);
-      if (h != timer_wheel::npos || run != running_.end()) {
-        switch (opts.conflict) {
-          case on_conflict::reject: ec = errc::duplicate_id; return {};
-          case on_conflict::keep: return t.id;
-          case on_conflict::replace:
-            if (h != timer_wheel::npos) return replace_waiting(lock, h, std::move(t), ec);
+      if (h == timer_wheel::npos && run == running_.end()) {
+        ++added;
+        continue;
+      }
+      switch (specs[i].options.conflict) {
+        case on_conflict::reject:
+          ec = errc::duplicate_id;
+          bad = i;
+          return {};
+        case on_conflict::keep: st.what = action::keep; break;
+        case on_conflict::replace:
+          if (h != timer_wheel::npos) {
+            st.what = action::replace_waiting;
+            st.h = h;
+          } else {
             // The old version is running: let it finish, but its outcome must
             // neither remove nor retry what replaces it.
-            superseded = run->second.get();
-            break;
-        }
+            st.what = action::replace_running;
+            st.running = run->second.get();
+          }
+          break;
       }
     }
-    if (pending_locked() - (superseded ? 1 : 0) >= options_.max_pending) {
+    if (added > 0 && pending_locked() + added > options_.max_pending) {
       ec = errc::queue_full;
+      bad = n - 1;
       return {};
     }
-    if (superseded) set_superseded(superseded, true);
-    const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
-    if (!persist_then_arm(lock, h, ec)) {
-      wheel_.erase(h);
-      // Give the id back to the old version if it is still running.
-      if (superseded && superseded_.count(superseded) != 0) set_superseded(superseded, false);
-      changed_.notify_all();
+
+    // Apply in memory (detached, so nothing fires yet) and queue one batch.
+    std::vector<task> to_save;
+    to_save.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      step& st = plan[i];
+      switch (st.what) {
+        case action::keep: continue;
+        case action::replace_waiting:
+          st.old_tick = wheel_.due_tick(st.h);
+          st.old = std::exchange(wheel_.value(st.h), std::move(tasks[i]));
+          wheel_.disarm(st.h);
+          break;
+        case action::replace_running:
+          set_superseded(st.running, true);
+          st.h = wheel_.insert_detached(std::move(tasks[i]));
+          break;
+        case action::insert: st.h = wheel_.insert_detached(std::move(tasks[i])); break;
+      }
+      wheel_.tag(st.h) = persisting;
+      to_save.push_back(wheel_.value(st.h));
+    }
+    std::vector<std::string> ids(n);
+    if (!to_save.empty()) {
+      auto ticket = writer_.enqueue_saves(std::move(to_save));
+      lock.unlock();
+      ec = writer_.wait(ticket, true);
+      lock.lock();
+      // Nobody else touched these nodes meanwhile: calls on them waited.
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      step& st = plan[i];
+      if (st.what == action::keep) {
+        ids[i] = std::move(tasks[i].id);
+      } else if (!ec) {
+        ids[i] = wheel_.value(st.h).id;
+        arm_locked(st.h, tick_for(wheel_.value(st.h).due));
+      } else if (st.what == action::replace_waiting) {
+        wheel_.value(st.h) = std::move(st.old);
+        arm_locked(st.h, st.old_tick);
+      } else {
+        wheel_.erase(st.h);
+        // Give the id back to the old version if it is still running.
+        if (st.running && superseded_.count(st.running) != 0) set_superseded(st.running, false);
+      }
+    }
+    changed_.notify_all();
+    if (ec) {
+      bad = 0;
       return {};
     }
-    ++scheduled_;
-    return wheel_.value(h).id;
+    scheduled_ += n;
+    return ids;
   }
 
   bool cancel(std::string_view id, boost::system::error_code& ec) {
@@ -319,6 +439,26 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     std::deque<attempt*> waiting;
   };
 
+  // Spreads tasks that were overdue at start() over the coming ticks at
+  // options_.catch_up_rate per second, in due order. Their due time stays as
+  // stored (executors and lateness see the truth); only the tick they are
+  // released at moves.
+  void release_overdue(std::vector<task> overdue) {
+    if (overdue.empty()) return;
+    std::stable_sort(overdue.begin(), overdue.end(),
+                     [](const task& a, const task& b) { return a.due < b.due; });
+    const double tick_seconds = std::chrono::duration<double>(options_.tick).count();
+    const double per_tick = options_.catch_up_rate * tick_seconds;
+    const std::uint64_t first = current_tick();
+    for (std::size_t k = 0; k < overdue.size(); ++k) {
+      const auto offset = static_cast<std::uint64_t>(static_cast<double>(k) / per_tick);
+      wheel_.insert(std::move(overdue[k]), first + offset);
+    }
+    log(log_level::info, std::to_string(overdue.size()) +
+                             " tasks were overdue at start; releasing them at " +
+                             std::to_string(options_.catch_up_rate) + " per second");
+  }
+
   // ------------------------------------------------------------ validation
 
   boost::system::error_code validate_due(time_point due) const {
@@ -391,21 +531,6 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     arm_locked(h, tick_for(wheel_.value(h).due));
     changed_.notify_all();
     return true;
-  }
-
-  std::string replace_waiting(std::unique_lock<std::mutex>& lock, timer_wheel::handle h, task t,
-                              boost::system::error_code& ec) {
-    const std::uint64_t old_tick = wheel_.due_tick(h);
-    task old = std::exchange(wheel_.value(h), std::move(t));
-    wheel_.disarm(h);
-    if (!persist_then_arm(lock, h, ec)) {
-      wheel_.value(h) = std::move(old);
-      arm_locked(h, old_tick);
-      changed_.notify_all();
-      return {};
-    }
-    ++scheduled_;
-    return wheel_.value(h).id;
   }
 
   // Arms `h` and wakes the timer early if it is now the earliest task.
@@ -621,9 +746,11 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   const executor_factory executors_;
   std::unique_ptr<task_store> store_;
   detail::store_writer writer_;
+  const boost::asio::any_io_executor executor_;
   boost::asio::strand<boost::asio::any_io_executor> strand_;
   boost::asio::steady_timer timer_;  // touched only on strand_
   boost::asio::thread_pool pool_;
+  boost::asio::thread_pool async_pool_;  // runs async_schedule() calls
   // Tick k of the wheel is the instant anchor_steady_ + k * tick. Set by
   // start() one tick in the past, so that the wheel (which starts at tick 0
   // and files anything not in the future at tick 1) runs overdue tasks at
@@ -668,7 +795,7 @@ engine::engine(boost::asio::io_context& io, executor_factory executors,
 engine::~engine() {
   if (!impl_) return;
   impl_->stop(duration{0});
-  impl_->join_workers();
+  impl_->join_threads();
 }
 
 void engine::start() {
@@ -712,6 +839,26 @@ std::string engine::schedule_at(std::string_view type, std::string payload, time
                                 const schedule_options& options, boost::system::error_code& ec) {
   return impl_->schedule_at(type, std::move(payload), due, options, ec);
 }
+
+std::vector<std::string> engine::schedule_many(std::vector<task_spec> tasks) {
+  boost::system::error_code ec;
+  std::size_t bad = 0;
+  auto ids = impl_->schedule_many(std::move(tasks), ec, bad);
+  if (ec)
+    throw boost::system::system_error(
+        ec, "delayq::engine::schedule_many: task " + std::to_string(bad) + " of the batch");
+  return ids;
+}
+
+std::vector<std::string> engine::schedule_many(std::vector<task_spec> tasks,
+                                               boost::system::error_code& ec) {
+  std::size_t bad = 0;
+  return impl_->schedule_many(std::move(tasks), ec, bad);
+}
+
+engine::executor_type engine::get_executor() const noexcept { return impl_->executor(); }
+boost::asio::any_io_executor engine::async_executor() const { return impl_->async_executor(); }
+engine::duration engine::options_max_delay() const noexcept { return impl_->options().max_delay; }
 
 bool engine::cancel(std::string_view id) {
   boost::system::error_code ec;

@@ -4,7 +4,11 @@
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <cstddef>
@@ -15,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "delayq/error.hpp"
 #include "delayq/executor.hpp"
@@ -51,6 +56,14 @@ struct engine_options {
   /// with errc::unknown_type. Set it in a process that schedules work for
   /// types registered elsewhere.
   bool accept_unregistered_types = false;
+  /// How fast start() releases tasks that were already overdue when it loaded
+  /// them, in tasks per second, in due order; 0 releases them all at once.
+  /// A process that was down for an hour may find a million tasks overdue;
+  /// spreading them keeps the executors' downstream services standing.
+  double catch_up_rate = 10000;
+  /// Threads that carry async_schedule() calls to the store, so the caller
+  /// never blocks. Concurrent calls share store writes (group commit).
+  std::size_t async_threads = 2;
 };
 
 /// What schedule() does when a task with the same id is pending.
@@ -66,6 +79,14 @@ struct schedule_options {
   /// 1-256 bytes with no spaces or control characters.
   std::string id;
   on_conflict conflict = on_conflict::reject;
+};
+
+/// One task of a schedule_many() call.
+struct task_spec {
+  std::string type;
+  std::string payload;
+  std::chrono::system_clock::time_point due{};
+  schedule_options options{};
 };
 
 /// Counters since start(). Lateness is measured when an attempt starts on a
@@ -153,6 +174,37 @@ class engine {
   std::string schedule_at(std::string_view type, std::string payload, time_point due,
                           const schedule_options& options, boost::system::error_code& ec);
 
+  /// Schedules a batch as one atomic store write: either every task is
+  /// stored (and the ids come back in order) or, on any error, none is. Each
+  /// task's options apply to it; two tasks of one batch may not share an id.
+  /// The throwing form names the first offending task by index.
+  /// Errors: those of schedule_at(), for any task of the batch.
+  std::vector<std::string> schedule_many(std::vector<task_spec> tasks);
+  std::vector<std::string> schedule_many(std::vector<task_spec> tasks,
+                                         boost::system::error_code& ec);
+
+  /// Schedules like schedule_at() without blocking the caller: the store
+  /// write happens on one of the engine's async_threads, and `token`
+  /// completes with `(boost::system::error_code, std::string id)` once the
+  /// task is durable or refused. Any Asio completion token works: a
+  /// callback, boost::asio::use_future, boost::asio::use_awaitable. The
+  /// handler runs on its associated executor (by default the engine's), which
+  /// is kept busy until then.
+  template <class CompletionToken>
+  auto async_schedule_at(std::string type, std::string payload, time_point due,
+                         schedule_options options, CompletionToken&& token);
+  /// async_schedule_at() with a delay from now.
+  template <class CompletionToken>
+  auto async_schedule(std::string type, std::string payload, duration delay,
+                      schedule_options options, CompletionToken&& token);
+  /// async_schedule() with default options.
+  template <class CompletionToken>
+  auto async_schedule(std::string type, std::string payload, duration delay,
+                      CompletionToken&& token) {
+    return async_schedule(std::move(type), std::move(payload), delay, schedule_options{},
+                          std::forward<CompletionToken>(token));
+  }
+
   /// Cancels a pending task. Returns false when no task with this id is
   /// pending. A task whose attempt is running cannot be stopped, but it will
   /// not be retried; cancel() returns true for it.
@@ -186,9 +238,60 @@ class engine {
   /// The options in force.
   const engine_options& options() const noexcept;
 
+  /// The executor the engine's timer runs on (a strand of it, in fact), as
+  /// passed to the constructor.
+  using executor_type = boost::asio::any_io_executor;
+  executor_type get_executor() const noexcept;
+
  private:
+  // Where async_schedule() runs its blocking part.
+  boost::asio::any_io_executor async_executor() const;
+  duration options_max_delay() const noexcept;
+
   class impl;
   std::shared_ptr<impl> impl_;
 };
+
+template <class CompletionToken>
+auto engine::async_schedule_at(std::string type, std::string payload, time_point due,
+                               schedule_options options, CompletionToken&& token) {
+  using signature = void(boost::system::error_code, std::string);
+  auto initiation = [this](auto handler, std::string type, std::string payload, time_point due,
+                           schedule_options options) {
+    // Keeps the handler's executor (the user's io_context, typically) from
+    // running out of work while the store write is in flight.
+    auto work =
+        boost::asio::make_work_guard(boost::asio::get_associated_executor(handler, get_executor()));
+    boost::asio::post(async_executor(), [this, handler = std::move(handler), work = std::move(work),
+                                         type = std::move(type), payload = std::move(payload), due,
+                                         options = std::move(options)]() mutable {
+      boost::system::error_code ec;
+      std::string id = schedule_at(type, std::move(payload), due, options, ec);
+      auto ex = work.get_executor();
+      boost::asio::post(ex, [handler = std::move(handler), ec, id = std::move(id)]() mutable {
+        std::move(handler)(ec, std::move(id));
+      });
+      work.reset();
+    });
+  };
+  return boost::asio::async_initiate<CompletionToken, signature>(
+      initiation, token, std::move(type), std::move(payload), due, std::move(options));
+}
+
+template <class CompletionToken>
+auto engine::async_schedule(std::string type, std::string payload, duration delay,
+                            schedule_options options, CompletionToken&& token) {
+  // now + a huge delay would overflow: map out-of-range delays to due times
+  // that schedule_at() refuses with the same errors schedule() gives.
+  time_point due;
+  if (delay < duration{0})
+    due = time_point{} - std::chrono::milliseconds{1};  // errc::invalid_delay
+  else if (delay > options_max_delay())
+    due = time_point::max();  // errc::due_too_far
+  else
+    due = std::chrono::system_clock::now() + delay;
+  return async_schedule_at(std::move(type), std::move(payload), due, std::move(options),
+                           std::forward<CompletionToken>(token));
+}
 
 }  // namespace delayq

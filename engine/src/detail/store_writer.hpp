@@ -42,6 +42,14 @@ class store_writer {
 
   /// Queues an upsert of `t`. Cheap: call it under the engine's lock.
   ticket enqueue_save(task t) { return enqueue(batch::op{true, std::move(t)}); }
+  /// Queues upserts of all of `tasks` into one batch, so they are written in
+  /// one atomic store call.
+  ticket enqueue_saves(std::vector<task> tasks) {
+    std::lock_guard lock(mutex_);
+    if (!open_) open_ = std::make_shared<batch>();
+    for (task& t : tasks) open_->ops.push_back(batch::op{true, std::move(t)});
+    return open_;
+  }
   /// Queues a removal of `id`.
   ticket enqueue_remove(std::string id) {
     task t;
