@@ -96,7 +96,8 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
       if (ec == errc::store_unavailable)
         why = "Redis at " + opts.address() + " is unreachable (" + open_message +
               "). Start Redis there, set DELAYQ_STORE to a reachable redis:// URI, or use the "
-              "embedded store instead: DELAYQ_STORE=sqlite:delayq.db (open_store(\"sqlite:delayq.db\"))";
+              "embedded store instead: DELAYQ_STORE=sqlite:delayq.db "
+              "(open_store(\"sqlite:delayq.db\"))";
       else if (ec)
         why = opts.describe() + ": " + open_message;
     }

@@ -38,7 +38,8 @@ class string_buf final : public std::streambuf {
     return n;
   }
   int_type overflow(int_type ch) override {
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) out_.push_back(traits_type::to_char_type(ch));
+    if (!traits_type::eq_int_type(ch, traits_type::eof()))
+      out_.push_back(traits_type::to_char_type(ch));
     return traits_type::not_eof(ch);
   }
 

@@ -45,8 +45,7 @@ std::string percent_decode(std::string_view s, const char* what) {
       continue;
     }
     unsigned value = 0;
-    if (i + 2 >= s.size())
-      throw uri_error{std::string("bad percent-encoding in ") + what};
+    if (i + 2 >= s.size()) throw uri_error{std::string("bad percent-encoding in ") + what};
     auto [p, e] = std::from_chars(s.data() + i + 1, s.data() + i + 3, value, 16);
     if (e != std::errc{} || p != s.data() + i + 3)
       throw uri_error{std::string("bad percent-encoding in ") + what};
@@ -81,7 +80,8 @@ void parse_query(std::string_view query, redis_options& o, bool allow_db) {
     const std::string_view item = query.substr(0, amp);
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     const auto eq = item.find('=');
-    if (eq == std::string_view::npos) throw uri_error{"option '" + std::string(item) + "' has no value"};
+    if (eq == std::string_view::npos)
+      throw uri_error{"option '" + std::string(item) + "' has no value"};
     const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "prefix") {
       if (!valid_prefix(value))
@@ -369,8 +369,8 @@ struct redis_store::impl {
                     saved_errno == ECONNABORTED || saved_errno == ENOTCONN;
     }
     ctx.reset();
-    throw redis_failure{errc::store_unavailable, "connection to " + opts.address() + " lost: " + why,
-                        true, retryable};
+    throw redis_failure{errc::store_unavailable,
+                        "connection to " + opts.address() + " lost: " + why, true, retryable};
   }
 
   // Sends every appended command and reads `n` replies. Error replies are
@@ -401,10 +401,10 @@ struct redis_store::impl {
   void connect() {
     ctx.reset();
     const timeval connect_tv = to_timeval(opts.connect_timeout);
-    context_ptr c(opts.unix_socket.empty()
-                      ? redisConnectWithTimeout(opts.host.c_str(), static_cast<int>(opts.port),
-                                                connect_tv)
-                      : redisConnectUnixWithTimeout(opts.unix_socket.c_str(), connect_tv));
+    context_ptr c(
+        opts.unix_socket.empty()
+            ? redisConnectWithTimeout(opts.host.c_str(), static_cast<int>(opts.port), connect_tv)
+            : redisConnectUnixWithTimeout(opts.unix_socket.c_str(), connect_tv));
     if (!c) throw redis_failure{errc::store_unavailable, "out of memory for a Redis context"};
     if (c->err)
       throw redis_failure{errc::store_unavailable,
@@ -523,7 +523,8 @@ struct redis_store::impl {
 
 redis_store::redis_store(std::unique_ptr<impl> m) : impl_(std::move(m)) {}
 
-redis_store::redis_store(redis_options options) : impl_(std::make_unique<impl>(std::move(options))) {
+redis_store::redis_store(redis_options options)
+    : impl_(std::make_unique<impl>(std::move(options))) {
   sigpipe_guard guard;
   try {
     impl_->ensure_connected();
@@ -533,8 +534,7 @@ redis_store::redis_store(redis_options options) : impl_(std::make_unique<impl>(s
   }
 }
 
-std::unique_ptr<redis_store> redis_store::open(redis_options options,
-                                               boost::system::error_code& ec,
+std::unique_ptr<redis_store> redis_store::open(redis_options options, boost::system::error_code& ec,
                                                std::string* message) {
   ec = {};
   auto m = std::make_unique<impl>(std::move(options));
@@ -653,17 +653,18 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         // bytes we read (another process may have saved a good one since).
         std::vector<command> cmds;
         for (const auto& [i, why] : bad)
-          cmds.push_back(std::move(command()
-                                       .arg("EVAL")
-                                       .arg(quarantine_script)
-                                       .arg("4")
-                                       .arg(m.key_tasks)
-                                       .arg(m.key_due)
-                                       .arg(m.key_quarantine)
-                                       .arg(m.key_reason)
-                                       .arg({items->element[i]->str, items->element[i]->len})
-                                       .arg({items->element[i + 1]->str, items->element[i + 1]->len})
-                                       .arg(why)));
+          cmds.push_back(
+              std::move(command()
+                            .arg("EVAL")
+                            .arg(quarantine_script)
+                            .arg("4")
+                            .arg(m.key_tasks)
+                            .arg(m.key_due)
+                            .arg(m.key_quarantine)
+                            .arg(m.key_reason)
+                            .arg({items->element[i]->str, items->element[i]->len})
+                            .arg({items->element[i + 1]->str, items->element[i + 1]->len})
+                            .arg(why)));
         auto moved = m.exchange(std::move(cmds));
         for (std::size_t k = 0; k < bad.size(); ++k) {
           const redisReply* q = moved[k].get();

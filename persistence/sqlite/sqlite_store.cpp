@@ -45,10 +45,14 @@ errc translate(const SQLite::Exception& e) {
 
 const char* pragma_value(sqlite_options::synchronous_level level) {
   switch (level) {
-    case sqlite_options::synchronous_level::off: return "OFF";
-    case sqlite_options::synchronous_level::normal: return "NORMAL";
-    case sqlite_options::synchronous_level::full: return "FULL";
-    case sqlite_options::synchronous_level::extra: return "EXTRA";
+    case sqlite_options::synchronous_level::off:
+      return "OFF";
+    case sqlite_options::synchronous_level::normal:
+      return "NORMAL";
+    case sqlite_options::synchronous_level::full:
+      return "FULL";
+    case sqlite_options::synchronous_level::extra:
+      return "EXTRA";
   }
   return "FULL";
 }
@@ -182,10 +186,9 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
       ++version;
     }
     if (version > schema_version)
-      throw store_failure{errc::store_error,
-                          "schema version " + std::to_string(version) +
-                              " is newer than this build understands (" +
-                              std::to_string(schema_version) + ")"};
+      throw store_failure{errc::store_error, "schema version " + std::to_string(version) +
+                                                 " is newer than this build understands (" +
+                                                 std::to_string(schema_version) + ")"};
 
     m.upsert.emplace(*m.db,
                      "INSERT INTO tasks(id, due_ms, record) VALUES(?1, ?2, ?3) "
@@ -200,8 +203,8 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
     m.erase_rowid.emplace(*m.db, "DELETE FROM tasks WHERE rowid = ?1");
   } catch (const SQLite::Exception& e) {
     ec = make_error_code(translate(e));
-    message = std::string(e.what()) + " (SQLite code " + std::to_string(e.getExtendedErrorCode()) +
-              ")";
+    message =
+        std::string(e.what()) + " (SQLite code " + std::to_string(e.getExtendedErrorCode()) + ")";
   } catch (const store_failure& f) {
     ec = make_error_code(f.code);
     message = f.message;
@@ -326,8 +329,8 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
           }
           tx.commit();
           for (const auto& [r, why] : bad)
-            log(log_level::error, m.name() + ": quarantined undecodable record of task '" + r->id +
-                                      "': " + why);
+            log(log_level::error,
+                m.name() + ": quarantined undecodable record of task '" + r->id + "': " + why);
           summary.quarantined += bad.size();
         }
       });

@@ -24,12 +24,14 @@ std::string le64(std::uint64_t v) {
   return s;
 }
 
-const task sample = test::make_task("id:{1}", std::string("pay\0load\xff", 9), 1'700'000'000'123, 9);
+const task sample =
+    test::make_task("id:{1}", std::string("pay\0load\xff", 9), 1'700'000'000'123, 9);
 
 }  // namespace
 
 TEST_CASE("codec: round trip of every field") {
-  for (const task& t : {sample, task{}, test::make_task("x", std::string(70000, '\0'), -5, 0xffffffffu)}) {
+  for (const task& t :
+       {sample, task{}, test::make_task("x", std::string(70000, '\0'), -5, 0xffffffffu)}) {
     const std::string bytes = encode_record(t);
     boost::system::error_code ec;
     const task back = decode_record(bytes, ec);
@@ -105,8 +107,8 @@ TEST_CASE("codec: version 0 and versions newer than this build are rejected") {
 TEST_CASE("codec: an absurd length prefix is rejected without allocating it") {
   // A header and an id length of 2^62: honouring it would try to allocate
   // exabytes (or under ASan, abort). It must be checked against the bytes left.
-  for (std::uint64_t huge : {std::uint64_t{1} << 62, ~std::uint64_t{0}, std::uint64_t{1} << 32,
-                             std::uint64_t{1000}}) {
+  for (std::uint64_t huge :
+       {std::uint64_t{1} << 62, ~std::uint64_t{0}, std::uint64_t{1} << 32, std::uint64_t{1000}}) {
     std::string bytes = std::string("DQTR\x01\x01\x00", 7) + le64(huge) + "short";
     CHECK(rejected(bytes));
   }

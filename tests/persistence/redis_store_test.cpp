@@ -1,6 +1,11 @@
 // redis_store specifics: key layout, prefixes, reconnects, credentials.
 #include "delayq/redis_store.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "delayq/detail/record_codec.hpp"
 
 #include "test_support.hpp"
@@ -16,7 +21,9 @@ struct prefix_guard {
   ~prefix_guard() { raw.drop_prefix(prefix); }
 };
 
-std::size_t count(task_store& s) { return s.list([](task&&) {}).tasks; }
+std::size_t count(task_store& s) {
+  return s.list([](task&&) {}).tasks;
+}
 
 }  // namespace
 
@@ -90,7 +97,8 @@ TEST_CASE("redis: a call after the server closed the connection reconnects") {
   // A large batch written into a dead socket must not raise SIGPIPE.
   REQUIRE(raw.kill_store_connections(prefix) == 1);
   std::vector<task> batch;
-  for (int i = 0; i < 2000; ++i) batch.push_back(make_task("b" + std::to_string(i), std::string(1000, 'x')));
+  for (int i = 0; i < 2000; ++i)
+    batch.push_back(make_task("b" + std::to_string(i), std::string(1000, 'x')));
   store.save(batch, ec);
   CHECK_FALSE(ec);
   CHECK(count(store) == 2001);
@@ -167,7 +175,9 @@ TEST_CASE("redis: a key of the wrong type is a store_error, not a crash") {
 }
 
 TEST_CASE("redis: URI parsing") {
-  const auto o = redis_options::parse("redis://al%40ice:p%3Ass@example.org:6380/3?prefix=app.v2&connect_timeout_ms=150&command_timeout_ms=900");
+  const auto o = redis_options::parse(
+      "redis://al%40ice:p%3Ass@example.org:6380/"
+      "3?prefix=app.v2&connect_timeout_ms=150&command_timeout_ms=900");
   CHECK(o.host == "example.org");
   CHECK(o.port == 6380);
   CHECK(o.db == 3);
@@ -200,15 +210,37 @@ TEST_CASE("redis: URI parsing") {
   CHECK(u.describe() == "unix:///run/redis/redis.sock?db=4&prefix=x");
 
   for (const char* bad :
-       {"redis://", "redis://host:notaport", "redis://host:0", "redis://host:65536", "redis://host:",
-        "redis://host/x", "redis://host/-1", "redis://user@host", "redis://host?prefix=a{b}",
-        "redis://host?prefix=", "redis://host?what=1", "redis://host?db=2", "redis://[::1",
-        "unix://", "unix://relative.sock", "unix:///s?db=x", "http://x", "redis://:@host",
-        "redis://:%zz@host"}) {
+       {"redis://", "redis://host:notaport", "redis://host:0", "redis://host:65536",
+        "redis://host:", "redis://host/x", "redis://host/-1", "redis://user@host",
+        "redis://host?prefix=a{b}", "redis://host?prefix=", "redis://host?what=1",
+        "redis://host?db=2", "redis://[::1", "unix://", "unix://relative.sock", "unix:///s?db=x",
+        "http://x", "redis://:@host", "redis://:%zz@host"}) {
     boost::system::error_code ec;
     std::string message;
     redis_options::parse(bad, ec, &message);
     CHECK_MESSAGE(ec == errc::invalid_store_uri, bad);
     CHECK_FALSE(message.empty());
   }
+}
+
+TEST_CASE("redis: a server that accepts but never answers is store_unavailable") {
+  // A listening socket nobody accepts from: the TCP handshake completes in
+  // the kernel's backlog, and then no reply ever comes.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string uri = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) +
+                          "?command_timeout_ms=100&connect_timeout_ms=1000";
+  boost::system::error_code ec;
+  std::string message;
+  CHECK(redis_store::open(redis_options::parse(uri), ec, &message) == nullptr);
+  ::close(fd);
+  CHECK(ec == errc::store_unavailable);
+  CHECK(message.find("no answer within 100 ms") != std::string::npos);
 }

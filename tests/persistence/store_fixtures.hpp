@@ -92,6 +92,6 @@ struct redis_fixture {
 
 }  // namespace delayq::test
 
-TYPE_TO_STRING(delayq::test::memory_fixture);
-TYPE_TO_STRING(delayq::test::sqlite_fixture);
-TYPE_TO_STRING(delayq::test::redis_fixture);
+TYPE_TO_STRING_AS("memory", delayq::test::memory_fixture);
+TYPE_TO_STRING_AS("sqlite", delayq::test::sqlite_fixture);
+TYPE_TO_STRING_AS("redis", delayq::test::redis_fixture);

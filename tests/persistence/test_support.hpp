@@ -57,9 +57,10 @@ inline std::string unique_prefix(const std::string& tag = "t") {
 inline std::string redis_test_uri() {
   const char* uri = std::getenv("DELAYQ_TEST_REDIS");
   if (!uri || !*uri)
-    FAIL("DELAYQ_TEST_REDIS is not set: run the tests through scripts/with-redis.sh or "
-         "scripts/test.sh, which start a private redis-server and set it (or export "
-         "DELAYQ_TEST_REDIS=redis://127.0.0.1:PORT for a server you started yourself)");
+    FAIL(
+        "DELAYQ_TEST_REDIS is not set: run the tests through scripts/with-redis.sh or "
+        "scripts/test.sh, which start a private redis-server and set it (or export "
+        "DELAYQ_TEST_REDIS=redis://127.0.0.1:PORT for a server you started yourself)");
   return uri;
 }
 
@@ -187,8 +188,8 @@ class log_capture {
 };
 
 /// A task with every field set to something distinctive.
-inline task make_task(std::string id, std::string payload = "payload", std::int64_t due_ms = 1'700'000'000'123,
-                      std::uint32_t attempts = 3) {
+inline task make_task(std::string id, std::string payload = "payload",
+                      std::int64_t due_ms = 1'700'000'000'123, std::uint32_t attempts = 3) {
   task t;
   t.id = std::move(id);
   t.type = "order.cancel";

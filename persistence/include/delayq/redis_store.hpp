@@ -68,7 +68,8 @@ struct redis_options {
 ///
 /// Example:
 /// \code
-///   delayq::redis_store store(delayq::redis_options::parse("redis://10.0.0.5:6379/2?prefix=billing"));
+///   delayq::redis_store
+///   store(delayq::redis_options::parse("redis://10.0.0.5:6379/2?prefix=billing"));
 ///   store.save(std::span{&t, 1});
 /// \endcode
 ///
