@@ -1,5 +1,6 @@
 #include "delayq/open_store.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <vector>
@@ -18,7 +19,7 @@ constexpr const char* accepted_forms =
     "unix:///PATH/TO/SOCKET[?db=N&prefix=NAME], "
     "sqlite:PATH/TO/FILE.db or sqlite:///ABS/PATH/FILE.db "
     "[?synchronous=off|normal|full|extra&busy_timeout_ms=N], "
-    "memory:";
+    "memory: (in-process, nothing persisted)";
 
 struct parse_failure {
   std::string message;
@@ -79,7 +80,14 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
   ec = {};
   std::string why;
   std::unique_ptr<task_store> store;
-  const std::string shown = "'" + std::string(uri.substr(0, 200)) + "'";
+  // A URI with credentials is shown only up to its scheme: a mistyped scheme
+  // ("rediss://:secret@host") must not put the password in a log.
+  const std::size_t scheme_end = uri.find("://");
+  const std::size_t at = uri.find('@');
+  std::string shown = "'" + std::string(uri.substr(0, 200)) + "'";
+  if (at != std::string_view::npos)
+    shown = scheme_end < at ? "'" + std::string(uri.substr(0, scheme_end + 3)) + "...'"
+                            : std::string("(not shown: it may hold a password)");
 
   if (uri == "memory:") {
     store = std::make_unique<memory_store>();

@@ -36,6 +36,16 @@ bool valid_prefix(std::string_view p) {
   });
 }
 
+// Echoes a piece of a URI in an error message only when it cannot be part of
+// a misplaced password (a password holding '/', '?' or '@' unencoded splits
+// the URI in odd places).
+std::string shown(std::string_view v) {
+  const bool plain = v.size() <= 32 && std::all_of(v.begin(), v.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+                     });
+  return plain ? "'" + std::string(v) + "'" : std::string("(not shown)");
+}
+
 std::string percent_decode(std::string_view s, const char* what) {
   std::string out;
   out.reserve(s.size());
@@ -61,7 +71,7 @@ Int parse_number(std::string_view s, Int min, Int max, const char* what) {
   auto [p, e] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (s.empty() || e != std::errc{} || p != s.data() + s.size() || value < min || value > max)
     throw uri_error{std::string(what) + " must be a number from " + std::to_string(min) + " to " +
-                    std::to_string(max) + ", not '" + std::string(s) + "'"};
+                    std::to_string(max) + ", not " + shown(s)};
   return value;
 }
 
@@ -80,8 +90,7 @@ void parse_query(std::string_view query, redis_options& o, bool allow_db) {
     const std::string_view item = query.substr(0, amp);
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     const auto eq = item.find('=');
-    if (eq == std::string_view::npos)
-      throw uri_error{"option '" + std::string(item) + "' has no value"};
+    if (eq == std::string_view::npos) throw uri_error{"option " + shown(item) + " has no value"};
     const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "prefix") {
       if (!valid_prefix(value))
@@ -96,7 +105,7 @@ void parse_query(std::string_view query, redis_options& o, bool allow_db) {
     } else if (key == "db" && allow_db) {
       o.db = parse_number<int>(value, 0, 1'000'000, "db");
     } else {
-      throw uri_error{"unknown option '" + std::string(key) + "'"};
+      throw uri_error{"unknown option " + shown(key)};
     }
   }
 }
@@ -392,8 +401,19 @@ struct redis_store::impl {
     return read_replies(cmds.size());
   }
 
+  // An error reply. Most mean the store is misconfigured or full
+  // (store_error); a few say the server is up but cannot serve for now
+  // (loading its data set, a busy script, a cluster without quorum), which is
+  // store_unavailable: the same call may succeed later without anyone acting.
   [[noreturn]] void throw_server_error(const std::string& what, const redisReply* r) {
-    throw redis_failure{errc::store_error, what + ": server replied: " + reply_text(r)};
+    const std::string text = reply_text(r);
+    bool transient = false;
+    for (const char* code : {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"}) {
+      const std::string word = std::string(code) + " ";
+      if (text.starts_with(word) || text == code) transient = true;
+    }
+    throw redis_failure{transient ? errc::store_unavailable : errc::store_error,
+                        what + ": server replied: " + text};
   }
 
   // Dials, authenticates, selects the database, names the connection (so

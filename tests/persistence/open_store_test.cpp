@@ -99,8 +99,10 @@ TEST_CASE("open_store: every accepted form opens") {
 TEST_CASE("open_store: bad URIs are invalid_store_uri and list the accepted forms") {
   for (const char* uri : {"http://x", "redis://", "redis://host:notaport", "sqlite:", "foo", "",
                           "memory", "sqlite://relative.db", "sqlite:x.db?synchronous=sometimes",
-                          "unix://", "redis://:hunter2@host:notaport"}) {
-    CAPTURE(uri);
+                          "unix://", "redis://:hunter2@host:notaport", "rediss://:hunter2@host",
+                          "redis://:hun?ter2@host", "redis://:hunter2@host/x", "hunter2@x"}) {
+    const std::string shown = uri;
+    CAPTURE(shown);
     boost::system::error_code ec;
     std::string message;
     CHECK(open_store(uri, ec, &message) == nullptr);

@@ -73,10 +73,12 @@ struct redis_options {
 ///   store.save(std::span{&t, 1});
 /// \endcode
 ///
-/// Errors: errc::store_unavailable when the server cannot be reached or the
-/// connection is lost and cannot be restored; errc::store_error when the
-/// server answers with an error (its message is logged): wrong password,
-/// WRONGTYPE, OOM, a key layout newer than this build.
+/// Errors: errc::store_unavailable when the server cannot be reached, does not
+/// answer within command_timeout, or the connection is lost and cannot be
+/// restored, and for the error replies that mean "not now" (LOADING, BUSY,
+/// MASTERDOWN, TRYAGAIN, CLUSTERDOWN); errc::store_error for every other
+/// error reply (wrong password, WRONGTYPE, OOM, READONLY, ...) and for a key
+/// layout newer than this build. The server's message is logged.
 ///
 /// Thread safety: all members are safe to call from any thread; calls are
 /// serialized by one mutex. list() calls its sink without holding that mutex,
