@@ -142,7 +142,8 @@ std::unique_ptr<task_store> open_store(std::string_view uri) {
 }
 
 std::string default_store_uri() {
-  const char* env = std::getenv("DELAYQ_STORE");
+  // getenv is not thread-safe against setenv; documented in the header.
+  const char* env = std::getenv("DELAYQ_STORE");  // NOLINT(concurrency-mt-unsafe)
   if (env && *env) return env;
   return "redis://127.0.0.1:6379/0";
 }

@@ -69,7 +69,8 @@ void get_bytes(cereal::PortableBinaryInputArchive& ar, const view_buf& buf, std:
 
 std::string encode_record(const task& t) {
   std::string out;
-  out.reserve(record_header_size + 3 * 8 + t.id.size() + t.type.size() + t.payload.size() + 12);
+  out.reserve(record_header_size + 3 * sizeof(std::uint64_t) + t.id.size() + t.type.size() +
+              t.payload.size() + sizeof(std::int64_t) + sizeof(std::uint32_t));
   out.append(magic, sizeof magic);
   string_buf buf(out);
   std::ostream os(&buf);

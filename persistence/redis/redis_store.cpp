@@ -672,6 +672,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         // Each bad record moves atomically, and only if it still holds the
         // bytes we read (another process may have saved a good one since).
         std::vector<command> cmds;
+        cmds.reserve(bad.size());
         for (const auto& [i, why] : bad)
           cmds.push_back(
               std::move(command()

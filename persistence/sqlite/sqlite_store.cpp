@@ -84,7 +84,7 @@ void migrate_to(SQLite::Database& db, int version) {
 std::int64_t now_epoch_ms() { return to_epoch_ms(std::chrono::system_clock::now()); }
 
 struct row {
-  std::int64_t rowid;
+  std::int64_t rowid = 0;
   std::string id;
   std::string record;
 };
