@@ -121,10 +121,9 @@ TEST_CASE_TEMPLATE("conformance: binary payloads keep NUL and 0xFF bytes", F, DE
 TEST_CASE_TEMPLATE("conformance: ids with odd characters", F, DELAYQ_STORES) {
   F f;
   std::vector<task> tasks;
-  for (std::string id : {"a:b:c", "{tag}", "}{", "{delayq}:tasks", "a/b/../c",
-                         "\xc3\xbcnic\xc3\xb8"
-                         "de",
-                         "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x98\x80", "not-utf8-\xc3\x28\xff"})
+  for (std::string id :
+       {"a:b:c", "{tag}", "}{", "{delayq}:tasks", "a/b/../c", "\xc3\xbcnic\xc3\xb8r",
+        "\xe6\x97\xa5\xe6\x9c\xac", "\xf0\x9f\x98\x80", "not-utf8-\xc3\x28\xff"})
     tasks.push_back(make_task(id, "payload of " + id));
   f.store().save(tasks);
   const auto stored = list_all(f.store());
