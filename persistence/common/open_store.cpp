@@ -84,10 +84,14 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
   // ("rediss://:secret@host") must not put the password in a log.
   const std::size_t scheme_end = uri.find("://");
   const std::size_t at = uri.find('@');
-  std::string shown = "'" + std::string(uri.substr(0, 200)) + "'";
-  if (at != std::string_view::npos)
-    shown = scheme_end < at ? "'" + std::string(uri.substr(0, scheme_end + 3)) + "...'"
-                            : std::string("(not shown: it may hold a password)");
+  std::string shown;
+  if (at == std::string_view::npos) {
+    shown.append("'").append(uri.substr(0, 200)).append("'");
+  } else if (scheme_end < at) {
+    shown.append("'").append(uri.substr(0, scheme_end + 3)).append("...'");
+  } else {
+    shown = "(not shown: it may hold a password)";
+  }
 
   if (uri == "memory:") {
     store = std::make_unique<memory_store>();

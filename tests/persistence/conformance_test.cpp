@@ -72,6 +72,16 @@ TEST_CASE_TEMPLATE("conformance: save twice upserts", F, DELAYQ_STORES) {
   CHECK(stored.at("x") == newer);
 }
 
+TEST_CASE_TEMPLATE("conformance: an id twice in one batch keeps the later task", F,
+                   DELAYQ_STORES) {
+  F f;
+  const task later = make_task("dup", "later", 2000, 1);
+  f.store().save(std::vector{make_task("dup", "earlier", 1000, 0), later});
+  const auto stored = list_all(f.store());
+  REQUIRE(stored.size() == 1);
+  CHECK(stored.at("dup") == later);
+}
+
 TEST_CASE_TEMPLATE("conformance: a batch of 10000 tasks in one save", F, DELAYQ_STORES) {
   F f;
   std::vector<task> batch;
