@@ -1,0 +1,124 @@
+// delayq/redis_store.hpp - a task_store in a Redis server.
+#pragma once
+
+#include <utility>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "delayq/task_store.hpp"
+
+namespace delayq {
+
+/// Where and how redis_store connects. Usually parsed from a URI:
+///
+///   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]
+///   unix://[[USER]:PASSWORD@]/PATH/TO/SOCKET[?db=N&OPTIONS]
+///
+/// HOST is a name, an IPv4 address or a bracketed IPv6 address; PORT
+/// defaults to 6379 and DB to 0. USER and PASSWORD may be percent-encoded.
+/// OPTIONS, joined with '&': `prefix=NAME` (key prefix, default "delayq",
+/// characters [A-Za-z0-9._-]), `connect_timeout_ms=N`, `command_timeout_ms=N`,
+/// and for unix:// also `db=N`. Anything else is errc::invalid_store_uri.
+struct redis_options {
+  std::string host = "127.0.0.1";
+  unsigned port = 6379;
+  /// When not empty, connect to this Unix socket instead of host:port.
+  std::string unix_socket;
+  int db = 0;
+  /// With a password: `AUTH user password` when user is set, else
+  /// `AUTH password`.
+  std::string user;
+  std::string password;
+  /// Keys are `{PREFIX}:tasks`, `{PREFIX}:due`, ... (see docs/persistence.md).
+  std::string prefix = "delayq";
+  /// Bounds one connection attempt.
+  std::chrono::milliseconds connect_timeout{2000};
+  /// Bounds each read or write on the socket during a call.
+  std::chrono::milliseconds command_timeout{5000};
+
+  /// Parses a redis:// or unix:// URI; on failure sets `ec` to
+  /// errc::invalid_store_uri and, when `message` is not null, says why.
+  static redis_options parse(std::string_view uri, boost::system::error_code& ec,
+                             std::string* message = nullptr);
+  /// Throwing form of parse(): boost::system::system_error with the reason.
+  static redis_options parse(std::string_view uri);
+
+  /// The URI without the password (the user is kept), e.g.
+  /// "redis://127.0.0.1:6379/0" or "unix:///run/redis.sock?db=2&prefix=app".
+  std::string describe() const;
+  /// The server's address without credentials: "HOST:PORT" or the socket path.
+  std::string address() const;
+};
+
+/// A task_store in Redis: a hash of encoded records plus a sorted set of due
+/// times, under one Redis Cluster hash tag so every call is one atomic
+/// MULTI/EXEC on one slot. Layout and guarantees: docs/persistence.md.
+///
+/// The store keeps one connection. When it is lost (EOF, reset, I/O error,
+/// timeout) the next call reconnects; a call that finds its connection had
+/// been closed by the server reconnects once and retries, transparently
+/// (every operation is an idempotent upsert or delete, and Redis discards an
+/// unfinished MULTI on disconnect). When reconnecting fails, calls fail fast
+/// with errc::store_unavailable and the store waits a growing backoff
+/// (100 ms doubling up to 5 s) before dialling again. Reconnects are logged at
+/// warning level, never with the password.
+///
+/// Example:
+/// \code
+///   delayq::redis_store
+///   store(delayq::redis_options::parse("redis://10.0.0.5:6379/2?prefix=billing"));
+///   store.save(std::span{&t, 1});
+/// \endcode
+///
+/// Errors: errc::store_unavailable when the server cannot be reached, does not
+/// answer within command_timeout, or the connection is lost and cannot be
+/// restored, and for the error replies that mean "not now" (LOADING, BUSY,
+/// MASTERDOWN, TRYAGAIN, CLUSTERDOWN); errc::store_error for every other
+/// error reply (wrong password, WRONGTYPE, OOM, READONLY, ...) and for a key
+/// layout newer than this build. The server's message is logged.
+///
+/// Thread safety: all members are safe to call from any thread; calls are
+/// serialized by one mutex. list() calls its sink without holding that mutex,
+/// so a sink may call back into the store.
+class redis_store final : public task_store {
+ public:
+  using task_store::list;
+  using task_store::remove;
+  using task_store::save;
+
+  /// Connects (AUTH, SELECT, checks the key layout version). Throws
+  /// boost::system::system_error.
+  explicit redis_store(redis_options options);
+
+  /// Error-code form of the constructor: null and `ec` set on failure; when
+  /// `message` is not null it receives the reason.
+  static std::unique_ptr<redis_store> open(redis_options options, boost::system::error_code& ec,
+                                           std::string* message = nullptr);
+
+  ~redis_store() override;
+  redis_store(const redis_store&) = delete;
+  redis_store& operator=(const redis_store&) = delete;
+
+  void save(std::span<const task> tasks, boost::system::error_code& ec) override;
+  void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
+  list_summary list(const std::function<void(task&&)>& sink,
+                    boost::system::error_code& ec) override;
+  /// redis_options::describe(): the URI without the password.
+  std::string describe() const override;
+
+  /// The options the store was opened with.
+  const redis_options& options() const noexcept;
+
+  /// The version of the key layout this build writes to `{PREFIX}:meta`.
+  static constexpr int layout_version = 1;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  explicit redis_store(std::unique_ptr<impl> m);
+};
+
+}  // namespace delayq

@@ -1,0 +1,350 @@
+#include "delayq/sqlite_store.hpp"
+
+#include <sqlite3.h>
+
+#include <SQLiteCpp/Database.h>
+#include <SQLiteCpp/Exception.h>
+#include <SQLiteCpp/Statement.h>
+#include <SQLiteCpp/Transaction.h>
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "delayq/detail/record_codec.hpp"
+#include "delayq/log.hpp"
+
+namespace delayq {
+namespace {
+
+// Rows and bytes list() reads per page. A page is read under the store's
+// mutex with no user code running, then handed to the sink with the
+// statement reset, so the sink may call back into the store and memory stays
+// bounded whatever the table holds.
+constexpr std::size_t page_rows = 1000;
+constexpr std::size_t page_bytes = 8u << 20;
+
+// An SQLite error carried to the boundary of a public call.
+struct store_failure {
+  errc code;
+  std::string message;
+};
+
+errc translate(const SQLite::Exception& e) {
+  switch (e.getErrorCode() & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+      return errc::store_unavailable;
+    default:
+      return errc::store_error;
+  }
+}
+
+const char* pragma_value(sqlite_options::synchronous_level level) {
+  switch (level) {
+    case sqlite_options::synchronous_level::off:
+      return "OFF";
+    case sqlite_options::synchronous_level::normal:
+      return "NORMAL";
+    case sqlite_options::synchronous_level::full:
+      return "FULL";
+    case sqlite_options::synchronous_level::extra:
+      return "EXTRA";
+  }
+  return "FULL";
+}
+
+// Schema migrations: migrate_to(db, n) takes a database at version n - 1 to
+// version n inside the caller's transaction. Version 2 adds a case here.
+void migrate_to(SQLite::Database& db, int version) {
+  switch (version) {
+    case 1:
+      db.exec(
+          "CREATE TABLE tasks ("
+          "  id TEXT PRIMARY KEY NOT NULL,"
+          "  due_ms INTEGER NOT NULL,"
+          "  record BLOB NOT NULL);"
+          "CREATE INDEX tasks_due_ms ON tasks(due_ms);"
+          "CREATE TABLE quarantine ("
+          "  id TEXT NOT NULL,"
+          "  raw BLOB,"
+          "  reason TEXT NOT NULL,"
+          "  quarantined_at INTEGER NOT NULL);"
+          "CREATE INDEX quarantine_id ON quarantine(id);");
+      return;
+    default:
+      throw store_failure{errc::store_error,
+                          "no migration to schema version " + std::to_string(version)};
+  }
+}
+
+std::int64_t now_epoch_ms() { return to_epoch_ms(std::chrono::system_clock::now()); }
+
+struct row {
+  std::int64_t rowid = 0;
+  std::string id;
+  std::string record;
+};
+
+}  // namespace
+
+struct sqlite_store::impl {
+  std::string path;
+  sqlite_options options;
+  std::mutex mutex;
+  std::optional<SQLite::Database> db;
+  std::optional<SQLite::Statement> upsert;
+  std::optional<SQLite::Statement> erase;
+  std::optional<SQLite::Statement> page;
+  std::optional<SQLite::Statement> to_quarantine;
+  std::optional<SQLite::Statement> erase_rowid;
+
+  std::string name() const { return "sqlite:" + path; }
+
+  // Runs `body` and turns any SQLite exception into `ec` plus a log line.
+  template <class Body>
+  void guarded(const char* what, boost::system::error_code& ec, Body&& body) {
+    ec = {};
+    try {
+      body();
+    } catch (const SQLite::Exception& e) {
+      ec = make_error_code(translate(e));
+      log(log_level::error, name() + ": " + what + " failed: " + e.what() + " (SQLite code " +
+                                std::to_string(e.getExtendedErrorCode()) + ")");
+    } catch (const store_failure& f) {
+      ec = make_error_code(f.code);
+      log(log_level::error, name() + ": " + what + " failed: " + f.message);
+    }
+  }
+
+  // Resets a reused statement even when its step threw, so it never holds a
+  // read lock or stale bindings into the next call.
+  struct reset_on_exit {
+    SQLite::Statement& st;
+    ~reset_on_exit() {
+      st.tryReset();
+      st.clearBindings();
+    }
+  };
+};
+
+sqlite_store::sqlite_store(no_open, const std::string& path, sqlite_options options)
+    : impl_(std::make_unique<impl>()) {
+  impl_->path = path;
+  impl_->options = options;
+}
+
+sqlite_store::sqlite_store(const std::string& path, sqlite_options options)
+    : sqlite_store(no_open{}, path, options) {
+  boost::system::error_code ec;
+  std::string message;
+  open_database(ec, message);
+  if (ec) throw boost::system::system_error(ec, "delayq: " + impl_->name() + ": " + message);
+}
+
+std::unique_ptr<sqlite_store> sqlite_store::open(const std::string& path, sqlite_options options,
+                                                 boost::system::error_code& ec,
+                                                 std::string* message) {
+  std::unique_ptr<sqlite_store> store(new sqlite_store(no_open{}, path, options));
+  std::string why;
+  store->open_database(ec, why);
+  if (ec) {
+    if (message) *message = std::move(why);
+    return nullptr;
+  }
+  return store;
+}
+
+sqlite_store::~sqlite_store() = default;
+
+void sqlite_store::open_database(boost::system::error_code& ec, std::string& message) {
+  impl& m = *impl_;
+  ec = {};
+  try {
+    if (m.path.empty()) throw store_failure{errc::store_unavailable, "empty database path"};
+    const auto busy_ms = m.options.busy_timeout.count();
+    m.db.emplace(m.path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE,
+                 static_cast<int>(std::clamp<decltype(busy_ms)>(busy_ms, 0, INT_MAX)));
+    const std::string mode = m.db->execAndGet("PRAGMA journal_mode=WAL").getString();
+    if (mode != "wal")
+      log(log_level::warning, m.name() + ": journal_mode is '" + mode + "', not 'wal'");
+    m.db->exec(std::string("PRAGMA synchronous=") + pragma_value(m.options.synchronous));
+
+    int version = m.db->execAndGet("PRAGMA user_version").getInt();
+    while (version < schema_version) {
+      // Another process may be migrating the same file: take the write lock
+      // first, then look again.
+      SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+      version = m.db->execAndGet("PRAGMA user_version").getInt();
+      if (version >= schema_version) break;
+      migrate_to(*m.db, version + 1);
+      m.db->exec("PRAGMA user_version=" + std::to_string(version + 1));
+      tx.commit();
+      ++version;
+    }
+    if (version > schema_version)
+      throw store_failure{errc::store_error, "schema version " + std::to_string(version) +
+                                                 " is newer than this build understands (" +
+                                                 std::to_string(schema_version) + ")"};
+
+    m.upsert.emplace(*m.db,
+                     "INSERT INTO tasks(id, due_ms, record) VALUES(?1, ?2, ?3) "
+                     "ON CONFLICT(id) DO UPDATE SET due_ms = excluded.due_ms, "
+                     "record = excluded.record");
+    m.erase.emplace(*m.db, "DELETE FROM tasks WHERE id = ?1");
+    m.page.emplace(*m.db,
+                   "SELECT rowid, id, record FROM tasks WHERE rowid > ?1 ORDER BY rowid LIMIT ?2");
+    m.to_quarantine.emplace(*m.db,
+                            "INSERT INTO quarantine(id, raw, reason, quarantined_at) "
+                            "SELECT id, record, ?2, ?3 FROM tasks WHERE rowid = ?1");
+    m.erase_rowid.emplace(*m.db, "DELETE FROM tasks WHERE rowid = ?1");
+  } catch (const SQLite::Exception& e) {
+    ec = make_error_code(translate(e));
+    message =
+        std::string(e.what()) + " (SQLite code " + std::to_string(e.getExtendedErrorCode()) + ")";
+  } catch (const store_failure& f) {
+    ec = make_error_code(f.code);
+    message = f.message;
+  }
+  if (ec) {
+    log(log_level::error, m.name() + ": open failed: " + message);
+    // Statements must go before the database they were prepared on.
+    m.erase_rowid.reset();
+    m.to_quarantine.reset();
+    m.page.reset();
+    m.erase.reset();
+    m.upsert.reset();
+    m.db.reset();
+  }
+}
+
+void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  if (tasks.empty()) return;
+  std::lock_guard lock(m.mutex);
+  m.guarded("save", ec, [&] {
+    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    SQLite::Statement& st = *m.upsert;
+    std::string record;
+    for (const task& t : tasks) {
+      record = detail::encode_record(t);
+      if (record.size() > static_cast<std::size_t>(INT_MAX))
+        throw store_failure{errc::store_error, "record of task '" + t.id + "' exceeds 2 GiB"};
+      impl::reset_on_exit reset{st};
+      st.bind(1, t.id);
+      st.bind(2, static_cast<std::int64_t>(to_epoch_ms(t.due)));
+      st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
+      st.exec();
+    }
+    tx.commit();
+  });
+}
+
+void sqlite_store::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  if (ids.empty()) return;
+  std::lock_guard lock(m.mutex);
+  m.guarded("remove", ec, [&] {
+    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    SQLite::Statement& st = *m.erase;
+    for (const std::string& id : ids) {
+      impl::reset_on_exit reset{st};
+      st.bind(1, id);
+      st.exec();
+    }
+    tx.commit();
+  });
+}
+
+list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
+                                boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  list_summary summary;
+  std::int64_t after = 0;  // rowids start at 1
+  std::vector<row> rows;
+  std::vector<task> good;
+  while (true) {
+    rows.clear();
+    good.clear();
+    bool more = false;
+    {
+      std::lock_guard lock(m.mutex);
+      m.guarded("list", ec, [&] {
+        {
+          SQLite::Statement& st = *m.page;
+          impl::reset_on_exit reset{st};
+          st.bind(1, after);
+          st.bind(2, static_cast<std::int64_t>(page_rows));
+          std::size_t bytes = 0;
+          while (st.executeStep()) {
+            row r;
+            r.rowid = st.getColumn(0).getInt64();
+            r.id = st.getColumn(1).getString();
+            const SQLite::Column rec = st.getColumn(2);
+            r.record.assign(static_cast<const char*>(rec.getBlob()),
+                            static_cast<std::size_t>(rec.getBytes()));
+            bytes += r.record.size();
+            rows.push_back(std::move(r));
+            if (bytes >= page_bytes) break;
+          }
+          more = !rows.empty();
+        }
+        // Decode with the statement reset; move the bad rows in one
+        // transaction before any sink runs, so a throwing sink cannot leave
+        // them half-moved.
+        std::vector<std::pair<const row*, std::string>> bad;
+        for (const row& r : rows) {
+          boost::system::error_code dec;
+          std::string why;
+          task t = detail::decode_record(r.record, dec, &why);
+          if (!dec && t.id != r.id) {
+            dec = make_error_code(errc::corrupt_record);
+            why = "record holds id '" + t.id + "'";
+          }
+          if (dec)
+            bad.emplace_back(&r, std::move(why));
+          else
+            good.push_back(std::move(t));
+        }
+        if (!bad.empty()) {
+          SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+          const std::int64_t now = now_epoch_ms();
+          for (const auto& [r, why] : bad) {
+            {
+              impl::reset_on_exit reset{*m.to_quarantine};
+              m.to_quarantine->bind(1, r->rowid);
+              m.to_quarantine->bind(2, why);
+              m.to_quarantine->bind(3, now);
+              m.to_quarantine->exec();
+            }
+            impl::reset_on_exit reset{*m.erase_rowid};
+            m.erase_rowid->bind(1, r->rowid);
+            m.erase_rowid->exec();
+          }
+          tx.commit();
+          for (const auto& [r, why] : bad)
+            log(log_level::error,
+                m.name() + ": quarantined undecodable record of task '" + r->id + "': " + why);
+          summary.quarantined += bad.size();
+        }
+      });
+    }
+    if (ec || !more) break;
+    after = rows.back().rowid;
+    for (task& t : good) {
+      ++summary.tasks;
+      sink(std::move(t));
+    }
+  }
+  return summary;
+}
+
+std::string sqlite_store::describe() const { return impl_->name(); }
+
+}  // namespace delayq

@@ -1,0 +1,97 @@
+// One fixture per backend, so the conformance suite runs the same assertions
+// against each. A fixture owns a fresh, private store location and can open
+// a second store object on it and reach behind the store to its raw data.
+#pragma once
+
+#include <SQLiteCpp/Database.h>
+#include <SQLiteCpp/Statement.h>
+
+#include "delayq/memory_store.hpp"
+#include "delayq/redis_store.hpp"
+#include "delayq/sqlite_store.hpp"
+#include "test_support.hpp"
+
+namespace delayq::test {
+
+struct memory_fixture {
+  static constexpr bool persistent = false;  // reopen() is meaningless
+  static constexpr bool raw_access = false;  // no bytes to corrupt
+
+  memory_store store_;
+  task_store& store() { return store_; }
+  std::unique_ptr<task_store> reopen() { return nullptr; }
+  void put_raw(const std::string&, const std::string&) {}
+  std::optional<std::string> quarantined_raw(const std::string&) { return std::nullopt; }
+  bool exists_raw(const std::string&) { return false; }
+};
+
+struct sqlite_fixture {
+  static constexpr bool persistent = true;
+  static constexpr bool raw_access = true;
+
+  temp_dir dir_;
+  std::string path_ = dir_.file("tasks.db");
+  std::unique_ptr<sqlite_store> store_ = std::make_unique<sqlite_store>(path_);
+
+  task_store& store() { return *store_; }
+  std::unique_ptr<task_store> reopen() { return std::make_unique<sqlite_store>(path_); }
+
+  void put_raw(const std::string& id, const std::string& bytes) {
+    SQLite::Database db(path_, SQLite::OPEN_READWRITE);
+    SQLite::Statement st(db, "INSERT INTO tasks(id, due_ms, record) VALUES(?1, 0, ?2)");
+    st.bind(1, id);
+    st.bind(2, bytes.data(), static_cast<int>(bytes.size()));
+    st.exec();
+  }
+  std::optional<std::string> quarantined_raw(const std::string& id) {
+    SQLite::Database db(path_, SQLite::OPEN_READONLY);
+    SQLite::Statement st(db, "SELECT raw, reason FROM quarantine WHERE id = ?1");
+    st.bind(1, id);
+    if (!st.executeStep()) return std::nullopt;
+    CHECK_FALSE(st.getColumn(1).getString().empty());
+    const SQLite::Column raw = st.getColumn(0);
+    return std::string(static_cast<const char*>(raw.getBlob()),
+                       static_cast<std::size_t>(raw.getBytes()));
+  }
+  bool exists_raw(const std::string& id) {
+    SQLite::Database db(path_, SQLite::OPEN_READONLY);
+    SQLite::Statement st(db, "SELECT 1 FROM tasks WHERE id = ?1");
+    st.bind(1, id);
+    return st.executeStep();
+  }
+};
+
+struct redis_fixture {
+  static constexpr bool persistent = true;
+  static constexpr bool raw_access = true;
+
+  std::string prefix_ = unique_prefix("conf");
+  raw_redis raw_;
+  std::unique_ptr<redis_store> store_ = std::make_unique<redis_store>(redis_test_options(prefix_));
+
+  ~redis_fixture() { raw_.drop_prefix(prefix_); }
+  task_store& store() { return *store_; }
+  std::unique_ptr<task_store> reopen() {
+    return std::make_unique<redis_store>(redis_test_options(prefix_));
+  }
+  std::string key(const char* name) const { return "{" + prefix_ + "}:" + name; }
+
+  void put_raw(const std::string& id, const std::string& bytes) {
+    raw_.run({"HSET", key("tasks"), id, bytes});
+    raw_.run({"ZADD", key("due"), "0", id});
+  }
+  std::optional<std::string> quarantined_raw(const std::string& id) {
+    CHECK(raw_.get({"HGET", key("quarantine:reason"), id}).has_value());
+    return raw_.get({"HGET", key("quarantine"), id});
+  }
+  bool exists_raw(const std::string& id) {
+    return raw_.integer({"HEXISTS", key("tasks"), id}) == 1 ||
+           raw_.get({"ZSCORE", key("due"), id}).has_value();
+  }
+};
+
+}  // namespace delayq::test
+
+TYPE_TO_STRING_AS("memory", delayq::test::memory_fixture);
+TYPE_TO_STRING_AS("sqlite", delayq::test::sqlite_fixture);
+TYPE_TO_STRING_AS("redis", delayq::test::redis_fixture);
