@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "delayq/log.hpp"
+#include "delayq/open_store.hpp"
 #include "delayq/timer_wheel.hpp"
 #include "detail/lateness_histogram.hpp"
 #include "detail/store_writer.hpp"
@@ -422,6 +423,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   }
 
   const engine_options& options() const noexcept { return options_; }
+  std::string store_description() const { return store_->describe(); }
 
  private:
   enum class run_state { idle, running, stopping, stopped };
@@ -782,8 +784,8 @@ class engine::impl : public std::enable_shared_from_this<impl> {
 
 engine::engine(boost::asio::any_io_executor ex, executor_factory executors,
                std::unique_ptr<task_store> store, engine_options options) {
-  if (!store) throw std::invalid_argument("delayq::engine: store must not be null");
   if (auto ec = check_options(options)) throw boost::system::system_error(ec, "delayq::engine");
+  if (!store) store = open_store(default_store_uri());
   impl_ = std::make_shared<impl>(std::move(ex), std::move(executors), std::move(store),
                                  std::move(options));
 }
@@ -791,6 +793,12 @@ engine::engine(boost::asio::any_io_executor ex, executor_factory executors,
 engine::engine(boost::asio::io_context& io, executor_factory executors,
                std::unique_ptr<task_store> store, engine_options options)
     : engine(io.get_executor(), std::move(executors), std::move(store), std::move(options)) {}
+
+engine::engine(boost::asio::any_io_executor ex, executor_factory executors, engine_options options)
+    : engine(std::move(ex), std::move(executors), nullptr, std::move(options)) {}
+
+engine::engine(boost::asio::io_context& io, executor_factory executors, engine_options options)
+    : engine(io.get_executor(), std::move(executors), nullptr, std::move(options)) {}
 
 engine::~engine() {
   if (!impl_) return;
@@ -885,5 +893,6 @@ std::size_t engine::pending() const { return impl_->pending(); }
 engine_stats engine::stats() const { return impl_->stats(); }
 bool engine::stop(duration drain) { return impl_->stop(drain); }
 const engine_options& engine::options() const noexcept { return impl_->options(); }
+std::string engine::store() const { return impl_->store_description(); }
 
 }  // namespace delayq

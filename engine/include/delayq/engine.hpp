@@ -136,14 +136,23 @@ class engine {
   using duration = std::chrono::milliseconds;
   using time_point = std::chrono::system_clock::time_point;
 
-  /// An engine whose timer runs on a strand of `ex`. `store` must not be null.
-  /// Throws boost::system::system_error (errc::invalid_options) when the
-  /// options are inconsistent, std::invalid_argument for a null store.
+  /// An engine whose timer runs on a strand of `ex`, keeping its tasks in
+  /// `store`. A null store means the default one: the URI in the
+  /// environment variable DELAYQ_STORE, else Redis at
+  /// redis://127.0.0.1:6379/0 (see open_store()).
+  /// Throws boost::system::system_error: errc::invalid_options when the
+  /// options are inconsistent; the default store's errors when it cannot be
+  /// opened (for an unreachable Redis the message names the address and
+  /// suggests `sqlite:` as the embedded alternative).
   engine(boost::asio::any_io_executor ex, executor_factory executors,
          std::unique_ptr<task_store> store, engine_options options = {});
   /// Same, on `io`'s executor.
   engine(boost::asio::io_context& io, executor_factory executors, std::unique_ptr<task_store> store,
          engine_options options = {});
+  /// An engine on the default store (see above).
+  engine(boost::asio::any_io_executor ex, executor_factory executors, engine_options options = {});
+  /// Same, on `io`'s executor.
+  engine(boost::asio::io_context& io, executor_factory executors, engine_options options = {});
 
   /// Stops the engine (no drain: nothing new starts) and waits for the
   /// attempts already running to return. Never throws.
@@ -237,6 +246,10 @@ class engine {
 
   /// The options in force.
   const engine_options& options() const noexcept;
+
+  /// The store's description, e.g. "redis://127.0.0.1:6379/0" (never with a
+  /// password) or "sqlite:tasks.db".
+  std::string store() const;
 
   /// The executor the engine's timer runs on (a strand of it, in fact), as
   /// passed to the constructor.

@@ -1,0 +1,97 @@
+// The engine's default store: Redis at the default address, unless the
+// DELAYQ_STORE environment variable names another.
+#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdlib>
+#include <delayq/delayq.hpp>
+#include <string>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// Sets or clears DELAYQ_STORE for one scope.
+struct store_env {
+  explicit store_env(const char* value) {
+    if (value)
+      ::setenv("DELAYQ_STORE", value, 1);
+    else
+      ::unsetenv("DELAYQ_STORE");
+  }
+  ~store_env() { ::unsetenv("DELAYQ_STORE"); }
+};
+
+std::string test_redis() {
+  const char* uri = std::getenv("DELAYQ_TEST_REDIS");
+  if (!uri || !*uri)
+    FAIL(
+        "DELAYQ_TEST_REDIS is not set: run the tests through scripts/test.sh, or "
+        "scripts/with-redis.sh ctest ... (it starts a private redis-server)");
+  return uri;
+}
+
+}  // namespace
+
+TEST_CASE("engine: without a store it opens Redis at 127.0.0.1:6379/0") {
+  boost::asio::io_context io;
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  store_env env(nullptr);
+  try {
+    delayq::engine eng(io, f);
+    // Some machine may run a Redis there; then it is the one in use.
+    CHECK(eng.store() == "redis://127.0.0.1:6379/0");
+  } catch (const boost::system::system_error& e) {
+    // The usual case in CI: nothing listens there, and the error says so.
+    CHECK(e.code() == delayq::errc::store_unavailable);
+    const std::string what = e.what();
+    CHECK(what.find("127.0.0.1:6379") != std::string::npos);
+    CHECK(what.find("sqlite:") != std::string::npos);
+  }
+}
+
+TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
+  boost::asio::io_context io;
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+
+  SUBCASE("memory") {
+    store_env env("memory:");
+    delayq::engine eng(io, f);
+    CHECK(eng.store() == "memory:");
+  }
+  SUBCASE("a real Redis, where the scheduled task lands") {
+    const std::string base = test_redis();
+    const std::string uri = base + "/0?prefix=engine-default-" + std::to_string(::getpid());
+    store_env env(uri.c_str());
+    std::string id;
+    {
+      delayq::engine eng(io, f);
+      CHECK(eng.store().rfind("redis://", 0) == 0);
+      eng.start();
+      id = eng.schedule("t", "to redis", 1h);
+      eng.stop();
+    }
+    auto direct = delayq::open_store(uri);
+    std::vector<delayq::task> found;
+    direct->list([&](delayq::task&& t) { found.push_back(std::move(t)); });
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].id == id);
+    CHECK(found[0].payload == "to redis");
+    direct->remove(std::vector<std::string>{id});
+  }
+  SUBCASE("a bad URI is refused with the accepted forms") {
+    store_env env("postgres://nope");
+    try {
+      delayq::engine eng(io, f);
+      FAIL("a bad DELAYQ_STORE was accepted");
+    } catch (const boost::system::system_error& e) {
+      CHECK(e.code() == delayq::errc::invalid_store_uri);
+      CHECK(std::string(e.what()).find("sqlite:") != std::string::npos);
+    }
+  }
+}
