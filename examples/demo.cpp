@@ -3,18 +3,21 @@
 // seconds out, cancels one, reschedules one, and prints each execution with
 // its planned time, actual time and lateness.
 //
-//   delayq-demo [--tasks N] [--tick MS] [--store URI] [--help]
+//   delayq-demo [--tasks N] [--tick MS] [--store URI] [--resume]
+//               [--crash-after SECONDS] [--help]
 #include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
-#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <delayq/delayq.hpp>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -29,7 +32,9 @@ using clock_type = std::chrono::system_clock;
 struct settings {
   int tasks = 6;
   std::chrono::milliseconds tick{100};
-  std::string store = "memory:";
+  std::string store;  // empty: the engine's default (DELAYQ_STORE, else Redis)
+  bool resume = false;
+  int crash_after = 0;  // seconds; 0: never
 };
 
 void usage(std::FILE* out) {
@@ -38,13 +43,19 @@ void usage(std::FILE* out) {
       "\n"
       "Schedules a few delayed tasks of two types (order.cancel, reminder.send),\n"
       "cancels one, reschedules one, and prints every execution with its planned\n"
-      "time, actual time and lateness. Exits once every task has run.\n"
+      "time, actual time and lateness. Runs whatever the store already held too\n"
+      "(tasks a crashed run left behind: overdue ones at once). Exits once the\n"
+      "store is empty.\n"
       "\n"
       "options:\n"
-      "  --tasks N      tasks to schedule (2-10000, default 6)\n"
-      "  --tick MS      wheel tick in milliseconds (1-60000, default 100)\n"
-      "  --store URI    where tasks are kept: memory: (default)\n"
-      "  --help         this text\n",
+      "  --tasks N           tasks to schedule (2-10000, default 6)\n"
+      "  --tick MS           wheel tick in milliseconds (1-60000, default 100)\n"
+      "  --store URI         where tasks are kept (default: $DELAYQ_STORE, else\n"
+      "                      redis://127.0.0.1:6379/0); also sqlite:FILE, memory:\n"
+      "  --resume            schedule nothing; run what the store holds\n"
+      "  --crash-after SEC   kill this process with SIGKILL after SEC seconds, to\n"
+      "                      show that a restart (--resume) loses nothing\n"
+      "  --help              this text\n",
       out);
 }
 
@@ -80,19 +91,16 @@ settings parse(int argc, char** argv) {
       s.tick = std::chrono::milliseconds{parse_number(arg, value(), 1, 60000)};
     } else if (arg == "--store") {
       s.store = value();
+    } else if (arg == "--resume") {
+      s.resume = true;
+    } else if (arg == "--crash-after") {
+      s.crash_after = static_cast<int>(parse_number(arg, value(), 1, 3600));
     } else {
       std::fprintf(stderr, "delayq-demo: unknown option '%s' (see --help)\n", argv[i]);
       std::exit(2);
     }
   }
   return s;
-}
-
-std::unique_ptr<delayq::task_store> open_store(const std::string& uri) {
-  if (uri == "memory:") return std::make_unique<delayq::memory_store>();
-  std::fprintf(stderr, "delayq-demo: unsupported store '%s' (this build knows memory:)\n",
-               uri.c_str());
-  std::exit(2);
 }
 
 // "10:17:41.234" in UTC.
@@ -112,23 +120,17 @@ std::string clock_text(clock_type::time_point t) {
 int main(int argc, char** argv) {
   const settings cfg = parse(argc, argv);
   boost::asio::io_context io;
-
   std::mutex out_mutex;
-  std::atomic<int> ran{0};
-  std::atomic<int> expected{-1};  // set once everything is scheduled
 
   // Both executors print the same line; a real one would call a service.
   auto report = [&](const delayq::task& t) {
     const auto now = clock_type::now();
     const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(now - t.due);
-    {
-      std::lock_guard lock(out_mutex);
-      std::printf("ran        %-15s %-14s planned %s  actual %s  late %4lld ms  payload %s\n",
-                  t.id.c_str(), t.type.c_str(), clock_text(t.due).c_str(), clock_text(now).c_str(),
-                  static_cast<long long>(late.count()), t.payload.c_str());
-      std::fflush(stdout);
-    }
-    if (++ran == expected.load()) boost::asio::post(io, [&] { io.stop(); });
+    std::lock_guard lock(out_mutex);
+    std::printf("ran        %-15s %-14s planned %s  actual %s  late %5lld ms  payload %s\n",
+                t.id.c_str(), t.type.c_str(), clock_text(t.due).c_str(), clock_text(now).c_str(),
+                static_cast<long long>(late.count()), t.payload.c_str());
+    std::fflush(stdout);
   };
   delayq::executor_factory executors;
   executors.add("order.cancel", report);
@@ -136,45 +138,74 @@ int main(int argc, char** argv) {
 
   delayq::engine_options options;
   options.tick = cfg.tick;
-  delayq::engine engine(io, executors, open_store(cfg.store), options);
+  std::unique_ptr<delayq::engine> engine;
   try {
-    engine.start();
+    // No store given: the engine opens its default one.
+    auto store = cfg.store.empty() ? nullptr : delayq::open_store(cfg.store);
+    engine = std::make_unique<delayq::engine>(io, executors, std::move(store), options);
+    engine->start();
   } catch (const boost::system::system_error& e) {
-    std::fprintf(stderr, "delayq-demo: cannot start: %s\n", e.what());
+    std::fprintf(stderr, "delayq-demo: %s\n", e.what());
     return 1;
   }
-  std::printf("delayq demo: %d tasks, tick %lld ms, store %s\n", cfg.tasks,
-              static_cast<long long>(cfg.tick.count()), cfg.store.c_str());
+  const auto loaded = engine->stats().loaded;
+  std::printf("delayq demo: tick %lld ms, store %s, %llu tasks loaded from it%s\n",
+              static_cast<long long>(cfg.tick.count()), engine->store().c_str(),
+              static_cast<unsigned long long>(loaded), loaded ? " (overdue ones run at once)" : "");
 
-  std::vector<std::string> ids;
-  for (int i = 0; i < cfg.tasks; ++i) {
-    const bool order = i % 2 == 0;
-    const std::string type = order ? "order.cancel" : "reminder.send";
-    const std::string payload = (order ? "order-" : "user-") + std::to_string(1000 + i);
-    const auto delay = std::chrono::milliseconds{1000 + (i * 4000) / cfg.tasks};
-    ids.push_back(engine.schedule(type, payload, delay));
-    const auto t = engine.find(ids.back());
-    std::printf("scheduled  %-15s %-14s due     %s  (in %.1f s)\n", ids.back().c_str(),
-                type.c_str(), clock_text(t->due).c_str(), delay.count() / 1000.0);
+  if (!cfg.resume) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < cfg.tasks; ++i) {
+      const bool order = i % 2 == 0;
+      const std::string type = order ? "order.cancel" : "reminder.send";
+      const std::string payload = (order ? "order-" : "user-") + std::to_string(1000 + i);
+      const auto delay = std::chrono::milliseconds{1000 + (i * 4000) / cfg.tasks};
+      ids.push_back(engine->schedule(type, payload, delay));
+      std::lock_guard lock(out_mutex);
+      std::printf("scheduled  %-15s %-14s due     %s  (in %.1f s)\n", ids.back().c_str(),
+                  type.c_str(), clock_text(engine->find(ids.back())->due).c_str(),
+                  static_cast<double>(delay.count()) / 1000.0);
+    }
+    // Cancel the second task and move the last one to the front.
+    if (engine->cancel(ids[1])) std::printf("cancelled  %s\n", ids[1].c_str());
+    const auto new_due = clock_type::now() + 500ms;
+    if (engine->reschedule(ids.back(), new_due))
+      std::printf("rescheduled %s to %s (was the last, now the first)\n", ids.back().c_str(),
+                  clock_text(new_due).c_str());
   }
-  expected = cfg.tasks - 1;  // one is cancelled below
 
-  // Cancel the second task and move the last one to the front.
-  if (engine.cancel(ids[1])) std::printf("cancelled  %s\n", ids[1].c_str());
-  const auto new_due = clock_type::now() + 500ms;
-  if (engine.reschedule(ids.back(), new_due))
-    std::printf("rescheduled %s to %s (was the last, now the first)\n", ids.back().c_str(),
-                clock_text(new_due).c_str());
+  // Done when nothing is left: checked a few times a second.
+  boost::asio::steady_timer poll(io);
+  std::function<void()> check = [&] {
+    if (engine->pending() == 0) return io.stop();
+    poll.expires_after(100ms);
+    poll.async_wait([&](const boost::system::error_code& ec) {
+      if (!ec) check();
+    });
+  };
+  check();
+
+  boost::asio::steady_timer crash(io);
+  if (cfg.crash_after > 0) {
+    crash.expires_after(std::chrono::seconds{cfg.crash_after});
+    crash.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      std::printf("crashing now (SIGKILL): %zu tasks pending; run again with --resume\n",
+                  engine->pending());
+      std::fflush(stdout);
+      std::raise(SIGKILL);
+    });
+  }
 
   // Ctrl-C stops cleanly: what has not run stays in the store.
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (!ec) io.stop();
   });
-  if (ran.load() < expected) io.run();
+  io.run();
 
-  engine.stop();
-  const auto s = engine.stats();
+  engine->stop();
+  const auto s = engine->stats();
   std::printf(
       "done: %llu ran, %llu cancelled, %zu pending; lateness p50 %lld ms, p99 %lld ms, max %lld "
       "ms\n",

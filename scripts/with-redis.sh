@@ -8,6 +8,10 @@
 #   DELAYQ_TEST_REDIS_DIR=<its data dir>
 # runs CMD, then always stops the server and removes the dir. Exits with CMD's
 # status. Needs redis-server and redis-cli (Debian: redis-server).
+#
+# With DELAYQ_REDIS_DATA=DIR the data lives in DIR instead and is kept: a
+# later run with the same DIR reloads it from the append-only file (the demo
+# uses this to show tasks surviving a crash).
 set -euo pipefail
 
 if (($# == 0)); then
@@ -19,7 +23,14 @@ for tool in redis-server redis-cli; do
     { echo "with-redis: $tool not found; install it with: apt-get install redis-server" >&2; exit 1; }
 done
 
-dir="$(mktemp -d "${TMPDIR:-/tmp}/delayq-redis.XXXXXX")"
+keep_dir=0
+if [[ -n "${DELAYQ_REDIS_DATA:-}" ]]; then
+  mkdir -p "$DELAYQ_REDIS_DATA"
+  dir="$(cd "$DELAYQ_REDIS_DATA" && pwd)"
+  keep_dir=1
+else
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/delayq-redis.XXXXXX")"
+fi
 port=""
 pid=""
 
@@ -40,7 +51,11 @@ stop_redis() {
       kill -9 "$pid" 2>/dev/null || true
     fi
   fi
-  rm -rf "$dir"
+  if ((keep_dir)); then
+    rm -f "$dir/redis.pid"
+  else
+    rm -rf "$dir"
+  fi
 }
 trap stop_redis EXIT
 trap 'exit 130' INT

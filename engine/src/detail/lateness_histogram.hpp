@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 
 namespace delayq::detail {
@@ -32,7 +33,9 @@ class lateness_histogram {
       total += snap[i];
     }
     if (total == 0) return std::chrono::microseconds{0};
-    auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total));
+    // Nearest rank: the smallest value with at least q of the samples at or
+    // below it.
+    auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
     if (rank == 0) rank = 1;
     std::uint64_t seen = 0;
     for (std::size_t i = 0; i < bucket_count; ++i) {
