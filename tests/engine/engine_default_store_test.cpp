@@ -95,3 +95,40 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
     }
   }
 }
+
+TEST_CASE("engine: records a store quarantines at start are counted in stats()") {
+  // A store whose list() set one record aside, as redis_store and sqlite_store
+  // do with a record they cannot decode (their own tests cover the decoding).
+  class quarantining_store final : public delayq::task_store {
+   public:
+    using task_store::list;
+    using task_store::remove;
+    using task_store::save;
+    void save(std::span<const delayq::task> t, boost::system::error_code& ec) override {
+      inner_.save(t, ec);
+    }
+    void remove(std::span<const std::string> ids, boost::system::error_code& ec) override {
+      inner_.remove(ids, ec);
+    }
+    delayq::list_summary list(const std::function<void(delayq::task&&)>& sink,
+                              boost::system::error_code& ec) override {
+      auto summary = inner_.list(sink, ec);
+      summary.quarantined = 1;
+      return summary;
+    }
+    std::string describe() const override { return "quarantining:"; }
+    delayq::memory_store inner_;
+  };
+  boost::asio::io_context io;
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  auto store = std::make_unique<quarantining_store>();
+  store->inner_.save(
+      std::vector<delayq::task>{{"good", "t", "", std::chrono::system_clock::now() + 1h, 0}});
+  delayq::engine eng(io, f, std::move(store));
+  eng.start();
+  const auto s = eng.stats();
+  CHECK(s.loaded == 1);
+  CHECK(s.quarantined == 1);
+  CHECK(eng.find("good").has_value());
+}
