@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include "engine_test_support.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -21,22 +23,9 @@
 
 using namespace std::chrono_literals;
 using delayq::errc;
-using clock_type = std::chrono::system_clock;
+using namespace delayq_test;
 
 namespace {
-
-constexpr auto patience = 60s;
-
-struct io_thread {
-  boost::asio::io_context io;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard{io.get_executor()};
-  std::thread runner{[this] { io.run(); }};
-  ~io_thread() {
-    guard.reset();
-    io.stop();
-    runner.join();
-  }
-};
 
 struct counter {
   std::mutex m;
@@ -52,42 +41,6 @@ struct counter {
     return cv.wait_for(lock, patience, [&] { return ids.size() >= n; });
   }
 };
-
-std::map<std::string, delayq::task> stored(delayq::task_store& store) {
-  std::map<std::string, delayq::task> out;
-  store.list([&](delayq::task&& t) { out.emplace(t.id, std::move(t)); });
-  return out;
-}
-
-class borrowed_store final : public delayq::task_store {
- public:
-  explicit borrowed_store(delayq::task_store& inner) : inner_(inner) {}
-  using task_store::list;
-  using task_store::remove;
-  using task_store::save;
-  void save(std::span<const delayq::task> t, boost::system::error_code& ec) override {
-    inner_.save(t, ec);
-  }
-  void remove(std::span<const std::string> ids, boost::system::error_code& ec) override {
-    inner_.remove(ids, ec);
-  }
-  delayq::list_summary list(const std::function<void(delayq::task&&)>& sink,
-                            boost::system::error_code& ec) override {
-    return inner_.list(sink, ec);
-  }
-  std::string describe() const override { return inner_.describe(); }
-
- private:
-  delayq::task_store& inner_;
-};
-
-delayq::engine_options fast_options() {
-  delayq::engine_options o;
-  o.tick = 10ms;
-  o.slots = 64;
-  o.retry_backoff = 20ms;
-  return o;
-}
 
 delayq::task_spec spec(std::string type, std::string payload, clock_type::time_point due,
                        std::string id = {}) {

@@ -3,7 +3,9 @@
 #include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
+
 #include <unistd.h>
+#include "engine_test_support.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <cstdlib>
@@ -99,24 +101,16 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
 TEST_CASE("engine: records a store quarantines at start are counted in stats()") {
   // A store whose list() set one record aside, as redis_store and sqlite_store
   // do with a record they cannot decode (their own tests cover the decoding).
-  class quarantining_store final : public delayq::task_store {
+  class quarantining_store final : public delayq_test::borrowed_store {
    public:
+    quarantining_store() : borrowed_store(inner_) {}
     using task_store::list;
-    using task_store::remove;
-    using task_store::save;
-    void save(std::span<const delayq::task> t, boost::system::error_code& ec) override {
-      inner_.save(t, ec);
-    }
-    void remove(std::span<const std::string> ids, boost::system::error_code& ec) override {
-      inner_.remove(ids, ec);
-    }
     delayq::list_summary list(const std::function<void(delayq::task&&)>& sink,
                               boost::system::error_code& ec) override {
-      auto summary = inner_.list(sink, ec);
+      auto summary = borrowed_store::list(sink, ec);
       summary.quarantined = 1;
       return summary;
     }
-    std::string describe() const override { return "quarantining:"; }
     delayq::memory_store inner_;
   };
   boost::asio::io_context io;
