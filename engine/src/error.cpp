@@ -28,6 +28,7 @@ class category final : public boost::system::error_category {
       case errc::invalid_store_uri: return "unsupported store URI";
       case errc::already_started: return "the engine was started already";
       case errc::invalid_options: return "invalid engine options";
+      case errc::unsupported: return "the task store does not support this operation";
     }
     return "unknown delayq error " + std::to_string(value);
   }

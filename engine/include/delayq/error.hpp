@@ -46,6 +46,9 @@ enum class errc {
   already_started = 14,
   /// The engine options are inconsistent (zero tick, zero slots, ...).
   invalid_options = 15,
+  /// The store does not implement this operation (a custom store that
+  /// predates dead letters, for instance).
+  unsupported = 16,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

@@ -28,12 +28,21 @@ class memory_store final : public task_store {
                     boost::system::error_code& ec) override;
   std::string describe() const override { return "memory:"; }
 
+  void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
+  std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
+                                     boost::system::error_code& ec) override;
+  std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) override;
+  void revive(std::span<const task> tasks, boost::system::error_code& ec) override;
+  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
+  std::size_t count_dead(boost::system::error_code& ec) override;
+
   /// The number of stored tasks.
   std::size_t size() const;
 
  private:
   mutable std::mutex mutex_;
   std::unordered_map<std::string, task> tasks_;
+  std::unordered_map<std::string, dead_letter> dead_;
 };
 
 }  // namespace delayq

@@ -25,6 +25,19 @@ struct task {
   friend bool operator==(const task&, const task&) = default;
 };
 
+/// A task that will not run again by itself: its last allowed attempt failed,
+/// or it could never run (no executor for its type). It stays in the store,
+/// out of the wheel, until it is requeued or purged.
+///
+/// Thread safety: a plain value.
+struct dead_letter {
+  delayq::task task;  ///< As it was at its last attempt (`attempts` counts them).
+  std::string error;  ///< Why the last attempt failed.
+  std::chrono::system_clock::time_point died_at{};
+
+  friend bool operator==(const dead_letter&, const dead_letter&) = default;
+};
+
 /// Milliseconds since the Unix epoch: the unit stores persist due times in.
 inline std::int64_t to_epoch_ms(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();

@@ -6,8 +6,11 @@
 #include <boost/system/error_code.hpp>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "delayq/error.hpp"
 #include "delayq/task.hpp"
@@ -54,6 +57,56 @@ class task_store {
   /// Calls `sink` once per stored task. Quarantines undecodable records.
   virtual list_summary list(const std::function<void(task&&)>& sink,
                             boost::system::error_code& ec) = 0;
+
+  // ---- dead letters -------------------------------------------------------
+  // A dead letter lives in an area of its own, apart from the live tasks
+  // that list() streams. The defaults fail with errc::unsupported so that a
+  // store written before dead letters still compiles; the engine then keeps
+  // such tasks live (see docs/failure-handling.md). Every store that ships
+  // with delayq implements them.
+
+  /// Atomically, for each letter: removes the live task with its id and
+  /// stores the letter (an upsert by id) in the dead-letter area.
+  virtual void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
+    (void)letters;
+    ec = errc::unsupported;
+  }
+
+  /// Dead letters ordered by `died_at`, then id; skips `offset`, returns at
+  /// most `limit`. Undecodable records are quarantined, as in list().
+  virtual std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
+                                             boost::system::error_code& ec) {
+    (void)offset;
+    (void)limit;
+    ec = errc::unsupported;
+    return {};
+  }
+
+  /// The dead letter with this id, if there is one.
+  virtual std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) {
+    (void)id;
+    ec = errc::unsupported;
+    return std::nullopt;
+  }
+
+  /// Atomically deletes the dead letters with the ids of `tasks` and saves
+  /// `tasks` as live tasks (an upsert): how a dead letter is requeued.
+  virtual void revive(std::span<const task> tasks, boost::system::error_code& ec) {
+    (void)tasks;
+    ec = errc::unsupported;
+  }
+
+  /// Deletes dead letters; unknown ids are not an error.
+  virtual void purge(std::span<const std::string> ids, boost::system::error_code& ec) {
+    (void)ids;
+    ec = errc::unsupported;
+  }
+
+  /// How many dead letters the store holds.
+  virtual std::size_t count_dead(boost::system::error_code& ec) {
+    ec = errc::unsupported;
+    return 0;
+  }
 
   /// A human-readable name for logs and errors, e.g. "memory:" or
   /// "redis://127.0.0.1:6379/0". Never contains a password.
