@@ -5,6 +5,7 @@
 #include "delayq/engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <unordered_map>
@@ -56,12 +58,21 @@ bool valid_id(std::string_view id) {
   });
 }
 
+bool valid_policy(const retry_policy& p) {
+  return p.max_attempts >= 1 && p.base >= std::chrono::milliseconds{0} && p.cap >= p.base;
+}
+
 boost::system::error_code check_options(const engine_options& o) {
   if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 ||
-      o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
-      o.retry_backoff < std::chrono::milliseconds{0} || o.async_threads == 0 ||
-      !(o.catch_up_rate >= 0))
+      o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} || o.async_threads == 0 ||
+      !(o.catch_up_rate >= 0) || !valid_policy(o.retry) ||
+      !(o.alerts.failure_rate_threshold > 0 && o.alerts.failure_rate_threshold <= 1) ||
+      o.alerts.window <= std::chrono::seconds{0})
     return errc::invalid_options;
+  for (const auto& [type, policy] : o.retry_per_type)
+    if (!valid_policy(policy)) return errc::invalid_options;
+  for (const auto& [type, timeout] : o.timeout_per_type)
+    if (timeout <= std::chrono::milliseconds{0}) return errc::invalid_options;
   for (const auto& [type, limit] : o.type_concurrency)
     if (limit == 0) return errc::invalid_options;
   return {};
@@ -130,6 +141,9 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     release_overdue(std::move(overdue));
     loaded_ = loaded;
     quarantined_ = summary.quarantined;
+    boost::system::error_code dead_ec;
+    dead_ = store_->count_dead(dead_ec);
+    if (dead_ec) dead_ = 0;  // a store without dead letters (errc::unsupported)
     state_ = run_state::running;
     armed_tick_ = wheel_.next_due_tick();
     if (armed_tick_ != timer_wheel::no_tick) post_rearm();
@@ -150,7 +164,10 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       for (attempt* a : gate.waiting) forget(a);
       gate.waiting.clear();
     }
-    boost::asio::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
+    boost::asio::post(strand_, [self = shared_from_this()] {
+      self->timer_.cancel();
+      self->store_retry_.cancel();
+    });
     changed_.wait_for(lock, drain, [&] { return running_.empty(); });
     state_ = run_state::stopped;
     const bool drained = running_.empty();
@@ -297,9 +314,14 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     }
     std::vector<std::string> ids(n);
     if (!to_save.empty()) {
-      auto ticket = writer_.enqueue_saves(std::move(to_save));
+      std::vector<detail::store_writer::op> ops(to_save.size());
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        ops[i].what = detail::store_writer::kind::save;
+        ops[i].d.task = std::move(to_save[i]);
+      }
+      auto ticket = writer_.enqueue(std::move(ops));
       lock.unlock();
-      ec = writer_.wait(ticket, true);
+      ec = writer_.wait(ticket);
       lock.lock();
       // Nobody else touched these nodes meanwhile: calls on them waited.
     }
@@ -340,9 +362,11 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       const std::uint64_t old_tick = wheel_.due_tick(h);
       wheel_.disarm(h);
       wheel_.tag(h) = persisting;
-      auto ticket = writer_.enqueue_remove(std::string(id));
+      task gone;
+      gone.id = std::string(id);
+      auto ticket = writer_.enqueue(detail::store_writer::kind::remove, std::move(gone));
       lock.unlock();
-      ec = writer_.wait(ticket, false);
+      ec = writer_.wait(ticket);
       lock.lock();
       if (ec) {
         arm_locked(h, old_tick);
@@ -387,6 +411,77 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     return true;
   }
 
+  std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
+                                        boost::system::error_code& ec) const {
+    // Straight to the store: dead letters are not kept in memory. Writes
+    // still queued are flushed first, so a task that just died is listed.
+    writer_.flush();
+    return store_->list_dead(offset, limit, ec);
+  }
+
+  bool requeue(std::string_view id, time_point due, boost::system::error_code& ec) {
+    ec = {};
+    if (auto e = validate_due(due)) {
+      ec = e;
+      return false;
+    }
+    writer_.flush();
+    std::optional<dead_letter> d = store_->find_dead(id, ec);
+    if (ec || !d) return false;
+    std::unique_lock lock(mutex_);
+    if (state_ != run_state::running) {
+      ec = errc::not_running;
+      return false;
+    }
+    wait_settled(lock, id);
+    if (wheel_.find(id) != timer_wheel::npos || running_.count(id) != 0) {
+      ec = errc::duplicate_id;
+      return false;
+    }
+    if (pending_locked() >= options_.max_pending) {
+      ec = errc::queue_full;
+      return false;
+    }
+    task t = std::move(d->task);
+    t.attempts = 0;
+    t.due = std::chrono::floor<std::chrono::milliseconds>(due);
+    const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
+    wheel_.tag(h) = persisting;
+    auto ticket = writer_.enqueue(detail::store_writer::kind::revive, wheel_.value(h));
+    lock.unlock();
+    ec = writer_.wait(ticket);
+    lock.lock();
+    if (ec) {
+      wheel_.erase(h);
+    } else {
+      arm_locked(h, tick_for(wheel_.value(h).due));
+      if (dead_ > 0) --dead_;
+    }
+    changed_.notify_all();
+    return !ec;
+  }
+
+  bool purge(std::string_view id, boost::system::error_code& ec) {
+    ec = {};
+    {
+      std::lock_guard lock(mutex_);
+      if (state_ != run_state::running) {
+        ec = errc::not_running;
+        return false;
+      }
+    }
+    writer_.flush();
+    std::optional<dead_letter> d = store_->find_dead(id, ec);
+    if (ec || !d) return false;
+    task gone;
+    gone.id = std::string(id);
+    ec = writer_.wait(writer_.enqueue(detail::store_writer::kind::purge, std::move(gone)));
+    if (ec) return false;
+    std::lock_guard lock(mutex_);
+    if (dead_ > 0) --dead_;
+    return true;
+  }
+
   std::optional<task> find(std::string_view id) const {
     std::lock_guard lock(mutex_);
     if (const timer_wheel::handle h = wheel_.find(id);
@@ -413,8 +508,12 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       s.failed = failed_;
       s.cancelled = cancelled_;
       s.quarantined = quarantined_;
+      s.retried = retried_;
+      s.died = died_;
+      s.dead = dead_;
     }
     s.fired = fired_.load(std::memory_order_relaxed);
+    s.timed_out = timed_out_.load(std::memory_order_relaxed);
     s.lateness_p50 = lateness_.quantile(0.50);
     s.lateness_p90 = lateness_.quantile(0.90);
     s.lateness_p99 = lateness_.quantile(0.99);
@@ -521,9 +620,9 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   bool persist_then_arm(std::unique_lock<std::mutex>& lock, timer_wheel::handle h,
                         boost::system::error_code& ec) {
     wheel_.tag(h) = persisting;
-    auto ticket = writer_.enqueue_save(wheel_.value(h));
+    auto ticket = writer_.enqueue(detail::store_writer::kind::save, wheel_.value(h));
     lock.unlock();
-    ec = writer_.wait(ticket, true);
+    ec = writer_.wait(ticket);
     lock.lock();
     // Nobody else erased or moved `h`: every other call on this id waited.
     if (ec) {
@@ -631,6 +730,17 @@ class engine::impl : public std::enable_shared_from_this<impl> {
 
   // ------------------------------------------------------------ workers
 
+  // What a worker, a timeout and an asynchronous executor's callback share
+  // about one attempt: whichever settles it first reports the outcome; the
+  // others find `settled` set and leave `a` alone (it may be gone by then).
+  struct attempt_token {
+    attempt* a = nullptr;
+    std::atomic<bool> settled{false};
+    std::optional<task> copy;  // what the executor reads when `a` may go first
+    std::unique_ptr<delayq::async_executor> async;
+    std::shared_ptr<boost::asio::steady_timer> timeout;
+  };
+
   void run_attempt(attempt* a) {
     {
       std::lock_guard lock(mutex_);
@@ -646,35 +756,112 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     lateness_.record(std::chrono::duration_cast<std::chrono::microseconds>(started - a->t.due));
     fired_.fetch_add(1, std::memory_order_relaxed);
 
-    // `a` is only read here; other threads change its flags under the lock
-    // but never its task, and only this thread erases it.
-    std::string failure;
+    auto token = std::make_shared<attempt_token>();
+    token->a = a;
+    const auto timeout = options_.timeout_per_type.find(a->t.type);
+    const bool timed = timeout != options_.timeout_per_type.end();
+    std::unique_ptr<delayq::executor> sync;
     try {
-      if (auto ex = executors_.make(a->t.type))
-        ex->execute(a->t);
-      else
-        failure = "no executor for type " + a->t.type;
-    } catch (const std::exception& e) {
-      failure = e.what();
-      if (failure.empty()) failure = "exception with an empty message";
+      sync = executors_.make(a->t.type);
+      if (!sync) token->async = executors_.make_async(a->t.type);
     } catch (...) {
-      failure = "exception of unknown type";
+      settle(token, describe_exception(std::current_exception()), false);
+      return;
     }
-    complete(a, failure);
+    if (!sync && !token->async) {
+      // Nothing will change by retrying: straight to the dead letters.
+      settle(token, "no executor registered for type " + a->t.type, true);
+      return;
+    }
+    // A timeout or an asynchronous executor can outlive `a`: give the
+    // executor a copy it owns with the token.
+    if (timed || token->async) token->copy = a->t;
+    const task& t = token->copy ? *token->copy : a->t;
+    if (timed) arm_timeout(token, timeout->second);
+
+    if (sync) {
+      std::string failure;
+      try {
+        sync->execute(t);
+      } catch (...) {
+        failure = describe_exception(std::current_exception());
+      }
+      settle(token, std::move(failure), false);
+      return;
+    }
+    try {
+      token->async->start(t, [self = shared_from_this(), token](std::string failure) {
+        self->settle(token, std::move(failure), false);
+      });
+    } catch (...) {
+      settle(token, describe_exception(std::current_exception()), false);
+    }
   }
 
-  void complete(attempt* a, const std::string& failure) {
+  static std::string describe_exception(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::string what = ex.what();
+      return what.empty() ? "exception with an empty message" : what;
+    } catch (...) {
+      return "exception of unknown type";
+    }
+  }
+
+  void arm_timeout(const std::shared_ptr<attempt_token>& token, std::chrono::milliseconds after) {
+    auto timer = std::make_shared<boost::asio::steady_timer>(strand_);
+    token->timeout = timer;
+    // The timer is only touched on the strand.
+    boost::asio::post(strand_, [self = shared_from_this(), token, timer, after] {
+      timer->expires_after(after);
+      timer->async_wait([self, token, after](const boost::system::error_code& ec) {
+        if (ec) return;  // the attempt ended first and cancelled it
+        self->timed_out_.fetch_add(1, std::memory_order_relaxed);
+        self->settle(token, "timed out after " + std::to_string(after.count()) + " ms", false);
+      });
+    });
+  }
+
+  void settle(const std::shared_ptr<attempt_token>& token, std::string failure, bool hopeless) {
+    if (token->settled.exchange(true)) return;  // a timeout or the executor got here first
+    if (token->timeout) boost::asio::post(strand_, [timer = token->timeout] { timer->cancel(); });
+    // Let the asynchronous executor go once its completion has been called;
+    // the token (and the copy it reads) lives as long as that callback.
+    complete(token->a, failure, hopeless);
+  }
+
+  const retry_policy& policy_for(std::string_view type) const {
+    auto it = options_.retry_per_type.find(type);
+    return it == options_.retry_per_type.end() ? options_.retry : it->second;
+  }
+
+  // Full jitter: uniform in [0, min(cap, base * 2^(attempt-1))].
+  std::chrono::milliseconds backoff(const retry_policy& p, std::uint32_t attempt) {
+    const unsigned shift = std::min<std::uint32_t>(attempt > 0 ? attempt - 1 : 0, 40);
+    const auto base = static_cast<std::uint64_t>(p.base.count());
+    const auto cap = static_cast<std::uint64_t>(p.cap.count());
+    const std::uint64_t ceiling = base > (cap >> shift) ? cap : std::min(cap, base << shift);
+    std::uniform_int_distribution<std::uint64_t> pick(0, ceiling);
+    std::lock_guard lock(random_mutex_);
+    return std::chrono::milliseconds{static_cast<std::int64_t>(pick(random_))};
+  }
+
+  void complete(attempt* a, const std::string& failure, bool hopeless) {
+    std::vector<alert> alerts;
     std::unique_lock lock(mutex_);
     const bool ok = failure.empty();
     ok ? ++succeeded_ : ++failed_;
+    note_outcome(a->t.type, ok, alerts);
     attempt* next = release(*a);
     bool flush = false;
     if (a->superseded) {
       forget(a);
     } else if (ok || a->cancelled) {
       // At-least-once: the task leaves the store only now. Nobody waits for
-      // this removal; losing it to a crash runs the task once more.
-      writer_.enqueue_remove(a->t.id);
+      // this removal; losing it to a crash runs the task once more, and a
+      // store that is down gets it when it is back.
+      writer_.enqueue(detail::store_writer::kind::remove, a->t, true);
       running_.erase(a->t.id);
       flush = true;
     } else {
@@ -682,31 +869,131 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       const std::unique_ptr<attempt> owned = std::move(running_.extract(a->t.id).mapped());
       task t = std::move(owned->t);
       t.attempts += 1;
-      t.due = std::chrono::floor<std::chrono::milliseconds>(system_clock::now() +
-                                                            options_.retry_backoff);
-      log(log_level::warning, describe_task(t) + " attempt " + std::to_string(t.attempts) +
-                                  " failed: " + failure + "; retrying in " +
-                                  std::to_string(options_.retry_backoff.count()) + " ms");
-      if (state_ == run_state::running) {
-        const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
-        boost::system::error_code ec;
-        if (!persist_then_arm(lock, h, ec)) {
-          // The store keeps the previous attempt count; the retry still runs.
-          log(log_level::error, "could not persist the retry of " + describe_task(wheel_.value(h)) +
-                                    ": " + ec.message());
-          arm_locked(h, tick_for(wheel_.value(h).due));
-          changed_.notify_all();
-        }
-      } else {
-        // Stopping: record the attempt; the next start retries it.
-        writer_.enqueue_save(std::move(t));
+      const retry_policy& policy = policy_for(t.type);
+      if (hopeless || t.attempts >= policy.max_attempts) {
+        bury_locked(std::move(t), failure, alerts);
         flush = true;
+      } else {
+        const auto wait = backoff(policy, t.attempts);
+        t.due = std::chrono::floor<std::chrono::milliseconds>(system_clock::now() + wait);
+        ++retried_;
+        log(log_level::warning, describe_task(t) + " attempt " + std::to_string(t.attempts) +
+                                    " of " + std::to_string(policy.max_attempts) +
+                                    " failed: " + failure + "; retrying in " +
+                                    std::to_string(wait.count()) + " ms");
+        if (state_ == run_state::running) {
+          const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
+          boost::system::error_code ec;
+          if (!persist_then_arm(lock, h, ec)) {
+            // The store keeps the previous attempt count (the write is kept
+            // and retried until the store is back); the retry still runs.
+            arm_locked(h, tick_for(wheel_.value(h).due));
+          }
+        } else {
+          // Stopping: record the attempt; the next start retries it.
+          writer_.enqueue(detail::store_writer::kind::save, std::move(t), true);
+          flush = true;
+        }
       }
     }
     changed_.notify_all();
     lock.unlock();
     if (flush) writer_.flush();
+    if (writer_.has_failed()) post_store_retry();
     if (next) post_attempt(next);
+    raise(alerts);
+  }
+
+  // Under the lock: the task will not run again by itself.
+  void bury_locked(task t, const std::string& failure, std::vector<alert>& alerts) {
+    dead_letter d;
+    d.error = failure;
+    d.died_at = std::chrono::floor<std::chrono::milliseconds>(system_clock::now());
+    d.task = std::move(t);
+    log(log_level::error, describe_task(d.task) + " is a dead letter after " +
+                              std::to_string(d.task.attempts) + " attempts: " + failure);
+    ++died_;
+    ++dead_;
+    if (options_.alerts.on_alert) {
+      alert al;
+      al.what = alert::kind::task_died;
+      al.type = d.task.type;
+      al.task_id = d.task.id;
+      al.error = failure;
+      alerts.push_back(std::move(al));
+    }
+    std::vector<detail::store_writer::op> ops(1);
+    ops[0].what = detail::store_writer::kind::bury;
+    ops[0].d = std::move(d);
+    ops[0].must_land = true;
+    writer_.enqueue(std::move(ops));
+  }
+
+  // Under the lock: counts an outcome in its type's window, and raises a
+  // failure_rate alert when the rate crosses the threshold upwards.
+  void note_outcome(const std::string& type, bool ok, std::vector<alert>& alerts) {
+    if (!options_.alerts.on_alert) return;
+    type_health& h = health_[type];
+    const auto bucket_len = options_.alerts.window / health_buckets;
+    const auto now = steady_clock::now().time_since_epoch();
+    const auto index = static_cast<std::uint64_t>(
+        now / std::max<steady_clock::duration>(bucket_len, std::chrono::milliseconds{1}));
+    auto& b = h.buckets[index % health_buckets];
+    if (b.index != index) b = {index, 0, 0};
+    ++b.attempts;
+    if (!ok) ++b.failures;
+    std::uint64_t attempts = 0, failures = 0;
+    for (const auto& x : h.buckets)
+      if (x.index + health_buckets > index) {
+        attempts += x.attempts;
+        failures += x.failures;
+      }
+    const double rate =
+        attempts ? static_cast<double>(failures) / static_cast<double>(attempts) : 0;
+    const bool over =
+        attempts >= options_.alerts.min_attempts && rate >= options_.alerts.failure_rate_threshold;
+    if (over && !h.alerting) {
+      alert al;
+      al.what = alert::kind::failure_rate;
+      al.type = type;
+      al.failure_rate = rate;
+      al.attempts = attempts;
+      al.failures = failures;
+      alerts.push_back(std::move(al));
+    }
+    h.alerting = over;
+  }
+
+  void raise(const std::vector<alert>& alerts) {
+    for (const alert& al : alerts) {
+      try {
+        options_.alerts.on_alert(al);
+      } catch (const std::exception& e) {
+        log(log_level::error, std::string("alert callback threw: ") + e.what());
+      } catch (...) {
+        log(log_level::error, "alert callback threw an exception of unknown type");
+      }
+    }
+  }
+
+  // A store write that must land failed (the store is down): try again in a
+  // second, and every second after until it lands.
+  void post_store_retry() {
+    boost::asio::post(strand_, [self = shared_from_this()] {
+      if (self->store_retry_armed_) return;
+      self->store_retry_armed_ = true;
+      self->store_retry_.expires_after(std::chrono::seconds{1});
+      self->store_retry_.async_wait([self](const boost::system::error_code& ec) {
+        self->store_retry_armed_ = false;
+        if (ec) return;
+        // Raw `this` into our own pool, as in post_attempt().
+        impl* me = self.get();
+        boost::asio::post(self->async_pool_, [me] {
+          me->writer_.flush();
+          if (me->writer_.has_failed()) me->post_store_retry();
+        });
+      });
+    });
   }
 
   // Under the lock: moves a running attempt out of (or back into) running_,
@@ -747,7 +1034,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   const engine_options options_;
   const executor_factory executors_;
   std::unique_ptr<task_store> store_;
-  detail::store_writer writer_;
+  mutable detail::store_writer writer_;
   const boost::asio::any_io_executor executor_;
   boost::asio::strand<boost::asio::any_io_executor> strand_;
   boost::asio::steady_timer timer_;  // touched only on strand_
@@ -772,7 +1059,26 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   std::uint64_t armed_tick_ = timer_wheel::no_tick;
 
   std::uint64_t scheduled_ = 0, loaded_ = 0, succeeded_ = 0, failed_ = 0, cancelled_ = 0,
-                quarantined_ = 0;
+                quarantined_ = 0, retried_ = 0, died_ = 0;
+  std::size_t dead_ = 0;  // dead letters in the store, as far as this engine knows
+  std::atomic<std::uint64_t> timed_out_{0};
+
+  // Failure counts per type over the alert window, in buckets.
+  static constexpr std::size_t health_buckets = 6;
+  struct type_health {
+    struct bucket {
+      std::uint64_t index = 0, attempts = 0, failures = 0;
+    };
+    std::array<bucket, health_buckets> buckets{};
+    bool alerting = false;
+  };
+  std::unordered_map<std::string, type_health> health_;
+
+  std::mutex random_mutex_;
+  std::mt19937_64 random_{std::random_device{}()};
+
+  boost::asio::steady_timer store_retry_{strand_};  // on strand_ only
+  bool store_retry_armed_ = false;                  // on strand_ only
   std::atomic<std::uint64_t> fired_{0};
   detail::lateness_histogram lateness_;
 
@@ -889,6 +1195,37 @@ bool engine::reschedule(std::string_view id, time_point due, boost::system::erro
 }
 
 std::optional<task> engine::find(std::string_view id) const { return impl_->find(id); }
+
+std::vector<dead_letter> engine::dead_letters(std::size_t offset, std::size_t limit) const {
+  boost::system::error_code ec;
+  auto out = dead_letters(offset, limit, ec);
+  detail::throw_if(ec, "delayq::engine::dead_letters");
+  return out;
+}
+std::vector<dead_letter> engine::dead_letters(std::size_t offset, std::size_t limit,
+                                              boost::system::error_code& ec) const {
+  return impl_->dead_letters(offset, limit, ec);
+}
+
+bool engine::requeue(std::string_view id, time_point due) {
+  boost::system::error_code ec;
+  const bool found = requeue(id, due, ec);
+  detail::throw_if(ec, "delayq::engine::requeue");
+  return found;
+}
+bool engine::requeue(std::string_view id, time_point due, boost::system::error_code& ec) {
+  return impl_->requeue(id, due, ec);
+}
+
+bool engine::purge(std::string_view id) {
+  boost::system::error_code ec;
+  const bool found = purge(id, ec);
+  detail::throw_if(ec, "delayq::engine::purge");
+  return found;
+}
+bool engine::purge(std::string_view id, boost::system::error_code& ec) {
+  return impl_->purge(id, ec);
+}
 std::size_t engine::pending() const { return impl_->pending(); }
 engine_stats engine::stats() const { return impl_->stats(); }
 bool engine::stop(duration drain) { return impl_->stop(drain); }

@@ -1,5 +1,7 @@
 #include "delayq/executor.hpp"
 
+#include <algorithm>
+
 namespace delayq {
 namespace {
 
@@ -16,11 +18,41 @@ class function_executor final : public executor {
   std::shared_ptr<const executor_factory::function> fn_;
 };
 
+class async_function_executor final : public async_executor {
+ public:
+  explicit async_function_executor(std::shared_ptr<const executor_factory::async_function> fn)
+      : fn_(std::move(fn)) {}
+  void start(const task& t, completion done) override { (*fn_)(t, std::move(done)); }
+
+ private:
+  std::shared_ptr<const executor_factory::async_function> fn_;
+};
+
 }  // namespace
 
 executor_factory& executor_factory::add(std::string type, maker m) {
+  async_makers_.erase(type);
   makers_.insert_or_assign(std::move(type), std::move(m));
   return *this;
+}
+
+executor_factory& executor_factory::add_async(std::string type, async_maker m) {
+  makers_.erase(type);
+  async_makers_.insert_or_assign(std::move(type), std::move(m));
+  return *this;
+}
+
+executor_factory& executor_factory::add_async(std::string type, async_function fn) {
+  auto shared = std::make_shared<const async_function>(std::move(fn));
+  return add_async(std::move(type), async_maker{[shared] {
+                     return std::make_unique<async_function_executor>(shared);
+                   }});
+}
+
+std::unique_ptr<async_executor> executor_factory::make_async(std::string_view type) const {
+  auto it = async_makers_.find(type);
+  if (it == async_makers_.end() || !it->second) return nullptr;
+  return it->second();
 }
 
 executor_factory& executor_factory::add(std::string type, function fn) {
@@ -36,13 +68,15 @@ std::unique_ptr<executor> executor_factory::make(std::string_view type) const {
 }
 
 bool executor_factory::contains(std::string_view type) const {
-  return makers_.find(type) != makers_.end();
+  return makers_.find(type) != makers_.end() || async_makers_.find(type) != async_makers_.end();
 }
 
 std::vector<std::string> executor_factory::types() const {
   std::vector<std::string> out;
-  out.reserve(makers_.size());
+  out.reserve(makers_.size() + async_makers_.size());
   for (const auto& [type, m] : makers_) out.push_back(type);
+  for (const auto& [type, m] : async_makers_) out.push_back(type);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -200,7 +200,7 @@ TEST_CASE("engine: a failed attempt stays stored and is retried") {
   CHECK(attempts_seen == std::vector<std::uint32_t>{0, 1, 2});
 }
 
-TEST_CASE("engine: a task whose type has no executor fails and stays stored") {
+TEST_CASE("engine: a task whose type has no executor becomes a dead letter at once") {
   io_thread io;
   delayq::executor_factory f;
   delayq::memory_store store;
@@ -209,11 +209,14 @@ TEST_CASE("engine: a task whose type has no executor fails and stays stored") {
   delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(store), opts);
   eng.start();
   const auto id = eng.schedule("nobody.home", "x", 0ms);
-  CHECK(eventually([&] { return eng.stats().failed >= 1; }));
-  CHECK(eng.stop());
-  const auto kept = stored(store);
-  REQUIRE(kept.count(id) == 1);
-  CHECK(kept.at(id).attempts >= 1);
+  CHECK(eventually([&] { return eng.stats().died == 1; }));
+  const auto dead = eng.dead_letters();
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].task.id == id);
+  CHECK(dead[0].task.attempts == 1);  // not retried: nothing would change
+  CHECK(dead[0].error == "no executor registered for type nobody.home");
+  CHECK(stored(store).count(id) == 0);  // out of the live set, kept as a dead letter
+  CHECK(eng.stats().dead == 1);
 }
 
 TEST_CASE("engine: the store holds a task until its executor returned") {

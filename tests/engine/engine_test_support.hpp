@@ -97,7 +97,8 @@ inline delayq::engine_options fast_options() {
   o.tick = 10ms;
   o.slots = 64;
   o.workers = 2;
-  o.retry_backoff = 20ms;
+  o.retry.base = 5ms;
+  o.retry.cap = 20ms;
   return o;
 }
 
@@ -139,6 +140,24 @@ class borrowed_store : public delayq::task_store {
     return inner_.list(sink, ec);
   }
   std::string describe() const override { return inner_.describe(); }
+  void bury(std::span<const delayq::dead_letter> d, boost::system::error_code& ec) override {
+    inner_.bury(d, ec);
+  }
+  std::vector<delayq::dead_letter> list_dead(std::size_t offset, std::size_t limit,
+                                             boost::system::error_code& ec) override {
+    return inner_.list_dead(offset, limit, ec);
+  }
+  std::optional<delayq::dead_letter> find_dead(std::string_view id,
+                                               boost::system::error_code& ec) override {
+    return inner_.find_dead(id, ec);
+  }
+  void revive(std::span<const delayq::task> t, boost::system::error_code& ec) override {
+    inner_.revive(t, ec);
+  }
+  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override {
+    inner_.purge(ids, ec);
+  }
+  std::size_t count_dead(boost::system::error_code& ec) override { return inner_.count_dead(ec); }
 
  private:
   delayq::task_store& inner_;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -27,6 +28,49 @@
 #include "delayq/task_store.hpp"
 
 namespace delayq {
+
+/// How failed attempts are retried.
+///
+/// After a failed attempt k (k = 1 for the first), the task waits a random
+/// delay drawn uniformly from [0, min(cap, base * 2^(k-1))] ("full jitter":
+/// retries of many tasks that failed together spread out instead of hitting
+/// the recovering service in waves), then runs again. After `max_attempts`
+/// attempts in all it becomes a dead letter.
+struct retry_policy {
+  std::uint32_t max_attempts = 3;
+  std::chrono::milliseconds base{1000};
+  std::chrono::milliseconds cap{std::chrono::minutes{5}};
+};
+
+/// Something an operator should hear about.
+struct alert {
+  enum class kind {
+    task_died,     ///< A task became a dead letter.
+    failure_rate,  ///< A type's failure rate crossed the threshold.
+  };
+  kind what = kind::task_died;
+  std::string type;
+  std::string task_id;  ///< task_died: the task.
+  std::string error;    ///< task_died: its last error.
+  /// failure_rate: failed / finished attempts of the type over the window.
+  double failure_rate = 0;
+  std::uint64_t attempts = 0;  ///< failure_rate: attempts finished in the window.
+  std::uint64_t failures = 0;  ///< failure_rate: of which failed.
+};
+
+/// When and how alerts are raised.
+struct alert_options {
+  /// Called for every alert, on a worker thread (never the ticking strand),
+  /// without the engine's lock held. An exception from it is caught and
+  /// logged. Empty: no alerts.
+  std::function<void(const alert&)> on_alert;
+  /// A type's failure rate at or above this, over `window`, raises one
+  /// failure_rate alert; it is raised again only after the rate fell below.
+  double failure_rate_threshold = 0.5;
+  /// Fewer finished attempts than this in the window never alert.
+  std::uint64_t min_attempts = 10;
+  std::chrono::seconds window{60};
+};
 
 /// How an engine is tuned. The defaults suit second-granularity business
 /// delays ("cancel the order in 30 minutes").
@@ -46,8 +90,17 @@ struct engine_options {
   std::size_t max_payload = std::size_t{1} << 20;
   /// Furthest due time accepted, measured from now (errc::due_too_far).
   std::chrono::milliseconds max_delay = std::chrono::hours{24 * 366 * 10};
-  /// Wait before a failed attempt runs again.
-  std::chrono::milliseconds retry_backoff{1000};
+  /// How failed attempts are retried, and when a task becomes a dead letter.
+  delayq::retry_policy retry;
+  /// Per-type overrides of `retry`.
+  std::map<std::string, delayq::retry_policy, std::less<>> retry_per_type;
+  /// Per-type execution timeouts: an attempt still running after its
+  /// timeout counts as failed and is retried by the policy. The attempt
+  /// itself is not interrupted (a synchronous executor keeps its worker
+  /// until it returns), and its late outcome is ignored.
+  std::map<std::string, std::chrono::milliseconds, std::less<>> timeout_per_type;
+  /// Alerts on dead letters and on failure rates.
+  alert_options alerts;
   /// Most attempts of one type running at once, per type; a type not listed
   /// is limited only by `workers`. Tasks over the limit wait their turn in due
   /// order.
@@ -102,6 +155,10 @@ struct engine_stats {
   std::uint64_t failed = 0;       ///< Attempts that threw or had no executor.
   std::uint64_t cancelled = 0;    ///< Successful cancel() calls.
   std::uint64_t quarantined = 0;  ///< Undecodable records set aside at start().
+  std::uint64_t retried = 0;      ///< Failed attempts scheduled to run again.
+  std::uint64_t timed_out = 0;    ///< Attempts that passed their timeout.
+  std::uint64_t died = 0;         ///< Tasks that became dead letters since start().
+  std::size_t dead = 0;           ///< Dead letters in the store now.
   std::chrono::microseconds lateness_p50{0};
   std::chrono::microseconds lateness_p90{0};
   std::chrono::microseconds lateness_p99{0};
@@ -227,6 +284,25 @@ class engine {
   /// (the task keeps its old due time).
   bool reschedule(std::string_view id, time_point due);
   bool reschedule(std::string_view id, time_point due, boost::system::error_code& ec);
+
+  /// Dead letters, oldest death first: skips `offset`, returns at most
+  /// `limit`. Errors: the store's (errc::unsupported for a store without
+  /// dead letters).
+  std::vector<dead_letter> dead_letters(std::size_t offset = 0, std::size_t limit = 100) const;
+  std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
+                                        boost::system::error_code& ec) const;
+
+  /// Puts the dead letter `id` back in the wheel, due at `due`, with its
+  /// attempt count reset to 0. Returns false when there is no such dead
+  /// letter. Errors: invalid_delay, due_too_far, duplicate_id (a live task
+  /// has that id), not_running, and the store's.
+  bool requeue(std::string_view id, time_point due);
+  bool requeue(std::string_view id, time_point due, boost::system::error_code& ec);
+
+  /// Deletes the dead letter `id`. Returns false when there is none.
+  /// Errors: not_running and the store's.
+  bool purge(std::string_view id);
+  bool purge(std::string_view id, boost::system::error_code& ec);
 
   /// A copy of the pending task with this id (waiting, retrying or running).
   std::optional<task> find(std::string_view id) const;

@@ -30,6 +30,27 @@ class executor {
   virtual void execute(const task& t) = 0;
 };
 
+/// Runs one attempt of a task and reports its end later, through a callback,
+/// so an attempt that waits on I/O does not hold a worker thread.
+///
+/// start() begins the attempt and returns; the executor then calls `done`
+/// exactly once, from any thread: with an empty string for success, or with
+/// the reason it failed. Throwing from start() fails the attempt. The task
+/// passed to start() stays valid until `done` has been called.
+///
+/// If the type has an execution timeout and it passes first, the attempt
+/// counts as failed and is retried; a late call of `done` is ignored. The
+/// attempt itself may still finish (at-least-once): deduplicate by task id.
+///
+/// Thread safety: one executor per attempt, as for executor.
+class async_executor {
+ public:
+  using completion = std::function<void(std::string failure)>;
+  virtual ~async_executor() = default;
+  /// Begins one attempt; call `done` when it ends.
+  virtual void start(const task& t, completion done) = 0;
+};
+
 /// Maps task types to the executors that run them.
 ///
 /// Example:
@@ -55,15 +76,27 @@ class executor_factory {
   /// Registers (or replaces) a function as the executor for `type`.
   executor_factory& add(std::string type, function fn);
 
-  /// A new executor for `type`, or null when no maker is registered.
+  /// Makes a new asynchronous executor for one attempt.
+  using async_maker = std::function<std::unique_ptr<async_executor>()>;
+  /// A function that begins an attempt and calls the completion when it
+  /// ends; shared by all attempts of the type, so it must be thread-safe.
+  using async_function = std::function<void(const task&, async_executor::completion)>;
+  /// Registers (or replaces) an asynchronous executor for `type`.
+  executor_factory& add_async(std::string type, async_maker m);
+  executor_factory& add_async(std::string type, async_function fn);
+
+  /// A new executor for `type`, or null when no synchronous one is registered.
   std::unique_ptr<executor> make(std::string_view type) const;
-  /// Whether a maker is registered for `type`.
+  /// A new asynchronous executor for `type`, or null when none is registered.
+  std::unique_ptr<async_executor> make_async(std::string_view type) const;
+  /// Whether an executor (of either kind) is registered for `type`.
   bool contains(std::string_view type) const;
   /// The registered types, sorted.
   std::vector<std::string> types() const;
 
  private:
   std::map<std::string, maker, std::less<>> makers_;
+  std::map<std::string, async_maker, std::less<>> async_makers_;  // disjoint from makers_
 };
 
 }  // namespace delayq

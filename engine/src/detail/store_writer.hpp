@@ -3,18 +3,25 @@
 // Every change the engine makes to the store goes through here, in the order
 // the engine decided it (callers enqueue while holding the engine's lock), and
 // is written in batches: whoever waits first while no write is in progress
-// becomes the leader, takes everything queued so far and writes it in one
-// save() and one remove() call; the others wait for their batch. A lone caller
-// therefore writes inline with no thread hop, and many concurrent callers
-// share one round trip (the LevelDB / MySQL group-commit scheme).
+// becomes the leader, takes everything queued so far and writes it with as few
+// store calls as the order allows; the others wait for their batch. A lone
+// caller therefore writes inline with no thread hop, and many concurrent
+// callers share one round trip (the LevelDB / MySQL group-commit scheme).
+//
+// Changes nobody waits for (the removal after a success, a dead letter, an
+// attempt count) must still land: when their write fails, because the store
+// is down, they are kept and written again with the next batch or by
+// retry_failed(), unless a later change to the same id made them moot.
 #pragma once
 
 #include <condition_variable>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "delayq/log.hpp"
@@ -25,55 +32,79 @@ namespace delayq::detail {
 /// Thread safety: all members are safe to call from any thread.
 class store_writer {
  public:
+  enum class kind {
+    save,    // upsert a live task
+    remove,  // delete a live task
+    bury,    // live task -> dead letter
+    revive,  // dead letter -> live task
+    purge,   // delete a dead letter
+  };
+
+  struct op {
+    kind what;
+    dead_letter d;  // the task is in d.task; error and died_at for bury only
+    bool must_land = false;
+    boost::system::error_code ec;  // the outcome, once written
+    const std::string& id() const { return d.task.id; }
+  };
+
   /// One group of changes written together.
   struct batch {
-    struct op {
-      bool is_save;
-      task t;  // for a remove only t.id is set
-    };
     std::vector<op> ops;
     bool done = false;
-    boost::system::error_code save_ec;
-    boost::system::error_code remove_ec;
   };
-  using ticket = std::shared_ptr<batch>;
+
+  /// Where one queued op can be found, to wait for its outcome.
+  struct ticket {
+    std::shared_ptr<batch> b;
+    std::size_t first = 0;  // ops [first, last) belong to the caller
+    std::size_t last = 0;
+  };
 
   explicit store_writer(task_store& store) : store_(store) {}
 
-  /// Queues an upsert of `t`. Cheap: call it under the engine's lock.
-  ticket enqueue_save(task t) { return enqueue(batch::op{true, std::move(t)}); }
-  /// Queues upserts of all of `tasks` into one batch, so they are written in
-  /// one atomic store call.
-  ticket enqueue_saves(std::vector<task> tasks) {
+  /// Queues ops (cheap: call it under the engine's lock, so the store sees
+  /// changes in the order the engine made them).
+  ticket enqueue(std::vector<op> ops) {
     std::lock_guard lock(mutex_);
     if (!open_) open_ = std::make_shared<batch>();
-    for (task& t : tasks) open_->ops.push_back(batch::op{true, std::move(t)});
-    return open_;
-  }
-  /// Queues a removal of `id`.
-  ticket enqueue_remove(std::string id) {
-    task t;
-    t.id = std::move(id);
-    return enqueue(batch::op{false, std::move(t)});
-  }
-
-  /// Blocks until the batch holding `t` is written; returns the outcome of the
-  /// op kind `is_save`. Never call it while holding the engine's lock.
-  boost::system::error_code wait(const ticket& t, bool is_save) {
-    std::unique_lock lock(mutex_);
-    while (!t->done) {
-      if (!writing_) {
-        lead(lock);
-      } else {
-        cv_.wait(lock);
-      }
+    ticket t{open_, open_->ops.size(), open_->ops.size() + ops.size()};
+    for (op& o : ops) {
+      // A newer change to an id makes a failed older one moot.
+      if (!failed_.empty()) drop_failed(o.id());
+      open_->ops.push_back(std::move(o));
     }
-    return is_save ? t->save_ec : t->remove_ec;
+    return t;
   }
 
-  /// Writes whatever is queued (used for removals nobody waits for).
+  /// Queues one op of kind `what` for task `t`.
+  ticket enqueue(kind what, task t, bool must_land = false) {
+    std::vector<op> one(1);
+    one[0].what = what;
+    one[0].d.task = std::move(t);
+    one[0].must_land = must_land;
+    return enqueue(std::move(one));
+  }
+
+  /// Blocks until the batch holding `t` is written; returns the first error
+  /// among the caller's ops. Never call it while holding the engine's lock.
+  boost::system::error_code wait(const ticket& t) {
+    std::unique_lock lock(mutex_);
+    while (!t.b->done) {
+      if (!writing_)
+        lead(lock);
+      else
+        cv_.wait(lock);
+    }
+    for (std::size_t i = t.first; i < t.last; ++i)
+      if (t.b->ops[i].ec) return t.b->ops[i].ec;
+    return {};
+  }
+
+  /// Writes whatever is queued, and ops that failed earlier.
   void flush() {
     std::unique_lock lock(mutex_);
+    if (!open_ && !failed_.empty()) open_ = std::make_shared<batch>();
     while (open_ || writing_) {
       if (!writing_)
         lead(lock);
@@ -82,75 +113,123 @@ class store_writer {
     }
   }
 
- private:
-  ticket enqueue(batch::op op) {
+  /// Whether some op that must land is waiting for the store to come back.
+  bool has_failed() {
     std::lock_guard lock(mutex_);
-    if (!open_) open_ = std::make_shared<batch>();
-    open_->ops.push_back(std::move(op));
-    return open_;
+    return !failed_.empty();
+  }
+
+ private:
+  void drop_failed(const std::string& id) {
+    std::erase_if(failed_, [&](const op& o) { return o.id() == id; });
   }
 
   // Called with the lock held and no write in progress.
   void lead(std::unique_lock<std::mutex>& lock) {
-    ticket mine = std::move(open_);
+    std::shared_ptr<batch> mine = std::move(open_);
     open_.reset();
     if (!mine) return;
+    // Failed ops go first: everything queued after them is newer.
+    std::vector<op> retried = std::move(failed_);
+    failed_.clear();
     writing_ = true;
     lock.unlock();
-    write(*mine);
+    const std::size_t n_retried = retried.size();
+    if (n_retried > 0) {
+      for (op& o : mine->ops) retried.push_back(std::move(o));
+      mine->ops = std::move(retried);
+    }
+    write(mine->ops);
     lock.lock();
+    // Keep what must land and did not; give the caller's ops back in place.
+    std::vector<op> kept;
+    for (op& o : mine->ops)
+      // A store that lacks an operation will not grow it by waiting.
+      if (o.ec && o.must_land && o.ec != errc::unsupported) kept.push_back(o);
+    for (op& o : kept) failed_.push_back(std::move(o));
+    if (n_retried > 0) mine->ops.erase(mine->ops.begin(), mine->ops.begin() + n_retried);
     mine->done = true;
     writing_ = false;
     cv_.notify_all();
   }
 
-  void write(batch& b) {
-    // Several ops on one id in one batch: only the last one matters for the
-    // final state (save-then-remove is a removal, remove-then-save a save), so
-    // keep the last and make saves and removes disjoint; then the order of the
-    // two store calls does not matter.
+  // Writes `ops` with as few store calls as their order allows. Saves and
+  // removes touch only live tasks, and several on one id reduce to the last
+  // (save-then-remove is a removal, remove-then-save a save), so a run of
+  // them becomes one save() and one remove(). Dead-letter ops are rare and
+  // written one kind-run at a time, in order, between such runs.
+  void write(std::vector<op>& ops) {
+    std::size_t i = 0;
+    while (i < ops.size()) {
+      std::size_t j = i;
+      const bool live = ops[i].what == kind::save || ops[i].what == kind::remove;
+      while (j < ops.size() && (live ? (ops[j].what == kind::save || ops[j].what == kind::remove)
+                                     : ops[j].what == ops[i].what))
+        ++j;
+      if (live)
+        write_live(ops, i, j);
+      else
+        write_dead(ops, i, j);
+      i = j;
+    }
+  }
+
+  void write_live(std::vector<op>& ops, std::size_t from, std::size_t to) {
+    std::unordered_map<std::string_view, std::size_t> last;
+    last.reserve(to - from);
+    for (std::size_t i = from; i < to; ++i) last[ops[i].id()] = i;
     std::vector<task> saves;
     std::vector<std::string> removes;
-    if (b.ops.size() == 1) {
-      auto& op = b.ops.front();
-      if (op.is_save)
-        saves.push_back(std::move(op.t));
+    for (std::size_t i = from; i < to; ++i) {
+      if (last[ops[i].id()] != i) continue;
+      if (ops[i].what == kind::save)
+        saves.push_back(ops[i].d.task);
       else
-        removes.push_back(std::move(op.t.id));
-    } else {
-      std::unordered_map<std::string_view, std::size_t> last;
-      last.reserve(b.ops.size());
-      for (std::size_t i = 0; i < b.ops.size(); ++i) last[b.ops[i].t.id] = i;
-      for (std::size_t i = 0; i < b.ops.size(); ++i) {
-        auto& op = b.ops[i];
-        if (last[op.t.id] != i) continue;
-        if (op.is_save)
-          saves.push_back(std::move(op.t));
-        else
-          removes.push_back(std::move(op.t.id));
-      }
+        removes.push_back(ops[i].id());
     }
-    if (!saves.empty()) store_.save(saves, b.save_ec);
-    if (!removes.empty()) store_.remove(removes, b.remove_ec);
-    // An op dropped in favour of a later one on the same id shares that
-    // op's outcome; with one ec per kind that is approximated by: a batch
-    // whose removes failed reports it to removers, whose saves failed to savers.
-    if (b.save_ec)
-      log(log_level::error, "store " + store_.describe() + ": save of " +
-                                std::to_string(saves.size()) +
-                                " tasks failed: " + b.save_ec.message());
-    if (b.remove_ec)
-      log(log_level::error, "store " + store_.describe() + ": remove of " +
-                                std::to_string(removes.size()) +
-                                " tasks failed: " + b.remove_ec.message());
-    b.ops.clear();
-    b.ops.shrink_to_fit();
+    boost::system::error_code save_ec, remove_ec;
+    if (!saves.empty()) store_.save(saves, save_ec);
+    if (!removes.empty()) store_.remove(removes, remove_ec);
+    report("save", saves.size(), save_ec);
+    report("remove", removes.size(), remove_ec);
+    // An op dropped for a later one on its id shares that op's outcome.
+    for (std::size_t i = from; i < to; ++i)
+      ops[i].ec = ops[last[ops[i].id()]].what == kind::save ? save_ec : remove_ec;
+  }
+
+  void write_dead(std::vector<op>& ops, std::size_t from, std::size_t to) {
+    boost::system::error_code ec;
+    const kind what = ops[from].what;
+    if (what == kind::bury) {
+      std::vector<dead_letter> letters;
+      for (std::size_t i = from; i < to; ++i) letters.push_back(ops[i].d);
+      store_.bury(letters, ec);
+      report("bury", letters.size(), ec);
+    } else if (what == kind::revive) {
+      std::vector<task> tasks;
+      for (std::size_t i = from; i < to; ++i) tasks.push_back(ops[i].d.task);
+      store_.revive(tasks, ec);
+      report("revive", tasks.size(), ec);
+    } else {
+      std::vector<std::string> ids;
+      for (std::size_t i = from; i < to; ++i) ids.push_back(ops[i].id());
+      store_.purge(ids, ec);
+      report("purge", ids.size(), ec);
+    }
+    for (std::size_t i = from; i < to; ++i) ops[i].ec = ec;
+  }
+
+  void report(const char* what, std::size_t n, const boost::system::error_code& ec) {
+    if (!ec || n == 0) return;
+    log(log_level::error, "store " + store_.describe() + ": " + what + " of " + std::to_string(n) +
+                              " tasks failed: " + ec.message());
   }
 
   task_store& store_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  ticket open_;
+  std::shared_ptr<batch> open_;
+  std::vector<op> failed_;  // must-land ops whose write failed, oldest first
   bool writing_ = false;
 };
 
