@@ -51,7 +51,7 @@ struct corrupt {
   const char* why;
 };
 
-void put_bytes(cereal::PortableBinaryOutputArchive& ar, const std::string& s) {
+void put_bytes(cereal::PortableBinaryOutputArchive& ar, std::string_view s) {
   ar(static_cast<std::uint64_t>(s.size()));
   ar(cereal::binary_data(s.data(), s.size()));
 }
@@ -65,12 +65,23 @@ void get_bytes(cereal::PortableBinaryInputArchive& ar, const view_buf& buf, std:
   ar(cereal::binary_data(s.data(), s.size()));
 }
 
-}  // namespace
+// A time_point holds less than int64 ms (nanosecond ticks): converting a
+// value beyond its range would overflow, so such a record is corrupt.
+std::chrono::system_clock::time_point checked_time(std::int64_t ms, const char* field) {
+  constexpr auto max_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::duration::max())
+                              .count();
+  if (ms > max_ms || ms < -max_ms) throw corrupt{field};
+  return from_epoch_ms(ms);
+}
 
-std::string encode_record(const task& t) {
+// Writes the header and the fields of `version` (1 or 2; `error` and
+// `died_at` are used only by version 2).
+std::string encode(std::uint16_t version, const task& t, std::string_view error,
+                   std::chrono::system_clock::time_point died_at) {
   std::string out;
-  out.reserve(record_header_size + 3 * sizeof(std::uint64_t) + t.id.size() + t.type.size() +
-              t.payload.size() + sizeof(std::int64_t) + sizeof(std::uint32_t));
+  out.reserve(record_header_size + 4 * sizeof(std::uint64_t) + t.id.size() + t.type.size() +
+              t.payload.size() + error.size() + 2 * sizeof(std::int64_t) + sizeof(std::uint32_t));
   out.append(magic, sizeof magic);
   string_buf buf(out);
   std::ostream os(&buf);
@@ -78,61 +89,91 @@ std::string encode_record(const task& t) {
     // The archive writes its byte order flag (1) first, then our fields.
     cereal::PortableBinaryOutputArchive ar(
         os, cereal::PortableBinaryOutputArchive::Options::LittleEndian());
-    ar(record_format_version);
+    ar(version);
     put_bytes(ar, t.id);
     put_bytes(ar, t.type);
     put_bytes(ar, t.payload);
     ar(static_cast<std::int64_t>(to_epoch_ms(t.due)));
     ar(static_cast<std::uint32_t>(t.attempts));
+    if (version >= 2) {
+      put_bytes(ar, error);
+      ar(static_cast<std::int64_t>(to_epoch_ms(died_at)));
+    }
   }
   return out;
 }
 
-task decode_record(std::string_view bytes, boost::system::error_code& ec, std::string* reason) {
-  ec = {};
-  auto fail = [&](std::string why) {
-    ec = make_error_code(errc::corrupt_record);
-    if (reason) *reason = std::move(why);
-    return task{};
-  };
-  if (bytes.size() < record_header_size) return fail("truncated header");
-  if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) return fail("bad magic");
+// Decodes a record of any known version into `out`; the fields of version 2
+// stay empty for a version 1 record. Returns the record's version, or 0 with
+// `why` set when it is rejected.
+std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why) {
+  if (bytes.size() < record_header_size) {
+    why = "truncated header";
+    return 0;
+  }
+  if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
+    why = "bad magic";
+    return 0;
+  }
   // cereal accepts any non-zero flag as little-endian; the format says 1.
-  if (static_cast<unsigned char>(bytes[4]) != 1) return fail("bad byte order flag");
+  if (static_cast<unsigned char>(bytes[4]) != 1) {
+    why = "bad byte order flag";
+    return 0;
+  }
 
   view_buf buf(bytes.substr(sizeof magic));
   std::istream is(&buf);
-  task t;
+  std::uint16_t version = 0;
   try {
     cereal::PortableBinaryInputArchive ar(
         is, cereal::PortableBinaryInputArchive::Options::LittleEndian());
-    std::uint16_t version = 0;
     ar(version);
-    if (version == 0 || version > record_format_version)
-      return fail("unknown format version " + std::to_string(version));
-    // Version 1 fields. A version 2 decoder reads these, then `if (version >= 2)`
-    // the fields v2 appended.
+    if (version == 0 || version > record_format_version) {
+      why = "unknown format version " + std::to_string(version);
+      return 0;
+    }
+    task& t = out.task;
     get_bytes(ar, buf, t.id, "id length exceeds record");
     get_bytes(ar, buf, t.type, "type length exceeds record");
     get_bytes(ar, buf, t.payload, "payload length exceeds record");
     std::int64_t due_ms = 0;
     ar(due_ms);
     ar(t.attempts);
-    // A time_point holds less than int64 ms (nanosecond ticks): converting a
-    // value beyond its range would overflow, so such a record is corrupt.
-    constexpr auto max_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::duration::max())
-                                .count();
-    if (due_ms > max_ms || due_ms < -max_ms) throw corrupt{"due time out of range"};
-    t.due = from_epoch_ms(due_ms);
+    t.due = checked_time(due_ms, "due time out of range");
+    if (version >= 2) {
+      get_bytes(ar, buf, out.error, "error length exceeds record");
+      std::int64_t died_ms = 0;
+      ar(died_ms);
+      out.died_at = checked_time(died_ms, "died_at out of range");
+    }
   } catch (const corrupt& c) {
-    return fail(c.why);
+    why = c.why;
+    return 0;
   } catch (const cereal::Exception&) {
-    return fail("truncated");  // cereal throws when a read comes up short
+    why = "truncated";  // cereal throws when a read comes up short
+    return 0;
   }
-  if (buf.remaining() != 0)
-    return fail(std::to_string(buf.remaining()) + " trailing bytes after the last field");
-  return t;
+  if (buf.remaining() != 0) {
+    why = std::to_string(buf.remaining()) + " trailing bytes after the last field";
+    return 0;
+  }
+  return version;
+}
+
+}  // namespace
+
+std::string encode_record(const task& t) { return encode(task_record_version, t, {}, {}); }
+
+task decode_record(std::string_view bytes, boost::system::error_code& ec, std::string* reason) {
+  ec = {};
+  dead_letter d;
+  std::string why;
+  if (decode(bytes, d, why) == 0) {
+    ec = make_error_code(errc::corrupt_record);
+    if (reason) *reason = std::move(why);
+    return task{};
+  }
+  return std::move(d.task);
 }
 
 task decode_record(std::string_view bytes) {
@@ -141,6 +182,50 @@ task decode_record(std::string_view bytes) {
   task t = decode_record(bytes, ec, &why);
   if (ec) throw boost::system::system_error(ec, "delayq: decode record: " + why);
   return t;
+}
+
+std::string cap_dead_letter_error(std::string_view error) {
+  if (error.size() <= max_dead_letter_error) return std::string(error);
+  std::size_t keep = max_dead_letter_error - dead_letter_error_cut.size();
+  // Back off over UTF-8 continuation bytes (10xxxxxx) so the cut does not
+  // split a character; a sequence is at most 4 bytes, so at most 3 steps.
+  for (int i = 0; i < 3 && keep > 0 && (static_cast<unsigned char>(error[keep]) & 0xc0) == 0x80;
+       ++i)
+    --keep;
+  std::string out;
+  out.reserve(keep + dead_letter_error_cut.size());
+  out.append(error.substr(0, keep));
+  out.append(dead_letter_error_cut);
+  return out;
+}
+
+std::string encode_dead_letter(const dead_letter& d) {
+  if (d.error.size() <= max_dead_letter_error)
+    return encode(dead_letter_record_version, d.task, d.error, d.died_at);
+  return encode(dead_letter_record_version, d.task, cap_dead_letter_error(d.error), d.died_at);
+}
+
+dead_letter decode_dead_letter(std::string_view bytes, boost::system::error_code& ec,
+                               std::string* reason) {
+  ec = {};
+  dead_letter d;
+  std::string why;
+  const std::uint16_t version = decode(bytes, d, why);
+  if (version == 1) why = "a version 1 record holds a live task, not a dead letter";
+  if (version < dead_letter_record_version) {
+    ec = make_error_code(errc::corrupt_record);
+    if (reason) *reason = std::move(why);
+    return dead_letter{};
+  }
+  return d;
+}
+
+dead_letter decode_dead_letter(std::string_view bytes) {
+  boost::system::error_code ec;
+  std::string why;
+  dead_letter d = decode_dead_letter(bytes, ec, &why);
+  if (ec) throw boost::system::system_error(ec, "delayq: decode dead letter: " + why);
+  return d;
 }
 
 }  // namespace delayq::detail

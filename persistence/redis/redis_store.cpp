@@ -8,8 +8,10 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <ctime>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -273,6 +275,13 @@ constexpr const char* quarantine_script =
     "redis.call('ZREM', KEYS[2], ARGV[1]) "
     "return 1";
 
+// Drops an id from a sorted set index when its hash holds no record for it
+// (an index entry left behind by a hand edit or a partly applied
+// transaction), so list_dead() does not meet it again.
+constexpr const char* drop_dangling_script =
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end "
+    "return redis.call('ZREM', KEYS[2], ARGV[1])";
+
 std::string reply_text(const redisReply* r) {
   return r && r->str ? std::string(r->str, r->len) : std::string();
 }
@@ -342,6 +351,7 @@ struct redis_store::impl {
   redis_options opts;
   std::string name;  // describe(), computed once
   std::string key_tasks, key_due, key_quarantine, key_reason, key_meta;
+  std::string key_dead, key_dead_by_time, key_dead_quarantine, key_dead_reason;
   std::mutex mutex;
   context_ptr ctx;
   bool connected_once = false;
@@ -360,6 +370,10 @@ struct redis_store::impl {
     key_quarantine = tag + "quarantine";
     key_reason = tag + "quarantine:reason";
     key_meta = tag + "meta";
+    key_dead = tag + "dead";
+    key_dead_by_time = tag + "dead:by_time";
+    key_dead_quarantine = tag + "dead:quarantine";
+    key_dead_reason = tag + "dead:quarantine:reason";
   }
 
   // The connection is unusable: describe why and whether one retry makes
@@ -539,6 +553,91 @@ struct redis_store::impl {
         throw_server_error(std::string(what) + " (partly applied: Redis does not roll back)",
                            exec->element[i]);
   }
+
+  // A record that failed to decode, as read from `hash`.
+  struct bad_record {
+    std::string_view id;
+    std::string_view raw;
+    std::string why;
+  };
+
+  // Moves each bad record from `hash` (and its id from the sorted set
+  // `index`) into the quarantine hashes `q` and `q_reason`: one script per
+  // record, atomic, and only if the field still holds the bytes that were
+  // read (another process may have written a good record since). Returns how
+  // many moved; logs each one as "quarantined undecodable KIND 'ID'".
+  std::size_t quarantine(const std::string& hash, const std::string& index, const std::string& q,
+                         const std::string& q_reason, const std::vector<bad_record>& bad,
+                         const char* kind) {
+    if (bad.empty()) return 0;
+    std::vector<command> cmds;
+    cmds.reserve(bad.size());
+    for (const bad_record& b : bad)
+      cmds.push_back(std::move(command()
+                                   .arg("EVAL")
+                                   .arg(quarantine_script)
+                                   .arg("4")
+                                   .arg(hash)
+                                   .arg(index)
+                                   .arg(q)
+                                   .arg(q_reason)
+                                   .arg(b.id)
+                                   .arg(b.raw)
+                                   .arg(b.why)));
+    auto moved = exchange(std::move(cmds));
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < bad.size(); ++k) {
+      const redisReply* r = moved[k].get();
+      if (r->type == REDIS_REPLY_ERROR) throw_server_error("quarantine", r);
+      if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+        ++n;
+        log(log_level::error, name + ": quarantined undecodable " + kind + " '" +
+                                  std::string(bad[k].id) + "' in " + q + ": " + bad[k].why);
+      }
+    }
+    return n;
+  }
+
+  // Decodes a dead-letter record read under `id`; a record filed under
+  // another id is as corrupt as one that does not decode.
+  static std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
+                                                std::string& why) {
+    boost::system::error_code dec;
+    dead_letter d = detail::decode_dead_letter(raw, dec, &why);
+    if (dec) return std::nullopt;
+    if (d.task.id != id) {
+      why = "record holds id '" + d.task.id + "'";
+      return std::nullopt;
+    }
+    return d;
+  }
+
+  // MULTI, `hdel` and `zrem` (the ids leaving one area), then HSET and ZADD
+  // of each record into the other area, EXEC: one round trip, one
+  // transaction.
+  void move_between(const char* what, const std::string& from_hash, const std::string& from_index,
+                    const std::string& to_hash, const std::string& to_index,
+                    const std::vector<std::string_view>& ids,
+                    const std::vector<std::string>& records,
+                    const std::vector<std::string>& scores) {
+    command hdel, zrem;
+    hdel.arg("HDEL").arg(from_hash);
+    zrem.arg("ZREM").arg(from_index);
+    for (std::string_view id : ids) {
+      hdel.arg(id);
+      zrem.arg(id);
+    }
+    redisContext* c = ctx.get();
+    command().arg("MULTI").append_to(c);
+    hdel.append_to(c);
+    zrem.append_to(c);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      command().arg("HSET").arg(to_hash).arg(ids[i]).arg(records[i]).append_to(c);
+      command().arg("ZADD").arg(to_index).arg(scores[i]).arg(ids[i]).append_to(c);
+    }
+    command().arg("EXEC").append_to(c);
+    check_transaction(read_replies(2 * ids.size() + 4), what);
+  }
 };
 
 redis_store::redis_store(std::unique_ptr<impl> m) : impl_(std::move(m)) {}
@@ -652,9 +751,9 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         next_cursor = reply_text(r->element[0]);
         const redisReply* items = r->element[1];
 
-        std::vector<std::pair<std::size_t, std::string>> bad;  // item index, reason
+        std::vector<impl::bad_record> bad;
         for (std::size_t i = 0; i < items->elements; i += 2) {
-          const std::string id = reply_text(items->element[i]);
+          const std::string_view id(items->element[i]->str, items->element[i]->len);
           const std::string_view raw(items->element[i + 1]->str, items->element[i + 1]->len);
           boost::system::error_code dec;
           std::string why;
@@ -664,39 +763,12 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
             why = "record holds id '" + t.id + "'";
           }
           if (dec)
-            bad.emplace_back(i, std::move(why));
+            bad.push_back({id, raw, std::move(why)});
           else
             good.push_back(std::move(t));
         }
-        if (bad.empty()) return;
-        // Each bad record moves atomically, and only if it still holds the
-        // bytes we read (another process may have saved a good one since).
-        std::vector<command> cmds;
-        cmds.reserve(bad.size());
-        for (const auto& [i, why] : bad)
-          cmds.push_back(
-              std::move(command()
-                            .arg("EVAL")
-                            .arg(quarantine_script)
-                            .arg("4")
-                            .arg(m.key_tasks)
-                            .arg(m.key_due)
-                            .arg(m.key_quarantine)
-                            .arg(m.key_reason)
-                            .arg({items->element[i]->str, items->element[i]->len})
-                            .arg({items->element[i + 1]->str, items->element[i + 1]->len})
-                            .arg(why)));
-        auto moved = m.exchange(std::move(cmds));
-        for (std::size_t k = 0; k < bad.size(); ++k) {
-          const redisReply* q = moved[k].get();
-          if (q->type == REDIS_REPLY_ERROR) m.throw_server_error("quarantine", q);
-          const std::string id = reply_text(items->element[bad[k].first]);
-          if (q->type == REDIS_REPLY_INTEGER && q->integer == 1) {
-            ++summary.quarantined;
-            log(log_level::error, m.name + ": quarantined undecodable record of task '" + id +
-                                      "' in " + m.key_quarantine + ": " + bad[k].second);
-          }
-        }
+        summary.quarantined += m.quarantine(m.key_tasks, m.key_due, m.key_quarantine, m.key_reason,
+                                            bad, "record of task");
       });
     }
     if (ec) break;
@@ -708,6 +780,195 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
     }
   } while (cursor != "0");
   return summary;
+}
+
+void redis_store::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
+  ec = {};
+  if (letters.empty()) return;
+  impl& m = *impl_;
+  std::vector<std::string_view> ids;
+  std::vector<std::string> records, scores;
+  ids.reserve(letters.size());
+  records.reserve(letters.size());
+  scores.reserve(letters.size());
+  for (const dead_letter& d : letters) {
+    ids.push_back(d.task.id);
+    records.push_back(detail::encode_dead_letter(d));
+    scores.push_back(std::to_string(to_epoch_ms(d.died_at)));
+  }
+  std::lock_guard lock(m.mutex);
+  m.run("bury", ec, [&] {
+    m.move_between("bury", m.key_tasks, m.key_due, m.key_dead, m.key_dead_by_time, ids, records,
+                   scores);
+  });
+}
+
+void redis_store::revive(std::span<const task> tasks, boost::system::error_code& ec) {
+  ec = {};
+  if (tasks.empty()) return;
+  impl& m = *impl_;
+  std::vector<std::string_view> ids;
+  std::vector<std::string> records, scores;
+  ids.reserve(tasks.size());
+  records.reserve(tasks.size());
+  scores.reserve(tasks.size());
+  for (const task& t : tasks) {
+    ids.push_back(t.id);
+    records.push_back(detail::encode_record(t));
+    scores.push_back(std::to_string(to_epoch_ms(t.due)));
+  }
+  std::lock_guard lock(m.mutex);
+  m.run("revive", ec, [&] {
+    m.move_between("revive", m.key_dead, m.key_dead_by_time, m.key_tasks, m.key_due, ids, records,
+                   scores);
+  });
+}
+
+void redis_store::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
+  ec = {};
+  if (ids.empty()) return;
+  impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.run("purge", ec, [&] {
+    command hdel, zrem;
+    hdel.arg("HDEL").arg(m.key_dead);
+    zrem.arg("ZREM").arg(m.key_dead_by_time);
+    for (const std::string& id : ids) {
+      hdel.arg(id);
+      zrem.arg(id);
+    }
+    redisContext* c = m.ctx.get();
+    command().arg("MULTI").append_to(c);
+    hdel.append_to(c);
+    zrem.append_to(c);
+    command().arg("EXEC").append_to(c);
+    m.check_transaction(m.read_replies(4), "purge");
+  });
+}
+
+std::size_t redis_store::count_dead(boost::system::error_code& ec) {
+  ec = {};
+  impl& m = *impl_;
+  std::size_t n = 0;
+  std::lock_guard lock(m.mutex);
+  m.run("count_dead", ec, [&] {
+    auto replies = m.exchange({command().arg("HLEN").arg(m.key_dead)});
+    const redisReply* r = replies[0].get();
+    if (r->type == REDIS_REPLY_ERROR) m.throw_server_error("HLEN", r);
+    if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
+      throw redis_failure{errc::store_error, "unexpected HLEN reply"};
+    n = static_cast<std::size_t>(r->integer);
+  });
+  return n;
+}
+
+std::optional<dead_letter> redis_store::find_dead(std::string_view id,
+                                                  boost::system::error_code& ec) {
+  ec = {};
+  impl& m = *impl_;
+  std::optional<dead_letter> found;
+  std::lock_guard lock(m.mutex);
+  m.run("find_dead", ec, [&] {
+    found.reset();
+    auto replies = m.exchange({command().arg("HGET").arg(m.key_dead).arg(id)});
+    const redisReply* r = replies[0].get();
+    if (r->type == REDIS_REPLY_ERROR) m.throw_server_error("HGET", r);
+    if (r->type == REDIS_REPLY_NIL) return;
+    if (r->type != REDIS_REPLY_STRING)
+      throw redis_failure{errc::store_error, "unexpected HGET reply"};
+    const std::string_view raw(r->str, r->len);
+    std::string why;
+    found = impl::decode_dead(id, raw, why);
+    if (!found)
+      m.quarantine(m.key_dead, m.key_dead_by_time, m.key_dead_quarantine, m.key_dead_reason,
+                   {{id, raw, std::move(why)}}, "dead-letter record of task");
+  });
+  if (ec) found.reset();
+  return found;
+}
+
+std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t limit,
+                                                boost::system::error_code& ec) {
+  ec = {};
+  std::vector<dead_letter> out;
+  // ZRANGE takes signed 64-bit ranks; no sorted set holds LLONG_MAX members.
+  constexpr auto max_rank = static_cast<unsigned long long>(LLONG_MAX);
+  if (limit == 0 || offset > max_rank) return out;
+  const std::string start = std::to_string(offset);
+  // The last rank, or -1 ("to the end") when offset + limit - 1 passes it.
+  const std::string stop =
+      limit - 1 > max_rank - offset ? std::string("-1") : std::to_string(offset + limit - 1);
+  impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.run("list_dead", ec, [&] {
+    while (true) {
+      out.clear();
+      auto ranged =
+          m.exchange({command().arg("ZRANGE").arg(m.key_dead_by_time).arg(start).arg(stop)});
+      const redisReply* ids = ranged[0].get();
+      if (ids->type == REDIS_REPLY_ERROR) m.throw_server_error("ZRANGE", ids);
+      if (ids->type != REDIS_REPLY_ARRAY)
+        throw redis_failure{errc::store_error, "unexpected ZRANGE reply"};
+      if (ids->elements == 0) return;
+      command hmget;
+      hmget.arg("HMGET").arg(m.key_dead);
+      for (std::size_t i = 0; i < ids->elements; ++i)
+        hmget.arg({ids->element[i]->str, ids->element[i]->len});
+      auto fetched = m.exchange({std::move(hmget)});
+      const redisReply* records = fetched[0].get();
+      if (records->type == REDIS_REPLY_ERROR) m.throw_server_error("HMGET", records);
+      if (records->type != REDIS_REPLY_ARRAY || records->elements != ids->elements)
+        throw redis_failure{errc::store_error, "unexpected HMGET reply"};
+
+      std::vector<impl::bad_record> bad;
+      std::vector<std::string_view> dangling;
+      out.reserve(ids->elements);
+      for (std::size_t i = 0; i < ids->elements; ++i) {
+        const std::string_view id(ids->element[i]->str, ids->element[i]->len);
+        const redisReply* rec = records->element[i];
+        if (rec->type != REDIS_REPLY_STRING) {
+          dangling.push_back(id);  // purged since the ZRANGE, or an index left behind
+          continue;
+        }
+        const std::string_view raw(rec->str, rec->len);
+        std::string why;
+        if (auto d = impl::decode_dead(id, raw, why))
+          out.push_back(std::move(*d));
+        else
+          bad.push_back({id, raw, std::move(why)});
+      }
+      if (bad.empty() && dangling.empty()) return;
+      std::size_t changed = m.quarantine(m.key_dead, m.key_dead_by_time, m.key_dead_quarantine,
+                                         m.key_dead_reason, bad, "dead-letter record of task");
+      if (!dangling.empty()) {
+        std::vector<command> cmds;
+        for (std::string_view id : dangling)
+          cmds.push_back(std::move(command()
+                                       .arg("EVAL")
+                                       .arg(drop_dangling_script)
+                                       .arg("2")
+                                       .arg(m.key_dead)
+                                       .arg(m.key_dead_by_time)
+                                       .arg(id)));
+        auto dropped = m.exchange(std::move(cmds));
+        for (std::size_t k = 0; k < dropped.size(); ++k) {
+          const redisReply* r = dropped[k].get();
+          if (r->type == REDIS_REPLY_ERROR) m.throw_server_error("drop index entry", r);
+          if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+            ++changed;
+            log(log_level::warning, m.name + ": dropped '" + std::string(dangling[k]) + "' from " +
+                                        m.key_dead_by_time + ": no record in " + m.key_dead);
+          }
+        }
+      }
+      // Removing members shifted the ranks after them: read the page again
+      // so that it, and the pages after it, skip no good letter. Every pass
+      // that gets here removed at least one member, so this ends.
+      if (changed == 0) return;
+    }
+  });
+  if (ec) out.clear();
+  return out;
 }
 
 }  // namespace delayq

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "delayq/detail/record_codec.hpp"
@@ -36,29 +38,24 @@ errc translate(const SQLite::Exception& e) {
   switch (e.getErrorCode() & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-    case SQLITE_CANTOPEN:
-      return errc::store_unavailable;
-    default:
-      return errc::store_error;
+    case SQLITE_CANTOPEN: return errc::store_unavailable;
+    default: return errc::store_error;
   }
 }
 
 const char* pragma_value(sqlite_options::synchronous_level level) {
   switch (level) {
-    case sqlite_options::synchronous_level::off:
-      return "OFF";
-    case sqlite_options::synchronous_level::normal:
-      return "NORMAL";
-    case sqlite_options::synchronous_level::full:
-      return "FULL";
-    case sqlite_options::synchronous_level::extra:
-      return "EXTRA";
+    case sqlite_options::synchronous_level::off: return "OFF";
+    case sqlite_options::synchronous_level::normal: return "NORMAL";
+    case sqlite_options::synchronous_level::full: return "FULL";
+    case sqlite_options::synchronous_level::extra: return "EXTRA";
   }
   return "FULL";
 }
 
 // Schema migrations: migrate_to(db, n) takes a database at version n - 1 to
-// version n inside the caller's transaction. Version 2 adds a case here.
+// version n inside the caller's transaction. Each case is kept as it shipped:
+// a new schema version adds a case, it never edits an old one.
 void migrate_to(SQLite::Database& db, int version) {
   switch (version) {
     case 1:
@@ -75,6 +72,16 @@ void migrate_to(SQLite::Database& db, int version) {
           "  quarantined_at INTEGER NOT NULL);"
           "CREATE INDEX quarantine_id ON quarantine(id);");
       return;
+    case 2:
+      // Dead letters, and where a quarantined record came from.
+      db.exec(
+          "CREATE TABLE dead_letters ("
+          "  id TEXT PRIMARY KEY NOT NULL,"
+          "  died_at_ms INTEGER NOT NULL,"
+          "  record BLOB NOT NULL);"
+          "CREATE INDEX dead_letters_died_at ON dead_letters(died_at_ms, id);"
+          "ALTER TABLE quarantine ADD COLUMN source TEXT NOT NULL DEFAULT 'tasks';");
+      return;
     default:
       throw store_failure{errc::store_error,
                           "no migration to schema version " + std::to_string(version)};
@@ -89,6 +96,39 @@ struct row {
   std::string record;
 };
 
+// A row whose record failed to decode, and why.
+struct bad_row {
+  std::int64_t rowid = 0;
+  std::string_view id;
+  std::string why;
+};
+
+// Decodes a dead-letter record read under `id`; a record filed under
+// another id is as corrupt as one that does not decode.
+std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
+                                       std::string& why) {
+  boost::system::error_code dec;
+  dead_letter d = detail::decode_dead_letter(raw, dec, &why);
+  if (dec) return std::nullopt;
+  if (d.task.id != id) {
+    why = "record holds id '" + d.task.id + "'";
+    return std::nullopt;
+  }
+  return d;
+}
+
+// SQLite binds at most INT_MAX bytes.
+void check_record_size(const std::string& record, const std::string& id) {
+  if (record.size() > static_cast<std::size_t>(INT_MAX))
+    throw store_failure{errc::store_error, "record of task '" + id + "' exceeds 2 GiB"};
+}
+
+// OFFSET and LIMIT take signed 64-bit values.
+std::int64_t clamp_to_int64(std::size_t n) {
+  return static_cast<std::int64_t>(
+      std::min<std::uint64_t>(n, static_cast<std::uint64_t>(INT64_MAX)));
+}
+
 }  // namespace
 
 struct sqlite_store::impl {
@@ -101,6 +141,13 @@ struct sqlite_store::impl {
   std::optional<SQLite::Statement> page;
   std::optional<SQLite::Statement> to_quarantine;
   std::optional<SQLite::Statement> erase_rowid;
+  std::optional<SQLite::Statement> dead_upsert;
+  std::optional<SQLite::Statement> dead_erase;
+  std::optional<SQLite::Statement> dead_page;
+  std::optional<SQLite::Statement> dead_find;
+  std::optional<SQLite::Statement> dead_count;
+  std::optional<SQLite::Statement> dead_to_quarantine;
+  std::optional<SQLite::Statement> dead_erase_rowid;
 
   std::string name() const { return "sqlite:" + path; }
 
@@ -129,6 +176,41 @@ struct sqlite_store::impl {
       st.clearBindings();
     }
   };
+
+  // Moves the bad rows into `quarantine` in one IMMEDIATE transaction:
+  // `copy` (?1 rowid, ?2 reason, ?3 now) copies a row there, `erase` (?1
+  // rowid) deletes it from its table. Logs each as "quarantined undecodable
+  // KIND 'ID'". Call with no statement of that table stepping.
+  void quarantine(SQLite::Statement& copy, SQLite::Statement& erase,
+                  const std::vector<bad_row>& bad, const char* kind) {
+    if (bad.empty()) return;
+    SQLite::Transaction tx(*db, SQLite::TransactionBehavior::IMMEDIATE);
+    const std::int64_t now = now_epoch_ms();
+    for (const bad_row& b : bad) {
+      {
+        reset_on_exit reset{copy};
+        copy.bind(1, b.rowid);
+        copy.bind(2, b.why);
+        copy.bind(3, now);
+        copy.exec();
+      }
+      reset_on_exit reset{erase};
+      erase.bind(1, b.rowid);
+      erase.exec();
+    }
+    tx.commit();
+    for (const bad_row& b : bad)
+      log(log_level::error,
+          name() + ": quarantined undecodable " + kind + " '" + std::string(b.id) + "': " + b.why);
+  }
+
+  // Every prepared statement, for resetting them before the database.
+  void drop_statements() {
+    for (auto* st :
+         {&dead_erase_rowid, &dead_to_quarantine, &dead_count, &dead_find, &dead_page, &dead_erase,
+          &dead_upsert, &erase_rowid, &to_quarantine, &page, &erase, &upsert})
+      st->reset();
+  }
 };
 
 sqlite_store::sqlite_store(no_open, const std::string& path, sqlite_options options)
@@ -201,6 +283,21 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                             "INSERT INTO quarantine(id, raw, reason, quarantined_at) "
                             "SELECT id, record, ?2, ?3 FROM tasks WHERE rowid = ?1");
     m.erase_rowid.emplace(*m.db, "DELETE FROM tasks WHERE rowid = ?1");
+    m.dead_upsert.emplace(*m.db,
+                          "INSERT INTO dead_letters(id, died_at_ms, record) VALUES(?1, ?2, ?3) "
+                          "ON CONFLICT(id) DO UPDATE SET died_at_ms = excluded.died_at_ms, "
+                          "record = excluded.record");
+    m.dead_erase.emplace(*m.db, "DELETE FROM dead_letters WHERE id = ?1");
+    m.dead_page.emplace(*m.db,
+                        "SELECT rowid, id, record FROM dead_letters "
+                        "ORDER BY died_at_ms, id LIMIT ?2 OFFSET ?1");
+    m.dead_find.emplace(*m.db, "SELECT rowid, record FROM dead_letters WHERE id = ?1");
+    m.dead_count.emplace(*m.db, "SELECT count(*) FROM dead_letters");
+    m.dead_to_quarantine.emplace(
+        *m.db,
+        "INSERT INTO quarantine(id, raw, reason, quarantined_at, source) "
+        "SELECT id, record, ?2, ?3, 'dead_letters' FROM dead_letters WHERE rowid = ?1");
+    m.dead_erase_rowid.emplace(*m.db, "DELETE FROM dead_letters WHERE rowid = ?1");
   } catch (const SQLite::Exception& e) {
     ec = make_error_code(translate(e));
     message =
@@ -212,11 +309,7 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
   if (ec) {
     log(log_level::error, m.name() + ": open failed: " + message);
     // Statements must go before the database they were prepared on.
-    m.erase_rowid.reset();
-    m.to_quarantine.reset();
-    m.page.reset();
-    m.erase.reset();
-    m.upsert.reset();
+    m.drop_statements();
     m.db.reset();
   }
 }
@@ -232,8 +325,7 @@ void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& 
     std::string record;
     for (const task& t : tasks) {
       record = detail::encode_record(t);
-      if (record.size() > static_cast<std::size_t>(INT_MAX))
-        throw store_failure{errc::store_error, "record of task '" + t.id + "' exceeds 2 GiB"};
+      check_record_size(record, t.id);
       impl::reset_on_exit reset{st};
       st.bind(1, t.id);
       st.bind(2, static_cast<std::int64_t>(to_epoch_ms(t.due)));
@@ -298,7 +390,7 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
         // Decode with the statement reset; move the bad rows in one
         // transaction before any sink runs, so a throwing sink cannot leave
         // them half-moved.
-        std::vector<std::pair<const row*, std::string>> bad;
+        std::vector<bad_row> bad;
         for (const row& r : rows) {
           boost::system::error_code dec;
           std::string why;
@@ -308,31 +400,12 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
             why = "record holds id '" + t.id + "'";
           }
           if (dec)
-            bad.emplace_back(&r, std::move(why));
+            bad.push_back({r.rowid, r.id, std::move(why)});
           else
             good.push_back(std::move(t));
         }
-        if (!bad.empty()) {
-          SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-          const std::int64_t now = now_epoch_ms();
-          for (const auto& [r, why] : bad) {
-            {
-              impl::reset_on_exit reset{*m.to_quarantine};
-              m.to_quarantine->bind(1, r->rowid);
-              m.to_quarantine->bind(2, why);
-              m.to_quarantine->bind(3, now);
-              m.to_quarantine->exec();
-            }
-            impl::reset_on_exit reset{*m.erase_rowid};
-            m.erase_rowid->bind(1, r->rowid);
-            m.erase_rowid->exec();
-          }
-          tx.commit();
-          for (const auto& [r, why] : bad)
-            log(log_level::error,
-                m.name() + ": quarantined undecodable record of task '" + r->id + "': " + why);
-          summary.quarantined += bad.size();
-        }
+        m.quarantine(*m.to_quarantine, *m.erase_rowid, bad, "record of task");
+        summary.quarantined += bad.size();
       });
     }
     if (ec || !more) break;
@@ -346,5 +419,164 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
 }
 
 std::string sqlite_store::describe() const { return impl_->name(); }
+
+void sqlite_store::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  if (letters.empty()) return;
+  std::lock_guard lock(m.mutex);
+  m.guarded("bury", ec, [&] {
+    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    std::string record;
+    for (const dead_letter& d : letters) {
+      {
+        impl::reset_on_exit reset{*m.erase};
+        m.erase->bind(1, d.task.id);
+        m.erase->exec();
+      }
+      record = detail::encode_dead_letter(d);
+      check_record_size(record, d.task.id);
+      SQLite::Statement& st = *m.dead_upsert;
+      impl::reset_on_exit reset{st};
+      st.bind(1, d.task.id);
+      st.bind(2, static_cast<std::int64_t>(to_epoch_ms(d.died_at)));
+      st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
+      st.exec();
+    }
+    tx.commit();
+  });
+}
+
+void sqlite_store::revive(std::span<const task> tasks, boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  if (tasks.empty()) return;
+  std::lock_guard lock(m.mutex);
+  m.guarded("revive", ec, [&] {
+    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    std::string record;
+    for (const task& t : tasks) {
+      {
+        impl::reset_on_exit reset{*m.dead_erase};
+        m.dead_erase->bind(1, t.id);
+        m.dead_erase->exec();
+      }
+      record = detail::encode_record(t);
+      check_record_size(record, t.id);
+      SQLite::Statement& st = *m.upsert;
+      impl::reset_on_exit reset{st};
+      st.bind(1, t.id);
+      st.bind(2, static_cast<std::int64_t>(to_epoch_ms(t.due)));
+      st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
+      st.exec();
+    }
+    tx.commit();
+  });
+}
+
+void sqlite_store::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  if (ids.empty()) return;
+  std::lock_guard lock(m.mutex);
+  m.guarded("purge", ec, [&] {
+    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    SQLite::Statement& st = *m.dead_erase;
+    for (const std::string& id : ids) {
+      impl::reset_on_exit reset{st};
+      st.bind(1, id);
+      st.exec();
+    }
+    tx.commit();
+  });
+}
+
+std::size_t sqlite_store::count_dead(boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  std::size_t n = 0;
+  std::lock_guard lock(m.mutex);
+  m.guarded("count_dead", ec, [&] {
+    SQLite::Statement& st = *m.dead_count;
+    impl::reset_on_exit reset{st};
+    if (st.executeStep()) n = static_cast<std::size_t>(st.getColumn(0).getInt64());
+  });
+  return n;
+}
+
+std::optional<dead_letter> sqlite_store::find_dead(std::string_view id,
+                                                   boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  std::optional<dead_letter> found;
+  std::lock_guard lock(m.mutex);
+  m.guarded("find_dead", ec, [&] {
+    row r;
+    {
+      SQLite::Statement& st = *m.dead_find;
+      impl::reset_on_exit reset{st};
+      st.bind(1, std::string(id));
+      if (!st.executeStep()) return;
+      r.rowid = st.getColumn(0).getInt64();
+      const SQLite::Column rec = st.getColumn(1);
+      r.record.assign(static_cast<const char*>(rec.getBlob()),
+                      static_cast<std::size_t>(rec.getBytes()));
+    }
+    std::string why;
+    found = decode_dead(id, r.record, why);
+    if (!found)
+      m.quarantine(*m.dead_to_quarantine, *m.dead_erase_rowid, {{r.rowid, id, std::move(why)}},
+                   "dead-letter record of task");
+  });
+  if (ec) found.reset();
+  return found;
+}
+
+std::vector<dead_letter> sqlite_store::list_dead(std::size_t offset, std::size_t limit,
+                                                 boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  std::vector<dead_letter> out;
+  if (limit == 0) return out;
+  std::lock_guard lock(m.mutex);
+  m.guarded("list_dead", ec, [&] {
+    std::vector<row> rows;
+    while (true) {
+      out.clear();
+      rows.clear();
+      {
+        SQLite::Statement& st = *m.dead_page;
+        impl::reset_on_exit reset{st};
+        st.bind(1, clamp_to_int64(offset));
+        st.bind(2, clamp_to_int64(limit));
+        while (st.executeStep()) {
+          row r;
+          r.rowid = st.getColumn(0).getInt64();
+          r.id = st.getColumn(1).getString();
+          const SQLite::Column rec = st.getColumn(2);
+          r.record.assign(static_cast<const char*>(rec.getBlob()),
+                          static_cast<std::size_t>(rec.getBytes()));
+          rows.push_back(std::move(r));
+        }
+      }
+      std::vector<bad_row> bad;
+      out.reserve(rows.size());
+      for (const row& r : rows) {
+        std::string why;
+        if (auto d = decode_dead(r.id, r.record, why))
+          out.push_back(std::move(*d));
+        else
+          bad.push_back({r.rowid, r.id, std::move(why)});
+      }
+      if (bad.empty()) return;
+      m.quarantine(*m.dead_to_quarantine, *m.dead_erase_rowid, bad, "dead-letter record of task");
+      // The quarantined rows no longer count toward the offset: read the
+      // page again so that it, and the pages after it, skip no good letter.
+      // Every pass that gets here deleted rows, so this ends.
+    }
+  });
+  if (ec) out.clear();
+  return out;
+}
 
 }  // namespace delayq

@@ -126,3 +126,134 @@ TEST_CASE("codec: a due time beyond what a time_point holds is rejected") {
   bytes.replace(due_at, 8, le64(static_cast<std::uint64_t>(INT64_MAX)));
   CHECK(rejected(bytes));
 }
+
+// ---- dead letters (format version 2) ---------------------------------------
+
+namespace {
+
+using delayq::detail::decode_dead_letter;
+using delayq::detail::encode_dead_letter;
+
+bool dead_rejected(std::string_view bytes) {
+  boost::system::error_code ec;
+  std::string why;
+  decode_dead_letter(bytes, ec, &why);
+  return ec == errc::corrupt_record && !why.empty();
+}
+
+const dead_letter sample_letter =
+    test::make_letter("id:{2}", std::string("it\0failed \xe6\x97\xa5\xff", 14), -1'234);
+
+}  // namespace
+
+TEST_CASE("codec: dead letter round trip of every field") {
+  for (const dead_letter& d :
+       {sample_letter, dead_letter{}, test::make_letter("x", "", 1'700'000'000'999),
+        test::make_letter("y", std::string(detail::max_dead_letter_error, '\0'), 0)}) {
+    const std::string bytes = encode_dead_letter(d);
+    boost::system::error_code ec;
+    const dead_letter back = decode_dead_letter(bytes, ec);
+    CHECK_FALSE(ec);
+    CHECK(back == d);
+    CHECK(decode_dead_letter(bytes) == d);
+  }
+}
+
+TEST_CASE("codec: a dead letter is version 2: the task's fields, then error and died_at") {
+  const std::string bytes = encode_dead_letter(sample_letter);
+  CHECK(bytes.substr(0, 5) == std::string("DQTR\x01", 5));
+  CHECK(bytes[5] == 2);
+  CHECK(bytes[6] == 0);
+  // A version 1 task record followed by the two version 2 fields.
+  std::string task_part = encode_record(sample_letter.task);
+  task_part[5] = 2;
+  CHECK(bytes.starts_with(task_part));
+  CHECK(bytes.substr(task_part.size()) == le64(sample_letter.error.size()) + sample_letter.error +
+                                              le64(static_cast<std::uint64_t>(-1'234)));
+  // Live tasks are still written as version 1, so older builds read them.
+  CHECK(encode_record(sample)[5] == 1);
+}
+
+TEST_CASE("codec: decode_record reads a version 2 record as its task") {
+  const std::string bytes = encode_dead_letter(sample_letter);
+  boost::system::error_code ec;
+  CHECK(decode_record(bytes, ec) == sample_letter.task);
+  CHECK_FALSE(ec);
+}
+
+TEST_CASE("codec: a version 1 record is not a dead letter") {
+  boost::system::error_code ec;
+  std::string why;
+  decode_dead_letter(encode_record(sample), ec, &why);
+  CHECK(ec == errc::corrupt_record);
+  CHECK(why.find("version 1") != std::string::npos);
+  CHECK_THROWS_AS(decode_dead_letter(encode_record(sample)), boost::system::system_error);
+}
+
+TEST_CASE("codec: every truncation of a dead letter is rejected by both decoders") {
+  const std::string bytes = encode_dead_letter(sample_letter);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    const std::string_view prefix = std::string_view(bytes).substr(0, n);
+    CHECK_MESSAGE(dead_rejected(prefix), "prefix of " << n << " bytes");
+    CHECK_MESSAGE(rejected(prefix), "prefix of " << n << " bytes");
+  }
+  std::string trailing = bytes + std::string(1, '\0');
+  CHECK(dead_rejected(trailing));
+  CHECK(rejected(trailing));
+}
+
+TEST_CASE("codec: damaged dead letters are rejected, never misread") {
+  const std::string good = encode_dead_letter(sample_letter);
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    std::string flipped = good;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x5a);
+    boost::system::error_code ec;
+    decode_dead_letter(flipped, ec);
+    CHECK((!ec || ec == errc::corrupt_record));
+  }
+  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t{detail::record_format_version + 1},
+                          std::uint16_t{0xffff}}) {
+    std::string bytes = good;
+    bytes[5] = static_cast<char>(v & 0xff);
+    bytes[6] = static_cast<char>(v >> 8);
+    CHECK(dead_rejected(bytes));
+  }
+  // An absurd error length, checked against the bytes left before allocating.
+  const std::size_t error_len_at = good.size() - 8 - sample_letter.error.size() - 8;
+  REQUIRE(good.substr(error_len_at, 8) == le64(sample_letter.error.size()));
+  for (std::uint64_t huge : {std::uint64_t{1} << 62, ~std::uint64_t{0}, std::uint64_t{1} << 32}) {
+    std::string bytes = good;
+    bytes.replace(error_len_at, 8, le64(huge));
+    CHECK(dead_rejected(bytes));
+  }
+  // A died_at beyond what a time_point holds.
+  std::string bytes = good;
+  bytes.replace(bytes.size() - 8, 8, le64(static_cast<std::uint64_t>(INT64_MIN)));
+  CHECK(dead_rejected(bytes));
+}
+
+TEST_CASE("codec: a dead letter's error is capped without splitting a character") {
+  using detail::dead_letter_error_cut;
+  using detail::max_dead_letter_error;
+  const std::size_t keep = max_dead_letter_error - dead_letter_error_cut.size();
+
+  const std::string exact(max_dead_letter_error, 'e');
+  CHECK(detail::cap_dead_letter_error(exact) == exact);
+
+  const std::string over(max_dead_letter_error + 1, 'o');
+  CHECK(detail::cap_dead_letter_error(over) ==
+        std::string(keep, 'o') + std::string(dead_letter_error_cut));
+
+  // A three-byte character across the cut is dropped whole.
+  std::string utf8(keep - 1, 'a');
+  utf8 += "\xe6\x97\xa5";
+  utf8 += std::string(10'000, 'b');
+  const std::string capped = detail::cap_dead_letter_error(utf8);
+  CHECK(capped == std::string(keep - 1, 'a') + std::string(dead_letter_error_cut));
+  CHECK(capped.size() <= max_dead_letter_error);
+
+  dead_letter d = test::make_letter("long", utf8);
+  const dead_letter back = decode_dead_letter(encode_dead_letter(d));
+  CHECK(back.error == capped);
+  CHECK(back.task == d.task);
+}

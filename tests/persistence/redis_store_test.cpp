@@ -51,6 +51,81 @@ TEST_CASE("redis: keys share one hash tag and can be read with plain commands") 
   CHECK_FALSE(raw.get({"ZSCORE", tag + "due", "k1"}));
 }
 
+TEST_CASE("redis: dead letters live in {P}:dead and {P}:dead:by_time") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("deadkeys");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  store.save(std::vector{make_task("k1")});
+  const dead_letter d = make_letter("k1", "boom", 1'700'000'000'777);
+  boost::system::error_code ec;
+  store.bury(std::vector{d}, ec);
+  REQUIRE_FALSE(ec);
+
+  const std::string tag = "{" + prefix + "}:";
+  CHECK_FALSE(raw.get({"HGET", tag + "tasks", "k1"}));
+  CHECK_FALSE(raw.get({"ZSCORE", tag + "due", "k1"}));
+  CHECK(raw.get({"HGET", tag + "dead", "k1"}) == detail::encode_dead_letter(d));
+  CHECK(raw.get({"ZSCORE", tag + "dead:by_time", "k1"}) == "1700000000777");
+  CHECK(raw.get({"HGET", tag + "meta", "layout"}) == "1");  // the new keys are additive
+  auto keys = raw.run({"KEYS", "*" + prefix + "*"});
+  REQUIRE(keys->type == REDIS_REPLY_ARRAY);
+  CHECK(keys->elements == 3);  // meta, dead, dead:by_time (tasks and due are empty)
+  for (std::size_t i = 0; i < keys->elements; ++i)
+    CHECK(std::string(keys->element[i]->str, keys->element[i]->len).starts_with(tag));
+
+  store.revive(std::vector{d.task}, ec);
+  REQUIRE_FALSE(ec);
+  CHECK_FALSE(raw.get({"HGET", tag + "dead", "k1"}));
+  CHECK_FALSE(raw.get({"ZSCORE", tag + "dead:by_time", "k1"}));
+  CHECK(raw.get({"HGET", tag + "tasks", "k1"}) == detail::encode_record(d.task));
+}
+
+TEST_CASE("redis: list_dead drops an index entry that has no record") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("dangling");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  boost::system::error_code ec;
+  store.bury(std::vector{make_letter("a", "", 1), make_letter("c", "", 3)}, ec);
+  REQUIRE_FALSE(ec);
+  const std::string tag = "{" + prefix + "}:";
+  raw.run({"ZADD", tag + "dead:by_time", "2", "ghost"});
+
+  log_capture logs;
+  const auto page = store.list_dead(0, 2, ec);
+  CHECK_FALSE(ec);
+  REQUIRE(page.size() == 2);
+  CHECK(page[0].task.id == "a");
+  CHECK(page[1].task.id == "c");
+  CHECK_FALSE(raw.get({"ZSCORE", tag + "dead:by_time", "ghost"}));
+  CHECK(logs.contains("'ghost'"));
+}
+
+TEST_CASE("redis: dead-letter calls reconnect like the others") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("deadreconnect");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  boost::system::error_code ec;
+  REQUIRE(raw.kill_store_connections(prefix) == 1);
+  store.bury(std::vector{make_letter("x")}, ec);
+  CHECK_FALSE(ec);
+  REQUIRE(raw.kill_store_connections(prefix) == 1);
+  CHECK(store.count_dead(ec) == 1);
+  CHECK_FALSE(ec);
+  REQUIRE(raw.kill_store_connections(prefix) == 1);
+  CHECK(store.list_dead(0, 10, ec).size() == 1);
+  CHECK_FALSE(ec);
+  REQUIRE(raw.kill_store_connections(prefix) == 1);
+  CHECK(store.find_dead("x", ec).has_value());
+  CHECK_FALSE(ec);
+  REQUIRE(raw.kill_store_connections(prefix) == 1);
+  store.purge(std::vector<std::string>{"x"}, ec);
+  CHECK_FALSE(ec);
+  CHECK(store.count_dead(ec) == 0);
+}
+
 TEST_CASE("redis: two prefixes on one server do not see each other") {
   raw_redis raw;
   const std::string p1 = unique_prefix("left"), p2 = unique_prefix("right");

@@ -1,6 +1,7 @@
 // One fixture per backend, so the conformance suite runs the same assertions
 // against each. A fixture owns a fresh, private store location and can open
-// a second store object on it and reach behind the store to its raw data.
+// a second store object on it and reach behind the store to its raw data
+// (live tasks and dead letters alike).
 #pragma once
 
 #include <SQLiteCpp/Database.h>
@@ -23,6 +24,9 @@ struct memory_fixture {
   void put_raw(const std::string&, const std::string&) {}
   std::optional<std::string> quarantined_raw(const std::string&) { return std::nullopt; }
   bool exists_raw(const std::string&) { return false; }
+  void put_raw_dead(const std::string&, const std::string&, std::int64_t) {}
+  std::optional<std::string> dead_quarantined_raw(const std::string&) { return std::nullopt; }
+  bool exists_raw_dead(const std::string&) { return false; }
 };
 
 struct sqlite_fixture {
@@ -59,6 +63,33 @@ struct sqlite_fixture {
     st.bind(1, id);
     return st.executeStep();
   }
+
+  void put_raw_dead(const std::string& id, const std::string& bytes, std::int64_t died_ms) {
+    SQLite::Database db(path_, SQLite::OPEN_READWRITE);
+    SQLite::Statement st(db, "INSERT INTO dead_letters(id, died_at_ms, record) VALUES(?1, ?2, ?3)");
+    st.bind(1, id);
+    st.bind(2, died_ms);
+    st.bind(3, bytes.data(), static_cast<int>(bytes.size()));
+    st.exec();
+  }
+  std::optional<std::string> dead_quarantined_raw(const std::string& id) {
+    SQLite::Database db(path_, SQLite::OPEN_READONLY);
+    SQLite::Statement st(db,
+                         "SELECT raw, reason FROM quarantine "
+                         "WHERE id = ?1 AND source = 'dead_letters'");
+    st.bind(1, id);
+    if (!st.executeStep()) return std::nullopt;
+    CHECK_FALSE(st.getColumn(1).getString().empty());
+    const SQLite::Column raw = st.getColumn(0);
+    return std::string(static_cast<const char*>(raw.getBlob()),
+                       static_cast<std::size_t>(raw.getBytes()));
+  }
+  bool exists_raw_dead(const std::string& id) {
+    SQLite::Database db(path_, SQLite::OPEN_READONLY);
+    SQLite::Statement st(db, "SELECT 1 FROM dead_letters WHERE id = ?1");
+    st.bind(1, id);
+    return st.executeStep();
+  }
 };
 
 struct redis_fixture {
@@ -87,6 +118,19 @@ struct redis_fixture {
   bool exists_raw(const std::string& id) {
     return raw_.integer({"HEXISTS", key("tasks"), id}) == 1 ||
            raw_.get({"ZSCORE", key("due"), id}).has_value();
+  }
+
+  void put_raw_dead(const std::string& id, const std::string& bytes, std::int64_t died_ms) {
+    raw_.run({"HSET", key("dead"), id, bytes});
+    raw_.run({"ZADD", key("dead:by_time"), std::to_string(died_ms), id});
+  }
+  std::optional<std::string> dead_quarantined_raw(const std::string& id) {
+    CHECK(raw_.get({"HGET", key("dead:quarantine:reason"), id}).has_value());
+    return raw_.get({"HGET", key("dead:quarantine"), id});
+  }
+  bool exists_raw_dead(const std::string& id) {
+    return raw_.integer({"HEXISTS", key("dead"), id}) == 1 ||
+           raw_.get({"ZSCORE", key("dead:by_time"), id}).has_value();
   }
 };
 

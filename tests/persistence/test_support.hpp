@@ -131,7 +131,8 @@ class raw_redis {
   void drop_prefix(const std::string& prefix) {
     const std::string tag = "{" + prefix + "}:";
     run({"DEL", tag + "tasks", tag + "due", tag + "quarantine", tag + "quarantine:reason",
-         tag + "meta"});
+         tag + "meta", tag + "dead", tag + "dead:by_time", tag + "dead:quarantine",
+         tag + "dead:quarantine:reason"});
   }
 
   /// Kills the connections a store with this prefix holds (the store names
@@ -197,6 +198,16 @@ inline task make_task(std::string id, std::string payload = "payload",
   t.due = from_epoch_ms(due_ms);
   t.attempts = attempts;
   return t;
+}
+
+/// A dead letter of make_task(id) that died at `died_ms` with `error`.
+inline dead_letter make_letter(std::string id, std::string error = "executor threw",
+                               std::int64_t died_ms = 1'700'000'100'000) {
+  dead_letter d;
+  d.task = make_task(std::move(id));
+  d.error = std::move(error);
+  d.died_at = from_epoch_ms(died_ms);
+  return d;
 }
 
 }  // namespace delayq::test

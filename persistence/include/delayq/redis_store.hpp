@@ -54,8 +54,9 @@ struct redis_options {
 };
 
 /// A task_store in Redis: a hash of encoded records plus a sorted set of due
-/// times, under one Redis Cluster hash tag so every call is one atomic
-/// MULTI/EXEC on one slot. Layout and guarantees: docs/persistence.md.
+/// times (and the same pair for dead letters), under one Redis Cluster hash
+/// tag so every write is one atomic MULTI/EXEC on one slot. Layout and
+/// guarantees: docs/persistence.md.
 ///
 /// The store keeps one connection. When it is lost (EOF, reset, I/O error,
 /// timeout) the next call reconnects; a call that finds its connection had
@@ -108,6 +109,19 @@ class redis_store final : public task_store {
                     boost::system::error_code& ec) override;
   /// redis_options::describe(): the URI without the password.
   std::string describe() const override;
+
+  // Dead letters live in `{PREFIX}:dead` (id -> record) and
+  // `{PREFIX}:dead:by_time` (id scored by died_at ms). bury, revive and
+  // purge are each one MULTI/EXEC; list_dead reads a page of ids with ZRANGE
+  // and their records with HMGET, and quarantines an undecodable record to
+  // `{PREFIX}:dead:quarantine` (find_dead too). Errors as above.
+  void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
+  std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
+                                     boost::system::error_code& ec) override;
+  std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) override;
+  void revive(std::span<const task> tasks, boost::system::error_code& ec) override;
+  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
+  std::size_t count_dead(boost::system::error_code& ec) override;
 
   /// The options the store was opened with.
   const redis_options& options() const noexcept;

@@ -29,7 +29,8 @@ struct sqlite_options {
 /// A task_store kept in one SQLite database file (WAL mode), for a single
 /// host without a Redis server.
 ///
-/// Each save() and remove() is one write transaction (all or nothing);
+/// Each save(), remove(), bury(), revive() and purge() is one write
+/// transaction (all or nothing);
 /// list() reads the table in pages of bounded size and moves undecodable
 /// records to the `quarantine` table. Schema and guarantees:
 /// docs/persistence.md.
@@ -74,8 +75,22 @@ class sqlite_store final : public task_store {
   /// "sqlite:" followed by the path as given.
   std::string describe() const override;
 
+  // Dead letters live in the `dead_letters` table (schema version 2). bury,
+  // revive and purge are each one write transaction; list_dead reads one page
+  // ordered by (died_at_ms, id) and, like find_dead, moves an undecodable
+  // record to `quarantine` (source 'dead_letters'). Errors as above.
+  void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
+  std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
+                                     boost::system::error_code& ec) override;
+  std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) override;
+  void revive(std::span<const task> tasks, boost::system::error_code& ec) override;
+  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
+  std::size_t count_dead(boost::system::error_code& ec) override;
+
   /// The schema version (PRAGMA user_version) this build creates and reads.
-  static constexpr int schema_version = 1;
+  /// Opening a file of an older version migrates it (1 -> 2 adds the
+  /// dead-letter table).
+  static constexpr int schema_version = 2;
 
  private:
   struct impl;
