@@ -5,6 +5,7 @@
 #   build  build/       RelWithDebInfo, -Werror, benchmarks on; ctest
 #   asan   build-asan/  ASan + UBSan at -O1; ctest
 #   tsan   build-tsan/  TSan at -O1; ctest
+#   fuzz   build-fuzz/  tests/fuzz/run.sh: each libFuzzer target for 45 s (clang 14)
 #   bench  scripts/bench-smoke.sh (quick benchmark run), when it exists
 # Every ctest run has a private Redis server (scripts/with-redis.sh).
 # Pick stages with DELAYQ_STAGES, e.g. DELAYQ_STAGES=build bash scripts/test.sh
@@ -15,11 +16,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$DELAYQ_ROOT"
 
-stages="${DELAYQ_STAGES:-build,asan,tsan,bench}"
+stages="${DELAYQ_STAGES:-build,asan,tsan,fuzz,bench}"
 for s in ${stages//,/ }; do
   case "$s" in
-    build | asan | tsan | bench) ;;
-    *) delayq_die "unknown stage '$s' in DELAYQ_STAGES (stages: build,asan,tsan,bench)" ;;
+    build | asan | tsan | fuzz | bench) ;;
+    *) delayq_die "unknown stage '$s' in DELAYQ_STAGES (stages: build,asan,tsan,fuzz,bench)" ;;
   esac
 done
 want() { [[ ",$stages," == *",$1,"* ]]; }
@@ -98,7 +99,13 @@ stage_asan() {
 
 stage_tsan() {
   configure_and_build build-tsan -DDELAYQ_SANITIZE=thread "${sanitizer_args[@]}"
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest build-tsan
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$DELAYQ_ROOT/tests/tsan.supp" run_ctest build-tsan
+}
+
+# Not a ctest run: a target that fails makes run.sh, so the stage, fail, and
+# the summary counts it like any failed stage outside ctest.
+stage_fuzz() {
+  bash tests/fuzz/run.sh 45
 }
 
 stage_bench() {
@@ -116,6 +123,6 @@ echo "==> stage deps"
 ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
 current=""
 
-for s in build asan tsan bench; do
+for s in build asan tsan fuzz bench; do
   if want "$s"; then stage "$s" "stage_$s"; fi
 done

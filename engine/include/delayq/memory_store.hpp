@@ -18,8 +18,14 @@ namespace delayq {
 /// Thread safety: all members are safe to call from any thread (one mutex).
 class memory_store final : public task_store {
  public:
+  using task_store::bury;
+  using task_store::count_dead;
+  using task_store::find_dead;
   using task_store::list;
+  using task_store::list_dead;
+  using task_store::purge;
   using task_store::remove;
+  using task_store::revive;
   using task_store::save;
 
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;

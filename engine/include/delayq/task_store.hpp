@@ -124,6 +124,41 @@ class task_store {
     remove(ids, ec);
     detail::throw_if(ec, "delayq: store remove");
   }
+  /// Throwing forms of the dead-letter calls.
+  void bury(std::span<const dead_letter> letters) {
+    boost::system::error_code ec;
+    bury(letters, ec);
+    detail::throw_if(ec, "delayq: store bury");
+  }
+  std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit) {
+    boost::system::error_code ec;
+    auto out = list_dead(offset, limit, ec);
+    detail::throw_if(ec, "delayq: store list_dead");
+    return out;
+  }
+  std::optional<dead_letter> find_dead(std::string_view id) {
+    boost::system::error_code ec;
+    auto out = find_dead(id, ec);
+    detail::throw_if(ec, "delayq: store find_dead");
+    return out;
+  }
+  void revive(std::span<const task> tasks) {
+    boost::system::error_code ec;
+    revive(tasks, ec);
+    detail::throw_if(ec, "delayq: store revive");
+  }
+  void purge(std::span<const std::string> ids) {
+    boost::system::error_code ec;
+    purge(ids, ec);
+    detail::throw_if(ec, "delayq: store purge");
+  }
+  std::size_t count_dead() {
+    boost::system::error_code ec;
+    auto n = count_dead(ec);
+    detail::throw_if(ec, "delayq: store count_dead");
+    return n;
+  }
+
   /// Throwing form of list().
   list_summary list(const std::function<void(task&&)>& sink) {
     boost::system::error_code ec;

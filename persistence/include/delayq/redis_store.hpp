@@ -86,8 +86,14 @@ struct redis_options {
 /// so a sink may call back into the store.
 class redis_store final : public task_store {
  public:
+  using task_store::bury;
+  using task_store::count_dead;
+  using task_store::find_dead;
   using task_store::list;
+  using task_store::list_dead;
+  using task_store::purge;
   using task_store::remove;
+  using task_store::revive;
   using task_store::save;
 
   /// Connects (AUTH, SELECT, checks the key layout version). Throws

@@ -50,8 +50,14 @@ struct sqlite_options {
 /// so a sink may call back into the store.
 class sqlite_store final : public task_store {
  public:
+  using task_store::bury;
+  using task_store::count_dead;
+  using task_store::find_dead;
   using task_store::list;
+  using task_store::list_dead;
+  using task_store::purge;
   using task_store::remove;
+  using task_store::revive;
   using task_store::save;
 
   /// Opens (creating if needed) the database at `path` and brings its schema
