@@ -1,0 +1,316 @@
+// delayq-crash-worker: the process the crash test kills. It runs an engine on
+// a real store, schedules tasks c-0 .. c-(N-1) with seeded random delays, and
+// records what it did in DIR (crash_files.hpp) so that a later run, and the
+// driver, can tell what survived a SIGKILL.
+//
+//   delayq-crash-worker --store URI --dir DIR --tasks N --span-ms S --seed X
+//                       [--drain] [--timeout-s T]
+//
+// Without --drain it schedules what is left and then runs until it is killed.
+// With --drain it schedules what is left, waits until the engine holds
+// nothing, checks that every acknowledged task ran and that the store is
+// empty, and exits 0; any inconsistency exits non-zero with a message.
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <delayq/delayq.hpp>
+#include <delayq/open_store.hpp>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "crash_files.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace crash = delayq::crash;
+
+struct options {
+  std::string store;
+  std::string dir;
+  std::size_t tasks = 0;
+  std::uint64_t span_ms = 0;
+  std::uint64_t seed = 0;
+  bool drain = false;
+  std::chrono::seconds timeout{240};  // --drain: most time to wait for the engine to empty
+};
+
+unsigned run_number = 0;  // this process's run, for messages
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "delayq-crash-worker (run %u): %s\n", run_number, what.c_str());
+  // _Exit: the engine's threads are still running; no static destructor may
+  // pull anything from under them.
+  std::_Exit(2);
+}
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "delayq-crash-worker: %s\n"
+               "usage: delayq-crash-worker --store URI --dir DIR --tasks N --span-ms S --seed X "
+               "[--drain] [--timeout-s T]\n",
+               why.c_str());
+  std::_Exit(64);
+}
+
+options parse_args(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--drain") {
+      o.drain = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage("missing value after " + std::string(arg));
+    const std::string_view value = argv[++i];
+    auto number = [&]() -> std::uint64_t {
+      auto v = crash::parse_number<std::uint64_t>(value);
+      if (!v) usage("not a number: " + std::string(arg) + " " + std::string(value));
+      return *v;
+    };
+    if (arg == "--store")
+      o.store = value;
+    else if (arg == "--dir")
+      o.dir = value;
+    else if (arg == "--tasks")
+      o.tasks = number();
+    else if (arg == "--span-ms")
+      o.span_ms = number();
+    else if (arg == "--seed")
+      o.seed = number();
+    else if (arg == "--timeout-s")
+      o.timeout = std::chrono::seconds{number()};
+    else
+      usage("unknown option " + std::string(arg));
+  }
+  if (o.store.empty() || o.dir.empty() || o.tasks == 0)
+    usage("--store, --dir and --tasks are required");
+  return o;
+}
+
+std::string path_in(const options& o, const char* name) { return o.dir + "/" + name; }
+
+// An append-only file whose every line is durable before append() returns.
+// One write() per line: a kill leaves a line whole or absent; concurrent
+// appenders (the two workers) never interleave within a line.
+class durable_log {
+ public:
+  explicit durable_log(const std::string& path)
+      : path_(path), fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) fail("cannot open " + path_);
+  }
+  ~durable_log() { ::close(fd_); }
+  durable_log(const durable_log&) = delete;
+  durable_log& operator=(const durable_log&) = delete;
+
+  void append(const std::string& line) const {
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
+        ::fdatasync(fd_) != 0)
+      fail("cannot append to " + path_);  // exits: an attempt must never fail and be retried
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+// Replaces `path` with `text` atomically and durably: a kill leaves the old
+// file or the new one.
+void replace_file(const std::string& dir, const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
+      ::fsync(fd) != 0)
+    fail("cannot write " + tmp);
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp);
+  const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0 || ::fsync(d) != 0) fail("cannot sync " + dir);
+  ::close(d);
+}
+
+// Reads, increments and replaces the run counter. A run killed before the
+// rename has no number and has done nothing yet; the next run takes it.
+unsigned next_run(const options& o) {
+  const std::string path = path_in(o, crash::run_counter);
+  const auto prev = crash::read_lines(path);
+  unsigned run = 1;
+  if (!prev.lines.empty() || prev.torn) {
+    auto n = prev.lines.empty() ? std::nullopt : crash::parse_number<unsigned>(prev.lines.front());
+    if (!n || prev.torn) fail("corrupt run counter " + path);
+    run = *n + 1;
+  }
+  replace_file(o.dir, path, std::to_string(run) + "\n");
+  return run;
+}
+
+std::unordered_set<std::string> executed_ids(const options& o) {
+  const auto log = crash::read_lines(path_in(o, crash::executed_log));
+  if (log.torn) fail("executed.log ends with a torn line");
+  std::unordered_set<std::string> ids;
+  for (const auto& line : log.lines) {
+    auto e = crash::parse_executed(line);
+    if (!e) fail("malformed line in executed.log: '" + line + "'");
+    ids.insert(std::move(e->id));
+  }
+  return ids;
+}
+
+// How many tasks were acknowledged, checking that acked.log is c-0, c-1, ...
+std::size_t acknowledged(const options& o) {
+  const auto log = crash::read_lines(path_in(o, crash::acked_log));
+  if (log.torn) fail("acked.log ends with a torn line");
+  for (std::size_t k = 0; k < log.lines.size(); ++k) {
+    auto a = crash::parse_acked(log.lines[k]);
+    if (!a || a->id != crash::task_id(k))
+      fail("acked.log line " + std::to_string(k + 1) + " is '" + log.lines[k] + "', expected " +
+           crash::task_id(k));
+  }
+  if (log.lines.size() > o.tasks) fail("acked.log holds more than --tasks ids");
+  return log.lines.size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse_args(argc, argv);
+  run_number = next_run(o);
+
+  const durable_log errors(path_in(o, crash::errors_log));
+  delayq::set_log_function([&errors](delayq::log_level level, std::string_view message) {
+    if (level < delayq::log_level::warning) return;
+    const std::string line = "run " + std::to_string(run_number) + ": " + std::string(message);
+    std::fprintf(stderr, "delayq-crash-worker: %s\n", line.c_str());
+    // An error (a failed store write, a quarantined record) breaks what the
+    // driver checks for; it fails the test even from a run that is killed.
+    if (level == delayq::log_level::error) errors.append(line + "\n");
+  });
+
+  const durable_log executed(path_in(o, crash::executed_log));
+  const durable_log acked(path_in(o, crash::acked_log));
+  std::size_t next = acknowledged(o);
+
+  std::mutex progress_mutex;
+  std::condition_variable progress;
+  std::atomic<unsigned> workers_seen{0};
+  delayq::executor_factory executors;
+  executors.add(crash::task_type, [&](const delayq::task& t) {
+    thread_local const unsigned worker = workers_seen.fetch_add(1);
+    executed.append(std::to_string(run_number) + " " + t.id + " " + std::to_string(worker) + "\n");
+    progress.notify_all();
+  });
+
+  boost::asio::io_context io;
+  auto guard = boost::asio::make_work_guard(io);
+  std::thread io_thread([&io] { io.run(); });
+
+  delayq::engine_options eo;
+  eo.tick = 10ms;
+  eo.workers = crash::worker_threads;
+  eo.catch_up_rate = 0;  // overdue tasks all run at once after a restart
+  std::optional<delayq::engine> eng;
+  try {
+    eng.emplace(io, executors, delayq::open_store(o.store), eo);
+    eng->start();
+  } catch (const std::exception& e) {
+    fail(std::string("cannot start the engine: ") + e.what());
+  }
+  const delayq::engine_stats at_start = eng->stats();
+  if (at_start.quarantined != 0)
+    fail(std::to_string(at_start.quarantined) + " stored records could not be decoded");
+  std::fprintf(stderr,
+               "delayq-crash-worker: run %u: loaded %llu stored tasks, %zu of %zu acknowledged%s\n",
+               run_number, static_cast<unsigned long long>(at_start.loaded), next, o.tasks,
+               o.drain ? ", draining" : "");
+
+  // The first unacknowledged id is in doubt: the previous run may have been
+  // killed after its schedule() returned and before the ack line. Scheduling it
+  // again with on_conflict::keep is not enough: if the restarted engine already
+  // ran and removed it, keep finds nothing and adds it a second time. start()
+  // loaded everything stored, so the engine either still holds it (find()
+  // sees waiting and running tasks), or it ran since (and its line is in
+  // executed.log, written before the engine forgot it), or it was never stored.
+  if (next < o.tasks) {
+    const std::string id = crash::task_id(next);
+    if (eng->find(id)) {
+      acked.append(id + " " + std::string(crash::found_pending) + "\n");
+      ++next;
+    } else if (executed_ids(o).count(id) != 0) {
+      acked.append(id + " " + std::string(crash::found_executed) + "\n");
+      ++next;
+    }
+  }
+
+  for (; next < o.tasks; ++next) {
+    const std::string id = crash::task_id(next);
+    const auto delay = std::chrono::milliseconds{crash::task_delay_ms(o.seed, next, o.span_ms)};
+    boost::system::error_code ec;
+    // keep: a pending task with this id stays as it is (none is expected:
+    // every earlier id is acknowledged and the in-doubt one was settled above).
+    const std::string got =
+        eng->schedule(crash::task_type, "", delay, {id, delayq::on_conflict::keep}, ec);
+    if (ec) fail("schedule(" + id + ") failed: " + ec.message());
+    if (got != id) fail("schedule(" + id + ") returned id " + got);
+    acked.append(id + "\n");
+  }
+
+  if (!o.drain) {
+    io_thread.join();  // io.run() has work until the driver kills us
+    fail("the io_context stopped while the engine was running");
+  }
+
+  // Drain: wait until the engine holds nothing. The executor's notification
+  // comes just before the engine counts the attempt done, so the wait also
+  // rechecks once per tick.
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  {
+    std::unique_lock lock(progress_mutex);
+    while (eng->pending() != 0) {
+      if (std::chrono::steady_clock::now() > deadline)
+        fail("drain: " + std::to_string(eng->pending()) + " tasks still pending after " +
+             std::to_string(o.timeout.count()) + " s");
+      progress.wait_for(lock, eo.tick);
+    }
+  }
+  if (!eng->stop(30s)) fail("drain: stop() left attempts running");
+  const delayq::engine_stats done = eng->stats();
+  if (done.failed != 0) fail("drain: " + std::to_string(done.failed) + " attempts failed");
+  eng.reset();
+  guard.reset();
+  io.stop();
+  io_thread.join();
+
+  // Nothing may be left behind in the store, and every acknowledged task ran.
+  std::size_t left = 0;
+  try {
+    delayq::open_store(o.store)->list([&left](delayq::task&&) { ++left; });
+  } catch (const std::exception& e) {
+    fail(std::string("drain: cannot list the store: ") + e.what());
+  }
+  if (left != 0) fail("drain: the store still holds " + std::to_string(left) + " tasks");
+  const auto ran = executed_ids(o);
+  std::size_t lost = 0;
+  std::string examples;
+  for (std::size_t k = 0; k < o.tasks; ++k) {
+    if (ran.count(crash::task_id(k)) != 0) continue;
+    if (++lost <= 10) examples += " " + crash::task_id(k);
+  }
+  if (lost != 0)
+    fail("drain: " + std::to_string(lost) + " acknowledged tasks never ran:" + examples);
+  delayq::set_log_function({});
+  return 0;
+}
