@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# scripts/bench.sh - the benchmark run behind docs/benchmarks.md.
+#
+#   bash scripts/bench.sh [--quick] [--no-full] [--reps N] [--min-time S] [--only micro|engine|latency|report]
+#
+# Installs the Debian packages the build needs (scripts/common.sh), builds
+# build-bench/ (Release, benchmarks on, no tests or examples), runs the micro
+# benchmarks (N = 1e3 .. 1e7), the engine API benchmark and the memory
+# latency benchmark with repetitions, and writes to bench/results/:
+#   micro.json, engine.json, latency.json
+#                              Google Benchmark's JSON, every repetition
+#   micro.tsv, engine.tsv, latency.tsv
+#                              one row per benchmark: median and cv
+#   tables.md                  the Markdown tables and the target check
+#   <name>.machine.txt         CPU, cores, compiler, flags, load, commit of each run
+#   micro-<op>.png             ns/op against N, log-log, one line per structure
+#   micro-wheel.png            the wheel's four operations
+#
+#   --quick       tiny sizes, one repetition, into bench/results/quick/: checks
+#                 the pipeline in seconds
+#   --no-full     stop at N = 1e6 (the full run also does 1e7, needs ~4 GB)
+#   --reps N      repetitions per benchmark (default 5); tables use the median
+#   --min-time S  minimum timed seconds per repetition (default 0.5)
+#   --only NAME   run only the micro, engine or latency benchmark, or (report) none;
+#                 the tables and plots are made from the JSON in bench/results/
+set -euo pipefail
+
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$DELAYQ_ROOT"
+
+quick=0
+full=1
+reps=5
+min_time=0.5
+only=""
+while (($#)); do
+  case "$1" in
+    --quick) quick=1 ;;
+    --no-full) full=0 ;;
+    --reps) reps="${2:?--reps needs a number}"; shift ;;
+    --min-time) min_time="${2:?--min-time needs seconds}"; shift ;;
+    --only) only="${2:?--only needs micro, engine, latency or report}"; shift ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) delayq_die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+case "$only" in
+  "" | micro | engine | latency | report) ;;
+  *) delayq_die "--only takes micro, engine, latency or report, not '$only'" ;;
+esac
+
+ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
+
+build="build-bench"
+configure_and_build "$build" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DDELAYQ_BUILD_BENCH=ON \
+  -DDELAYQ_BUILD_TESTS=OFF \
+  -DDELAYQ_BUILD_EXAMPLES=OFF \
+  -DDELAYQ_INSTALL=OFF
+
+# A quick run writes beside the real results, never over them.
+out=bench/results
+mode=()
+if ((quick)); then
+  out=bench/results/quick
+  mode=(--quick)
+  reps=1
+elif ((full)); then
+  mode=(--full)
+fi
+mkdir -p "$out"
+rm -rf "$out/plot-data"
+
+# ------------------------------------------------------------ the runs
+cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+flags="$(sed -n 's/^CMAKE_CXX_FLAGS_RELEASE:[A-Z]*=//p' "$build/CMakeCache.txt")"
+machine() {  # the machine and the state of the tree, for <name>.machine.txt
+  echo "date:       $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "cpu:        $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  echo "cores:      $(nproc) (nproc)"
+  echo "memory:     $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel:     $(uname -sr)"
+  echo "compiler:   $("$cxx" --version | head -n 1)"
+  echo "flags:      $flags -std=c++20 (CMAKE_BUILD_TYPE=Release)"
+  echo "boost:      $(dpkg-query -W -f='${Version}' libboost-dev 2>/dev/null || echo '?')"
+  echo "benchmark:  $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
+  echo "commit:     $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- engine persistence 2>/dev/null || echo ' + uncommitted changes in engine/ or persistence/')"
+  echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
+}
+gbench=(
+  --benchmark_repetitions="$reps"
+  --benchmark_min_time="$min_time"
+  --benchmark_display_aggregates_only=true
+  --benchmark_out_format=json
+)
+run() {  # run <name> <binary> : writes $out/<name>.json and $out/<name>.machine.txt
+  [[ -z "$only" || "$only" == "$1" ]] || return 0
+  local cmd=("$2" "${mode[@]}" "${gbench[@]}" --benchmark_out="$out/$1.json")
+  machine >"$out/$1.machine.txt"
+  echo "command:    ${cmd[*]}" >>"$out/$1.machine.txt"
+  echo
+  cat "$out/$1.machine.txt"
+  "${cmd[@]}"
+  echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at the end" >>"$out/$1.machine.txt"
+}
+run micro "$build/bench/micro/delayq-bench-micro"
+run engine "$build/bench/engine/delayq-bench-engine"
+run latency "$build/bench/latency/delayq-bench-latency"
+
+# ------------------------------------------------------------ tables and plots
+for name in micro engine latency; do
+  [[ -f "$out/$name.json" ]] || delayq_die "no $out/$name.json: run it first (without --only)"
+  awk -f bench/report/medians.awk "$out/$name.json" >"$out/$name.tsv"
+done
+task_size="$(sed -n 's/.*"delayq.sizeof_task": "\([0-9]*\)".*/\1/p' "$out/micro.json")"
+awk -v task_size="${task_size:-112}" -f bench/report/tables.awk \
+  "$out/micro.tsv" "$out/engine.tsv" "$out/latency.tsv" >"$out/tables.md"
+
+mkdir -p "$out/plot-data"
+awk -F'\t' -v dir="$out/plot-data" 'NR > 1 && $9 != "" {
+    print $4, $9 > (dir "/" $3 "." $2 ".dat")
+  }' "$out/micro.tsv"
+gnuplot -e "dir='$out'" bench/report/plots.gp
+
+echo
+cat "$out/tables.md"
+echo
+echo "results in $out/:" "$(cd "$out" && printf "%s " *.json *.tsv *.md *.png *.txt)"
