@@ -172,7 +172,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     state_ = run_state::stopped;
     const bool drained = running_.empty();
     lock.unlock();
-    writer_.flush();  // removals of attempts that just succeeded
+    writer_.retry_failed();  // removals of attempts that just succeeded, and kept ones
     return drained;
   }
 
@@ -989,7 +989,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
         // Raw `this` into our own pool, as in post_attempt().
         impl* me = self.get();
         boost::asio::post(self->async_pool_, [me] {
-          me->writer_.flush();
+          me->writer_.retry_failed();
           if (me->writer_.has_failed()) me->post_store_retry();
         });
       });

@@ -314,8 +314,9 @@ std::string drop_redis_prefix(const redis_target& t) {
                                   : std::vector<std::string>{"AUTH", o.user, o.password});
   if (o.db != 0) cmds.push_back({"SELECT", std::to_string(o.db)});
   const std::string k = "{" + t.prefix + "}:";
-  cmds.push_back(
-      {"DEL", k + "tasks", k + "due", k + "quarantine", k + "quarantine:reason", k + "meta"});
+  cmds.push_back({"DEL", k + "tasks", k + "due", k + "quarantine", k + "quarantine:reason",
+                  k + "meta", k + "dead", k + "dead:by_time", k + "dead:quarantine",
+                  k + "dead:quarantine:reason"});
   std::string error;
   for (const auto& cmd : cmds) {
     std::vector<const char*> argv;
@@ -350,7 +351,11 @@ struct history {
 struct verdict {
   std::vector<std::string> failures;
   std::size_t executions = 0;
-  std::size_t duplicates = 0;
+  std::size_t failed_attempts = 0;  // designed failures logged, repeats included
+  std::size_t retried_tasks = 0;    // tasks designed to fail at least once
+  std::size_t duplicates = 0;       // attempts run again after a kill: both kinds below
+  std::size_t repeated_successes = 0;
+  std::size_t repeated_failures = 0;
   std::size_t max_duplicates_per_run = 0;
   std::size_t furthest_from_end = 0;  // lines of its run after a repeated execution
   std::size_t found_pending = 0;
@@ -359,24 +364,37 @@ struct verdict {
 };
 
 // The checks. What a SIGKILL can truly cause, given the engine's order
-// (persist before schedule() returns; execute; remove after the executor
-// returned) and the worker's (ack line after schedule() returned; log line
-// synced before the executor returns):
+// (persist before schedule() returns; execute; after a success remove, after
+// a failure save the task with attempts + 1 and its retry time) and the
+// worker's (ack line after schedule() returned; log line synced before the
+// executor returns or throws):
 //
-// - Nothing acknowledged is lost: every id of acked.log appears in
-//   executed.log. acked.log must be exactly c-0 .. c-(N-1), in order.
-// - Within one run no id runs twice (no attempt ever fails here).
-// - A task runs again in a later run only if its removal was not durable at
-//   the kill. A worker thread writes its line, returns, and the engine then
-//   removes the task and waits for that removal (store_writer::flush) before
-//   the thread takes its next attempt. So at a kill, each worker thread has at
-//   most one logged task whose removal may not be durable: the last line it
-//   wrote in that run. The check is exactly that: every execution of an id
-//   that is followed by another execution of it is the last line of its
-//   (run, worker) pair, in a run that was killed. Hence at most `workers`
-//   repeats per killed run. (A line-count window before the kill would be a
-//   weaker proxy: between a thread's log line and its removal, the other
-//   thread may log any number of lines.)
+// - Nothing acknowledged is lost: every id of acked.log has a successful
+//   attempt in executed.log. acked.log must be exactly c-0 .. c-(N-1), in
+//   order.
+// - An attempt runs again in a later run only if what followed it was not
+//   durable at the kill: the removal after a success, or the save of the new
+//   attempt count after a failure. A worker thread writes its line, returns
+//   (or throws), and the engine then makes that removal or save durable
+//   (store_writer::flush after a success, persist_then_arm after a failure)
+//   before the thread takes its next attempt. So at a kill, each worker thread
+//   has at most one logged attempt whose outcome may not be durable: the last
+//   line it wrote in that run. The check is exactly that: every line followed
+//   by another line of its id with the same attempt number is the last line
+//   of its (run, worker) pair, in a run that was killed. Hence at most
+//   `workers` repeated attempts per killed run, successes and failures
+//   together. (A line-count window before the kill would be a weaker proxy:
+//   between a thread's log line and its removal, the other thread may log any
+//   number of lines.)
+// - Attempt numbers: an id's first line is attempt 1; after a failed attempt
+//   a the next line of the id is a + 1 (the count was saved; always so within
+//   one run, where the engine holds the count in memory) or, across a kill, a
+//   again (the save was lost, under the rule above). Never backwards, never a
+//   skip: a lost counter may only repeat attempts. After a success the next
+//   line, if any, is the same attempt in a later run (a lost removal). So an
+//   id fails exactly its designed attempts 1 .. d, then succeeds at d + 1, and
+//   has one success plus the bounded repeats. No task dies (the worker checks
+//   the dead letters; the engine would also log the death as an error).
 // - An id is in doubt only when a kill fell between schedule() returning and
 //   its ack line: the first unacknowledged id at that kill. The next run
 //   settles it without scheduling it again (crash_worker.cpp) and tags its ack
@@ -415,7 +433,8 @@ verdict check(const options& o, const std::string& dir, const history& h) {
   for (std::size_t i = 0; i < executed.lines.size(); ++i) {
     auto e = crash::parse_executed(executed.lines[i]);
     if (!e || !crash::task_index(e->id, o.tasks) || e->worker >= crash::worker_threads ||
-        e->run == 0 || e->run > h.final_run) {
+        e->run == 0 || e->run > h.final_run || e->attempt == 0 ||
+        e->attempt > crash::max_attempts) {
       v.fail("executed.log line " + std::to_string(i + 1) + " is malformed or out of range: '" +
              executed.lines[i] + "'");
       e = crash::executed_line{};
@@ -423,6 +442,7 @@ verdict check(const options& o, const std::string& dir, const history& h) {
     if (!lines.empty() && e->run != 0 && e->run < lines.back().run)
       v.fail("executed.log line " + std::to_string(i + 1) + " is of run " + std::to_string(e->run) +
              " after lines of run " + std::to_string(lines.back().run));
+    if (e->run != 0 && !e->ok) ++v.failed_attempts;
     last_of_worker[{e->run, e->worker}] = i;
     last_of_run[e->run] = i;
     lines.push_back(std::move(*e));
@@ -432,36 +452,66 @@ verdict check(const options& o, const std::string& dir, const history& h) {
   for (std::size_t i = 0; i < lines.size(); ++i)
     if (auto k = crash::task_index(lines[i].id, o.tasks)) runs_of[*k].push_back(i);
 
+  auto where = [&](std::size_t i) {
+    const crash::executed_line& e = lines[i];
+    return std::string(e.ok ? "succeeded" : "failed") + " at attempt " + std::to_string(e.attempt) +
+           " in run " + std::to_string(e.run) + " (executed.log line " + std::to_string(i + 1) +
+           ")";
+  };
   std::map<unsigned, std::size_t> repeats_per_run;
   std::size_t lost = 0;
   std::string lost_examples;
   for (std::size_t k = 0; k < o.tasks; ++k) {
     const auto& at = runs_of[k];
-    if (at.empty()) {
-      if (++lost <= 10) lost_examples += " " + crash::task_id(k);
+    const std::string id = crash::task_id(k);
+    const unsigned designed = crash::designed_failures(k);
+    if (designed != 0) ++v.retried_tasks;
+    if (std::none_of(at.begin(), at.end(), [&](std::size_t i) { return lines[i].ok; })) {
+      if (++lost <= 10) lost_examples += " " + id;
       continue;
     }
+    if (lines[at.front()].attempt != 1)
+      v.fail(id + " first " + where(at.front()) + ", not at attempt 1");
+    // The executor decides by the attempt number: these hold unless the log lies.
+    for (std::size_t i : at)
+      if (lines[i].ok != (lines[i].attempt > designed))
+        v.fail(id + " is designed to fail its first " + std::to_string(designed) +
+               " attempts, yet " + where(i));
     for (std::size_t j = 0; j + 1 < at.size(); ++j) {
       const crash::executed_line& e = lines[at[j]];
-      const crash::executed_line& again = lines[at[j + 1]];
+      const crash::executed_line& next = lines[at[j + 1]];
+      const std::string pair = id + " " + where(at[j]) + ", then " + where(at[j + 1]);
+      if (!e.ok && next.attempt == e.attempt + 1) continue;  // a retry after a saved count
+      if (next.attempt < e.attempt) {
+        v.fail(pair + ": its attempt count went backwards" +
+               (e.run == next.run ? " within one run" : ""));
+        continue;
+      }
+      if (next.attempt != e.attempt) {
+        v.fail(pair + ": " +
+               (e.ok ? "a success changed the attempt count"
+                     : "attempt numbers skipped; a lost counter may only repeat an attempt"));
+        continue;
+      }
+      // The same attempt again: what followed `e` was not durable.
       ++v.duplicates;
+      ++(e.ok ? v.repeated_successes : v.repeated_failures);
       ++repeats_per_run[e.run];
-      if (e.run == again.run) {
-        v.fail(e.id + " ran twice in run " + std::to_string(e.run) + " (executed.log lines " +
-               std::to_string(at[j] + 1) + " and " + std::to_string(at[j + 1] + 1) + ")");
+      if (e.run == next.run) {
+        v.fail(pair + ": the same attempt ran twice in one run");
         continue;
       }
       const std::size_t last = last_of_worker[{e.run, e.worker}];
       if (last != at[j])
-        v.fail(e.id + " ran in run " + std::to_string(e.run) + " (line " +
-               std::to_string(at[j] + 1) + ") and again in run " + std::to_string(again.run) +
-               ", but worker " + std::to_string(e.worker) + " of run " + std::to_string(e.run) +
-               " logged " + std::to_string(last - at[j]) +
-               " more lines after it, so its removal had been durable");
+        v.fail(pair + ", but worker " + std::to_string(e.worker) + " of run " +
+               std::to_string(e.run) + " logged " + std::to_string(last - at[j]) +
+               " more lines after it, so its " + (e.ok ? "removal" : "new attempt count") +
+               " had been durable");
       v.furthest_from_end = std::max(v.furthest_from_end, last_of_run[e.run] - at[j]);
     }
   }
-  if (lost != 0) v.fail(std::to_string(lost) + " acknowledged tasks never ran:" + lost_examples);
+  if (lost != 0)
+    v.fail(std::to_string(lost) + " acknowledged tasks never succeeded:" + lost_examples);
   for (const auto& [run, n] : repeats_per_run)
     v.max_duplicates_per_run = std::max(v.max_duplicates_per_run, n);
 
@@ -542,7 +592,8 @@ int main(int argc, char** argv) {
       watch.wait_until(
           w, [&] { return watch.acked() >= o.tasks; }, "the end of scheduling");
       const std::size_t done = watch.executed();
-      const std::size_t remaining = o.tasks > done ? o.tasks - done : 0;
+      const std::size_t total = crash::expected_executions(o.tasks);
+      const std::size_t remaining = total > done ? total - done : 0;
       const std::size_t target = done + uniform(0, remaining / (o.kills - i + 1));
       watch.wait_until(
           w, [&] { return watch.executed() >= target; }, "executions");
@@ -575,12 +626,14 @@ int main(int argc, char** argv) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf(
-      "%s: %s: seed %llu, tasks %zu, kills %u (%zu while scheduling), runs %u, executions %zu, "
-      "duplicates %zu (at most %zu per killed run, each its worker's last line there, the "
-      "furthest %zu lines before the kill), in-doubt ids found pending %zu / already run %zu, "
-      "%.1f s\n",
+      "%s: %s: seed %llu, tasks %zu (%zu designed to fail 1-2 attempts), kills %u (%zu while "
+      "scheduling), runs %u, executions %zu (%zu failed on purpose), repeated attempts %zu "
+      "(%zu successes, %zu failures; at most %zu per killed run, each its worker's last line "
+      "there, the furthest %zu lines before the kill), in-doubt ids found pending %zu / already "
+      "run %zu, %.1f s\n",
       tag.c_str(), v.failures.empty() ? "PASS" : "FAIL", static_cast<unsigned long long>(seed),
-      o.tasks, o.kills, kills_while_scheduling, h.final_run, v.executions, v.duplicates,
+      o.tasks, v.retried_tasks, o.kills, kills_while_scheduling, h.final_run, v.executions,
+      v.failed_attempts, v.duplicates, v.repeated_successes, v.repeated_failures,
       v.max_duplicates_per_run, v.furthest_from_end, v.found_pending, v.found_executed, seconds);
   std::fflush(stdout);
 

@@ -18,9 +18,11 @@
 
 namespace delayq::crash {
 
-/// "<run> <id> <worker>\n" for every attempt of "crash.task" that ran, written
-/// by the executor before it returns (so before the engine may remove the
-/// task). `worker` numbers the engine's worker threads within one run.
+/// "<run> <id> <worker> ok|fail <attempt>\n" for every attempt of
+/// "crash.task" that ran, written by the executor before it returns or throws
+/// (so before the engine may remove the task or save its new attempt count).
+/// `worker` numbers the engine's worker threads within one run; `attempt` is
+/// 1 + the `task::attempts` the executor was given (1 for a first attempt).
 inline constexpr const char* executed_log = "executed.log";
 /// "<id>[ <how>]\n" for every task known to be durable, in id order c-0,
 /// c-1, ...: written after schedule() returned, or by the recovery of the id
@@ -41,6 +43,29 @@ inline constexpr std::string_view found_executed = "found-executed";
 inline constexpr unsigned worker_threads = 2;
 /// The type of every crash task.
 inline constexpr const char* task_type = "crash.task";
+
+/// The retry policy of the crash worker: short waits keep retries in flight
+/// at every kill, and far more attempts than any task is designed to need,
+/// so a task that dies shows a bug (a retry counter that jumped forward).
+inline constexpr std::uint32_t max_attempts = 10;
+inline constexpr unsigned retry_base_ms = 5;
+inline constexpr unsigned retry_cap_ms = 20;
+
+/// How many first attempts of task k fail on purpose: every fifth task fails
+/// its first attempt or its first two, alternately, the rest none. The
+/// executor decides by the attempt number the engine hands it, so a repeated
+/// attempt has the same outcome as the first time round.
+inline unsigned designed_failures(std::size_t k) {
+  return k % 5 == 0 ? 1 + static_cast<unsigned>((k / 5) % 2) : 0;
+}
+
+/// Lines executed.log holds after tasks 0 .. n-1 ran once each: one per
+/// designed failure plus the success.
+inline std::size_t expected_executions(std::size_t n) {
+  std::size_t lines = 0;
+  for (std::size_t k = 0; k < n; ++k) lines += 1 + designed_failures(k);
+  return lines;
+}
 
 inline std::string task_id(std::size_t k) { return "c-" + std::to_string(k); }
 
@@ -70,21 +95,37 @@ inline std::uint64_t task_delay_ms(std::uint64_t seed, std::size_t k, std::uint6
   return z % (span_ms + 1);
 }
 
+/// The two outcomes an executed.log line records.
+inline constexpr std::string_view outcome_ok = "ok";
+inline constexpr std::string_view outcome_fail = "fail";
+
 struct executed_line {
   unsigned run = 0;
   std::string id;
   unsigned worker = 0;
+  bool ok = false;       // the attempt succeeded (else it failed on purpose)
+  unsigned attempt = 0;  // 1 for a first attempt
 };
 
+inline std::string format_executed(const executed_line& e) {
+  return std::to_string(e.run) + " " + e.id + " " + std::to_string(e.worker) + " " +
+         std::string(e.ok ? outcome_ok : outcome_fail) + " " + std::to_string(e.attempt) + "\n";
+}
+
 inline std::optional<executed_line> parse_executed(std::string_view line) {
-  const auto a = line.find(' ');
-  if (a == std::string_view::npos) return std::nullopt;
-  const auto b = line.find(' ', a + 1);
-  if (b == std::string_view::npos) return std::nullopt;
-  auto run = parse_number<unsigned>(line.substr(0, a));
-  auto worker = parse_number<unsigned>(line.substr(b + 1));
-  if (!run || !worker || b == a + 1) return std::nullopt;
-  return executed_line{*run, std::string(line.substr(a + 1, b - a - 1)), *worker};
+  std::string_view field[5];
+  for (std::size_t i = 0, start = 0; i < 5; ++i) {
+    const auto end = i < 4 ? line.find(' ', start) : line.size();
+    if (end == std::string_view::npos || end == start) return std::nullopt;
+    field[i] = line.substr(start, end - start);
+    start = end + 1;
+  }
+  auto run = parse_number<unsigned>(field[0]);
+  auto worker = parse_number<unsigned>(field[2]);
+  auto attempt = parse_number<unsigned>(field[4]);
+  if (!run || !worker || !attempt || (field[3] != outcome_ok && field[3] != outcome_fail))
+    return std::nullopt;
+  return executed_line{*run, std::string(field[1]), *worker, field[3] == outcome_ok, *attempt};
 }
 
 struct acked_line {

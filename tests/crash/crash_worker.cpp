@@ -1,15 +1,18 @@
 // delayq-crash-worker: the process the crash test kills. It runs an engine on
 // a real store, schedules tasks c-0 .. c-(N-1) with seeded random delays, and
 // records what it did in DIR (crash_files.hpp) so that a later run, and the
-// driver, can tell what survived a SIGKILL.
+// driver, can tell what survived a SIGKILL. Every fifth task fails its first
+// attempt or two on purpose (crash::designed_failures), so kills also land
+// on retries in flight.
 //
 //   delayq-crash-worker --store URI --dir DIR --tasks N --span-ms S --seed X
 //                       [--drain] [--timeout-s T]
 //
 // Without --drain it schedules what is left and then runs until it is killed.
 // With --drain it schedules what is left, waits until the engine holds
-// nothing, checks that every acknowledged task ran and that the store is
-// empty, and exits 0; any inconsistency exits non-zero with a message.
+// nothing, checks that every acknowledged task succeeded, that no task died
+// and that the store holds neither tasks nor dead letters, and exits 0; any
+// inconsistency exits non-zero with a message.
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include <delayq/open_store.hpp>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -158,17 +162,22 @@ unsigned next_run(const options& o) {
   return run;
 }
 
-std::unordered_set<std::string> executed_ids(const options& o) {
+// The ids with an attempt in executed.log: all of them, or only those whose
+// attempt succeeded.
+std::unordered_set<std::string> executed_ids(const options& o, bool succeeded_only) {
   const auto log = crash::read_lines(path_in(o, crash::executed_log));
   if (log.torn) fail("executed.log ends with a torn line");
   std::unordered_set<std::string> ids;
   for (const auto& line : log.lines) {
     auto e = crash::parse_executed(line);
     if (!e) fail("malformed line in executed.log: '" + line + "'");
-    ids.insert(std::move(e->id));
+    if (e->ok || !succeeded_only) ids.insert(std::move(e->id));
   }
   return ids;
 }
+
+// What a designed failure throws; the engine's retry warnings quote it.
+constexpr std::string_view designed_failure = "designed failure";
 
 // How many tasks were acknowledged, checking that acked.log is c-0, c-1, ...
 std::size_t acknowledged(const options& o) {
@@ -193,6 +202,11 @@ int main(int argc, char** argv) {
   const durable_log errors(path_in(o, crash::errors_log));
   delayq::set_log_function([&errors](delayq::log_level level, std::string_view message) {
     if (level < delayq::log_level::warning) return;
+    // Hundreds of "attempt N failed: designed failure; retrying" per run are
+    // the test working, not news.
+    if (level == delayq::log_level::warning &&
+        message.find(designed_failure) != std::string_view::npos)
+      return;
     const std::string line = "run " + std::to_string(run_number) + ": " + std::string(message);
     std::fprintf(stderr, "delayq-crash-worker: %s\n", line.c_str());
     // An error (a failed store write, a quarantined record) breaks what the
@@ -210,8 +224,18 @@ int main(int argc, char** argv) {
   delayq::executor_factory executors;
   executors.add(crash::task_type, [&](const delayq::task& t) {
     thread_local const unsigned worker = workers_seen.fetch_add(1);
-    executed.append(std::to_string(run_number) + " " + t.id + " " + std::to_string(worker) + "\n");
+    const auto k = crash::task_index(t.id, o.tasks);
+    if (!k) fail("the engine ran an unknown task " + t.id);
+    crash::executed_line e{run_number, t.id, worker, true, t.attempts + 1};
+    const unsigned designed = crash::designed_failures(*k);
+    e.ok = e.attempt > designed;
+    // Logged before the throw: a failed attempt whose line is missing never
+    // ran far enough for the engine to count it.
+    executed.append(crash::format_executed(e));
     progress.notify_all();
+    if (!e.ok)
+      throw std::runtime_error(std::string(designed_failure) + " " + std::to_string(e.attempt) +
+                               " of " + std::to_string(designed));
   });
 
   boost::asio::io_context io;
@@ -222,6 +246,9 @@ int main(int argc, char** argv) {
   eo.tick = 10ms;
   eo.workers = crash::worker_threads;
   eo.catch_up_rate = 0;  // overdue tasks all run at once after a restart
+  eo.retry.max_attempts = crash::max_attempts;
+  eo.retry.base = std::chrono::milliseconds{crash::retry_base_ms};
+  eo.retry.cap = std::chrono::milliseconds{crash::retry_cap_ms};
   std::optional<delayq::engine> eng;
   try {
     eng.emplace(io, executors, delayq::open_store(o.store), eo);
@@ -232,6 +259,10 @@ int main(int argc, char** argv) {
   const delayq::engine_stats at_start = eng->stats();
   if (at_start.quarantined != 0)
     fail(std::to_string(at_start.quarantined) + " stored records could not be decoded");
+  if (at_start.dead != 0)
+    fail("the store holds " + std::to_string(at_start.dead) +
+         " dead letters: no task may die (it is designed to fail at most 2 of " +
+         std::to_string(crash::max_attempts) + " attempts)");
   std::fprintf(stderr,
                "delayq-crash-worker: run %u: loaded %llu stored tasks, %zu of %zu acknowledged%s\n",
                run_number, static_cast<unsigned long long>(at_start.loaded), next, o.tasks,
@@ -242,14 +273,15 @@ int main(int argc, char** argv) {
   // again with on_conflict::keep is not enough: if the restarted engine already
   // ran and removed it, keep finds nothing and adds it a second time. start()
   // loaded everything stored, so the engine either still holds it (find()
-  // sees waiting and running tasks), or it ran since (and its line is in
-  // executed.log, written before the engine forgot it), or it was never stored.
+  // sees waiting, retrying and running tasks), or it ran since (and its line
+  // is in executed.log, written before the engine forgot it), or it was never
+  // stored. Any line counts: a failed attempt proves the task was stored too.
   if (next < o.tasks) {
     const std::string id = crash::task_id(next);
     if (eng->find(id)) {
       acked.append(id + " " + std::string(crash::found_pending) + "\n");
       ++next;
-    } else if (executed_ids(o).count(id) != 0) {
+    } else if (executed_ids(o, false).count(id) != 0) {
       acked.append(id + " " + std::string(crash::found_executed) + "\n");
       ++next;
     }
@@ -288,21 +320,33 @@ int main(int argc, char** argv) {
   }
   if (!eng->stop(30s)) fail("drain: stop() left attempts running");
   const delayq::engine_stats done = eng->stats();
-  if (done.failed != 0) fail("drain: " + std::to_string(done.failed) + " attempts failed");
+  // Every failure of this run was a designed one, and each was retried.
+  if (done.died != 0) fail("drain: " + std::to_string(done.died) + " tasks became dead letters");
+  if (done.failed != done.retried)
+    fail("drain: " + std::to_string(done.failed) + " attempts failed but " +
+         std::to_string(done.retried) + " were retried");
+  if (done.timed_out != 0) fail("drain: " + std::to_string(done.timed_out) + " attempts timed out");
   eng.reset();
   guard.reset();
   io.stop();
   io_thread.join();
 
-  // Nothing may be left behind in the store, and every acknowledged task ran.
+  // Nothing may be left behind in the store, not even a dead letter, and
+  // every acknowledged task succeeded.
   std::size_t left = 0;
+  std::vector<delayq::dead_letter> dead;
   try {
-    delayq::open_store(o.store)->list([&left](delayq::task&&) { ++left; });
+    const auto store = delayq::open_store(o.store);
+    store->list([&left](delayq::task&&) { ++left; });
+    dead = store->list_dead(0, 10);
   } catch (const std::exception& e) {
     fail(std::string("drain: cannot list the store: ") + e.what());
   }
   if (left != 0) fail("drain: the store still holds " + std::to_string(left) + " tasks");
-  const auto ran = executed_ids(o);
+  if (!dead.empty())
+    fail("drain: the store holds dead letters, the first " + dead.front().task.id + " after " +
+         std::to_string(dead.front().task.attempts) + " attempts: " + dead.front().error);
+  const auto ran = executed_ids(o, true);
   std::size_t lost = 0;
   std::string examples;
   for (std::size_t k = 0; k < o.tasks; ++k) {
@@ -310,7 +354,7 @@ int main(int argc, char** argv) {
     if (++lost <= 10) examples += " " + crash::task_id(k);
   }
   if (lost != 0)
-    fail("drain: " + std::to_string(lost) + " acknowledged tasks never ran:" + examples);
+    fail("drain: " + std::to_string(lost) + " acknowledged tasks never succeeded:" + examples);
   delayq::set_log_function({});
   return 0;
 }

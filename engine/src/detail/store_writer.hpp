@@ -10,8 +10,11 @@
 //
 // Changes nobody waits for (the removal after a success, a dead letter, an
 // attempt count) must still land: when their write fails, because the store
-// is down, they are kept and written again with the next batch or by
-// retry_failed(), unless a later change to the same id made them moot.
+// is down, they are kept and written again by retry_failed() (the engine
+// calls it every second while any are kept), unless a later change to the
+// same id made them moot. Ordinary batches do not carry them: while the store
+// is down that would repeat every kept write, and its error lines, once per
+// finished attempt.
 #pragma once
 
 #include <condition_variable>
@@ -92,7 +95,7 @@ class store_writer {
     std::unique_lock lock(mutex_);
     while (!t.b->done) {
       if (!writing_)
-        lead(lock);
+        lead(lock, false);
       else
         cv_.wait(lock);
     }
@@ -101,17 +104,11 @@ class store_writer {
     return {};
   }
 
-  /// Writes whatever is queued, and ops that failed earlier.
-  void flush() {
-    std::unique_lock lock(mutex_);
-    if (!open_ && !failed_.empty()) open_ = std::make_shared<batch>();
-    while (open_ || writing_) {
-      if (!writing_)
-        lead(lock);
-      else
-        cv_.wait(lock);
-    }
-  }
+  /// Writes whatever is queued.
+  void flush() { flush_impl(false); }
+
+  /// Writes whatever is queued, and the kept ops that failed earlier.
+  void retry_failed() { flush_impl(true); }
 
   /// Whether some op that must land is waiting for the store to come back.
   bool has_failed() {
@@ -120,18 +117,35 @@ class store_writer {
   }
 
  private:
+  void flush_impl(bool with_failed) {
+    std::unique_lock lock(mutex_);
+    if (with_failed && !open_ && !failed_.empty()) open_ = std::make_shared<batch>();
+    bool carried = !with_failed;
+    while (open_ || writing_) {
+      if (!writing_) {
+        lead(lock, !carried);
+        carried = true;
+      } else {
+        cv_.wait(lock);
+      }
+    }
+  }
+
   void drop_failed(const std::string& id) {
     std::erase_if(failed_, [&](const op& o) { return o.id() == id; });
   }
 
   // Called with the lock held and no write in progress.
-  void lead(std::unique_lock<std::mutex>& lock) {
+  void lead(std::unique_lock<std::mutex>& lock, bool with_failed) {
     std::shared_ptr<batch> mine = std::move(open_);
     open_.reset();
     if (!mine) return;
     // Failed ops go first: everything queued after them is newer.
-    std::vector<op> retried = std::move(failed_);
-    failed_.clear();
+    std::vector<op> retried;
+    if (with_failed) {
+      retried = std::move(failed_);
+      failed_.clear();
+    }
     writing_ = true;
     lock.unlock();
     const std::size_t n_retried = retried.size();
