@@ -38,6 +38,10 @@ class executor {
 /// the reason it failed. Throwing from start() fails the attempt. The task
 /// passed to start() stays valid until `done` has been called.
 ///
+/// The executor object lives until the attempt ends; pass `done` on to the
+/// operation that completes, and do not keep it inside the executor itself
+/// (the two would keep each other alive).
+///
 /// If the type has an execution timeout and it passes first, the attempt
 /// counts as failed and is retried; a late call of `done` is ignored. The
 /// attempt itself may still finish (at-least-once): deduplicate by task id.
