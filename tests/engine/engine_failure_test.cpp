@@ -109,7 +109,11 @@ TEST_CASE("failure: a retry keeps its id and is persisted with its attempt count
   delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(store), opts);
   eng.start();
   const auto id = eng.schedule("once", "", 0ms);
-  REQUIRE(eventually([&] { return eng.stats().retried == 1; }));
+  // find() shows the retry once its new attempt count is durable and armed.
+  REQUIRE(eventually([&] {
+    const auto t = eng.find(id);
+    return t && t->attempts == 1;
+  }));
   const auto failed_at = clock_type::now();
   const auto t = eng.find(id);
   REQUIRE(t.has_value());
@@ -207,6 +211,11 @@ TEST_CASE("failure: alerts on a death and on a failure rate, and a throwing aler
   REQUIRE(eventually([&] {
     const auto s = eng.stats();
     return s.died == 6 && s.succeeded == 3;
+  }));
+  // Alerts are raised after the counters move: wait for all seven.
+  REQUIRE(eventually([&] {
+    std::lock_guard lock(m);
+    return alerts.size() >= 7;
   }));
   std::lock_guard lock(m);
   int deaths = 0, rates = 0;
