@@ -177,6 +177,23 @@ struct sqlite_store::impl {
     }
   };
 
+  // Runs a statement whose only parameter is an id (?1).
+  static void exec_with_id(SQLite::Statement& st, const std::string& id) {
+    reset_on_exit reset{st};
+    st.bind(1, id);
+    st.exec();
+  }
+
+  // Runs an upsert statement: ?1 id, ?2 time in epoch ms, ?3 the record.
+  static void exec_upsert(SQLite::Statement& st, const std::string& id, std::int64_t ms,
+                          const std::string& record) {
+    reset_on_exit reset{st};
+    st.bind(1, id);
+    st.bind(2, ms);
+    st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
+    st.exec();
+  }
+
   // Moves the bad rows into `quarantine` in one IMMEDIATE transaction:
   // `copy` (?1 rowid, ?2 reason, ?3 now) copies a row there, `erase` (?1
   // rowid) deletes it from its table. Logs each as "quarantined undecodable
@@ -326,11 +343,7 @@ void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& 
     for (const task& t : tasks) {
       record = detail::encode_record(t);
       check_record_size(record, t.id);
-      impl::reset_on_exit reset{st};
-      st.bind(1, t.id);
-      st.bind(2, static_cast<std::int64_t>(to_epoch_ms(t.due)));
-      st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
-      st.exec();
+      impl::exec_upsert(st, t.id, to_epoch_ms(t.due), record);
     }
     tx.commit();
   });
@@ -343,12 +356,7 @@ void sqlite_store::remove(std::span<const std::string> ids, boost::system::error
   std::lock_guard lock(m.mutex);
   m.guarded("remove", ec, [&] {
     SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    SQLite::Statement& st = *m.erase;
-    for (const std::string& id : ids) {
-      impl::reset_on_exit reset{st};
-      st.bind(1, id);
-      st.exec();
-    }
+    for (const std::string& id : ids) impl::exec_with_id(*m.erase, id);
     tx.commit();
   });
 }
@@ -429,19 +437,10 @@ void sqlite_store::bury(std::span<const dead_letter> letters, boost::system::err
     SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
     std::string record;
     for (const dead_letter& d : letters) {
-      {
-        impl::reset_on_exit reset{*m.erase};
-        m.erase->bind(1, d.task.id);
-        m.erase->exec();
-      }
+      impl::exec_with_id(*m.erase, d.task.id);
       record = detail::encode_dead_letter(d);
       check_record_size(record, d.task.id);
-      SQLite::Statement& st = *m.dead_upsert;
-      impl::reset_on_exit reset{st};
-      st.bind(1, d.task.id);
-      st.bind(2, static_cast<std::int64_t>(to_epoch_ms(d.died_at)));
-      st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
-      st.exec();
+      impl::exec_upsert(*m.dead_upsert, d.task.id, to_epoch_ms(d.died_at), record);
     }
     tx.commit();
   });
@@ -456,19 +455,10 @@ void sqlite_store::revive(std::span<const task> tasks, boost::system::error_code
     SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
     std::string record;
     for (const task& t : tasks) {
-      {
-        impl::reset_on_exit reset{*m.dead_erase};
-        m.dead_erase->bind(1, t.id);
-        m.dead_erase->exec();
-      }
+      impl::exec_with_id(*m.dead_erase, t.id);
       record = detail::encode_record(t);
       check_record_size(record, t.id);
-      SQLite::Statement& st = *m.upsert;
-      impl::reset_on_exit reset{st};
-      st.bind(1, t.id);
-      st.bind(2, static_cast<std::int64_t>(to_epoch_ms(t.due)));
-      st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
-      st.exec();
+      impl::exec_upsert(*m.upsert, t.id, to_epoch_ms(t.due), record);
     }
     tx.commit();
   });
@@ -481,12 +471,7 @@ void sqlite_store::purge(std::span<const std::string> ids, boost::system::error_
   std::lock_guard lock(m.mutex);
   m.guarded("purge", ec, [&] {
     SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    SQLite::Statement& st = *m.dead_erase;
-    for (const std::string& id : ids) {
-      impl::reset_on_exit reset{st};
-      st.bind(1, id);
-      st.exec();
-    }
+    for (const std::string& id : ids) impl::exec_with_id(*m.dead_erase, id);
     tx.commit();
   });
 }

@@ -189,6 +189,15 @@ class store_writer {
   }
 
   void write_live(std::vector<op>& ops, std::size_t from, std::size_t to) {
+    if (to - from == 1) {  // the common lone caller: no deduplication to do
+      op& o = ops[from];
+      if (o.what == kind::save)
+        store_.save(std::span<const task>(&o.d.task, 1), o.ec);
+      else
+        store_.remove(std::span<const std::string>(&o.d.task.id, 1), o.ec);
+      report(o.what == kind::save ? "save" : "remove", 1, o.ec);
+      return;
+    }
     std::unordered_map<std::string_view, std::size_t> last;
     last.reserve(to - from);
     for (std::size_t i = from; i < to; ++i) last[ops[i].id()] = i;
