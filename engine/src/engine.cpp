@@ -514,6 +514,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     }
     s.fired = fired_.load(std::memory_order_relaxed);
     s.timed_out = timed_out_.load(std::memory_order_relaxed);
+    s.wakeups = wakeups_.load(std::memory_order_relaxed);
     s.lateness_p50 = lateness_.quantile(0.50);
     s.lateness_p90 = lateness_.quantile(0.90);
     s.lateness_p99 = lateness_.quantile(0.99);
@@ -668,6 +669,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   // On the strand: fire everything due up to now (every missed tick, in
   // order), hand it to the workers, and sleep until the next due tick.
   void on_timer() {
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
     std::vector<attempt*> ready;
     {
       std::lock_guard lock(mutex_);
@@ -1080,6 +1082,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   boost::asio::steady_timer store_retry_{strand_};  // on strand_ only
   bool store_retry_armed_ = false;                  // on strand_ only
   std::atomic<std::uint64_t> fired_{0};
+  std::atomic<std::uint64_t> wakeups_{0};  // on_timer() runs: the idle cost
   detail::lateness_histogram lateness_;
 
   const std::uint64_t id_nonce_;

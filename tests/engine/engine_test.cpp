@@ -59,6 +59,10 @@ TEST_CASE("engine: tasks fire at their due time, never before, within a tick") {
   CHECK(s.scheduled == 30);
   CHECK(s.lateness_p50 <= s.lateness_p99);
   CHECK(s.lateness_p99 <= s.lateness_max);
+  // Each wake-up fires at least one tick's tasks (none are wasted on an
+  // empty wheel), and 30 tasks over 300 ms need at least one.
+  CHECK(s.wakeups >= 1);
+  CHECK(s.wakeups <= 30);
 }
 
 TEST_CASE("engine: an earlier task scheduled after a later one fires first") {
