@@ -1129,8 +1129,9 @@ TEST_CASE("wheel: reserve preallocates nodes and index entries") {
   w.reserve(10000);
   const std::size_t reserved = w.memory_bytes();
   CHECK(reserved >= base + 10000 * (sizeof(task) + 8));
+  // Holding tasks takes nothing beyond the reservation...
   std::vector<handle> handles;
-  for (int i = 0; i < 10000; ++i) handles.push_back(w.insert(make_task(std::to_string(i)), i));
+  for (int i = 0; i < 10000; ++i) handles.push_back(w.insert_detached(make_task(std::to_string(i))));
   CHECK(w.memory_bytes() == reserved);
   std::size_t wrong = 0;
   for (int i = 0; i < 10000; ++i) {
@@ -1140,8 +1141,14 @@ TEST_CASE("wheel: reserve preallocates nodes and index entries") {
   CHECK(wrong == 0);
   w.reserve(100);
   CHECK(w.memory_bytes() == reserved);
+  // ...arming them fills the slots' entry arrays, which grow by doubling: at
+  // most two 16-byte entries per task, and a first array of up to 16 per slot.
+  for (int i = 0; i < 10000; ++i) w.arm(handles[i], i);
+  CHECK(w.memory_bytes() > reserved);
+  CHECK(w.memory_bytes() <= reserved + 10000 * 2 * 16 + 3600 * 16 * 16);
+  const std::size_t armed = w.memory_bytes();
   CHECK(w.insert(make_task("one more"), 1) != npos);
-  CHECK(w.memory_bytes() == reserved);
+  CHECK(w.memory_bytes() <= armed + 16 * 16);
 }
 
 TEST_CASE("wheel: the tag belongs to the owner and starts at 0") {
@@ -1181,4 +1188,52 @@ TEST_CASE("wheel: extract moves the task out and frees the node") {
   const handle reused = w.insert(make_task("c"), 9);
   REQUIRE_MESSAGE(reused == a, "the node pool hands out the freed node first");
   CHECK(w.value(reused).payload.capacity() < 1024);
+}
+
+TEST_CASE("wheel: cancelled and moved tasks leave no lasting trace in the slots") {
+  // Cancelling only marks a slot entry stale (see the header's "Lazy
+  // removal"); this shows the stale entries are reclaimed without the clock
+  // moving, so schedule/cancel churn cannot grow the wheel without bound.
+  timer_wheel w(64);
+  for (int i = 0; i < 100; ++i) w.insert(make_task("live" + std::to_string(i)), 1000 + i);
+  const std::size_t settled = [&] {
+    for (int round = 0; round < 2000; ++round) {
+      const std::string id = "churn" + std::to_string(round % 7);
+      w.insert(make_task(id), 500 + round % 64);
+      CHECK(w.reschedule(id, 700 + (round * 13) % 64));
+      CHECK(w.erase(id));
+    }
+    return w.memory_bytes();
+  }();
+  for (int round = 0; round < 200000; ++round) {
+    const std::string id = "churn" + std::to_string(round % 7);
+    w.insert(make_task(id), 500 + round % 64);
+    w.reschedule(id, 700 + (round * 13) % 64);
+    w.erase(id);
+  }
+  // 600,000 stale entries were made; the slots hold at most a few per live task.
+  CHECK(w.memory_bytes() <= settled + 64 * 64 * 16);
+  CHECK(w.size() == 100);
+  CHECK(w.armed() == 100);
+  // The stale entries never fire, and the live ones fire once each, in order.
+  const auto fired = advance_erasing(w, 2000);
+  REQUIRE(fired.size() == 100);
+  for (int i = 0; i < 100; ++i) {
+    CHECK(fired[i].id == "live" + std::to_string(i));
+    CHECK(fired[i].tick == std::uint64_t(1000 + i));
+  }
+  CHECK(w.next_due_tick() == no_tick);
+}
+
+TEST_CASE("wheel: a task moved many times fires once, at its last due tick") {
+  timer_wheel w(16);
+  const handle h = w.insert(make_task("mover"), 3);
+  for (std::uint64_t k = 0; k < 1000; ++k) w.arm(h, 3 + (k * 7) % 200);
+  const std::uint64_t last = 3 + (999 * 7) % 200;
+  w.disarm(h);
+  w.arm(h, last);
+  const auto fired = advance_erasing(w, 1000);
+  REQUIRE(fired.size() == 1);
+  CHECK(fired[0].tick == last);
+  CHECK(w.empty());
 }

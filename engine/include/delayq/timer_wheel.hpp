@@ -11,24 +11,48 @@
 //
 // Costs
 // -----
-// - insert, erase, reschedule, find by id: O(1). Nodes come from a pool of
-//   fixed-size chunks (no allocation per task beyond the task's own strings)
-//   and are found by id through an open-addressing hash index of 8-byte
-//   entries.
-// - advance: O(number of tasks fired + number of occupied slots passed).
+// - insert, erase, reschedule, find by id: O(1). Each costs one hash of the id
+//   (a seeded wyhash-style hash, computed once per operation), one probe of an
+//   open-addressing index of 8-byte entries, and a touch of the task's own
+//   record. Cancelling does not visit any other task (see "Lazy removal").
+// - advance: O(number of tasks fired + entries in the slots processed).
 //   Empty slots are skipped with an occupancy bitmap (one bit per slot), so
 //   advancing across a quiet hour costs a few dozen word reads, not 3600
 //   visits.
 //
+// Layout
+// ------
+// A task lives in a 128-byte record (the `task` plus due tick, owner tag and
+// a sequence word: two cache lines, never moved, so handles and references
+// stay valid). A slot is not a linked list of records but an array of
+// 16-byte entries {due tick, handle, sequence}: arming appends to it, and
+// processing a slot reads it front to back, so the wheel walks contiguous
+// memory and touches a record only when its entry is due. Records come from
+// 2 MiB chunks (16384 records; the first chunk is 1024), and large chunks and
+// index tables ask the kernel for transparent huge pages: with a million
+// tasks a random access otherwise pays a TLB miss on top of the cache miss
+// (docs/benchmarks.md measured 160 ns against 240-350 ns here).
+//
+// Lazy removal
+// ------------
+// An entry is valid while the record's sequence word equals the one the entry
+// was written with (and the record is still due at that tick). Cancelling,
+// disarming or re-arming a task changes its record's sequence, which makes
+// its old entry stale in place: no list to unlink, no neighbour to touch. A
+// stale entry is dropped when its slot is processed, or when an append finds
+// its slot's array full (the slot is compacted first and grows only if most
+// entries are live), so stale entries cost amortised O(1) work and at most
+// about as much memory as live ones in the same slot.
+//
 // Rounds
 // ------
-// Each node stores its absolute due tick; its round (cycle) count is derived,
-// (due - now) / slots, never stored, so it cannot go stale and a rebuilt
-// wheel needs no bookkeeping of positions. Slots also keep a lower bound of
-// the earliest due tick in them. A slot whose bound lies beyond the tick
-// being processed is passed over without walking its list, so a task with a
-// long delay is not touched once per revolution the way counted-down rounds
-// are; it is looked at only when its slot also holds work due now.
+// Each entry carries its absolute due tick; its round (cycle) count is
+// derived, (due - now) / slots, never stored, so it cannot go stale and a
+// rebuilt wheel needs no bookkeeping of positions. Slots also keep a lower
+// bound of the earliest due tick in them. A slot whose bound lies beyond the
+// tick being processed is passed over without reading its array, so a task
+// with a long delay is not touched once per revolution the way counted-down
+// rounds are.
 //
 // Long delays and missed ticks
 // ----------------------------
@@ -41,15 +65,14 @@
 // before now() is due at now() + 1: the next advance hands it over.
 //
 // next_due_tick() gives the tick the owner should sleep until: never later
-// than the earliest due task, at most a bounded number of wasted wake-ups
-// early (a slot bound goes stale when its earliest task is erased; it is
-// made exact again the next time that slot is processed).
+// than the earliest due task, and early at most once per task cancelled or
+// moved (a stale entry or slot bound; processing the slot makes it exact).
 //
 // Memory
 // ------
-// Per task: one node (the `task` itself plus 24 bytes of links, due tick and
-// owner tag) and one 8-byte index entry at a load factor between 3/8 and
-// 3/4. See docs/design.md for the measured figures.
+// Per task: the 128-byte record (16 bytes beyond the `task`), a 16-byte slot
+// entry (arrays grow by doubling) and an 8-byte index entry at a load factor
+// between 3/8 and 3/4. See docs/benchmarks.md for the measured figures.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +81,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "delayq/task.hpp"
@@ -121,13 +145,13 @@ class timer_wheel {
   bool reschedule(std::string_view id, std::uint64_t due_tick) noexcept;
 
   /// The task in node `h`. Do not change its id.
-  task& value(handle h) noexcept { return node_at(h).value; }
-  const task& value(handle h) const noexcept { return node_at(h).value; }
-  /// The due tick of node `h` (meaningful while armed).
-  std::uint64_t due_tick(handle h) const noexcept { return node_at(h).due; }
+  task& value(handle h) noexcept { return rec(h).value; }
+  const task& value(handle h) const noexcept { return rec(h).value; }
+  /// The due tick node `h` was last armed with (meaningful while armed).
+  std::uint64_t due_tick(handle h) const noexcept { return rec(h).due; }
   /// A word the owner may use freely (the engine keeps a task's state there).
-  std::uint32_t& tag(handle h) noexcept { return node_at(h).tag; }
-  std::uint32_t tag(handle h) const noexcept { return node_at(h).tag; }
+  std::uint32_t& tag(handle h) noexcept { return rec(h).tag; }
+  std::uint32_t tag(handle h) const noexcept { return rec(h).tag; }
 
   /// A tick at or before the earliest armed task's due tick (no_tick when
   /// nothing is armed). Sleeping until it never misses a task.
@@ -149,66 +173,105 @@ class timer_wheel {
   std::size_t memory_bytes() const noexcept;
 
  private:
-  struct node {
-    handle prev = npos;  // slot list links; npos/npos while detached
-    handle next = npos;
-    std::uint64_t due = 0;
-    std::uint32_t tag = 0;
-    bool linked = false;
-    bool pending = false;  // taken out of its slot by advance(), not yet handed over
-    task value;
+  // A record's sequence word: a generation count above two state bits. The
+  // state says where the record is; the generation changes whenever an entry
+  // written for it must stop counting (see "Lazy removal" above).
+  enum state : std::uint32_t { free_state = 0, detached = 1, armed_state = 2, pending = 3 };
+  static constexpr std::uint32_t state_mask = 3;
+  static constexpr std::uint32_t generation_step = 4;
+
+  struct alignas(64) record {
+    task value;               // first: find() compares the id on the first cache line
+    std::uint64_t due = 0;    // while armed: the tick; while free: the next free record
+    std::uint32_t tag = 0;    // the owner's word
+    std::uint32_t seq = 0;    // generation << 2 | state
   };
-  struct slot_list {
-    handle head = npos;
-    handle tail = npos;
+  static_assert(sizeof(record) == 128, "a record is two cache lines");
+
+  struct entry {  // one arming of a record, in the array of its slot
+    std::uint64_t due;
+    handle h;
+    std::uint32_t seq;
   };
   struct index_entry {
     handle node = npos;  // npos marks an empty bucket
     std::uint32_t hash = 0;
   };
 
+  // Memory from operator new, or for 2 MiB and more, 2 MiB-aligned memory the
+  // kernel is asked to back with huge pages. Holds `bytes`, uninitialised.
+  class block {
+   public:
+    block() = default;
+    explicit block(std::size_t bytes);
+    block(block&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
+    block& operator=(block&& o) noexcept;
+    ~block();
+    void* get() const noexcept { return p_; }
+    std::size_t bytes() const noexcept { return bytes_; }
+
+   private:
+    void* p_ = nullptr;
+    std::size_t bytes_ = 0;
+  };
+
   static constexpr std::size_t no_slot = std::numeric_limits<std::size_t>::max();
-  static constexpr unsigned chunk_bits = 12;  // 4096 nodes per chunk
-  static constexpr std::size_t chunk_size = std::size_t{1} << chunk_bits;
+  static constexpr std::uint32_t first_chunk = 1024;     // records in chunk 0
+  static constexpr unsigned chunk_bits = 14;             // 16384 records = 2 MiB after it
+  static constexpr std::uint32_t chunk_size = std::uint32_t{1} << chunk_bits;
 
-  node& node_at(handle h) noexcept { return chunks_[h >> chunk_bits][h & (chunk_size - 1)]; }
-  const node& node_at(handle h) const noexcept {
-    return chunks_[h >> chunk_bits][h & (chunk_size - 1)];
+  record& rec(handle h) noexcept { return *record_ptr(h); }
+  const record& rec(handle h) const noexcept { return *record_ptr(h); }
+  record* record_ptr(handle h) const noexcept {
+    if (h < first_chunk) return static_cast<record*>(chunks_[0].get()) + h;
+    const std::uint32_t k = h - first_chunk;
+    return static_cast<record*>(chunks_[1 + (k >> chunk_bits)].get()) + (k & (chunk_size - 1));
   }
+  std::size_t capacity() const noexcept;
 
-  handle allocate_node();
-  void free_node(handle h) noexcept;
-  void link(handle h, std::uint64_t due) noexcept;
-  void unlink(handle h) noexcept;
+  handle allocate_record();
+  void free_record(handle h) noexcept;
   void add_chunk();
+  void push_entry(handle h, std::uint64_t due);
+  void compact_slot(std::size_t s);
+  void drop_entry_of(record& r) noexcept;
 
-  static std::uint32_t hash_id(std::string_view id) noexcept;
-  std::size_t index_find_slot(std::string_view id, std::uint32_t hash) const noexcept;
+  std::uint32_t hash_id(std::string_view id) const noexcept;
+  std::size_t index_find(std::string_view id, std::uint32_t hash) const noexcept;
   void index_insert(handle h, std::uint32_t hash);
-  void index_erase(std::string_view id) noexcept;
+  void index_erase_at(std::size_t i) noexcept;
+  void index_erase(handle h) noexcept;
   void index_grow();
+  index_entry* index() const noexcept { return static_cast<index_entry*>(index_.get()); }
+  void erase_found(handle h, std::size_t index_pos) noexcept;
 
-  // Takes the nodes of slot `s` due at or before `tick` out of the slot into
-  // `out`, and makes the slot's lower bound exact again.
+  // Moves the valid entries of slot `s` due at or before `tick` into `out`
+  // (their records become pending), drops stale ones, and makes the slot's
+  // lower bound exact again.
   void collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out);
+  // Starts loading the index buckets the sink's erase() will touch.
+  void prefetch_index(const std::vector<handle>& batch) const noexcept;
 
   std::size_t slot_count_;
   std::uint64_t now_ = 0;
   std::size_t size_ = 0;
   std::size_t armed_ = 0;
+  std::uint64_t seed_;
 
-  std::vector<slot_list> slot_lists_;
+  std::vector<std::vector<entry>> slots_;
   std::vector<std::uint64_t> slot_min_;  // lower bound of the earliest due tick per slot
-  std::vector<std::uint64_t> occupied_;  // one bit per non-empty slot
+  std::vector<std::uint64_t> occupied_;  // one bit per slot with entries (valid or stale)
 
-  std::vector<std::unique_ptr<node[]>> chunks_;
-  handle free_head_ = npos;  // free nodes are chained through node::next
-  std::uint32_t fresh_ = 0;  // nodes ever handed out; later ones are unused
+  std::vector<block> chunks_;
+  handle free_head_ = npos;  // free records are chained through record::due
+  std::uint32_t fresh_ = 0;  // records ever handed out; later ones are unconstructed
 
-  std::vector<index_entry> index_;
+  block index_;
+  std::size_t index_size_ = 0;
   std::size_t index_mask_ = 0;
 
-  std::vector<handle> scratch_;  // reused by advance()
+  std::vector<handle> scratch_;     // reused by advance()
+  std::vector<entry> due_scratch_;  // reused by collect_due()
 };
 
 template <class Sink>
@@ -222,10 +285,11 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     now_ = tick;
     batch.clear();
     collect_due(static_cast<std::size_t>(tick % slot_count_), tick, batch);
+    prefetch_index(batch);
     for (handle h : batch) {
-      node& n = node_at(h);
-      if (!n.pending) continue;  // erased, armed or disarmed by the sink meanwhile
-      n.pending = false;
+      record& r = rec(h);
+      if ((r.seq & state_mask) != pending) continue;  // erased, armed or disarmed by the sink meanwhile
+      r.seq = (r.seq & ~state_mask) | detached;
       ++fired;
       sink(h);
     }
