@@ -81,12 +81,16 @@ struct config {
       500};  // shortest delay: the write is acknowledged before the task is due
   milliseconds durable_spread{5'000};
   std::vector<int> threads{1, 8};
+  std::vector<std::string> designs;  // durable: empty means all four
   std::uint64_t recovery_tasks = 1'000'000;
   std::uint64_t idle_tasks = 1'000'000;
   double idle_seconds = 30;
   milliseconds tick{10};
   std::size_t workers = 2;
 
+  bool wants_design(const std::string& d) const {
+    return designs.empty() || std::find(designs.begin(), designs.end(), d) != designs.end();
+  }
   bool wants(const std::string& s) const {
     return scenarios.empty() || std::find(scenarios.begin(), scenarios.end(), s) != scenarios.end();
   }
@@ -109,6 +113,10 @@ SCENARIO: memory, durable, recovery, idle (default: all four).
   --spread-ms MS       memory: delays spread over [0, MS] (default 10000)
   --durable-tasks N    durable: tasks per design and thread count (default 1e4)
   --threads LIST       durable: scheduling thread counts (default 1,8)
+  --designs LIST       durable: some of delayq-redis, delayq-sqlite, seeds-P1000,
+                       seeds-P10 (default all)
+  --durable-lead-ms MS durable: shortest delay (default 500; quick 100)
+  --durable-spread-ms MS  durable: delays in [lead, lead + MS] (default 5000; quick 400)
   --recovery-tasks N   recovery: stored tasks (default 1e6)
   --idle-tasks N       idle: tasks due in an hour (default 1e6)
   --idle-seconds S     idle: length of each measuring window (default 30)
@@ -133,6 +141,7 @@ std::uint64_t parse_count(const std::string& flag, const char* v) {
 
 config parse_args(int argc, char** argv) {
   config c;
+  bool lead_set = false, dspread_set = false;
   bool tasks_set = false, durable_set = false, recovery_set = false, idle_tasks_set = false,
        idle_secs_set = false, spread_set = false;
   for (int i = 1; i < argc; ++i) {
@@ -170,6 +179,20 @@ config parse_args(int argc, char** argv) {
       std::stringstream list(value());
       for (std::string item; std::getline(list, item, ',');)
         c.threads.push_back(static_cast<int>(parse_count(a, item.c_str())));
+    } else if (a == "--designs") {
+      std::stringstream list(value());
+      for (std::string item; std::getline(list, item, ',');) {
+        if (item != "delayq-redis" && item != "delayq-sqlite" && item != "seeds-P1000" &&
+            item != "seeds-P10")
+          usage_error("unknown design '" + item + "'");
+        c.designs.push_back(item);
+      }
+    } else if (a == "--durable-lead-ms") {
+      c.durable_lead = milliseconds(parse_count(a, value()));
+      lead_set = true;
+    } else if (a == "--durable-spread-ms") {
+      c.durable_spread = milliseconds(parse_count(a, value()));
+      dspread_set = true;
     } else if (a == "--recovery-tasks") {
       c.recovery_tasks = parse_count(a, value());
       recovery_set = true;
@@ -191,8 +214,8 @@ config parse_args(int argc, char** argv) {
     if (!tasks_set) c.memory_tasks = 2000;
     if (!spread_set) c.memory_spread = milliseconds(500);
     if (!durable_set) c.durable_tasks = 200;
-    c.durable_lead = milliseconds(100);
-    c.durable_spread = milliseconds(400);
+    if (!lead_set) c.durable_lead = milliseconds(100);
+    if (!dspread_set) c.durable_spread = milliseconds(400);
     if (!recovery_set) c.recovery_tasks = 2000;
     if (!idle_tasks_set) c.idle_tasks = 2000;
     if (!idle_secs_set) c.idle_seconds = 1;
@@ -616,22 +639,25 @@ void scenario_durable(const config& c, report& rep, const redis_options& server,
   const std::string dir = temp_dir(c);
   const std::string redis_prefix = "e2e-delayq";
   for (int threads : c.threads) {
-    clear_delayq_keys(monitor.conn(), redis_prefix);
-    rep.durable.push_back(run_delayq(
-        c, "delayq-redis", "redis_store",
-        [&] { return std::make_unique<redis_store>(with_prefix(server, redis_prefix)); }, threads,
-        c.durable_tasks, c.durable_lead, c.durable_spread, &monitor));
-    clear_delayq_keys(monitor.conn(), redis_prefix);
-
-    const std::string db = dir + "/durable-" + std::to_string(threads) + ".db";
-    rep.durable.push_back(run_delayq(
-        c, "delayq-sqlite", "sqlite_store (synchronous=full)",
-        [&] { return std::make_unique<sqlite_store>(db); }, threads, c.durable_tasks,
-        c.durable_lead, c.durable_spread, &monitor));
-    remove_sqlite_files(db);
-
+    if (c.wants_design("delayq-redis")) {
+      clear_delayq_keys(monitor.conn(), redis_prefix);
+      rep.durable.push_back(run_delayq(
+          c, "delayq-redis", "redis_store",
+          [&] { return std::make_unique<redis_store>(with_prefix(server, redis_prefix)); }, threads,
+          c.durable_tasks, c.durable_lead, c.durable_spread, &monitor));
+      clear_delayq_keys(monitor.conn(), redis_prefix);
+    }
+    if (c.wants_design("delayq-sqlite")) {
+      const std::string db = dir + "/durable-" + std::to_string(threads) + ".db";
+      rep.durable.push_back(run_delayq(
+          c, "delayq-sqlite", "sqlite_store (synchronous=full)",
+          [&] { return std::make_unique<sqlite_store>(db); }, threads, c.durable_tasks,
+          c.durable_lead, c.durable_spread, &monitor));
+      remove_sqlite_files(db);
+    }
     for (milliseconds period : {milliseconds(1000), milliseconds(10)})
-      rep.durable.push_back(run_seeds(c, server, period, threads, c.durable_tasks, monitor));
+      if (c.wants_design("seeds-P" + std::to_string(period.count())))
+        rep.durable.push_back(run_seeds(c, server, period, threads, c.durable_tasks, monitor));
   }
   std::filesystem::remove_all(dir);
 }
@@ -1034,7 +1060,7 @@ void write_plot_data(const std::string& dir, const report& rep) {
     if (std::find(threads.begin(), threads.end(), r.threads) == threads.end())
       threads.push_back(r.threads);
   t << "design";
-  for (int n : threads) t << " t" << n;
+  for (int n : threads) t << " threads=" << n;
   t << "\n";
   std::vector<std::string> designs;
   for (const auto& r : rep.durable)
