@@ -4,6 +4,11 @@
 # still builds, starts and finishes. scripts/test.sh calls it (stage "bench")
 # on build/, which it configures with -DDELAYQ_BUILD_BENCH=ON.
 #
+# The end-to-end benchmark (bench/e2e, delayq-bench --quick, about 10 s) needs
+# a Redis: the script uses $DELAYQ_TEST_REDIS (scripts/test.sh runs it under
+# scripts/with-redis.sh), and without one runs itself again under
+# scripts/with-redis.sh, which starts a private redis-server.
+#
 # Fails only when a binary crashes, exits non-zero or hangs (5 minutes). No
 # timing is checked: timings on a shared CI machine mean nothing. A benchmark
 # that reports an error (Google Benchmark's "ERROR OCCURRED", e.g. a cancel
@@ -13,6 +18,10 @@ set -euo pipefail
 
 # shellcheck source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+if [[ -z "${DELAYQ_TEST_REDIS:-}" ]]; then
+  exec "$DELAYQ_ROOT/scripts/with-redis.sh" bash "${BASH_SOURCE[0]}" "$@"
+fi
 
 dir="${1:-$DELAYQ_ROOT/build}"
 [[ "$dir" = /* ]] || dir="$PWD/$dir"
@@ -24,7 +33,8 @@ mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
 log="$(mktemp "${TMPDIR:-/tmp}/delayq-bench-smoke.XXXXXX")"
-trap 'rm -f "$log"' EXIT
+e2e_out="$(mktemp -d "${TMPDIR:-/tmp}/delayq-bench-e2e.XXXXXX")"
+trap 'rm -f "$log"; rm -rf "$e2e_out"' EXIT
 
 failed=0
 start=$SECONDS
@@ -52,5 +62,35 @@ for bin in "${binaries[@]}"; do
     grep 'ERROR OCCURRED' "$log" | sed 's/^/       /'
   fi
 done
+
+# delayq-bench is a plain program (not Google Benchmark): every scenario with
+# tiny sizes against the Redis of $DELAYQ_TEST_REDIS, writing its JSON, tables
+# and plot inputs to a temp dir. Only a crash, a non-zero exit or a hang fails.
+e2e="$dir/bench/e2e/delayq-bench"
+if [[ ! -x "$e2e" ]]; then
+  echo "FAIL delayq-bench: $e2e was not built"
+  failed=1
+else
+  rc=0
+  timeout 300 "$e2e" --quick --out "$e2e_out/e2e.json" --tables "$e2e_out/e2e.md" \
+    --plot-data "$e2e_out/plot-data" >"$log" 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "FAIL delayq-bench: still running after 300 s"
+  elif ((rc > 128)); then
+    echo "FAIL delayq-bench: killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
+  elif ((rc != 0)); then
+    echo "FAIL delayq-bench: exit status $rc"
+  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/e2e.json" >/dev/null; then
+    echo "FAIL delayq-bench: $e2e_out/e2e.json is not valid JSON"
+    rc=1
+  else
+    echo "ok   delayq-bench --quick: $(grep -c '^| [a-z]' "$e2e_out/e2e.md" || true) table rows"
+  fi
+  if ((rc != 0)); then
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  fi
+  binaries+=("$e2e")
+fi
 echo "bench smoke: ${#binaries[@]} binaries in $((SECONDS - start)) s"
 exit "$failed"

@@ -75,21 +75,7 @@ mkdir -p "$out"
 rm -rf "$out/plot-data"
 
 # ------------------------------------------------------------ the runs
-cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
-flags="$(sed -n 's/^CMAKE_CXX_FLAGS_RELEASE:[A-Z]*=//p' "$build/CMakeCache.txt")"
-machine() {  # the machine and the state of the tree, for <name>.machine.txt
-  echo "date:       $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "cpu:        $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
-  echo "cores:      $(nproc) (nproc)"
-  echo "memory:     $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-  echo "kernel:     $(uname -sr)"
-  echo "compiler:   $("$cxx" --version | head -n 1)"
-  echo "flags:      $flags -std=c++20 (CMAKE_BUILD_TYPE=Release)"
-  echo "boost:      $(dpkg-query -W -f='${Version}' libboost-dev 2>/dev/null || echo '?')"
-  echo "benchmark:  $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
-  echo "commit:     $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- engine persistence 2>/dev/null || echo ' + uncommitted changes in engine/ or persistence/')"
-  echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
-}
+machine() { delayq_machine "$build"; }  # scripts/common.sh
 gbench=(
   --benchmark_repetitions="$reps"
   --benchmark_min_time="$min_time"

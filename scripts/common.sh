@@ -4,6 +4,7 @@
 #   configure_and_build <dir> [args...] configure (when needed) and build
 #   DELAYQ_BUILD_DEPS                   every package the scripts rely on
 #   DELAYQ_MAIN_BUILD_ARGS              cmake args of build/ (test.sh, demo.sh)
+#   delayq_machine <builddir>           the header of bench/results/*.machine.txt
 
 DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -84,4 +85,25 @@ configure_and_build() {
   fi
   printf '%s\n' "$want" >"$stamp"
   cmake --build "$dir" -j"$(nproc)" || return
+}
+
+# delayq_machine <builddir> : the machine and the state of the tree, the
+# header every bench/results/<name>.machine.txt starts with (bench.sh,
+# bench-e2e.sh). Reads the compiler and flags from <builddir>'s cache.
+delayq_machine() {
+  local build="$1" cxx flags
+  [[ "$build" = /* ]] || build="$DELAYQ_ROOT/$build"
+  cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  flags="$(sed -n 's/^CMAKE_CXX_FLAGS_RELEASE:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  echo "date:       $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "cpu:        $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  echo "cores:      $(nproc) (nproc)"
+  echo "memory:     $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel:     $(uname -sr)"
+  echo "compiler:   $("$cxx" --version | head -n 1)"
+  echo "flags:      $flags -std=c++20 (CMAKE_BUILD_TYPE=Release)"
+  echo "boost:      $(dpkg-query -W -f='${Version}' libboost-dev 2>/dev/null || echo '?')"
+  echo "benchmark:  $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
+  echo "commit:     $(git -C "$DELAYQ_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$DELAYQ_ROOT" diff --quiet HEAD -- engine persistence 2>/dev/null || echo ' + uncommitted changes in engine/ or persistence/')"
+  echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
 }
