@@ -90,6 +90,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
         executors_(std::move(executors)),
         store_(std::move(store)),
         writer_(*store_),
+        inline_(store_->inline_writes()),
         executor_(ex),
         strand_(boost::asio::make_strand(ex)),
         timer_(strand_),
@@ -186,8 +187,12 @@ class engine::impl : public std::enable_shared_from_this<impl> {
 
   // ------------------------------------------------------------ scheduling
 
+  // `due_checked`: the caller made `due` from now + a delay it checked, so
+  // validate_due() (and its clock read) has nothing left to refuse.
   std::string schedule_at(std::string_view type, std::string payload, time_point due,
-                          const schedule_options& opts, boost::system::error_code& ec) {
+                          const schedule_options& opts, boost::system::error_code& ec,
+                          bool due_checked = false) {
+    if (inline_) return schedule_one_inline(type, std::move(payload), due, opts, ec, due_checked);
     std::vector<task_spec> one(1);
     one[0].type = std::string(type);
     one[0].payload = std::move(payload);
@@ -313,7 +318,9 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       to_save.push_back(wheel_.value(st.h));
     }
     std::vector<std::string> ids(n);
-    if (!to_save.empty()) {
+    if (!to_save.empty() && inline_) {
+      ec = writer_.save_now(to_save);
+    } else if (!to_save.empty()) {
       std::vector<detail::store_writer::op> ops(to_save.size());
       for (std::size_t i = 0; i < ops.size(); ++i) {
         ops[i].what = detail::store_writer::kind::save;
@@ -350,6 +357,76 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     return ids;
   }
 
+  // schedule_at() of one task for an inline store: the task is built once and
+  // moved into the wheel, written to the store from the wheel's copy under
+  // the lock, and the id is hashed by the wheel and the store only.
+  std::string schedule_one_inline(std::string_view type, std::string&& payload, time_point due,
+                                  const schedule_options& opts, boost::system::error_code& ec,
+                                  bool due_checked) {
+    ec = {};
+    if (auto e = validate_spec(type, payload, opts.id)) {
+      ec = e;
+      return {};
+    }
+    if (!due_checked) {
+      if (auto e = validate_due(due)) {
+        ec = e;
+        return {};
+      }
+    }
+    task t;
+    t.id = opts.id;
+    t.type = type;
+    t.payload = std::move(payload);
+    t.due = std::chrono::floor<std::chrono::milliseconds>(due);
+    const std::uint64_t tick = tick_for(t.due);
+
+    std::unique_lock lock(mutex_);
+    if (state_ != run_state::running) {
+      ec = errc::not_running;
+      return {};
+    }
+    if (t.id.empty()) {
+      do t.id = generate_id();
+      while (wheel_.find(t.id) != timer_wheel::npos || running_.count(t.id) != 0);
+    } else if (!running_.empty() && running_.count(t.id) != 0) {
+      lock.unlock();
+      return schedule_one_general(std::move(t), opts, ec);
+    }
+    const timer_wheel::handle h = wheel_.insert(std::move(t), tick);
+    if (h == timer_wheel::npos) {  // held already: `t` is untouched
+      lock.unlock();
+      return schedule_one_general(std::move(t), opts, ec);
+    }
+    if (pending_locked() > options_.max_pending) {
+      wheel_.erase(h);
+      ec = errc::queue_full;
+      return {};
+    }
+    const task& held = wheel_.value(h);
+    if ((ec = writer_.save_now(std::span<const task>(&held, 1)))) {
+      wheel_.erase(h);
+      return {};
+    }
+    ++scheduled_;
+    note_armed_locked(wheel_.due_tick(h));
+    return held.id;
+  }
+
+  // The conflict cases of schedule_one_inline(): the batch path decides them.
+  std::string schedule_one_general(task&& t, const schedule_options& opts,
+                                   boost::system::error_code& ec) {
+    std::vector<task_spec> one(1);
+    one[0].type = std::move(t.type);
+    one[0].payload = std::move(t.payload);
+    one[0].due = t.due;
+    one[0].options.id = std::move(t.id);
+    one[0].options.conflict = opts.conflict;
+    std::size_t bad = 0;
+    auto ids = schedule_many(std::move(one), ec, bad);
+    return ids.empty() ? std::string{} : std::move(ids.front());
+  }
+
   bool cancel(std::string_view id, boost::system::error_code& ec) {
     ec = {};
     std::unique_lock lock(mutex_);
@@ -357,7 +434,16 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       ec = errc::not_running;
       return false;
     }
-    wait_settled(lock, id);
+    if (inline_) {
+      if (const timer_wheel::handle h = wheel_.find(id); h != timer_wheel::npos) {
+        if ((ec = writer_.remove_now(wheel_.value(h).id))) return false;
+        wheel_.erase(h);
+        ++cancelled_;
+        return true;
+      }
+    } else {
+      wait_settled(lock, id);
+    }
     if (const timer_wheel::handle h = wheel_.find(id); h != timer_wheel::npos) {
       const std::uint64_t old_tick = wheel_.due_tick(h);
       wheel_.disarm(h);
@@ -396,7 +482,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       ec = errc::not_running;
       return false;
     }
-    wait_settled(lock, id);
+    if (!inline_) wait_settled(lock, id);
     const timer_wheel::handle h = wheel_.find(id);
     if (h == timer_wheel::npos) return false;
     const time_point old_due = wheel_.value(h).due;
@@ -446,11 +532,15 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     t.attempts = 0;
     t.due = std::chrono::floor<std::chrono::milliseconds>(due);
     const timer_wheel::handle h = wheel_.insert_detached(std::move(t));
-    wheel_.tag(h) = persisting;
-    auto ticket = writer_.enqueue(detail::store_writer::kind::revive, wheel_.value(h));
-    lock.unlock();
-    ec = writer_.wait(ticket);
-    lock.lock();
+    if (inline_) {
+      ec = writer_.revive_now(wheel_.value(h));
+    } else {
+      wheel_.tag(h) = persisting;
+      auto ticket = writer_.enqueue(detail::store_writer::kind::revive, wheel_.value(h));
+      lock.unlock();
+      ec = writer_.wait(ticket);
+      lock.lock();
+    }
     if (ec) {
       wheel_.erase(h);
     } else {
@@ -475,7 +565,8 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     if (ec || !d) return false;
     task gone;
     gone.id = std::string(id);
-    ec = writer_.wait(writer_.enqueue(detail::store_writer::kind::purge, std::move(gone)));
+    ec = inline_ ? writer_.purge_now(gone.id)
+                 : writer_.wait(writer_.enqueue(detail::store_writer::kind::purge, std::move(gone)));
     if (ec) return false;
     std::lock_guard lock(mutex_);
     if (dead_ > 0) --dead_;
@@ -571,12 +662,19 @@ class engine::impl : public std::enable_shared_from_this<impl> {
 
   boost::system::error_code validate(std::string_view type, const std::string& payload,
                                      time_point due, const std::string& id) const {
+    if (auto e = validate_spec(type, payload, id)) return e;
+    return validate_due(due);
+  }
+
+  // validate() without the due time.
+  boost::system::error_code validate_spec(std::string_view type, const std::string& payload,
+                                          const std::string& id) const {
     if (!valid_type(type)) return errc::invalid_type;
     if (!options_.accept_unregistered_types && !executors_.contains(type))
       return errc::unknown_type;
     if (!id.empty() && !valid_id(id)) return errc::invalid_id;
     if (payload.size() > options_.max_payload) return errc::payload_too_large;
-    return validate_due(due);
+    return {};
   }
 
   // ------------------------------------------------------------ clock
@@ -620,6 +718,11 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   // detached for the caller to roll back.
   bool persist_then_arm(std::unique_lock<std::mutex>& lock, timer_wheel::handle h,
                         boost::system::error_code& ec) {
+    if (inline_) {
+      if ((ec = writer_.save_now(std::span<const task>(&wheel_.value(h), 1)))) return false;
+      arm_locked(h, tick_for(wheel_.value(h).due));
+      return true;
+    }
     wheel_.tag(h) = persisting;
     auto ticket = writer_.enqueue(detail::store_writer::kind::save, wheel_.value(h));
     lock.unlock();
@@ -639,7 +742,12 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   void arm_locked(timer_wheel::handle h, std::uint64_t tick) {
     wheel_.arm(h, tick);
     wheel_.tag(h) = armed;
-    const std::uint64_t due = wheel_.due_tick(h);
+    note_armed_locked(wheel_.due_tick(h));
+  }
+
+  // Under the lock: a node was armed at `due`; wake the timer early if it is
+  // now the earliest.
+  void note_armed_locked(std::uint64_t due) {
     if (due < armed_tick_ && state_ == run_state::running) {
       armed_tick_ = due;
       post_rearm();
@@ -863,9 +971,13 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       // At-least-once: the task leaves the store only now. Nobody waits for
       // this removal; losing it to a crash runs the task once more, and a
       // store that is down gets it when it is back.
-      writer_.enqueue(detail::store_writer::kind::remove, a->t, true);
+      if (inline_) {
+        writer_.remove_now(a->t.id);
+      } else {
+        writer_.enqueue(detail::store_writer::kind::remove, a->t, true);
+        flush = true;
+      }
       running_.erase(a->t.id);
-      flush = true;
     } else {
       // Out of running_ before the move: its key is a view into a->t.id.
       const std::unique_ptr<attempt> owned = std::move(running_.extract(a->t.id).mapped());
@@ -893,8 +1005,12 @@ class engine::impl : public std::enable_shared_from_this<impl> {
           }
         } else {
           // Stopping: record the attempt; the next start retries it.
-          writer_.enqueue(detail::store_writer::kind::save, std::move(t), true);
-          flush = true;
+          if (inline_) {
+            writer_.save_now(std::span<const task>(&t, 1));
+          } else {
+            writer_.enqueue(detail::store_writer::kind::save, std::move(t), true);
+            flush = true;
+          }
         }
       }
     }
@@ -923,6 +1039,10 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       al.task_id = d.task.id;
       al.error = failure;
       alerts.push_back(std::move(al));
+    }
+    if (inline_) {
+      writer_.bury_now(d);
+      return;
     }
     std::vector<detail::store_writer::op> ops(1);
     ops[0].what = detail::store_writer::kind::bury;
@@ -1037,6 +1157,10 @@ class engine::impl : public std::enable_shared_from_this<impl> {
   const executor_factory executors_;
   std::unique_ptr<task_store> store_;
   mutable detail::store_writer writer_;
+  // The store's writes are inline (task_store::inline_writes()): they are made
+  // under mutex_, through writer_'s *_now() calls, and no node is ever left
+  // `persisting` while mutex_ is free.
+  const bool inline_;
   const boost::asio::any_io_executor executor_;
   boost::asio::strand<boost::asio::any_io_executor> strand_;
   boost::asio::steady_timer timer_;  // touched only on strand_
@@ -1141,7 +1265,7 @@ std::string engine::schedule(std::string_view type, std::string payload, duratio
     return {};
   }
   return impl_->schedule_at(type, std::move(payload), std::chrono::system_clock::now() + delay,
-                            options, ec);
+                            options, ec, /*due_checked=*/true);
 }
 
 std::string engine::schedule_at(std::string_view type, std::string payload, time_point due,

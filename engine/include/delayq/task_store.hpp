@@ -42,8 +42,9 @@ struct list_summary {
 /// - No third-party exception escapes: errors come back as `ec`
 ///   (errc::store_unavailable, errc::store_error).
 ///
-/// Thread safety: the engine calls a store from one thread at a time; a store
-/// need not be thread-safe unless it is shared outside the engine.
+/// Thread safety: the engine calls a store from one thread at a time, unless
+/// the store says inline_writes(); a store need not be thread-safe unless it
+/// says that or is shared outside the engine.
 class task_store {
  public:
   virtual ~task_store() = default;
@@ -107,6 +108,17 @@ class task_store {
     ec = errc::unsupported;
     return 0;
   }
+
+  /// Whether this store's writes are cheap, in-memory and never fail
+  /// transiently (no I/O, no outage to wait out). The engine then calls
+  /// save(), remove(), bury(), revive() and purge() directly, on the calling
+  /// thread and while holding its own lock, instead of queueing them for its
+  /// group-commit writer: no thread hand-off, no batch, and the store sees
+  /// the changes to one id in exactly the order the engine made them. A
+  /// store that says true must be safe to call from several threads at once
+  /// and must never call back into the engine. Default: false (Redis,
+  /// SQLite and any store that does I/O).
+  virtual bool inline_writes() const noexcept { return false; }
 
   /// A human-readable name for logs and errors, e.g. "memory:" or
   /// "redis://127.0.0.1:6379/0". Never contains a password.

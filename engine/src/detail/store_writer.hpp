@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -109,6 +110,43 @@ class store_writer {
 
   /// Writes whatever is queued, and the kept ops that failed earlier.
   void retry_failed() { flush_impl(true); }
+
+  // ---- inline writes ------------------------------------------------------
+  // For a store whose writes are inline (task_store::inline_writes()): the
+  // engine calls these under its own lock instead of enqueue() + wait(). They
+  // write at once on the calling thread; an error is logged and returned,
+  // never kept for a retry (such a store has no outage to wait out).
+
+  boost::system::error_code save_now(std::span<const task> tasks) {
+    boost::system::error_code ec;
+    store_.save(tasks, ec);
+    report("save", tasks.size(), ec);
+    return ec;
+  }
+  boost::system::error_code remove_now(const std::string& id) {
+    boost::system::error_code ec;
+    store_.remove(std::span<const std::string>(&id, 1), ec);
+    report("remove", 1, ec);
+    return ec;
+  }
+  boost::system::error_code bury_now(const dead_letter& d) {
+    boost::system::error_code ec;
+    store_.bury(std::span<const dead_letter>(&d, 1), ec);
+    report("bury", 1, ec);
+    return ec;
+  }
+  boost::system::error_code revive_now(const task& t) {
+    boost::system::error_code ec;
+    store_.revive(std::span<const task>(&t, 1), ec);
+    report("revive", 1, ec);
+    return ec;
+  }
+  boost::system::error_code purge_now(const std::string& id) {
+    boost::system::error_code ec;
+    store_.purge(std::span<const std::string>(&id, 1), ec);
+    report("purge", 1, ec);
+    return ec;
+  }
 
   /// Whether some op that must land is waiting for the store to come back.
   bool has_failed() {
