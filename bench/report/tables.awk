@@ -11,7 +11,10 @@ FNR == 1 { next }
   fam = $2; op = $3; size = $4 + 0; thr = $5 + 0
   k = fam SUBSEP op SUBSEP size SUBSEP thr
   ns[k] = $9; cv[k] = $10; real[k] = $8; bpt[k] = $11; wbpt[k] = $12; mt[k] = $13; ips[k] = $14
-  reps = $6
+  # Repetitions per benchmark (a run's files may differ: micro, engine, latency).
+  if (fam == "latency") lreps = $6
+  else if (op == "schedule_cancel" || op == "cancel_arm") ereps = $6
+  else mreps = $6
   if (fam == "latency" && op == "steady_clock_now") {
     clock_ns = $9; clock_cv = $10
   } else if (fam == "latency") {
@@ -62,7 +65,7 @@ END {
   for (o = 1; o <= nops; o++) {
     op = ops[o]
     unit = op == "fire" ? "ns per task fired" : "ns per op"
-    printf "\n#### %s (%s, median of %s runs)\n\n", op, unit, reps
+    printf "\n#### %s (%s, median of %s runs)\n\n", op, unit, mreps
     printf "| N | wheel | zset | heap | asio | zset ÷ wheel | heap ÷ wheel | asio ÷ wheel |\n"
     printf "|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     for (i = 1; i <= nsizes; i++) {
@@ -99,7 +102,7 @@ END {
   }
 
   if (ne > 0) {
-    printf "\n#### engine API against Asio timers (median of %s runs)\n\n", reps
+    printf "\n#### engine API against Asio timers (median of %s runs)\n\n", ereps
     printf "One iteration = one cancel + one schedule. ns per op = real time per iteration ÷ 2 (all threads together).\n\n"
     printf "| pending | threads | engine ns/op | engine schedules/s | asio ns/op | asio arms/s | asio ÷ engine |\n"
     printf "|---:|---:|---:|---:|---:|---:|---:|\n"
@@ -117,7 +120,7 @@ END {
   if (nl > 0) {
     for (i = 2; i <= nl; i++)
       for (j = i; j > 1 && lsizes[j - 1] > lsizes[j]; j--) { t = lsizes[j]; lsizes[j] = lsizes[j - 1]; lsizes[j - 1] = t }
-    printf "\n#### the machine: one dependent random access (ns, median of %s runs)\n\n", reps
+    printf "\n#### the machine: one dependent random access (ns, median of %s runs)\n\n", lreps
     printf "| working set | 4 KiB pages | huge pages requested |\n|---:|---:|---:|\n"
     for (i = 1; i <= nl; i++) {
       n = lsizes[i]

@@ -145,6 +145,7 @@ timer_wheel::timer_wheel(std::size_t slots) : slot_count_(slots), seed_(new_seed
   if (slots == 0) throw std::invalid_argument("delayq::timer_wheel: slots must be > 0");
   slots_.resize(slots);
   slot_min_.assign(slots, no_tick);
+  stale_.assign(slots, 0);
   occupied_.assign((slots + 63) / 64, 0);
   index_ = block(16 * sizeof(index_entry));
   index_size_ = 16;
@@ -208,22 +209,27 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
   r.seq = ((r.seq | state_mask) + 1) | armed_state;  // a new generation: older entries are stale
   const auto s = static_cast<std::size_t>(due % slot_count_);
   std::vector<entry>& v = slots_[s];
-  // A full array is first rid of its stale entries; it grows only when most
-  // of them are live, so the compaction costs O(1) per append amortised.
   if (v.size() == v.capacity()) {
-    if (v.size() >= 4)
-      compact_slot(s);
-    else if (v.empty())
+    if (v.empty()) {
       v.reserve(4);  // not 1, 2, 4: three allocations for a slot's first entries
-    // Grow unless the compaction left at least half the array free, so that
-    // half a capacity of appends pays for the next one: at most two record
-    // checks per append, amortised. Grow by half, not double: with thousands
-    // of slot arrays the slack is per-task memory.
-    if (v.size() > v.capacity() / 2) v.reserve(v.capacity() + v.capacity() / 2);
+    } else if (stale_[s] >= v.size() / 2) {
+      // At least half the array is stale: compacting it costs a record read
+      // per entry and frees at least half of them, so at most two reads per
+      // append, amortised. With fewer stale entries the array grows instead
+      // (no reads at all), by half rather than doubling: with thousands of
+      // slot arrays the slack is per-task memory.
+      compact_slot(s);
+    } else {
+      v.reserve(v.capacity() + v.capacity() / 2);
+    }
   }
   v.push_back(entry{due, h, r.seq});
   slot_min_[s] = std::min(slot_min_[s], due);
   occupied_[s / 64] |= std::uint64_t{1} << (s % 64);
+}
+
+void timer_wheel::went_stale(const record& r) noexcept {
+  ++stale_[static_cast<std::size_t>(r.due % slot_count_)];
 }
 
 void timer_wheel::compact_slot(std::size_t s) {
@@ -244,6 +250,7 @@ void timer_wheel::compact_slot(std::size_t s) {
   }
   v.resize(keep);
   slot_min_[s] = least;
+  stale_[s] = 0;
   if (keep == 0) occupied_[s / 64] &= ~(std::uint64_t{1} << (s % 64));
 }
 
@@ -270,7 +277,10 @@ void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<han
   v.resize(keep);
   for (const entry& e : due_scratch_) {
     record& r = rec(e.h);
-    if (r.seq != e.seq || r.due != e.due) continue;  // stale: cancelled or moved since
+    if (r.seq != e.seq || r.due != e.due) {  // stale: cancelled or moved since
+      if (stale_[s] > 0) --stale_[s];
+      continue;
+    }
     r.seq = (r.seq & ~state_mask) | pending;
     --armed_;
     out.push_back(e.h);
@@ -348,7 +358,10 @@ timer_wheel::handle timer_wheel::insert_detached(task&& t) {
 }
 
 void timer_wheel::arm(handle h, std::uint64_t due_tick) noexcept {
-  if ((rec(h).seq & state_mask) != armed_state) ++armed_;
+  if (is_armed(h))
+    went_stale(rec(h));
+  else
+    ++armed_;
   if (due_tick <= now_) due_tick = now_ + 1;
   // no_tick means "nothing armed" to next_due_tick(); the tick before it is
   // already half a million years away at 1 ms per tick.
@@ -363,6 +376,7 @@ void timer_wheel::disarm(handle h) noexcept {
   switch (r.seq & state_mask) {
     case armed_state:
       --armed_;
+      went_stale(r);
       r.seq = ((r.seq | state_mask) + 1) | detached;  // its entry goes stale
       break;
     case pending: r.seq = (r.seq & ~state_mask) | detached; break;
@@ -375,21 +389,30 @@ bool timer_wheel::is_armed(handle h) const noexcept {
 }
 
 void timer_wheel::erase(handle h) noexcept {
-  if (is_armed(h)) --armed_;
+  if (is_armed(h)) {
+    --armed_;
+    went_stale(rec(h));
+  }
   index_erase(h);
   free_record(h);
   --size_;
 }
 
 void timer_wheel::erase_found(handle h, std::size_t index_pos) noexcept {
-  if (is_armed(h)) --armed_;
+  if (is_armed(h)) {
+    --armed_;
+    went_stale(rec(h));
+  }
   index_erase_at(index_pos);
   free_record(h);
   --size_;
 }
 
 task timer_wheel::extract(handle h) noexcept {
-  if (is_armed(h)) --armed_;
+  if (is_armed(h)) {
+    --armed_;
+    went_stale(rec(h));
+  }
   index_erase(h);  // before the move: the index reads the id
   task out = std::move(rec(h).value);
   free_record(h);
@@ -420,6 +443,7 @@ std::size_t timer_wheel::memory_bytes() const noexcept {
   std::size_t bytes = chunks_.capacity() * sizeof(block) + index_.bytes() +
                       slots_.capacity() * sizeof(std::vector<entry>) +
                       slot_min_.capacity() * sizeof(std::uint64_t) +
+                      stale_.capacity() * sizeof(std::uint32_t) +
                       occupied_.capacity() * sizeof(std::uint64_t) +
                       scratch_.capacity() * sizeof(handle) +
                       due_scratch_.capacity() * sizeof(entry);

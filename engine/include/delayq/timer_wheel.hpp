@@ -38,11 +38,12 @@
 // An entry is valid while the record's sequence word equals the one the entry
 // was written with (and the record is still due at that tick). Cancelling,
 // disarming or re-arming a task changes its record's sequence, which makes
-// its old entry stale in place: no list to unlink, no neighbour to touch. A
-// stale entry is dropped when its slot is processed, or when an append finds
-// its slot's array full (the slot is compacted first and grows only if most
-// entries are live), so stale entries cost amortised O(1) work and at most
-// about as much memory as live ones in the same slot.
+// its old entry stale in place: no list to unlink, no neighbour to touch.
+// Each slot counts its stale entries. A stale entry is dropped when its slot
+// is processed, or when an append finds its slot's array full with at least
+// half of it stale (the slot is compacted; otherwise the array grows), so
+// stale entries cost amortised O(1) work and at most as much memory as the
+// live ones in the same slot.
 //
 // Rounds
 // ------
@@ -234,7 +235,9 @@ class timer_wheel {
   void add_chunk();
   void push_entry(handle h, std::uint64_t due);
   void compact_slot(std::size_t s);
-  void drop_entry_of(record& r) noexcept;
+  // Counts the entry of armed record `r` as stale in its slot (before `r`
+  // changes: the slot is its due tick's).
+  void went_stale(const record& r) noexcept;
 
   std::uint32_t hash_id(std::string_view id) const noexcept;
   std::size_t index_find(std::string_view id, std::uint32_t hash) const noexcept;
@@ -260,6 +263,7 @@ class timer_wheel {
 
   std::vector<std::vector<entry>> slots_;
   std::vector<std::uint64_t> slot_min_;  // lower bound of the earliest due tick per slot
+  std::vector<std::uint32_t> stale_;     // stale entries per slot: when compacting pays
   std::vector<std::uint64_t> occupied_;  // one bit per slot with entries (valid or stale)
 
   std::vector<block> chunks_;
