@@ -89,7 +89,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       : options_(std::move(options)),
         executors_(std::move(executors)),
         store_(std::move(store)),
-        writer_(*store_),
+        writer_(*store_, !store_->inline_writes(), [this] { post_store_retry(); }),
         inline_(store_->inline_writes()),
         executor_(ex),
         strand_(boost::asio::make_strand(ex)),
@@ -173,13 +173,15 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     state_ = run_state::stopped;
     const bool drained = running_.empty();
     lock.unlock();
-    writer_.retry_failed();  // removals of attempts that just succeeded, and kept ones
+    writer_.drain();  // removals of attempts that just succeeded, and kept ones
     return drained;
   }
 
   void join_threads() {
     async_pool_.join();  // their calls fail fast with not_running by now
     pool_.join();
+    // Attempts that outlived stop()'s drain may have queued removals since.
+    writer_.stop_flusher();
   }
 
   boost::asio::any_io_executor executor() const { return executor_; }
@@ -565,8 +567,9 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     if (ec || !d) return false;
     task gone;
     gone.id = std::string(id);
-    ec = inline_ ? writer_.purge_now(gone.id)
-                 : writer_.wait(writer_.enqueue(detail::store_writer::kind::purge, std::move(gone)));
+    ec = inline_
+             ? writer_.purge_now(gone.id)
+             : writer_.wait(writer_.enqueue(detail::store_writer::kind::purge, std::move(gone)));
     if (ec) return false;
     std::lock_guard lock(mutex_);
     if (dead_ > 0) --dead_;
@@ -964,6 +967,8 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     ok ? ++succeeded_ : ++failed_;
     note_outcome(a->t.type, ok, alerts);
     attempt* next = release(*a);
+    // Set when a write nobody waits for found no flusher to take it (the
+    // engine is being destroyed): write it here, as a last resort.
     bool flush = false;
     if (a->superseded) {
       forget(a);
@@ -971,11 +976,12 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       // At-least-once: the task leaves the store only now. Nobody waits for
       // this removal; losing it to a crash runs the task once more, and a
       // store that is down gets it when it is back.
+      // The worker does not wait for it either: the writer's flusher writes
+      // it, together with the removals that pile up meanwhile.
       if (inline_) {
         writer_.remove_now(a->t.id);
       } else {
-        writer_.enqueue(detail::store_writer::kind::remove, a->t, true);
-        flush = true;
+        flush = !writer_.submit(detail::store_writer::kind::remove, a->t);
       }
       running_.erase(a->t.id);
     } else {
@@ -985,8 +991,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       t.attempts += 1;
       const retry_policy& policy = policy_for(t.type);
       if (hopeless || t.attempts >= policy.max_attempts) {
-        bury_locked(std::move(t), failure, alerts);
-        flush = true;
+        flush = !bury_locked(std::move(t), failure, alerts);
       } else {
         const auto wait = backoff(policy, t.attempts);
         t.due = std::chrono::floor<std::chrono::milliseconds>(system_clock::now() + wait);
@@ -1008,8 +1013,7 @@ class engine::impl : public std::enable_shared_from_this<impl> {
           if (inline_) {
             writer_.save_now(std::span<const task>(&t, 1));
           } else {
-            writer_.enqueue(detail::store_writer::kind::save, std::move(t), true);
-            flush = true;
+            flush = !writer_.submit(detail::store_writer::kind::save, std::move(t));
           }
         }
       }
@@ -1022,8 +1026,10 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     raise(alerts);
   }
 
-  // Under the lock: the task will not run again by itself.
-  void bury_locked(task t, const std::string& failure, std::vector<alert>& alerts) {
+  // Under the lock: the task will not run again by itself. Returns false when
+  // the dead letter was queued but nobody will write it unless the caller
+  // flushes (see store_writer::submit()).
+  bool bury_locked(task t, const std::string& failure, std::vector<alert>& alerts) {
     dead_letter d;
     d.error = failure;
     d.died_at = std::chrono::floor<std::chrono::milliseconds>(system_clock::now());
@@ -1042,13 +1048,12 @@ class engine::impl : public std::enable_shared_from_this<impl> {
     }
     if (inline_) {
       writer_.bury_now(d);
-      return;
+      return true;
     }
     std::vector<detail::store_writer::op> ops(1);
     ops[0].what = detail::store_writer::kind::bury;
     ops[0].d = std::move(d);
-    ops[0].must_land = true;
-    writer_.enqueue(std::move(ops));
+    return writer_.submit(std::move(ops));
   }
 
   // Under the lock: counts an outcome in its type's window, and raises a

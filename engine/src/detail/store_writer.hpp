@@ -2,16 +2,22 @@
 //
 // Every change the engine makes to the store goes through here, in the order
 // the engine decided it (callers enqueue while holding the engine's lock), and
-// is written in batches: whoever waits first while no write is in progress
-// becomes the leader, takes everything queued so far and writes it with as few
-// store calls as the order allows; the others wait for their batch. A lone
-// caller therefore writes inline with no thread hop, and many concurrent
-// callers share one round trip (the LevelDB / MySQL group-commit scheme).
+// is written in batches: whoever leads while no write is in progress takes
+// everything queued so far and writes it with as few store calls as the order
+// allows; ops queued meanwhile wait for the next batch. A caller that waits
+// for its ops (wait(), flush()) leads when nobody else writes, so a lone
+// caller writes inline with no thread hop, and many concurrent callers share
+// one round trip (the LevelDB / MySQL group-commit scheme).
 //
 // Changes nobody waits for (the removal after a success, a dead letter, an
-// attempt count) must still land: when their write fails, because the store
-// is down, they are kept and written again by retry_failed() (the engine
-// calls it every second while any are kept), unless a later change to the
+// attempt count saved while stopping) are submit()ted instead: the caller
+// returns at once and a flusher thread owned by the writer leads a batch
+// whenever such ops are queued and no write is in flight. So a worker never
+// waits for the store after its executor returned, and removals that pile up
+// during one write go out together in the next. They must still land: when
+// their write fails, because the store is down, they are kept and written
+// again by retry_failed() (the engine calls it every second while any are
+// kept; the flusher calls on_kept to say so), unless a later change to the
 // same id made them moot. Ordinary batches do not carry them: while the store
 // is down that would repeat every kept write, and its error lines, once per
 // finished attempt.
@@ -19,11 +25,13 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -56,6 +64,7 @@ class store_writer {
   struct batch {
     std::vector<op> ops;
     bool done = false;
+    bool carry_failed = false;  // its leader writes the kept ops first
   };
 
   /// Where one queued op can be found, to wait for its outcome.
@@ -65,12 +74,61 @@ class store_writer {
     std::size_t last = 0;
   };
 
-  explicit store_writer(task_store& store) : store_(store) {}
+  /// `background`: run the flusher thread that writes submit()ted ops (not
+  /// needed by a store whose writes are inline). `on_kept` is called on that
+  /// thread, without the writer's lock, after a batch it wrote left ops kept
+  /// for retry_failed(); it must not block on the writer.
+  store_writer(task_store& store, bool background, std::function<void()> on_kept = {})
+      : store_(store), on_kept_(std::move(on_kept)) {
+    if (background) {
+      flusher_running_ = true;
+      flusher_ = std::thread([this] { run_flusher(); });
+    }
+  }
+
+  store_writer(const store_writer&) = delete;
+  store_writer& operator=(const store_writer&) = delete;
+
+  ~store_writer() { stop_flusher(); }
 
   /// Queues ops (cheap: call it under the engine's lock, so the store sees
   /// changes in the order the engine made them).
   ticket enqueue(std::vector<op> ops) {
     std::lock_guard lock(mutex_);
+    return enqueue_locked(std::move(ops));
+  }
+
+  /// Queues one op of kind `what` for task `t`.
+  ticket enqueue(kind what, task t, bool must_land = false) {
+    return enqueue(one_op(what, std::move(t), must_land));
+  }
+
+  /// Queues ops nobody waits for (made must_land) and returns at once: the
+  /// flusher writes them with the next batch. Returns false when there is no
+  /// flusher (none asked for, or stopped): the caller must flush() itself.
+  bool submit(std::vector<op> ops) {
+    std::lock_guard lock(mutex_);
+    for (op& o : ops) o.must_land = true;
+    enqueue_locked(std::move(ops));
+    if (!flusher_running_) return false;
+    background_queued_ = true;
+    if (!writing_) flusher_cv_.notify_one();
+    return true;
+  }
+
+  /// Queues one op of kind `what` for task `t`, as submit().
+  bool submit(kind what, task t) { return submit(one_op(what, std::move(t), true)); }
+
+ private:
+  static std::vector<op> one_op(kind what, task t, bool must_land) {
+    std::vector<op> one(1);
+    one[0].what = what;
+    one[0].d.task = std::move(t);
+    one[0].must_land = must_land;
+    return one;
+  }
+
+  ticket enqueue_locked(std::vector<op> ops) {
     if (!open_) open_ = std::make_shared<batch>();
     ticket t{open_, open_->ops.size(), open_->ops.size() + ops.size()};
     for (op& o : ops) {
@@ -81,22 +139,14 @@ class store_writer {
     return t;
   }
 
-  /// Queues one op of kind `what` for task `t`.
-  ticket enqueue(kind what, task t, bool must_land = false) {
-    std::vector<op> one(1);
-    one[0].what = what;
-    one[0].d.task = std::move(t);
-    one[0].must_land = must_land;
-    return enqueue(std::move(one));
-  }
-
+ public:
   /// Blocks until the batch holding `t` is written; returns the first error
   /// among the caller's ops. Never call it while holding the engine's lock.
   boost::system::error_code wait(const ticket& t) {
     std::unique_lock lock(mutex_);
     while (!t.b->done) {
       if (!writing_)
-        lead(lock, false);
+        lead(lock);
       else
         cv_.wait(lock);
     }
@@ -105,11 +155,54 @@ class store_writer {
     return {};
   }
 
-  /// Writes whatever is queued.
-  void flush() { flush_impl(false); }
+  /// Blocks until every op queued before the call is written (the batch
+  /// holding the newest of them is done), not until the queue is empty: ops
+  /// queued meanwhile by others are not waited for.
+  void flush() {
+    std::unique_lock lock(mutex_);
+    // A copy: leading moves open_ away.
+    const std::shared_ptr<batch> target = open_ ? open_ : in_flight_;
+    wait_batch(lock, target);
+  }
 
-  /// Writes whatever is queued, and the kept ops that failed earlier.
-  void retry_failed() { flush_impl(true); }
+  /// Writes the kept ops that failed earlier, with whatever is queued, and
+  /// waits for that batch.
+  void retry_failed() {
+    std::unique_lock lock(mutex_);
+    if (failed_.empty()) return;
+    if (!open_) open_ = std::make_shared<batch>();
+    open_->carry_failed = true;
+    const std::shared_ptr<batch> target = open_;
+    wait_batch(lock, target);
+  }
+
+  /// Writes until nothing is queued, carrying the kept ops once (for stop():
+  /// nobody queues new work by then, so this ends).
+  void drain() {
+    std::unique_lock lock(mutex_);
+    if (!failed_.empty()) {
+      if (!open_) open_ = std::make_shared<batch>();
+      open_->carry_failed = true;
+    }
+    while (open_ || writing_) {
+      if (!writing_)
+        lead(lock);
+      else
+        cv_.wait(lock);
+    }
+  }
+
+  /// Stops the flusher thread and drains the queue on the calling thread.
+  /// Afterwards submit() returns false. Idempotent.
+  void stop_flusher() {
+    {
+      std::lock_guard lock(mutex_);
+      flusher_running_ = false;
+      flusher_cv_.notify_all();
+    }
+    if (flusher_.joinable()) flusher_.join();
+    drain();
+  }
 
   // ---- inline writes ------------------------------------------------------
   // For a store whose writes are inline (task_store::inline_writes()): the
@@ -155,16 +248,30 @@ class store_writer {
   }
 
  private:
-  void flush_impl(bool with_failed) {
-    std::unique_lock lock(mutex_);
-    if (with_failed && !open_ && !failed_.empty()) open_ = std::make_shared<batch>();
-    bool carried = !with_failed;
-    while (open_ || writing_) {
-      if (!writing_) {
-        lead(lock, !carried);
-        carried = true;
-      } else {
+  // Leads or waits until `target` (if any) is written.
+  void wait_batch(std::unique_lock<std::mutex>& lock, std::shared_ptr<batch> target) {
+    if (!target) return;
+    while (!target->done) {
+      if (!writing_)
+        lead(lock);
+      else
         cv_.wait(lock);
+    }
+  }
+
+  // The flusher: leads a batch whenever submitted ops are queued and no write
+  // is in flight, until stop_flusher().
+  void run_flusher() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      flusher_cv_.wait(lock,
+                       [&] { return !flusher_running_ || (background_queued_ && !writing_); });
+      if (!flusher_running_) return;
+      lead(lock);
+      if (!failed_.empty() && on_kept_) {
+        lock.unlock();
+        on_kept_();
+        lock.lock();
       }
     }
   }
@@ -174,13 +281,15 @@ class store_writer {
   }
 
   // Called with the lock held and no write in progress.
-  void lead(std::unique_lock<std::mutex>& lock, bool with_failed) {
+  void lead(std::unique_lock<std::mutex>& lock) {
     std::shared_ptr<batch> mine = std::move(open_);
     open_.reset();
+    background_queued_ = false;  // this batch takes them
     if (!mine) return;
+    in_flight_ = mine;
     // Failed ops go first: everything queued after them is newer.
     std::vector<op> retried;
-    if (with_failed) {
+    if (mine->carry_failed) {
       retried = std::move(failed_);
       failed_.clear();
     }
@@ -201,8 +310,10 @@ class store_writer {
     for (op& o : kept) failed_.push_back(std::move(o));
     if (n_retried > 0) mine->ops.erase(mine->ops.begin(), mine->ops.begin() + n_retried);
     mine->done = true;
+    in_flight_.reset();
     writing_ = false;
     cv_.notify_all();
+    if (background_queued_) flusher_cv_.notify_one();
   }
 
   // Writes `ops` with as few store calls as their order allows. Saves and
@@ -287,11 +398,17 @@ class store_writer {
   }
 
   task_store& store_;
+  const std::function<void()> on_kept_;
   std::mutex mutex_;
-  std::condition_variable cv_;
-  std::shared_ptr<batch> open_;
-  std::vector<op> failed_;  // must-land ops whose write failed, oldest first
+  std::condition_variable cv_;          // a batch was written
+  std::condition_variable flusher_cv_;  // submitted ops may be writable, or stop
+  std::shared_ptr<batch> open_;         // ops queued and not yet taken by a leader
+  std::shared_ptr<batch> in_flight_;    // the batch being written, if any
+  std::vector<op> failed_;              // must-land ops whose write failed, oldest first
   bool writing_ = false;
+  bool background_queued_ = false;  // open_ holds submitted ops
+  bool flusher_running_ = false;
+  std::thread flusher_;  // last: started once everything above is set
 };
 
 }  // namespace delayq::detail
