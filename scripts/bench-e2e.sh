@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/bench-e2e.sh - the end-to-end benchmark behind docs/benchmarks-e2e.md.
+# scripts/bench-e2e.sh - the end-to-end benchmark behind docs/benchmarks.md.
 #
 #   bash scripts/bench-e2e.sh [--quick] [--only-report] [-- DELAYQ-BENCH ARGS...]
 #

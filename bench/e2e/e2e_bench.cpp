@@ -1,6 +1,6 @@
 // delayq-bench - the end-to-end benchmark: delayq as a user runs it, against
 // the Redis sorted-set queue the seed documents describe, on one real
-// redis-server. See docs/benchmarks-e2e.md for method and results;
+// redis-server. See docs/benchmarks.md for method and results;
 // scripts/bench-e2e.sh runs it full size, scripts/bench-smoke.sh with --quick.
 //
 // Scenarios (all by default):
