@@ -104,7 +104,8 @@ std::uint64_t new_seed() {
     return (std::uint64_t{rd()} << 32) ^ rd();
   }();
   static std::atomic<std::uint64_t> counter{0};
-  const std::uint64_t seed = mum(base ^ wyp0, counter.fetch_add(1, std::memory_order_relaxed) + wyp1);
+  const std::uint64_t seed =
+      mum(base ^ wyp0, counter.fetch_add(1, std::memory_order_relaxed) + wyp1);
   return seed ^ mum(seed ^ wyp0, wyp1);
 }
 
@@ -115,13 +116,13 @@ std::uint64_t new_seed() {
 timer_wheel::block::block(std::size_t bytes) : bytes_(bytes) {
   if (bytes >= huge_page) {
     bytes_ = (bytes + huge_page - 1) / huge_page * huge_page;
-    p_ = ::operator new(bytes_, std::align_val_t{huge_page});
+    p_ = ::operator new (bytes_, std::align_val_t{huge_page});
     // Advice only: where the kernel has no huge page to give (or THP is off)
     // the memory is backed by 4 KiB pages, which is merely slower.
     ::madvise(p_, bytes_, MADV_HUGEPAGE);
   } else {
     bytes_ = std::max<std::size_t>((bytes + 63) / 64 * 64, 64);
-    p_ = ::operator new(bytes_, std::align_val_t{64});
+    p_ = ::operator new (bytes_, std::align_val_t{64});
   }
 }
 
@@ -136,7 +137,7 @@ timer_wheel::block& timer_wheel::block::operator=(block&& o) noexcept {
 
 timer_wheel::block::~block() {
   if (p_ == nullptr) return;
-  ::operator delete(p_, bytes_ >= huge_page ? std::align_val_t{huge_page} : std::align_val_t{64});
+  ::operator delete (p_, bytes_ >= huge_page ? std::align_val_t{huge_page} : std::align_val_t{64});
 }
 
 // ---------------------------------------------------------------- lifetime
@@ -440,13 +441,12 @@ timer_wheel::handle timer_wheel::find(std::string_view id) const noexcept {
 }
 
 std::size_t timer_wheel::memory_bytes() const noexcept {
-  std::size_t bytes = chunks_.capacity() * sizeof(block) + index_.bytes() +
-                      slots_.capacity() * sizeof(std::vector<entry>) +
-                      slot_min_.capacity() * sizeof(std::uint64_t) +
-                      stale_.capacity() * sizeof(std::uint32_t) +
-                      occupied_.capacity() * sizeof(std::uint64_t) +
-                      scratch_.capacity() * sizeof(handle) +
-                      due_scratch_.capacity() * sizeof(entry);
+  std::size_t bytes =
+      chunks_.capacity() * sizeof(block) + index_.bytes() +
+      slots_.capacity() * sizeof(std::vector<entry>) +
+      slot_min_.capacity() * sizeof(std::uint64_t) + stale_.capacity() * sizeof(std::uint32_t) +
+      occupied_.capacity() * sizeof(std::uint64_t) + scratch_.capacity() * sizeof(handle) +
+      due_scratch_.capacity() * sizeof(entry);
   for (const block& b : chunks_) bytes += b.bytes();
   for (const std::vector<entry>& v : slots_) bytes += v.capacity() * sizeof(entry);
   return bytes;

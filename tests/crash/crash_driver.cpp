@@ -631,7 +631,8 @@ int main(int argc, char** argv) {
   std::printf(
       "%s: %s: seed %llu, tasks %zu (%zu designed to fail 1-2 attempts), kills %u (%zu while "
       "scheduling), runs %u, executions %zu (%zu failed on purpose), repeated attempts %zu "
-      "(%zu successes, %zu failures; at most %zu per killed run, each failure its worker's last line "
+      "(%zu successes, %zu failures; at most %zu per killed run, each failure its worker's last "
+      "line "
       "there, the furthest %zu lines before the kill), in-doubt ids found pending %zu / already "
       "run %zu, %.1f s\n",
       tag.c_str(), v.failures.empty() ? "PASS" : "FAIL", static_cast<unsigned long long>(seed),

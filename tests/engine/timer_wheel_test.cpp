@@ -1131,7 +1131,8 @@ TEST_CASE("wheel: reserve preallocates nodes and index entries") {
   CHECK(reserved >= base + 10000 * (sizeof(task) + 8));
   // Holding tasks takes nothing beyond the reservation...
   std::vector<handle> handles;
-  for (int i = 0; i < 10000; ++i) handles.push_back(w.insert_detached(make_task(std::to_string(i))));
+  for (int i = 0; i < 10000; ++i)
+    handles.push_back(w.insert_detached(make_task(std::to_string(i))));
   CHECK(w.memory_bytes() == reserved);
   std::size_t wrong = 0;
   for (int i = 0; i < 10000; ++i) {

@@ -159,7 +159,7 @@ struct engine_stats {
   std::uint64_t timed_out = 0;    ///< Attempts that passed their timeout.
   std::uint64_t died = 0;         ///< Tasks that became dead letters since start().
   std::size_t dead = 0;           ///< Dead letters in the store now.
-  std::uint64_t wakeups = 0;      ///< Times the wheel's timer fired (idle cost: 0 with nothing due).
+  std::uint64_t wakeups = 0;      ///< Times the wheel's timer fired (0 while nothing is due).
   std::chrono::microseconds lateness_p50{0};
   std::chrono::microseconds lateness_p90{0};
   std::chrono::microseconds lateness_p99{0};

@@ -182,10 +182,10 @@ class timer_wheel {
   static constexpr std::uint32_t generation_step = 4;
 
   struct alignas(64) record {
-    task value;               // first: find() compares the id on the first cache line
-    std::uint64_t due = 0;    // while armed: the tick; while free: the next free record
-    std::uint32_t tag = 0;    // the owner's word
-    std::uint32_t seq = 0;    // generation << 2 | state
+    task value;             // first: find() compares the id on the first cache line
+    std::uint64_t due = 0;  // while armed: the tick; while free: the next free record
+    std::uint32_t tag = 0;  // the owner's word
+    std::uint32_t seq = 0;  // generation << 2 | state
   };
   static_assert(sizeof(record) == 128, "a record is two cache lines");
 
@@ -217,8 +217,8 @@ class timer_wheel {
   };
 
   static constexpr std::size_t no_slot = std::numeric_limits<std::size_t>::max();
-  static constexpr std::uint32_t first_chunk = 1024;     // records in chunk 0
-  static constexpr unsigned chunk_bits = 14;             // 16384 records = 2 MiB after it
+  static constexpr std::uint32_t first_chunk = 1024;  // records in chunk 0
+  static constexpr unsigned chunk_bits = 14;          // 16384 records = 2 MiB after it
   static constexpr std::uint32_t chunk_size = std::uint32_t{1} << chunk_bits;
 
   record& rec(handle h) noexcept { return *record_ptr(h); }
@@ -292,7 +292,8 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     prefetch_index(batch);
     for (handle h : batch) {
       record& r = rec(h);
-      if ((r.seq & state_mask) != pending) continue;  // erased, armed or disarmed by the sink meanwhile
+      if ((r.seq & state_mask) != pending)
+        continue;  // erased, armed or disarmed by the sink meanwhile
       r.seq = (r.seq & ~state_mask) | detached;
       ++fired;
       sink(h);
