@@ -1238,3 +1238,34 @@ TEST_CASE("wheel: a task moved many times fires once, at its last due tick") {
   CHECK(fired[0].tick == last);
   CHECK(w.empty());
 }
+
+TEST_CASE("wheel: erase_many equals erase one id at a time") {
+  // Ids held and not, repeated, in a random order; the result must be that
+  // of calling erase(id) for each in turn, whatever the prefetching guessed.
+  std::mt19937_64 rng(11);
+  timer_wheel a(64);
+  timer_wheel b(64);
+  for (int i = 0; i < 3000; ++i) {
+    const std::string id = "t" + std::to_string(i);
+    a.insert(make_task(id), 1 + rng() % 500);
+    b.insert(make_task(id), a.due_tick(a.find(id)));
+  }
+  std::vector<std::string> victims;
+  for (int k = 0; k < 2500; ++k) victims.push_back("t" + std::to_string(rng() % 4000));
+  std::size_t one_by_one = 0;
+  for (const std::string& id : victims) one_by_one += a.erase(id);
+  const std::size_t many =
+      b.erase_many(victims.size(), [&](std::size_t i) -> const std::string& { return victims[i]; });
+  CHECK(many == one_by_one);
+  CHECK(b.size() == a.size());
+  CHECK(b.armed() == a.armed());
+  std::size_t wrong = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const std::string id = "t" + std::to_string(i);
+    wrong += (a.find(id) == npos) != (b.find(id) == npos);
+  }
+  CHECK(wrong == 0);
+  CHECK(advance_erasing(a, 1000) == advance_erasing(b, 1000));
+  // By value works too, and an empty batch erases nothing.
+  CHECK(b.erase_many(0, [](std::size_t) { return std::string_view("x"); }) == 0);
+}

@@ -82,6 +82,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -144,6 +145,15 @@ class timer_wheel {
   bool erase(std::string_view id) noexcept;
   /// Moves the task with this id to `due_tick`. False when it is not held.
   bool reschedule(std::string_view id, std::uint64_t due_tick) noexcept;
+
+  /// Forgets the tasks with the ids id_at(0) .. id_at(n - 1) (each convertible
+  /// to std::string_view; ids not held are skipped) and returns how many were
+  /// held. The same as calling erase(id) n times, but faster when the wheel is
+  /// much larger than the cache: it hashes ids a few ahead and asks for their
+  /// index buckets and records early, so the memory accesses of several
+  /// erasures overlap instead of following one another.
+  template <class IdAt>
+  std::size_t erase_many(std::size_t n, IdAt&& id_at) noexcept;
 
   /// The task in node `h`. Do not change its id.
   task& value(handle h) noexcept { return rec(h).value; }
@@ -277,6 +287,49 @@ class timer_wheel {
   std::vector<handle> scratch_;     // reused by advance()
   std::vector<entry> due_scratch_;  // reused by collect_due()
 };
+
+template <class IdAt>
+std::size_t timer_wheel::erase_many(std::size_t n, IdAt&& id_at) noexcept {
+  // Four stages in flight: the id object of id i + 24 is requested (when the
+  // caller hands out references: its string may be anywhere in its memory
+  // too); the bucket of id i + 16 is requested; the record that bucket names
+  // for id i + 8 is requested (a guess: a probe may need a later bucket, and
+  // an erasure between may move the entry; a wrong guess costs only a wasted
+  // prefetch); and id i is erased with all of it in cache.
+  constexpr std::size_t ahead = 16;
+  constexpr std::size_t id_ahead = ahead + 8;
+  std::uint32_t hashes[ahead];
+  const auto request_id = [&](std::size_t k) {
+    if constexpr (std::is_lvalue_reference_v<decltype(id_at(k))>)
+      __builtin_prefetch(std::addressof(id_at(k)));
+  };
+  const auto request_bucket = [&](std::size_t k) {
+    const std::uint32_t h = hash_id(std::string_view(id_at(k)));
+    hashes[k % ahead] = h;
+    __builtin_prefetch(index() + (h & index_mask_));
+  };
+  for (std::size_t k = ahead; k < id_ahead && k < n; ++k) request_id(k);
+  for (std::size_t k = 0; k < ahead && k < n; ++k) request_bucket(k);
+  std::size_t erased = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t hash = hashes[i % ahead];
+    if (i + id_ahead < n) request_id(i + id_ahead);
+    if (i + ahead < n) request_bucket(i + ahead);
+    if (i + ahead / 2 < n) {
+      const index_entry& guess = index()[hashes[(i + ahead / 2) % ahead] & index_mask_];
+      if (guess.node != npos) {
+        const char* r = reinterpret_cast<const char*>(record_ptr(guess.node));
+        __builtin_prefetch(r);
+        __builtin_prefetch(r + 64);
+      }
+    }
+    const std::size_t pos = index_find(std::string_view(id_at(i)), hash);
+    if (pos == no_slot) continue;
+    erase_found(index()[pos].node, pos);
+    ++erased;
+  }
+  return erased;
+}
 
 template <class Sink>
 std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
