@@ -268,7 +268,7 @@ void register_structure(const std::vector<std::int64_t>& sizes, bool quick) {
                     {"reschedule", bm_reschedule<S>},
                     {"fire", bm_fire<S>}};
   std::vector<op> list(std::begin(ops), std::end(ops));
-  if constexpr (requires(S& s, const key* k) { s.cancel_many(k, std::size_t{}); })
+  if constexpr (requires(S & s, const key* k) { s.cancel_many(k, std::size_t{}); })
     list.push_back({"cancel_many", bm_cancel_many<S>});
   for (const std::int64_t n : sizes)
     for (const op& o : list) {

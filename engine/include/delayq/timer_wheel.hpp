@@ -15,6 +15,7 @@
 //   (a seeded wyhash-style hash, computed once per operation), one probe of an
 //   open-addressing index of 8-byte entries, and a touch of the task's own
 //   record. Cancelling does not visit any other task (see "Lazy removal").
+//   erase_many() cancels a batch with those accesses overlapped.
 // - advance: O(number of tasks fired + entries in the slots processed).
 //   Empty slots are skipped with an occupancy bitmap (one bit per slot), so
 //   advancing across a quiet hour costs a few dozen word reads, not 3600
