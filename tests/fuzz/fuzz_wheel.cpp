@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "delayq/task.hpp"
 #include "delayq/timer_wheel.hpp"
@@ -61,7 +62,8 @@ const char* const op_names[op_count] = {"insert",
                                         "wake",
                                         "advance_revolution",
                                         "reserve",
-                                        "advance_again"};
+                                        "advance_again",
+                                        "erase_many"};
 
 // The ids the program may name: empty, with a NUL byte, too long for the
 // small-string buffer, plain.
@@ -297,6 +299,21 @@ class runner {
     expect(w_.find(ids()[id]) == npos, "find() still sees an erased id");
   }
 
+  // erase_many() must do what erase(id) does for each id in turn.
+  void do_erase_many(const std::vector<unsigned>& batch) {
+    std::size_t expected = 0;
+    for (unsigned id : batch) {
+      if (!held_[id]) continue;
+      note_unlink(id);
+      model_remove(id);
+      ++expected;
+    }
+    const std::size_t erased = w_.erase_many(
+        batch.size(), [&](std::size_t i) -> const std::string& { return ids()[batch[i]]; });
+    expect(erased == expected, "erase_many() erased another number of ids than erase() would");
+    for (unsigned id : batch) expect(w_.find(ids()[id]) == npos, "find() still sees an erased id");
+  }
+
   void do_extract(unsigned id) {
     if (!held_[id]) return;
     note_unlink(id);
@@ -421,6 +438,12 @@ class runner {
       case op_wake: do_wake(); break;
       case op_advance_revolution: do_advance(w_.now() + w_.slots()); break;
       case op_reserve: w_.reserve(std::size_t{byte()} * 16); break;
+      case op_erase_many: {
+        std::vector<unsigned> batch(byte() % 8 + 1);
+        for (unsigned& id : batch) id = id_byte();
+        do_erase_many(batch);
+        break;
+      }
       case op_count: break;
     }
   }

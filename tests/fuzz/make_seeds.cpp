@@ -178,6 +178,14 @@ void wheel_seeds(const fs::path& dir) {
         .op(op_advance_again, {step_byte(step_revolutions, 2)});
     write(dir / "churn-and-wake", p.bytes());
   }
+  {  // A batch cancel of held ids, a repeat and one never held, among armed tasks.
+    program p(7);
+    for (unsigned id = 0; id < 16; ++id) p.op(op_insert, {id, due_byte(due_near, id)});
+    p.op(op_erase_many, {7, 1, 3, 5, 3, 31, 8, 9, 10})  // 8 ids: 1 3 5 3 31 8 9 10
+        .op(op_wake)
+        .op(op_advance, {step_byte(step_ticks, 40)});
+    write(dir / "erase-many", p.bytes());
+  }
   {  // The sink touches nodes due at the same tick before their turn.
     program p(2);
     for (unsigned id = 1; id <= 6; ++id) p.op(op_insert, {id, due_byte(due_crowded, 0)});

@@ -21,6 +21,8 @@
 //     advance_revolution   -           advance(now + slots)
 //     reserve              byte        reserve(byte * 16)
 //     advance_again        step        as advance
+//     erase_many           count, ids  erase_many() of count % 8 + 1 ids
+//                                      (held or not, repeats allowed)
 // An id byte picks one of id_count ids (b % id_count). A due byte is
 // (mode << 5 | v), a step byte (mode << 6 | v); see due_tick() and step_to()
 // in fuzz_wheel.cpp for what each mode means.
@@ -58,6 +60,7 @@ enum wheel_op : std::uint8_t {
   op_advance_revolution,
   op_reserve,
   op_advance_again,
+  op_erase_many,
   op_count
 };
 
