@@ -53,6 +53,7 @@
 #include "delayq/memory_store.hpp"
 #include "delayq/redis_store.hpp"
 #include "delayq/sqlite_store.hpp"
+#include "io_thread.hpp"
 #include "measure.hpp"
 #include "redis_client.hpp"
 #include "seeds_queue.hpp"
@@ -338,23 +339,6 @@ class server_window {
 };
 
 // ------------------------------------------------------------ helpers
-
-// An io_context run by a thread of its own, for the engine's timer.
-class io_thread {
- public:
-  io_thread() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~io_thread() {
-    guard_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  boost::asio::io_context& io() noexcept { return io_; }
-
- private:
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
-  std::thread thread_;
-};
 
 // Runs `body(thread_index, first, count)` on `threads` threads that share
 // `total` items; shows progress through `counter` (the body adds to it) and

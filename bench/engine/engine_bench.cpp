@@ -35,6 +35,7 @@
 #include "delayq/engine.hpp"
 #include "delayq/executor.hpp"
 #include "delayq/memory_store.hpp"
+#include "io_thread.hpp"
 
 namespace delayq::bench {
 namespace {
@@ -49,23 +50,6 @@ std::vector<std::chrono::milliseconds> random_delays(std::uint64_t seed) {
   for (auto& x : d) x = std::chrono::milliseconds(r.between(3'600'000, 7'200'000));
   return d;
 }
-
-// An io_context with a thread of its own, kept busy-able by a work guard.
-class io_thread {
- public:
-  io_thread() : guard_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
-  ~io_thread() {
-    guard_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  boost::asio::io_context& io() noexcept { return io_; }
-
- private:
-  boost::asio::io_context io_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_;
-  std::thread thread_;
-};
 
 class engine_rig {
  public:

@@ -172,7 +172,10 @@ void bm_schedule(benchmark::State& st) {
   t.finish<S>(st, n, b, "ns_per_op");
 }
 
-template <class S>
+// `Cancel` is S::cancel, or for the wheel also S::cancel_many: the same
+// removals handed over as one erase_many() call per batch (the plan for the
+// 50 ns target: overlap the memory accesses of several cancels).
+template <class S, std::size_t (S::*Cancel)(const key*, std::size_t) = &S::cancel>
 void bm_cancel(benchmark::State& st) {
   const auto n = static_cast<std::size_t>(st.range(0));
   S& s = structure_for<S>(n);
@@ -183,31 +186,7 @@ void bm_cancel(benchmark::State& st) {
   for (auto _ : st) {
     next_keys(keys);
     const auto t0 = clock_type::now();
-    const std::size_t ok = s.cancel(keys.data(), b);
-    const auto t1 = clock_type::now();
-    t.add(st, t1 - t0, b);
-    t.failures += b - ok;
-    random_dues(s, dues);
-    s.stage(keys.data(), b);
-    t.failures += b - s.schedule(keys.data(), dues.data(), b);
-  }
-  t.finish<S>(st, n, b, "ns_per_op");
-}
-
-// The wheel only: cancel() as one erase_many() call per batch (the plan for
-// the 50 ns target: overlap the memory accesses of several cancels).
-template <class S>
-void bm_cancel_many(benchmark::State& st) {
-  const auto n = static_cast<std::size_t>(st.range(0));
-  S& s = structure_for<S>(n);
-  const std::size_t b = batch_for(n);
-  std::vector<key> keys(b);
-  std::vector<std::uint64_t> dues(b);
-  tally t;
-  for (auto _ : st) {
-    next_keys(keys);
-    const auto t0 = clock_type::now();
-    const std::size_t ok = s.cancel_many(keys.data(), b);
+    const std::size_t ok = (s.*Cancel)(keys.data(), b);
     const auto t1 = clock_type::now();
     t.add(st, t1 - t0, b);
     t.failures += b - ok;
@@ -269,7 +248,7 @@ void register_structure(const std::vector<std::int64_t>& sizes, bool quick) {
                     {"fire", bm_fire<S>}};
   std::vector<op> list(std::begin(ops), std::end(ops));
   if constexpr (requires(S & s, const key* k) { s.cancel_many(k, std::size_t{}); })
-    list.push_back({"cancel_many", bm_cancel_many<S>});
+    list.push_back({"cancel_many", bm_cancel<S, &S::cancel_many>});
   for (const std::int64_t n : sizes)
     for (const op& o : list) {
       auto* b = benchmark::RegisterBenchmark((std::string(S::name) + "/" + o.name).c_str(), o.fn)

@@ -389,15 +389,7 @@ bool timer_wheel::is_armed(handle h) const noexcept {
   return (rec(h).seq & state_mask) == armed_state;
 }
 
-void timer_wheel::erase(handle h) noexcept {
-  if (is_armed(h)) {
-    --armed_;
-    went_stale(rec(h));
-  }
-  index_erase(h);
-  free_record(h);
-  --size_;
-}
+void timer_wheel::erase(handle h) noexcept { erase_found(h, index_position(h)); }
 
 void timer_wheel::erase_found(handle h, std::size_t index_pos) noexcept {
   if (is_armed(h)) {
@@ -410,14 +402,9 @@ void timer_wheel::erase_found(handle h, std::size_t index_pos) noexcept {
 }
 
 task timer_wheel::extract(handle h) noexcept {
-  if (is_armed(h)) {
-    --armed_;
-    went_stale(rec(h));
-  }
-  index_erase(h);  // before the move: the index reads the id
+  const std::size_t pos = index_position(h);  // before the move: it hashes the id
   task out = std::move(rec(h).value);
-  free_record(h);
-  --size_;
+  erase_found(h, pos);
   return out;
 }
 
@@ -480,12 +467,12 @@ void timer_wheel::index_insert(handle h, std::uint32_t hash) {
   table[i] = index_entry{h, hash};
 }
 
-void timer_wheel::index_erase(handle h) noexcept {
+std::size_t timer_wheel::index_position(handle h) const noexcept {
   // The record is at hand, so its entry is found by handle: no string compare.
   const index_entry* table = index();
   std::size_t i = hash_id(rec(h).value.id) & index_mask_;
   while (table[i].node != h) i = (i + 1) & index_mask_;
-  index_erase_at(i);
+  return i;
 }
 
 void timer_wheel::index_erase_at(std::size_t i) noexcept {

@@ -254,9 +254,11 @@ class timer_wheel {
   std::size_t index_find(std::string_view id, std::uint32_t hash) const noexcept;
   void index_insert(handle h, std::uint32_t hash);
   void index_erase_at(std::size_t i) noexcept;
-  void index_erase(handle h) noexcept;
+  // Where record h's entry is in the index (it must be held).
+  std::size_t index_position(handle h) const noexcept;
   void index_grow();
   index_entry* index() const noexcept { return static_cast<index_entry*>(index_.get()); }
+  // Forgets held record h whose index entry is at index_pos.
   void erase_found(handle h, std::size_t index_pos) noexcept;
 
   // Moves the valid entries of slot `s` due at or before `tick` into `out`

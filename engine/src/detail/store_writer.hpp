@@ -211,34 +211,19 @@ class store_writer {
   // never kept for a retry (such a store has no outage to wait out).
 
   boost::system::error_code save_now(std::span<const task> tasks) {
-    boost::system::error_code ec;
-    store_.save(tasks, ec);
-    report("save", tasks.size(), ec);
-    return ec;
+    return now("save", tasks.size(), [&](auto& ec) { store_.save(tasks, ec); });
   }
   boost::system::error_code remove_now(const std::string& id) {
-    boost::system::error_code ec;
-    store_.remove(std::span<const std::string>(&id, 1), ec);
-    report("remove", 1, ec);
-    return ec;
+    return now("remove", 1, [&](auto& ec) { store_.remove(std::span(&id, 1), ec); });
   }
   boost::system::error_code bury_now(const dead_letter& d) {
-    boost::system::error_code ec;
-    store_.bury(std::span<const dead_letter>(&d, 1), ec);
-    report("bury", 1, ec);
-    return ec;
+    return now("bury", 1, [&](auto& ec) { store_.bury(std::span(&d, 1), ec); });
   }
   boost::system::error_code revive_now(const task& t) {
-    boost::system::error_code ec;
-    store_.revive(std::span<const task>(&t, 1), ec);
-    report("revive", 1, ec);
-    return ec;
+    return now("revive", 1, [&](auto& ec) { store_.revive(std::span(&t, 1), ec); });
   }
   boost::system::error_code purge_now(const std::string& id) {
-    boost::system::error_code ec;
-    store_.purge(std::span<const std::string>(&id, 1), ec);
-    report("purge", 1, ec);
-    return ec;
+    return now("purge", 1, [&](auto& ec) { store_.purge(std::span(&id, 1), ec); });
   }
 
   /// Whether some op that must land is waiting for the store to come back.
@@ -248,6 +233,15 @@ class store_writer {
   }
 
  private:
+  // One inline write of `n` items: runs `write(ec)`, logs a failure.
+  template <class Write>
+  boost::system::error_code now(const char* what, std::size_t n, Write&& write) {
+    boost::system::error_code ec;
+    write(ec);
+    report(what, n, ec);
+    return ec;
+  }
+
   // Leads or waits until `target` (if any) is written.
   void wait_batch(std::unique_lock<std::mutex>& lock, std::shared_ptr<batch> target) {
     if (!target) return;
