@@ -89,8 +89,8 @@ class engine::impl : public std::enable_shared_from_this<impl> {
       : options_(std::move(options)),
         executors_(std::move(executors)),
         store_(std::move(store)),
-        writer_(*store_, !store_->inline_writes(), [this] { post_store_retry(); }),
-        inline_(store_->inline_writes()),
+        writer_(*store_, !store_->in_process(), [this] { post_store_retry(); }),
+        inline_(store_->in_process()),
         executor_(ex),
         strand_(boost::asio::make_strand(ex)),
         timer_(strand_),
@@ -582,6 +582,22 @@ class engine::impl : public std::enable_shared_from_this<impl> {
         h != timer_wheel::npos && wheel_.tag(h) == armed)
       return wheel_.value(h);
     if (auto run = running_.find(id); run != running_.end()) return run->second->t;
+    return std::nullopt;
+  }
+
+  std::optional<task_status> status(std::string_view id) const {
+    std::lock_guard lock(mutex_);
+    if (const timer_wheel::handle h = wheel_.find(id);
+        h != timer_wheel::npos && wheel_.tag(h) == armed) {
+      const task& t = wheel_.value(h);
+      return task_status{t, t.due <= system_clock::now() ? task_state::ready : task_state::delayed};
+    }
+    if (auto run = running_.find(id); run != running_.end()) {
+      for (const auto& [type, gate] : gates_)
+        for (const attempt* a : gate.waiting)
+          if (a == run->second.get()) return task_status{a->t, task_state::ready};
+      return task_status{run->second->t, task_state::running};
+    }
     return std::nullopt;
   }
 
@@ -1327,6 +1343,9 @@ bool engine::reschedule(std::string_view id, time_point due, boost::system::erro
 }
 
 std::optional<task> engine::find(std::string_view id) const { return impl_->find(id); }
+std::optional<task_status> engine::status(std::string_view id) const { return impl_->status(id); }
+// Interim: the wheel being replaced has no way to walk its tasks.
+std::vector<task> engine::upcoming(std::size_t, std::string_view) const { return {}; }
 
 std::vector<dead_letter> engine::dead_letters(std::size_t offset, std::size_t limit) const {
   boost::system::error_code ec;

@@ -29,6 +29,10 @@ class category final : public boost::system::error_category {
       case errc::already_started: return "the engine was started already";
       case errc::invalid_options: return "invalid engine options";
       case errc::unsupported: return "the task store does not support this operation";
+      case errc::outcome_unknown:
+        return "the task store did not answer in time: the write may or may not have been applied";
+      case errc::busy: return "too many store writes are queued; try again later";
+      case errc::type_full: return "the task type holds its most pending tasks already";
     }
     return "unknown delayq error " + std::to_string(value);
   }

@@ -51,8 +51,32 @@ executor_factory& executor_factory::add_async(std::string type, async_function f
 
 std::unique_ptr<async_executor> executor_factory::make_async(std::string_view type) const {
   auto it = async_makers_.find(type);
-  if (it == async_makers_.end() || !it->second) return nullptr;
-  return it->second();
+  if (it != async_makers_.end()) return it->second ? it->second() : nullptr;
+  if (makers_.find(type) == makers_.end() && async_fallback_) return async_fallback_();
+  return nullptr;
+}
+
+executor_factory& executor_factory::set_fallback(maker m) {
+  async_fallback_ = nullptr;
+  fallback_ = std::move(m);
+  return *this;
+}
+
+executor_factory& executor_factory::set_fallback(function fn) {
+  auto shared = std::make_shared<const function>(std::move(fn));
+  return set_fallback(maker{[shared] { return std::make_unique<function_executor>(shared); }});
+}
+
+executor_factory& executor_factory::set_fallback_async(async_maker m) {
+  fallback_ = nullptr;
+  async_fallback_ = std::move(m);
+  return *this;
+}
+
+executor_factory& executor_factory::set_fallback_async(async_function fn) {
+  auto shared = std::make_shared<const async_function>(std::move(fn));
+  return set_fallback_async(
+      async_maker{[shared] { return std::make_unique<async_function_executor>(shared); }});
 }
 
 executor_factory& executor_factory::add(std::string type, function fn) {
@@ -63,12 +87,14 @@ executor_factory& executor_factory::add(std::string type, function fn) {
 
 std::unique_ptr<executor> executor_factory::make(std::string_view type) const {
   auto it = makers_.find(type);
-  if (it == makers_.end() || !it->second) return nullptr;
-  return it->second();
+  if (it != makers_.end()) return it->second ? it->second() : nullptr;
+  if (async_makers_.find(type) == async_makers_.end() && fallback_) return fallback_();
+  return nullptr;
 }
 
 bool executor_factory::contains(std::string_view type) const {
-  return makers_.find(type) != makers_.end() || async_makers_.find(type) != async_makers_.end();
+  return has_fallback() || makers_.find(type) != makers_.end() ||
+         async_makers_.find(type) != async_makers_.end();
 }
 
 std::vector<std::string> executor_factory::types() const {

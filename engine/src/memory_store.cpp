@@ -1,110 +1,77 @@
 #include "delayq/memory_store.hpp"
 
 #include <algorithm>
-#include <cstdint>
 
 namespace delayq {
-namespace {
-
-constexpr std::size_t max_spare_nodes = 64;  // per stripe
-
-}  // namespace
 
 memory_store::memory_store() = default;
 memory_store::~memory_store() = default;
 
-std::size_t memory_store::stripe_of(std::string_view id) noexcept {
-  // FNV-1a over the id's last bytes: cheap, and generated ids differ at the end.
-  const std::size_t n = std::min<std::size_t>(id.size(), 8);
-  std::uint64_t h = 14695981039346656037ull;
-  for (std::size_t i = id.size() - n; i < id.size(); ++i) {
-    h ^= static_cast<unsigned char>(id[i]);
-    h *= 1099511628211ull;
-  }
-  return static_cast<std::size_t>(h ^ (h >> 29)) % stripe_count;
-}
-
-void memory_store::upsert(stripe& s, const task& t) {
-  if (auto it = s.tasks.find(t.id); it != s.tasks.end()) {
-    it->second = t;
-    return;
-  }
-  if (s.spare.empty()) {
-    s.tasks.emplace(t.id, t);
-    return;
-  }
-  map::node_type node = std::move(s.spare.back());
-  s.spare.pop_back();
-  node.key() = t.id;
-  node.mapped() = t;
-  s.tasks.insert(std::move(node));
-}
-
-void memory_store::erase(stripe& s, const std::string& id) {
-  auto it = s.tasks.find(id);
-  if (it == s.tasks.end()) return;
-  map::node_type node = s.tasks.extract(it);
-  if (s.spare.size() < max_spare_nodes) {
-    if (s.spare.capacity() == 0) s.spare.reserve(max_spare_nodes);
-    s.spare.push_back(std::move(node));
+void memory_store::apply(const store_change& c) {
+  const task& t = *c.task;
+  switch (c.what) {
+    case change_kind::save: tasks_.insert_or_assign(t.id, t); break;
+    case change_kind::remove: tasks_.erase(t.id); break;
+    case change_kind::bury:
+      tasks_.erase(t.id);
+      dead_.insert_or_assign(t.id, dead_letter{t, std::string(c.error), c.died_at});
+      break;
+    case change_kind::revive:
+      dead_.erase(t.id);
+      tasks_.insert_or_assign(t.id, t);
+      break;
+    case change_kind::purge: dead_.erase(t.id); break;
   }
 }
 
-std::vector<std::unique_lock<std::mutex>> memory_store::lock_all() const {
-  std::vector<std::unique_lock<std::mutex>> locks;
-  locks.reserve(stripe_count);
-  for (const stripe& s : stripes_) locks.emplace_back(s.mutex);
-  return locks;
+void memory_store::write(std::span<const store_change> changes, boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  for (const store_change& c : changes) apply(c);
 }
 
 void memory_store::save(std::span<const task> tasks, boost::system::error_code& ec) {
   ec = {};
-  if (tasks.size() == 1) {
-    stripe& s = stripes_[stripe_of(tasks[0].id)];
-    std::lock_guard lock(s.mutex);
-    upsert(s, tasks[0]);
-    return;
-  }
-  const auto locks = lock_all();  // the batch becomes visible at once
-  for (const task& t : tasks) upsert(stripes_[stripe_of(t.id)], t);
+  std::lock_guard lock(mutex_);
+  for (const task& t : tasks) tasks_.insert_or_assign(t.id, t);
 }
 
 void memory_store::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
   ec = {};
-  if (ids.size() == 1) {
-    stripe& s = stripes_[stripe_of(ids[0])];
-    std::lock_guard lock(s.mutex);
-    erase(s, ids[0]);
-    return;
-  }
-  const auto locks = lock_all();
-  for (const std::string& id : ids) erase(stripes_[stripe_of(id)], id);
+  std::lock_guard lock(mutex_);
+  for (const std::string& id : ids) tasks_.erase(id);
 }
 
 list_summary memory_store::list(const std::function<void(task&&)>& sink,
                                 boost::system::error_code& ec) {
   ec = {};
-  // Copy under the locks, call the sink outside them: a sink may call back
-  // into this store.
+  // Copy under the lock, call the sink outside it: a sink may call back into
+  // this store.
   std::vector<task> copy;
   {
-    const auto locks = lock_all();
-    std::size_t n = 0;
-    for (const stripe& s : stripes_) n += s.tasks.size();
-    copy.reserve(n);
-    for (const stripe& s : stripes_)
-      for (const auto& [id, t] : s.tasks) copy.push_back(t);
+    std::lock_guard lock(mutex_);
+    copy.reserve(tasks_.size());
+    for (const auto& [id, t] : tasks_) copy.push_back(t);
   }
   for (task& t : copy) sink(std::move(t));
   return list_summary{copy.size(), 0};
 }
 
+void memory_store::quarantine(std::string_view id, std::string_view reason,
+                              boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  auto it = tasks_.find(std::string(id));
+  if (it == tasks_.end()) return;
+  quarantine_.insert_or_assign(it->first, std::pair(std::move(it->second), std::string(reason)));
+  tasks_.erase(it);
+}
+
 void memory_store::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
   ec = {};
-  const auto locks = lock_all();
-  std::lock_guard lock(dead_mutex_);
+  std::lock_guard lock(mutex_);
   for (const dead_letter& d : letters) {
-    erase(stripes_[stripe_of(d.task.id)], d.task.id);
+    tasks_.erase(d.task.id);
     dead_.insert_or_assign(d.task.id, d);
   }
 }
@@ -113,7 +80,7 @@ std::vector<dead_letter> memory_store::list_dead(std::size_t offset, std::size_t
                                                  boost::system::error_code& ec) {
   ec = {};
   std::vector<const dead_letter*> all;
-  std::lock_guard lock(dead_mutex_);
+  std::lock_guard lock(mutex_);
   all.reserve(dead_.size());
   for (const auto& [id, d] : dead_) all.push_back(&d);
   std::sort(all.begin(), all.end(), [](const dead_letter* a, const dead_letter* b) {
@@ -127,7 +94,7 @@ std::vector<dead_letter> memory_store::list_dead(std::size_t offset, std::size_t
 std::optional<dead_letter> memory_store::find_dead(std::string_view id,
                                                    boost::system::error_code& ec) {
   ec = {};
-  std::lock_guard lock(dead_mutex_);
+  std::lock_guard lock(mutex_);
   auto it = dead_.find(std::string(id));
   if (it == dead_.end()) return std::nullopt;
   return it->second;
@@ -135,31 +102,53 @@ std::optional<dead_letter> memory_store::find_dead(std::string_view id,
 
 void memory_store::revive(std::span<const task> tasks, boost::system::error_code& ec) {
   ec = {};
-  const auto locks = lock_all();
-  std::lock_guard lock(dead_mutex_);
+  std::lock_guard lock(mutex_);
   for (const task& t : tasks) {
     dead_.erase(t.id);
-    upsert(stripes_[stripe_of(t.id)], t);
+    tasks_.insert_or_assign(t.id, t);
   }
 }
 
 void memory_store::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
   ec = {};
-  std::lock_guard lock(dead_mutex_);
+  std::lock_guard lock(mutex_);
   for (const std::string& id : ids) dead_.erase(id);
 }
 
 std::size_t memory_store::count_dead(boost::system::error_code& ec) {
   ec = {};
-  std::lock_guard lock(dead_mutex_);
+  std::lock_guard lock(mutex_);
   return dead_.size();
 }
 
+std::vector<std::pair<std::string, std::string>> memory_store::load_settings(
+    boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  return {settings_.begin(), settings_.end()};
+}
+
+void memory_store::save_setting(std::string_view key, std::string_view value,
+                                boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  settings_.insert_or_assign(std::string(key), std::string(value));
+}
+
+void memory_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  if (auto it = settings_.find(key); it != settings_.end()) settings_.erase(it);
+}
+
 std::size_t memory_store::size() const {
-  const auto locks = lock_all();
-  std::size_t n = 0;
-  for (const stripe& s : stripes_) n += s.tasks.size();
-  return n;
+  std::lock_guard lock(mutex_);
+  return tasks_.size();
+}
+
+std::size_t memory_store::quarantined() const {
+  std::lock_guard lock(mutex_);
+  return quarantine_.size();
 }
 
 }  // namespace delayq

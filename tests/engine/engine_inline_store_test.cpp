@@ -25,7 +25,7 @@ class counting_inline_store final : public borrowed_store {
   explicit counting_inline_store(delayq::task_store& inner) : borrowed_store(inner) {}
   using task_store::remove;
   using task_store::save;
-  bool inline_writes() const noexcept override { return true; }
+  bool in_process() const noexcept override { return true; }
   void save(std::span<const delayq::task> t, boost::system::error_code& ec) override {
     {
       std::lock_guard lock(m_);
@@ -58,9 +58,9 @@ class counting_inline_store final : public borrowed_store {
 
 TEST_CASE("store: the memory store writes inline, the default is group commit") {
   delayq::memory_store mem;
-  CHECK(mem.inline_writes());
-  borrowed_store wrapped(mem);  // does not override inline_writes()
-  CHECK_FALSE(wrapped.inline_writes());
+  CHECK(mem.in_process());
+  borrowed_store wrapped(mem);  // does not override in_process()
+  CHECK_FALSE(wrapped.in_process());
 }
 
 TEST_CASE("engine: an inline store gets one write per call, from every thread, and agrees") {

@@ -142,6 +142,20 @@ struct task_spec {
   schedule_options options{};
 };
 
+/// Where a pending task is in its life.
+enum class task_state {
+  delayed,  ///< Waiting for its due time (a first attempt, or a retry).
+  ready,    ///< Due, and waiting for a worker, a per-type slot or its turn
+            ///< in the catch-up after start(). cancel() still stops it.
+  running,  ///< An attempt has started and cannot be stopped.
+};
+
+/// A pending task and where it is: what engine::status() returns.
+struct task_status {
+  delayq::task task;
+  task_state state = task_state::delayed;
+};
+
 /// Counters since start(). Lateness is measured when an attempt starts on a
 /// worker, against the task's due time, and is kept in a log-scale histogram
 /// (each figure is the upper edge of its bucket, within 19%).
@@ -307,6 +321,16 @@ class engine {
 
   /// A copy of the pending task with this id (waiting, retrying or running).
   std::optional<task> find(std::string_view id) const;
+
+  /// The pending task with this id and its state, or nothing when no task
+  /// with this id is pending. Tells "will run later" (delayed, ready) from
+  /// "running now".
+  std::optional<task_status> status(std::string_view id) const;
+
+  /// The next `limit` pending tasks not yet running, earliest due first;
+  /// only those of `type` when it is not empty. Costs a pass over every
+  /// pending task (an admin view, not a hot path).
+  std::vector<task> upcoming(std::size_t limit, std::string_view type = {}) const;
 
   /// Tasks held: waiting, retrying or running.
   std::size_t pending() const;

@@ -49,6 +49,17 @@ enum class errc {
   /// The store does not implement this operation (a custom store that
   /// predates dead letters, for instance).
   unsupported = 16,
+  /// The store did not answer in time: the write may or may not have been
+  /// applied, and may still be applied later. Nothing was kept in memory;
+  /// retrying the same call with the same caller-given id is safe
+  /// (on_conflict::keep or replace). See docs/persistence.md.
+  outcome_unknown = 17,
+  /// Too many store writes are queued and not yet sent
+  /// (engine_options::max_queued_writes); try again later.
+  busy = 18,
+  /// The task type holds its most pending tasks already
+  /// (engine_options::type_capacity).
+  type_full = 19,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

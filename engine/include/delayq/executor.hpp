@@ -89,18 +89,34 @@ class executor_factory {
   executor_factory& add_async(std::string type, async_maker m);
   executor_factory& add_async(std::string type, async_function fn);
 
+  /// Registers the executor of every type that has none of its own: a
+  /// synchronous or an asynchronous one (the last call wins). With a
+  /// fallback, contains() is true for every type. delayq-server uses one to
+  /// hand any type to its push or pull machinery.
+  executor_factory& set_fallback(maker m);
+  executor_factory& set_fallback(function fn);
+  executor_factory& set_fallback_async(async_maker m);
+  executor_factory& set_fallback_async(async_function fn);
+  /// Whether a fallback is registered.
+  bool has_fallback() const noexcept {
+    return static_cast<bool>(fallback_) || static_cast<bool>(async_fallback_);
+  }
+
   /// A new executor for `type`, or null when no synchronous one is registered.
   std::unique_ptr<executor> make(std::string_view type) const;
   /// A new asynchronous executor for `type`, or null when none is registered.
   std::unique_ptr<async_executor> make_async(std::string_view type) const;
-  /// Whether an executor (of either kind) is registered for `type`.
+  /// Whether an executor (of either kind) is registered for `type`, or a
+  /// fallback is.
   bool contains(std::string_view type) const;
-  /// The registered types, sorted.
+  /// The types registered by name, sorted (not the fallback).
   std::vector<std::string> types() const;
 
  private:
   std::map<std::string, maker, std::less<>> makers_;
   std::map<std::string, async_maker, std::less<>> async_makers_;  // disjoint from makers_
+  maker fallback_;  // at most one of the two fallbacks is set
+  async_maker async_fallback_;
 };
 
 }  // namespace delayq

@@ -3,8 +3,8 @@
 
 #include <utility>
 
-#include <array>
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -18,13 +18,13 @@ namespace delayq {
 /// benchmarks and services whose tasks are cheap to lose; use redis_store or
 /// sqlite_store when they are not.
 ///
-/// Its writes are inline (inline_writes() is true): the engine calls it
-/// directly under its own lock, with no group commit.
+/// It says in_process(): an engine given one takes the live tasks it holds at
+/// start() and from then on keeps live tasks in its own wheel only, with no
+/// second copy here; dead letters and settings stay in the store. Used on its
+/// own (tests, copy_tasks()) it is a complete store.
 ///
-/// Thread safety: all members are safe to call from any thread. Live tasks
-/// are spread over lock stripes by id, so calls on different ids rarely
-/// wait for each other; a batch, list() and size() lock every stripe and
-/// see or make one consistent state.
+/// Thread safety: all members are safe to call from any thread; one mutex
+/// makes every call, and every write() batch, atomic.
 class memory_store final : public task_store {
  public:
   using task_store::bury;
@@ -36,16 +36,20 @@ class memory_store final : public task_store {
   using task_store::remove;
   using task_store::revive;
   using task_store::save;
+  using task_store::write;
 
   memory_store();
   ~memory_store() override;
 
+  void write(std::span<const store_change> changes, boost::system::error_code& ec) override;
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
                     boost::system::error_code& ec) override;
+  void quarantine(std::string_view id, std::string_view reason,
+                  boost::system::error_code& ec) override;
   std::string describe() const override { return "memory:"; }
-  bool inline_writes() const noexcept override { return true; }
+  bool in_process() const noexcept override { return true; }
 
   void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
   std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
@@ -55,31 +59,26 @@ class memory_store final : public task_store {
   void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
   std::size_t count_dead(boost::system::error_code& ec) override;
 
-  /// The number of stored tasks.
+  std::vector<std::pair<std::string, std::string>> load_settings(
+      boost::system::error_code& ec) override;
+  void save_setting(std::string_view key, std::string_view value,
+                    boost::system::error_code& ec) override;
+  void erase_setting(std::string_view key, boost::system::error_code& ec) override;
+
+  /// The number of stored live tasks.
   std::size_t size() const;
+  /// The number of quarantined records.
+  std::size_t quarantined() const;
 
  private:
-  using map = std::unordered_map<std::string, task>;
-  static constexpr std::size_t stripe_count = 16;
-  // One cache line (at least) per stripe, so stripes locked by different
-  // threads do not share one.
-  struct alignas(64) stripe {
-    mutable std::mutex mutex;
-    map tasks;
-    // Nodes of removed tasks, reused by the next inserts: a schedule +
-    // cancel cycle then allocates nothing here.
-    std::vector<map::node_type> spare;
-  };
-  static std::size_t stripe_of(std::string_view id) noexcept;
-  // Under s.mutex.
-  static void upsert(stripe& s, const task& t);
-  static void erase(stripe& s, const std::string& id);
-  // Locks every stripe, in order.
-  std::vector<std::unique_lock<std::mutex>> lock_all() const;
+  // Under mutex_.
+  void apply(const store_change& c);
 
-  std::array<stripe, stripe_count> stripes_;
-  mutable std::mutex dead_mutex_;  // taken after a stripe's mutex, never before
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, task> tasks_;
   std::unordered_map<std::string, dead_letter> dead_;
+  std::unordered_map<std::string, std::pair<task, std::string>> quarantine_;  // task, reason
+  std::map<std::string, std::string, std::less<>> settings_;
 };
 
 }  // namespace delayq

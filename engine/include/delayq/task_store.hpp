@@ -4,12 +4,15 @@
 #include <utility>
 
 #include <boost/system/error_code.hpp>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "delayq/error.hpp"
@@ -24,30 +27,82 @@ struct list_summary {
                                 ///< moved to the store's quarantine area.
 };
 
+/// What one change of a write() batch does to the store.
+enum class change_kind : std::uint8_t {
+  save,    ///< Upsert the live task `*task`.
+  remove,  ///< Delete the live task `task->id` (absent: nothing to do).
+  bury,    ///< Delete the live task `task->id` and upsert the dead letter
+           ///< {*task, error, died_at}.
+  revive,  ///< Delete the dead letter `task->id` and upsert `*task` as live.
+  purge,   ///< Delete the dead letter `task->id` (absent: nothing to do).
+};
+
+/// One change of a write() batch. Points at memory the caller keeps valid
+/// until the call returns (async_write(): until `done` was called).
+struct store_change {
+  change_kind what = change_kind::save;
+  /// Every kind: the task (remove and purge read only its id).
+  const delayq::task* task = nullptr;
+  /// bury: why the last attempt failed.
+  std::string_view error;
+  /// bury: when the task died.
+  std::chrono::system_clock::time_point died_at{};
+};
+
 /// Where tasks live while they wait: the engine saves a task before it
 /// acknowledges a schedule, and removes it only after its executor succeeded.
 ///
-/// A store is a plain key-value set of tasks keyed by `task::id`. The engine
-/// orders its calls: for one id, a later call always starts after an earlier
-/// one returned, so a store needs no per-id ordering of its own.
+/// A store is a plain key-value set of tasks keyed by `task::id`, plus a
+/// dead-letter area keyed the same way and a few named settings.
 ///
 /// Contract for implementers:
-/// - `save` upserts the whole batch atomically (all or nothing) and returns
-///   only once it is durable by the store's own definition (see
-///   docs/persistence.md). On error nothing of the batch may be visible.
-/// - `remove` deletes the ids that exist and ignores the others.
+/// - `write` applies a batch of changes in order, atomically (all or
+///   nothing), and returns only once it is durable by the store's own
+///   definition (see docs/persistence.md). On error nothing of the batch is
+///   visible, except with errc::outcome_unknown: the store cannot tell (it
+///   timed out), and the whole batch may still land later.
+/// - `save`, `remove`, `bury`, `revive` and `purge` are the one-kind forms
+///   of `write`, with the same guarantees.
 /// - `list` streams every stored task to `sink` (any order), without loading
-///   the whole set into one reply. A record that cannot be decoded is moved to
-///   a quarantine area, counted in the summary and never deleted or thrown.
+///   the whole set into one reply. A record that cannot be decoded is moved
+///   to a quarantine area, counted in the summary and never deleted or thrown.
 /// - No third-party exception escapes: errors come back as `ec`
-///   (errc::store_unavailable, errc::store_error).
+///   (errc::store_unavailable, errc::store_error, errc::outcome_unknown).
 ///
-/// Thread safety: the engine calls a store from one thread at a time, unless
-/// the store says inline_writes(); a store need not be thread-safe unless it
-/// says that or is shared outside the engine.
+/// The engine orders its writes: a change to an id is handed to the store
+/// only after every earlier change to that id was written or failed, so a
+/// store needs no per-id ordering of its own. Batches given to async_write()
+/// must be applied in the order they were given.
+///
+/// Thread safety: the engine writes from one thread (its writer), and reads
+/// (start(), dead-letter queries, settings) from the calling threads; it
+/// never needs a store to be safe for concurrent calls unless the store says
+/// max_writes_in_flight() > 1 or is shared outside the engine. The stores
+/// delayq ships are safe to call from any thread.
 class task_store {
  public:
   virtual ~task_store() = default;
+
+  /// Applies `changes` in order as one atomic, durable batch. The default
+  /// splits the batch into runs of one kind and calls save(), remove(),
+  /// bury(), revive() or purge() for each run: atomic per run only, so a
+  /// store that can do better (every store delayq ships) overrides it.
+  virtual void write(std::span<const store_change> changes, boost::system::error_code& ec);
+
+  /// Starts write() of `changes` and returns; calls `done` exactly once with
+  /// the outcome, from any thread (a store with an I/O thread of its own calls
+  /// it there). `changes` and what they point at stay valid until then.
+  /// Batches are applied in the order they were given; at most
+  /// max_writes_in_flight() are outstanding at once. `done` must not call
+  /// back into the store. The default calls write() on the calling thread,
+  /// then `done`.
+  virtual void async_write(std::span<const store_change> changes,
+                           std::function<void(boost::system::error_code)> done);
+
+  /// How many async_write() batches may be outstanding at once: more than
+  /// one lets batch k+1 travel while batch k is being made durable
+  /// (pipelining). Default 1.
+  virtual std::size_t max_writes_in_flight() const noexcept { return 1; }
 
   /// Upserts `tasks` as one atomic, durable batch.
   virtual void save(std::span<const task> tasks, boost::system::error_code& ec) = 0;
@@ -58,6 +113,42 @@ class task_store {
   /// Calls `sink` once per stored task. Quarantines undecodable records.
   virtual list_summary list(const std::function<void(task&&)>& sink,
                             boost::system::error_code& ec) = 0;
+
+  /// Moves the live record stored under `id` to the quarantine area with
+  /// `reason`, as list() does with a record it cannot decode: for a record
+  /// that decodes but that the engine cannot accept (an id it rejects, say).
+  /// Nothing stored under `id` is not an error. Default: errc::unsupported
+  /// (the engine then skips such a record at every start, with a warning).
+  virtual void quarantine(std::string_view id, std::string_view reason,
+                          boost::system::error_code& ec) {
+    (void)id;
+    (void)reason;
+    ec = errc::unsupported;
+  }
+
+  // ---- settings -----------------------------------------------------------
+  // A few named values kept beside the tasks and shared by every engine on
+  // the store (delayq-server keeps its push targets here). Keys are 1-256
+  // bytes, values at most 64 KiB. Defaults: errc::unsupported.
+
+  /// Every setting, sorted by key.
+  virtual std::vector<std::pair<std::string, std::string>> load_settings(
+      boost::system::error_code& ec) {
+    ec = errc::unsupported;
+    return {};
+  }
+  /// Upserts one setting, durably.
+  virtual void save_setting(std::string_view key, std::string_view value,
+                            boost::system::error_code& ec) {
+    (void)key;
+    (void)value;
+    ec = errc::unsupported;
+  }
+  /// Deletes one setting; an unknown key is not an error.
+  virtual void erase_setting(std::string_view key, boost::system::error_code& ec) {
+    (void)key;
+    ec = errc::unsupported;
+  }
 
   // ---- dead letters -------------------------------------------------------
   // A dead letter lives in an area of its own, apart from the live tasks
@@ -109,22 +200,24 @@ class task_store {
     return 0;
   }
 
-  /// Whether this store's writes are cheap, in-memory and never fail
-  /// transiently (no I/O, no outage to wait out). The engine then calls
-  /// save(), remove(), bury(), revive() and purge() directly, on the calling
-  /// thread and while holding its own lock, instead of queueing them for its
-  /// group-commit writer: no thread hand-off, no batch, and the store sees
-  /// the changes to one id in exactly the order the engine made them. A
-  /// store that says true must be safe to call from several threads at once
-  /// and must never call back into the engine. Default: false (Redis,
-  /// SQLite and any store that does I/O).
-  virtual bool inline_writes() const noexcept { return false; }
+  /// Whether the store lives in this process's memory and keeps nothing the
+  /// engine's own memory does not (memory_store). The engine then takes the
+  /// live tasks out of it at start() and keeps them in its wheel only:
+  /// schedule, cancel and firing write nothing to it, and it holds dead
+  /// letters (and settings) only. Default: false.
+  virtual bool in_process() const noexcept { return false; }
 
   /// A human-readable name for logs and errors, e.g. "memory:" or
   /// "redis://127.0.0.1:6379/0". Never contains a password.
   virtual std::string describe() const = 0;
 
-  /// Throwing form of save(): throws boost::system::system_error.
+  /// Throwing form of write(): throws boost::system::system_error.
+  void write(std::span<const store_change> changes) {
+    boost::system::error_code ec;
+    write(changes, ec);
+    detail::throw_if(ec, "delayq: store write");
+  }
+  /// Throwing form of save().
   void save(std::span<const task> tasks) {
     boost::system::error_code ec;
     save(tasks, ec);
