@@ -83,7 +83,8 @@ class wheel_structure {
                                                    std::size_t n) {
     std::size_t ok = 0;
     for (std::size_t i = 0; i < n; ++i)
-      ok += wheel_.insert(std::move(staged_[i]), dues[i]) != timer_wheel::npos;
+      ok += wheel_.insert(timer_wheel::item{staged_[i].id, staged_[i].payload}, dues[i]) !=
+            timer_wheel::npos;
     return ok;
   }
   DELAYQ_BENCH_BATCH std::size_t cancel(const key* keys, std::size_t n) {

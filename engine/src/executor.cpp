@@ -5,9 +5,8 @@
 namespace delayq {
 namespace {
 
-// Adapts a plain function to the executor interface. The function object is
-// shared by every attempt of its type, so wrapping it costs one small
-// allocation per attempt and no copy of the user's callable.
+// Adapts a plain function to the executor interface, for make(): the engine
+// itself calls plain functions directly (see executor_factory::find()).
 class function_executor final : public executor {
  public:
   explicit function_executor(std::shared_ptr<const executor_factory::function> fn)
@@ -30,80 +29,105 @@ class async_function_executor final : public async_executor {
 
 }  // namespace
 
+executor_factory::binding executor_factory::entry::bind() const noexcept {
+  binding b;
+  if (fn)
+    b.fn = fn.get();
+  else if (make)
+    b.make = &make;
+  else if (async_fn)
+    b.async_fn = async_fn.get();
+  else if (async_make)
+    b.async_make = &async_make;
+  return b;
+}
+
+executor_factory::entry& executor_factory::slot(std::string type) {
+  entry& e = entries_[std::move(type)];
+  e = entry{};  // a new registration replaces whatever kind was there
+  return e;
+}
+
 executor_factory& executor_factory::add(std::string type, maker m) {
-  async_makers_.erase(type);
-  makers_.insert_or_assign(std::move(type), std::move(m));
+  slot(std::move(type)).make = std::move(m);
+  return *this;
+}
+
+executor_factory& executor_factory::add(std::string type, function fn) {
+  slot(std::move(type)).fn = std::make_shared<const function>(std::move(fn));
   return *this;
 }
 
 executor_factory& executor_factory::add_async(std::string type, async_maker m) {
-  makers_.erase(type);
-  async_makers_.insert_or_assign(std::move(type), std::move(m));
+  slot(std::move(type)).async_make = std::move(m);
   return *this;
 }
 
 executor_factory& executor_factory::add_async(std::string type, async_function fn) {
-  auto shared = std::make_shared<const async_function>(std::move(fn));
-  return add_async(std::move(type), async_maker{[shared] {
-                     return std::make_unique<async_function_executor>(shared);
-                   }});
-}
-
-std::unique_ptr<async_executor> executor_factory::make_async(std::string_view type) const {
-  auto it = async_makers_.find(type);
-  if (it != async_makers_.end()) return it->second ? it->second() : nullptr;
-  if (makers_.find(type) == makers_.end() && async_fallback_) return async_fallback_();
-  return nullptr;
+  slot(std::move(type)).async_fn = std::make_shared<const async_function>(std::move(fn));
+  return *this;
 }
 
 executor_factory& executor_factory::set_fallback(maker m) {
-  async_fallback_ = nullptr;
-  fallback_ = std::move(m);
+  fallback_ = entry{};
+  fallback_.make = std::move(m);
   return *this;
 }
 
 executor_factory& executor_factory::set_fallback(function fn) {
-  auto shared = std::make_shared<const function>(std::move(fn));
-  return set_fallback(maker{[shared] { return std::make_unique<function_executor>(shared); }});
+  fallback_ = entry{};
+  fallback_.fn = std::make_shared<const function>(std::move(fn));
+  return *this;
 }
 
 executor_factory& executor_factory::set_fallback_async(async_maker m) {
-  fallback_ = nullptr;
-  async_fallback_ = std::move(m);
+  fallback_ = entry{};
+  fallback_.async_make = std::move(m);
   return *this;
 }
 
 executor_factory& executor_factory::set_fallback_async(async_function fn) {
-  auto shared = std::make_shared<const async_function>(std::move(fn));
-  return set_fallback_async(
-      async_maker{[shared] { return std::make_unique<async_function_executor>(shared); }});
+  fallback_ = entry{};
+  fallback_.async_fn = std::make_shared<const async_function>(std::move(fn));
+  return *this;
 }
 
-executor_factory& executor_factory::add(std::string type, function fn) {
-  auto shared = std::make_shared<const function>(std::move(fn));
-  return add(std::move(type),
-             maker{[shared] { return std::make_unique<function_executor>(shared); }});
+executor_factory::binding executor_factory::find(std::string_view type) const {
+  auto it = entries_.find(type);
+  return it != entries_.end() ? it->second.bind() : fallback_.bind();
 }
 
 std::unique_ptr<executor> executor_factory::make(std::string_view type) const {
-  auto it = makers_.find(type);
-  if (it != makers_.end()) return it->second ? it->second() : nullptr;
-  if (async_makers_.find(type) == async_makers_.end() && fallback_) return fallback_();
+  const binding b = find(type);
+  if (b.fn) {
+    auto it = entries_.find(type);
+    const entry& e = it != entries_.end() ? it->second : fallback_;
+    return std::make_unique<function_executor>(e.fn);
+  }
+  if (b.make && *b.make) return (*b.make)();
+  return nullptr;
+}
+
+std::unique_ptr<async_executor> executor_factory::make_async(std::string_view type) const {
+  const binding b = find(type);
+  if (b.async_fn) {
+    auto it = entries_.find(type);
+    const entry& e = it != entries_.end() ? it->second : fallback_;
+    return std::make_unique<async_function_executor>(e.async_fn);
+  }
+  if (b.async_make && *b.async_make) return (*b.async_make)();
   return nullptr;
 }
 
 bool executor_factory::contains(std::string_view type) const {
-  return has_fallback() || makers_.find(type) != makers_.end() ||
-         async_makers_.find(type) != async_makers_.end();
+  return static_cast<bool>(find(type));
 }
 
 std::vector<std::string> executor_factory::types() const {
   std::vector<std::string> out;
-  out.reserve(makers_.size() + async_makers_.size());
-  for (const auto& [type, m] : makers_) out.push_back(type);
-  for (const auto& [type, m] : async_makers_) out.push_back(type);
-  std::sort(out.begin(), out.end());
-  return out;
+  out.reserve(entries_.size());
+  for (const auto& [type, e] : entries_) out.push_back(type);
+  return out;  // a std::map: sorted already
 }
 
 }  // namespace delayq

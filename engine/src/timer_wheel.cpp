@@ -76,7 +76,7 @@ std::uint64_t hash_bytes(const char* p, std::size_t n, std::uint64_t seed) noexc
 
 // Equality of a held id and a looked-up one without a call to memcmp for the
 // short ids that are the rule (the libc call was 6% of a cancel).
-bool same_id(const std::string& held, std::string_view id) noexcept {
+bool same_id(std::string_view held, std::string_view id) noexcept {
   const std::size_t n = id.size();
   if (held.size() != n) return false;
   const char* a = held.data();
@@ -89,12 +89,6 @@ bool same_id(const std::string& held, std::string_view id) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     if (a[i] != b[i]) return false;
   return true;
-}
-
-// Starts loading the second cache line of a record: due, tag, sequence.
-template <class Record>
-void prefetch_tail(const Record* r) noexcept {
-  __builtin_prefetch(reinterpret_cast<const char*>(r) + 64);
 }
 
 std::uint64_t new_seed() {
@@ -155,7 +149,11 @@ timer_wheel::timer_wheel(std::size_t slots) : slot_count_(slots), seed_(new_seed
 }
 
 timer_wheel::~timer_wheel() {
-  for (handle h = 0; h < fresh_; ++h) std::destroy_at(record_ptr(h));
+  for (handle h = 0; h < fresh_; ++h) {
+    record& r = rec(h);
+    if ((r.seq & state_mask) != free_state) release_bytes(r);
+  }
+  // Records are trivially destructible: the chunks just go.
 }
 
 void timer_wheel::reserve(std::size_t n) {
@@ -178,7 +176,7 @@ void timer_wheel::add_chunk() {
 
 timer_wheel::handle timer_wheel::allocate_record() {
   if (free_head_ != npos) {
-    // Last freed, first reused: its lines are likely still in cache.
+    // Last freed, first reused: its line is likely still in cache.
     const handle h = free_head_;
     free_head_ = static_cast<handle>(rec(h).due);
     return h;
@@ -191,15 +189,66 @@ timer_wheel::handle timer_wheel::allocate_record() {
 
 void timer_wheel::free_record(handle h) noexcept {
   record& r = rec(h);
-  // Release the task's heap buffers now rather than when the record is
-  // reused: a 1 MiB payload should not outlive its task. Assigning task{}
-  // would not: a std::string assigned a short string keeps its buffer.
-  std::destroy_at(&r.value);
-  std::construct_at(&r.value);
-  r.tag = 0;
+  // Heap bytes go now rather than when the record is reused: a 1 MiB payload
+  // should not outlive its task. The owner's word stays (see the header).
+  release_bytes(r);
+  r.id_len = 0;
+  r.payload_len = 0;
+  r.flags = 0;
   r.seq = (r.seq | state_mask) + 1;  // a new generation, state free: any entry is stale
   r.due = free_head_;
   free_head_ = h;
+}
+
+void timer_wheel::store_bytes(record& r, std::string_view id, std::string_view payload) {
+  if (id.size() > std::numeric_limits<std::uint16_t>::max() ||
+      payload.size() > std::numeric_limits<std::uint32_t>::max())
+    throw std::length_error("delayq::timer_wheel: id or payload too long");
+  const std::size_t n = id.size() + payload.size();
+  if (n <= data_bytes) {
+    if (!id.empty()) std::memcpy(r.data, id.data(), id.size());
+    if (!payload.empty()) std::memcpy(r.data + id.size(), payload.data(), payload.size());
+  } else if (id.size() <= pointer_at) {
+    char* p = new char[payload.size()];
+    std::memcpy(p, payload.data(), payload.size());
+    std::memcpy(r.data, id.data(), id.size());
+    std::memcpy(r.data + pointer_at, &p, sizeof p);
+    heap_bytes_ += payload.size();
+  } else {
+    char* p = new char[n];
+    std::memcpy(p, id.data(), id.size());
+    if (!payload.empty()) std::memcpy(p + id.size(), payload.data(), payload.size());
+    std::memcpy(r.data + pointer_at, &p, sizeof p);
+    heap_bytes_ += n;
+  }
+  r.id_len = static_cast<std::uint16_t>(id.size());
+  r.payload_len = static_cast<std::uint32_t>(payload.size());
+}
+
+void timer_wheel::release_bytes(record& r) noexcept {
+  const std::size_t n = r.id_len + std::size_t{r.payload_len};
+  if (n <= data_bytes) return;
+  char* p;
+  std::memcpy(&p, r.data + pointer_at, sizeof p);
+  delete[] p;
+  heap_bytes_ -= r.id_len <= pointer_at ? r.payload_len : n;
+}
+
+void timer_wheel::assign(handle h, const item& it) {
+  record& r = rec(h);
+  if (payload_of(r) != it.payload) {
+    // Copy the id out first: it may live in the block being replaced.
+    std::string id(id_of(r));
+    record fresh;  // built aside, so a bad_alloc leaves `r` as it was
+    store_bytes(fresh, id, it.payload);
+    release_bytes(r);
+    std::memcpy(r.data, fresh.data, data_bytes);
+    r.id_len = fresh.id_len;
+    r.payload_len = fresh.payload_len;
+  }
+  r.kind = it.kind;
+  r.due_ms = it.due_ms;
+  r.attempts = it.attempts;
 }
 
 // ---------------------------------------------------------------- slots
@@ -237,11 +286,11 @@ void timer_wheel::compact_slot(std::size_t s) {
   std::vector<entry>& v = slots_[s];
   constexpr std::size_t ahead = 8;  // records are scattered: ask for them early
   const std::size_t n = v.size();
-  for (std::size_t i = 0; i < std::min(ahead, n); ++i) prefetch_tail(record_ptr(v[i].h));
+  for (std::size_t i = 0; i < std::min(ahead, n); ++i) __builtin_prefetch(record_ptr(v[i].h));
   std::size_t keep = 0;
   std::uint64_t least = no_tick;
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + ahead < n) prefetch_tail(record_ptr(v[i + ahead].h));
+    if (i + ahead < n) __builtin_prefetch(record_ptr(v[i + ahead].h));
     const entry e = v[i];
     const record& r = rec(e.h);
     if (r.seq == e.seq && r.due == e.due) {
@@ -265,10 +314,7 @@ void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<han
   for (std::size_t i = 0, n = v.size(); i < n; ++i) {
     const entry e = v[i];
     if (e.due <= tick) {
-      // Both lines: the sequence word to check it, the id for the index.
-      const record* r = record_ptr(e.h);
-      __builtin_prefetch(r);
-      prefetch_tail(r);
+      __builtin_prefetch(record_ptr(e.h));
       due_scratch_.push_back(e);
     } else {
       v[keep++] = e;
@@ -298,14 +344,6 @@ void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<han
     smaller.reserve(std::max<std::size_t>(2 * keep, 4));
     smaller.assign(v.begin(), v.end());
     v.swap(smaller);
-  }
-}
-
-void timer_wheel::prefetch_index(const std::vector<handle>& batch) const noexcept {
-  if (batch.size() < 2) return;
-  for (handle h : batch) {
-    const std::string& id = rec(h).value.id;
-    __builtin_prefetch(index() + (hash_id(id) & index_mask_));
   }
 }
 
@@ -339,19 +377,30 @@ std::uint64_t timer_wheel::next_due_tick() const noexcept {
 
 // ---------------------------------------------------------------- public ops
 
-timer_wheel::handle timer_wheel::insert(task&& t, std::uint64_t due_tick) {
-  const handle h = insert_detached(std::move(t));
+timer_wheel::handle timer_wheel::insert(const item& it, std::uint32_t hash,
+                                        std::uint64_t due_tick) {
+  const handle h = insert_detached(it, hash);
   if (h != npos) arm(h, due_tick);
   return h;
 }
 
-timer_wheel::handle timer_wheel::insert_detached(task&& t) {
-  const std::uint32_t hash = hash_id(t.id);
-  if (index_find(t.id, hash) != no_slot) return npos;
+timer_wheel::handle timer_wheel::insert_detached(const item& it, std::uint32_t hash) {
+  if (index_find(it.id, hash) != no_slot) return npos;
   if ((size_ + 1) * 4 > index_size_ * 3) index_grow();
   const handle h = allocate_record();
   record& r = rec(h);
-  r.value = std::move(t);
+  try {
+    store_bytes(r, it.id, it.payload);
+  } catch (...) {
+    r.seq = (r.seq | state_mask) + 1;  // still free
+    r.due = free_head_;
+    free_head_ = h;
+    throw;
+  }
+  r.kind = it.kind;
+  r.due_ms = it.due_ms;
+  r.attempts = it.attempts;
+  r.flags = indexed_flag;
   r.seq = (r.seq & ~state_mask) | detached;
   index_insert(h, hash);
   ++size_;
@@ -389,27 +438,44 @@ bool timer_wheel::is_armed(handle h) const noexcept {
   return (rec(h).seq & state_mask) == armed_state;
 }
 
-void timer_wheel::erase(handle h) noexcept { erase_found(h, index_position(h)); }
+void timer_wheel::unindex(handle h) noexcept {
+  record& r = rec(h);
+  if (!(r.flags & indexed_flag)) return;
+  disarm(h);
+  index_erase_at(index_position(h));
+  r.flags &= static_cast<std::uint8_t>(~indexed_flag);
+}
+
+bool timer_wheel::reindex(handle h) {
+  record& r = rec(h);
+  if (r.flags & indexed_flag) return true;
+  const std::string_view key = id_of(r);
+  const std::uint32_t hh = hash(key);
+  if (index_find(key, hh) != no_slot) return false;
+  if ((size_ + 1) * 4 > index_size_ * 3) index_grow();
+  index_insert(h, hh);
+  r.flags |= indexed_flag;
+  return true;
+}
+
+bool timer_wheel::is_indexed(handle h) const noexcept { return rec(h).flags & indexed_flag; }
+
+void timer_wheel::erase(handle h) noexcept {
+  erase_found(h, (rec(h).flags & indexed_flag) ? index_position(h) : no_slot);
+}
 
 void timer_wheel::erase_found(handle h, std::size_t index_pos) noexcept {
   if (is_armed(h)) {
     --armed_;
     went_stale(rec(h));
   }
-  index_erase_at(index_pos);
+  if (index_pos != no_slot) index_erase_at(index_pos);
   free_record(h);
   --size_;
 }
 
-task timer_wheel::extract(handle h) noexcept {
-  const std::size_t pos = index_position(h);  // before the move: it hashes the id
-  task out = std::move(rec(h).value);
-  erase_found(h, pos);
-  return out;
-}
-
 bool timer_wheel::erase(std::string_view id) noexcept {
-  const std::size_t i = index_find(id, hash_id(id));
+  const std::size_t i = index_find(id, hash(id));
   if (i == no_slot) return false;
   erase_found(index()[i].node, i);
   return true;
@@ -422,8 +488,8 @@ bool timer_wheel::reschedule(std::string_view id, std::uint64_t due_tick) noexce
   return true;
 }
 
-timer_wheel::handle timer_wheel::find(std::string_view id) const noexcept {
-  const std::size_t i = index_find(id, hash_id(id));
+timer_wheel::handle timer_wheel::find(std::string_view id, std::uint32_t hash) const noexcept {
+  const std::size_t i = index_find(id, hash);
   return i == no_slot ? npos : index()[i].node;
 }
 
@@ -433,7 +499,7 @@ std::size_t timer_wheel::memory_bytes() const noexcept {
       slots_.capacity() * sizeof(std::vector<entry>) +
       slot_min_.capacity() * sizeof(std::uint64_t) + stale_.capacity() * sizeof(std::uint32_t) +
       occupied_.capacity() * sizeof(std::uint64_t) + scratch_.capacity() * sizeof(handle) +
-      due_scratch_.capacity() * sizeof(entry);
+      due_scratch_.capacity() * sizeof(entry) + heap_bytes_;
   for (const block& b : chunks_) bytes += b.bytes();
   for (const std::vector<entry>& v : slots_) bytes += v.capacity() * sizeof(entry);
   return bytes;
@@ -447,8 +513,12 @@ std::size_t timer_wheel::memory_bytes() const noexcept {
 // entry and filters out almost every non-matching probe before a string
 // compare, and growing the table never rehashes a string.
 
-std::uint32_t timer_wheel::hash_id(std::string_view id) const noexcept {
+std::uint32_t timer_wheel::hash(std::string_view id) const noexcept {
   return static_cast<std::uint32_t>(hash_bytes(id.data(), id.size(), seed_));
+}
+
+void timer_wheel::prefetch(std::uint32_t hash) const noexcept {
+  __builtin_prefetch(index() + (hash & index_mask_));
 }
 
 std::size_t timer_wheel::index_find(std::string_view id, std::uint32_t hash) const noexcept {
@@ -456,7 +526,7 @@ std::size_t timer_wheel::index_find(std::string_view id, std::uint32_t hash) con
   for (std::size_t i = hash & index_mask_;; i = (i + 1) & index_mask_) {
     const index_entry& e = table[i];
     if (e.node == npos) return no_slot;
-    if (e.hash == hash && same_id(rec(e.node).value.id, id)) return i;
+    if (e.hash == hash && same_id(id_of(rec(e.node)), id)) return i;
   }
 }
 
@@ -470,7 +540,7 @@ void timer_wheel::index_insert(handle h, std::uint32_t hash) {
 std::size_t timer_wheel::index_position(handle h) const noexcept {
   // The record is at hand, so its entry is found by handle: no string compare.
   const index_entry* table = index();
-  std::size_t i = hash_id(rec(h).value.id) & index_mask_;
+  std::size_t i = hash(id_of(rec(h))) & index_mask_;
   while (table[i].node != h) i = (i + 1) & index_mask_;
   return i;
 }

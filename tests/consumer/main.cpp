@@ -5,18 +5,21 @@
 #include "delayq/timer_wheel.hpp"
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 int main() {
   delayq::timer_wheel wheel(64);
-  if (wheel.insert(delayq::task{.id = "a", .type = "t"}, 5) == delayq::timer_wheel::npos) {
+  if (wheel.insert(delayq::timer_wheel::item{.id = "a", .payload = "p"}, 5) ==
+      delayq::timer_wheel::npos) {
     std::puts("consumer: insert failed");
     return 1;
   }
 
   std::vector<delayq::task> fired;
   wheel.advance(5, [&](delayq::timer_wheel::handle h) {
-    fired.push_back(std::move(wheel.value(h)));
+    fired.push_back(delayq::task{
+        .id = std::string(wheel.id(h)), .type = "t", .payload = std::string(wheel.payload(h))});
     wheel.erase(h);
   });
   if (fired.size() != 1 || fired[0].id != "a") {

@@ -1,5 +1,6 @@
-// The engine's default store: Redis at the default address, unless the
-// DELAYQ_STORE environment variable names another.
+// The default store, open_store(default_store_uri()): Redis at the default
+// address, unless the DELAYQ_STORE environment variable names another. The
+// engine itself needs a store given to it.
 #include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
@@ -38,13 +39,26 @@ std::string test_redis() {
 
 }  // namespace
 
-TEST_CASE("engine: without a store it opens Redis at 127.0.0.1:6379/0") {
+TEST_CASE("engine: a null store is refused") {
+  boost::asio::io_context io;
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  try {
+    delayq::engine eng(io, f, nullptr);
+    FAIL("an engine without a store was made");
+  } catch (const boost::system::system_error& e) {
+    CHECK(e.code() == delayq::errc::invalid_options);
+  }
+}
+
+TEST_CASE("engine: the default store is Redis at 127.0.0.1:6379/0") {
   boost::asio::io_context io;
   delayq::executor_factory f;
   f.add("t", [](const delayq::task&) {});
   store_env env(nullptr);
+  CHECK(delayq::default_store_uri() == "redis://127.0.0.1:6379/0");
   try {
-    delayq::engine eng(io, f);
+    delayq::engine eng(io, f, delayq::open_store(delayq::default_store_uri()));
     // Some machine may run a Redis there; then it is the one in use.
     CHECK(eng.store() == "redis://127.0.0.1:6379/0");
   } catch (const boost::system::system_error& e) {
@@ -63,7 +77,7 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
 
   SUBCASE("memory") {
     store_env env("memory:");
-    delayq::engine eng(io, f);
+    delayq::engine eng(io, f, delayq::open_store(delayq::default_store_uri()));
     CHECK(eng.store() == "memory:");
   }
   SUBCASE("a real Redis, where the scheduled task lands") {
@@ -72,7 +86,7 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
     store_env env(uri.c_str());
     std::string id;
     {
-      delayq::engine eng(io, f);
+      delayq::engine eng(io, f, delayq::open_store(delayq::default_store_uri()));
       CHECK(eng.store().rfind("redis://", 0) == 0);
       eng.start();
       id = eng.schedule("t", "to redis", 1h);
@@ -89,7 +103,7 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
   SUBCASE("a bad URI is refused with the accepted forms") {
     store_env env("postgres://nope");
     try {
-      delayq::engine eng(io, f);
+      delayq::engine eng(io, f, delayq::open_store(delayq::default_store_uri()));
       FAIL("a bad DELAYQ_STORE was accepted");
     } catch (const boost::system::system_error& e) {
       CHECK(e.code() == delayq::errc::invalid_store_uri);

@@ -20,18 +20,23 @@
 
 namespace {
 
-using delayq::task;
 using delayq::timer_wheel;
 using handle = timer_wheel::handle;
 constexpr handle npos = timer_wheel::npos;
 constexpr std::uint64_t no_tick = timer_wheel::no_tick;
 
+// A task as the tests build it: owns its bytes, and converts to the view the
+// wheel copies from.
+struct task {
+  std::string id;
+  std::string payload;
+  std::uint32_t attempts = 0;
+  operator timer_wheel::item() const { return {id, payload, 0, 0, attempts}; }
+  friend bool operator==(const task&, const task&) = default;
+};
+
 task make_task(std::string id, std::string payload = {}) {
-  task t;
-  t.id = std::move(id);
-  t.type = "test";
-  t.payload = std::move(payload);
-  return t;
+  return task{std::move(id), std::move(payload)};
 }
 
 struct firing {
@@ -53,7 +58,7 @@ std::ostream& operator<<(std::ostream& os, const std::vector<firing>& v) {
 std::vector<firing> advance_erasing(timer_wheel& w, std::uint64_t to_tick) {
   std::vector<firing> fired;
   const std::size_t n = w.advance(to_tick, [&](handle h) {
-    fired.push_back({w.now(), w.value(h).id});
+    fired.push_back({w.now(), std::string(w.id(h))});
     w.erase(h);
   });
   CHECK(n == fired.size());
@@ -251,12 +256,11 @@ class differential {
     task t = make_task(id, "a different payload");
     t.attempts = 7;
     const task copy = t;
-    const handle h =
-        chance(50) ? w_.insert(std::move(t), random_due()) : w_.insert_detached(std::move(t));
+    const handle h = chance(50) ? w_.insert(t, random_due()) : w_.insert_detached(t);
     expect(h == npos, "insert of a held id did not return npos");
-    expect(t == copy, "a refused insert moved from the task");
     expect(w_.find(id) == e.h, "a refused insert changed find()");
-    expect(w_.value(e.h).payload == payload_for(id), "a refused insert changed the held task");
+    expect(std::string(w_.payload(e.h)) == payload_for(id),
+           "a refused insert changed the held task");
     expect(w_.is_armed(e.h) == e.armed, "a refused insert changed is_armed()");
     if (e.armed) expect(w_.due_tick(e.h) == e.due, "a refused insert changed due_tick()");
   }
@@ -323,7 +327,7 @@ class differential {
     expect(t > from && t <= to, "sink called outside (old now, to_tick]");
     expect(t >= last_fire_tick_, "tasks handed over out of due-tick order");
     last_fire_tick_ = t;
-    const std::string id = w_.value(h).id;
+    const std::string id = std::string(w_.id(h));
     const auto it = model_.find(id);
     expect(it != model_.end(), "sink got a node whose id is not held (erased meanwhile?)");
     model_entry& e = it->second;
@@ -474,8 +478,8 @@ class differential {
     for (const std::string& id : ids_) {
       const model_entry& e = model_.at(id);
       expect(w_.find(id) == e.h, "find() disagrees with the model");
-      expect(w_.value(e.h).id == id, "value().id disagrees with the model");
-      expect(w_.value(e.h).payload == payload_for(id), "value().payload was changed");
+      expect(std::string(w_.id(e.h)) == id, "value().id disagrees with the model");
+      expect(std::string(w_.payload(e.h)) == payload_for(id), "value().payload was changed");
       expect(w_.tag(e.h) == e.tag, "tag() was changed");
       expect(w_.is_armed(e.h) == e.armed, "is_armed() disagrees with the model");
       if (e.armed) expect(w_.due_tick(e.h) == e.due, "due_tick() disagrees with the model");
@@ -637,7 +641,7 @@ TEST_CASE("wheel: duplicate id is refused and the task left untouched") {
   CHECK(again == copy);
   CHECK(w.size() == 1);
   CHECK(w.find("a") == h);
-  CHECK(w.value(h).payload == "first");
+  CHECK(std::string(w.payload(h)) == "first");
   CHECK(w.due_tick(h) == 5);
 }
 
@@ -765,7 +769,7 @@ TEST_CASE("wheel: next_due_tick finds the earliest across the wrap of the slot a
 TEST_CASE("wheel: sink contract") {
   timer_wheel w(8);
   std::vector<firing> fired;
-  auto record = [&](handle h) { fired.push_back({w.now(), w.value(h).id}); };
+  auto record = [&](handle h) { fired.push_back({w.now(), std::string(w.id(h))}); };
 
   SUBCASE("the sink erases the node") {
     w.insert(make_task("a"), 3);
@@ -827,7 +831,7 @@ TEST_CASE("wheel: sink contract") {
     CHECK(w.size() == 2);
     CHECK(w.armed() == 1);
     CHECK_FALSE(w.is_armed(a));
-    CHECK(w.value(a).payload == "data");
+    CHECK(std::string(w.payload(a)) == "data");
     CHECK(w.next_due_tick() == 9);
     w.arm(a, 7);
     CHECK(advance_erasing(w, 10) == std::vector<firing>{{7, "a"}, {9, "b"}});
@@ -860,8 +864,8 @@ TEST_CASE("wheel: sink contract") {
     w.insert(make_task("c"), 4);
     const std::size_t n = w.advance(10, [&](handle h) {
       record(h);
-      if (w.value(h).id == "a") CHECK(w.erase("b"));
-      if (w.find(w.value(h).id) == h) w.erase(h);
+      if (std::string(w.id(h)) == "a") CHECK(w.erase("b"));
+      if (w.find(std::string(w.id(h))) == h) w.erase(h);
     });
     CHECK(fired == std::vector<firing>{{4, "a"}, {4, "c"}});
     CHECK(n == 2);
@@ -875,11 +879,11 @@ TEST_CASE("wheel: sink contract") {
       CHECK(w.due_tick(h) <= w.now());
       CHECK_FALSE(w.is_armed(h));
       record(h);
-      if (w.value(h).id == "a") {
+      if (std::string(w.id(h)) == "a") {
         CHECK(w.erase("b"));
         CHECK(w.insert(make_task("d"), 6) != npos);
       }
-      if (w.find(w.value(h).id) == h) w.erase(h);
+      if (w.find(std::string(w.id(h))) == h) w.erase(h);
     });
     CHECK(fired == std::vector<firing>{{4, "a"}, {6, "d"}});
     CHECK(w.empty());
@@ -890,7 +894,7 @@ TEST_CASE("wheel: sink contract") {
     const handle b = w.insert(make_task("b"), 4);
     w.advance(10, [&](handle h) {
       record(h);
-      if (w.value(h).id == "a") {
+      if (std::string(w.id(h)) == "a") {
         w.arm(b, 20);
         w.erase(h);
       }
@@ -906,7 +910,7 @@ TEST_CASE("wheel: sink contract") {
     const handle b = w.insert(make_task("b"), 4);
     w.advance(10, [&](handle h) {
       record(h);
-      if (w.value(h).id == "a") {
+      if (std::string(w.id(h)) == "a") {
         w.disarm(b);
         w.erase(h);
       }
@@ -1057,6 +1061,13 @@ TEST_CASE("wheel: id index under heavy churn") {
   }
 }
 
+TEST_CASE("wheel: an id longer than 65535 bytes is refused with length_error") {
+  timer_wheel w(4);
+  CHECK_THROWS_AS(w.insert(make_task(std::string(65536, 'x')), 1), std::length_error);
+  CHECK(w.empty());
+  CHECK(w.insert(make_task(std::string(65535, 'x')), 1) != npos);
+}
+
 TEST_CASE("wheel: ids with odd bytes") {
   using namespace std::string_literals;
   const std::vector<std::string> ids{""s,
@@ -1067,8 +1078,8 @@ TEST_CASE("wheel: ids with odd bytes") {
                                      "a\0c"s,
                                      "a\0"s,
                                      "\xff\xfe\x80"s,
-                                     std::string(100000, 'x'),
-                                     std::string(100000, 'x') + "y"};
+                                     std::string(65534, 'x'),
+                                     std::string(65534, 'x') + "y"};
   timer_wheel w(16);
   std::vector<handle> handles;
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -1079,7 +1090,7 @@ TEST_CASE("wheel: ids with odd bytes") {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     CAPTURE(i);
     CHECK(w.find(ids[i]) == handles[i]);
-    CHECK(w.value(handles[i]).id == ids[i]);
+    CHECK(std::string(w.id(handles[i])) == ids[i]);
     CHECK(w.insert(make_task(ids[i]), 50) == npos);
   }
   CHECK(w.find("a\0d"s) == npos);
@@ -1109,17 +1120,17 @@ TEST_CASE("wheel: erase releases the task's memory") {
   timer_wheel w(16);
   task big = make_task("big");
   big.payload.assign(std::size_t{1} << 20, 'p');
-  big.type.assign(4096, 't');
-  const handle h = w.insert(std::move(big), 5);
-  REQUIRE(w.value(h).payload.size() == std::size_t{1} << 20);
+  const handle h = w.insert(big, 5);
+  REQUIRE(w.payload(h).size() == std::size_t{1} << 20);
+  CHECK(w.heap_bytes() == std::size_t{1} << 20);
   SUBCASE("erase by handle") { w.erase(h); }
   SUBCASE("erase by id") { CHECK(w.erase("big")); }
   SUBCASE("erase in the sink") { CHECK(advance_erasing(w, 5).size() == 1); }
+  CHECK(w.heap_bytes() == 0);
   const handle reused = w.insert(make_task("small", "x"), 20);
-  REQUIRE_MESSAGE(reused == h, "the node pool hands out the freed node first");
-  CHECK(w.value(reused).payload == "x");
-  CHECK(w.value(reused).payload.capacity() < 1024);
-  CHECK(w.value(reused).type.capacity() < 1024);
+  REQUIRE_MESSAGE(reused == h, "the record pool hands out the freed record first");
+  CHECK(w.payload(reused) == "x");
+  CHECK(w.heap_bytes() == 0);  // a short id and payload live in the record
 }
 
 TEST_CASE("wheel: reserve preallocates nodes and index entries") {
@@ -1128,7 +1139,7 @@ TEST_CASE("wheel: reserve preallocates nodes and index entries") {
   CHECK(base >= 3600 * sizeof(std::uint64_t));  // at least the per-slot bounds
   w.reserve(10000);
   const std::size_t reserved = w.memory_bytes();
-  CHECK(reserved >= base + 10000 * (sizeof(task) + 8));
+  CHECK(reserved >= base + 10000 * (64 + 8));  // a record and an index entry each
   // Holding tasks takes nothing beyond the reservation...
   std::vector<handle> handles;
   for (int i = 0; i < 10000; ++i)
@@ -1137,7 +1148,7 @@ TEST_CASE("wheel: reserve preallocates nodes and index entries") {
   std::size_t wrong = 0;
   for (int i = 0; i < 10000; ++i) {
     wrong += handles[i] == npos || w.find(std::to_string(i)) != handles[i] ||
-             w.value(handles[i]).id != std::to_string(i);
+             std::string(w.id(handles[i])) != std::to_string(i);
   }
   CHECK(wrong == 0);
   w.reserve(100);
@@ -1161,34 +1172,98 @@ TEST_CASE("wheel: the tag belongs to the owner and starts at 0") {
   w.disarm(a);
   CHECK(w.tag(a) == 0xdeadbeef);
   w.erase(a);
+  // The owner's word survives the record's reuse: the wheel never writes it
+  // after construction, so another thread may keep using it atomically.
   const handle b = w.insert_detached(make_task("b"));
-  CHECK(w.tag(b) == 0);
+  REQUIRE(b == a);
+  CHECK(w.tag(b) == 0xdeadbeef);
 }
 
-TEST_CASE("wheel: extract moves the task out and frees the node") {
+TEST_CASE("wheel: ids and payloads of every size round-trip, inline or on the heap") {
   timer_wheel w(8);
-  task big = make_task("a", std::string(std::size_t{1} << 20, 'p'));
-  big.attempts = 3;
-  const task copy = big;
-  w.insert(make_task("b"), 4);
-  const handle a = w.insert(std::move(big), 4);
-  task out;
-  SUBCASE("while armed") { out = w.extract(a); }
-  SUBCASE("in the sink") {
-    CHECK(w.advance(4, [&](handle h) {
-      if (h == a) {
-        out = w.extract(h);
-      } else {
-        w.erase(h);
-      }
-    }) == 2);
+  // Inline both; a short id inline beside a heap payload; a long id moving
+  // both to the heap; the edges of each.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"a", ""},
+      {"order-123456", "p"},
+      {std::string(19, 'a'), std::string(8, 'p')},
+      {std::string(19, 'b'), std::string(9, 'p')},
+      {std::string(20, 'c'), ""},
+      {std::string(20, 'd'), std::string(7, 'p')},
+      {std::string(20, 'e'), std::string(8, 'p')},
+      {std::string(256, 'i'), std::string(1 << 16, '\0')},
+      {"short", std::string(1 << 16, 'x')},
+  };
+  std::vector<handle> hs;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    hs.push_back(
+        w.insert(timer_wheel::item{cases[i].first, cases[i].second, static_cast<std::uint16_t>(i),
+                                   -5 - std::int64_t(i), static_cast<std::uint32_t>(i * 3)},
+                 4));
+    REQUIRE(hs.back() != npos);
   }
-  CHECK(out == copy);
-  CHECK(w.find("a") == npos);
-  CHECK(w.size() == (w.now() == 4 ? 0 : 1));
-  const handle reused = w.insert(make_task("c"), 9);
-  REQUIRE_MESSAGE(reused == a, "the node pool hands out the freed node first");
-  CHECK(w.value(reused).payload.capacity() < 1024);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CHECK(w.find(cases[i].first) == hs[i]);
+    CHECK(w.id(hs[i]) == cases[i].first);
+    CHECK(w.payload(hs[i]) == cases[i].second);
+    CHECK(w.kind(hs[i]) == i);
+    CHECK(w.due_ms(hs[i]) == -5 - std::int64_t(i));
+    CHECK(w.attempts(hs[i]) == i * 3);
+    const auto v = w.view(hs[i]);
+    CHECK(v.id() == cases[i].first);
+    CHECK(v.payload() == cases[i].second);
+  }
+  for (handle h : hs) w.erase(h);
+  CHECK(w.heap_bytes() == 0);
+}
+
+TEST_CASE("wheel: assign replaces the content, keeps the id, and fails cleanly") {
+  timer_wheel w(8);
+  const handle h = w.insert(make_task("order-1", "small"), 3);
+  w.assign(h, timer_wheel::item{{}, std::string(100, 'b'), 7, 42, 2});
+  CHECK(w.id(h) == "order-1");
+  CHECK(w.payload(h) == std::string(100, 'b'));
+  CHECK(w.kind(h) == 7);
+  CHECK(w.due_ms(h) == 42);
+  CHECK(w.attempts(h) == 2);
+  CHECK(w.heap_bytes() == 100);
+  w.assign(h, timer_wheel::item{{}, "tiny", 1, 1, 0});
+  CHECK(w.payload(h) == "tiny");
+  CHECK(w.heap_bytes() == 0);
+  CHECK(w.find("order-1") == h);
+  CHECK(w.is_armed(h));  // assign leaves the slot alone
+}
+
+TEST_CASE("wheel: unindex frees the id while the record stays; reindex gives it back") {
+  timer_wheel w(8);
+  const handle old = w.insert(make_task("x", "old"), 5);
+  w.unindex(old);
+  CHECK_FALSE(w.is_indexed(old));
+  CHECK_FALSE(w.is_armed(old));  // an unindexed record is detached
+  CHECK(w.find("x") == npos);
+  CHECK(w.size() == 1);
+  CHECK(w.payload(old) == "old");  // still readable
+  SUBCASE("the id can be taken by a new record") {
+    const handle fresh = w.insert(make_task("x", "new"), 5);
+    REQUIRE(fresh != npos);
+    CHECK(fresh != old);
+    CHECK(w.find("x") == fresh);
+    CHECK_FALSE(w.reindex(old));  // held by the new one
+    w.erase(old);
+    CHECK(w.find("x") == fresh);
+    CHECK(w.size() == 1);
+  }
+  SUBCASE("reindex makes it findable again") {
+    CHECK(w.reindex(old));
+    CHECK(w.find("x") == old);
+    CHECK(w.erase("x"));
+    CHECK(w.empty());
+  }
+  SUBCASE("advance never hands it over") {
+    CHECK(advance_erasing(w, 100).empty());
+    w.erase(old);
+    CHECK(w.empty());
+  }
 }
 
 TEST_CASE("wheel: cancelled and moved tasks leave no lasting trace in the slots") {

@@ -114,9 +114,19 @@ struct engine_options {
   /// A process that was down for an hour may find a million tasks overdue;
   /// spreading them keeps the executors' downstream services standing.
   double catch_up_rate = 10000;
-  /// Threads that carry async_schedule() calls to the store, so the caller
-  /// never blocks. Concurrent calls share store writes (group commit).
-  std::size_t async_threads = 2;
+  /// Most pending tasks per type: scheduling past it fails with
+  /// errc::type_full and stores nothing (1 means "one job per topic").
+  std::map<std::string, std::size_t, std::less<>> type_capacity;
+  /// Store writes queued and not yet sent before calls that wait for their
+  /// write are refused: async_schedule() and, by default, every schedule call
+  /// then fail with errc::busy (nothing stored). Writes the engine makes for
+  /// itself (removals, retries, dead letters) are never refused.
+  std::size_t max_queued_writes = 100'000;
+  /// What a blocking schedule call does when max_queued_writes writes are
+  /// queued: fail with errc::busy (the default), or wait for room.
+  /// async_schedule() never waits: it fails with errc::busy.
+  enum class queue_full_policy { fail, wait };
+  queue_full_policy when_write_queue_full = queue_full_policy::fail;
 };
 
 /// What schedule() does when a task with the same id is pending.
@@ -174,11 +184,50 @@ struct engine_stats {
   std::uint64_t died = 0;         ///< Tasks that became dead letters since start().
   std::size_t dead = 0;           ///< Dead letters in the store now.
   std::uint64_t wakeups = 0;      ///< Times the wheel's timer fired (0 while nothing is due).
+  std::size_t writes_queued = 0;  ///< Store writes queued and not yet sent.
+  std::size_t writes_kept = 0;    ///< Store writes that failed and wait to be retried
+                                  ///< (more than 0: the store is down or refusing).
   std::chrono::microseconds lateness_p50{0};
   std::chrono::microseconds lateness_p90{0};
   std::chrono::microseconds lateness_p99{0};
   std::chrono::microseconds lateness_max{0};
 };
+
+namespace detail {
+class engine_core;
+
+/// How async_schedule() hands its completion to the engine, type-erased so
+/// the engine's code is not a template. Called exactly once, from any thread.
+class schedule_completion {
+ public:
+  virtual ~schedule_completion() = default;
+  virtual void complete(boost::system::error_code ec, std::string id) = 0;
+};
+
+/// Posts the handler to its associated executor (the engine's by default),
+/// which is kept from running out of work until then.
+template <class Handler>
+class schedule_completion_for final : public schedule_completion {
+ public:
+  schedule_completion_for(Handler h, const boost::asio::any_io_executor& fallback)
+      : handler_(std::move(h)),
+        work_(boost::asio::make_work_guard(
+            boost::asio::get_associated_executor(handler_, fallback))) {}
+  void complete(boost::system::error_code ec, std::string id) override {
+    auto ex = work_.get_executor();
+    boost::asio::post(ex, [h = std::move(handler_), ec, id = std::move(id)]() mutable {
+      std::move(h)(ec, std::move(id));
+    });
+    work_.reset();
+  }
+
+ private:
+  Handler handler_;
+  boost::asio::executor_work_guard<
+      boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>>
+      work_;
+};
+}  // namespace detail
 
 /// The delayed-task engine: a hashed timing wheel ticked by an Asio
 /// steady_timer on a strand of the caller's executor, a pool of worker threads
@@ -190,7 +239,7 @@ struct engine_stats {
 ///   boost::asio::io_context io;
 ///   delayq::executor_factory executors;
 ///   executors.add("order.cancel", [](const delayq::task& t) { cancel_order(t.payload); });
-///   delayq::engine eng(io, executors, std::make_unique<delayq::memory_store>());
+///   delayq::engine eng(io, executors, delayq::open_store("sqlite:tasks.db"));
 ///   eng.start();
 ///   eng.schedule("order.cancel", "order-42", std::chrono::minutes(30));
 ///   io.run();
@@ -201,30 +250,23 @@ struct engine_stats {
 ///
 /// Thread safety: every member function is safe to call from any thread,
 /// including from executors and from handlers on the engine's own
-/// io_context. Calls that change a task (schedule, cancel, reschedule) block
-/// until the store has made the change durable.
+/// io_context. Calls that change a task (schedule, cancel, reschedule,
+/// requeue, purge) return once the store has made the change durable;
+/// concurrent calls share store writes (see docs/design.md).
 class engine {
  public:
   using duration = std::chrono::milliseconds;
   using time_point = std::chrono::system_clock::time_point;
 
   /// An engine whose timer runs on a strand of `ex`, keeping its tasks in
-  /// `store`. A null store means the default one: the URI in the
-  /// environment variable DELAYQ_STORE, else Redis at
-  /// redis://127.0.0.1:6379/0 (see open_store()).
+  /// `store` (open one with delayq::open_store(), or pass a memory_store).
   /// Throws boost::system::system_error: errc::invalid_options when the
-  /// options are inconsistent; the default store's errors when it cannot be
-  /// opened (for an unreachable Redis the message names the address and
-  /// suggests `sqlite:` as the embedded alternative).
+  /// options are inconsistent or `store` is null.
   engine(boost::asio::any_io_executor ex, executor_factory executors,
          std::unique_ptr<task_store> store, engine_options options = {});
   /// Same, on `io`'s executor.
   engine(boost::asio::io_context& io, executor_factory executors, std::unique_ptr<task_store> store,
          engine_options options = {});
-  /// An engine on the default store (see above).
-  engine(boost::asio::any_io_executor ex, executor_factory executors, engine_options options = {});
-  /// Same, on `io`'s executor.
-  engine(boost::asio::io_context& io, executor_factory executors, engine_options options = {});
 
   /// Stops the engine (no drain: nothing new starts) and waits for the
   /// attempts already running to return. Never throws.
@@ -233,16 +275,20 @@ class engine {
   engine& operator=(const engine&) = delete;
 
   /// Loads every stored task into the wheel and starts ticking. Overdue tasks
-  /// run at once, in due order; the rest at their due time.
+  /// run at once, in due order, at engine_options::catch_up_rate; the rest at
+  /// their due time. A stored task whose id or type the engine does not
+  /// accept is moved to the store's quarantine (task_store::quarantine()).
   /// Errors: errc::already_started; the store's errors (nothing is started).
   void start();
   void start(boost::system::error_code& ec);
 
   /// Schedules `type` with `payload` to run `delay` from now. Returns the
   /// task id once the task is durable.
-  /// Errors: invalid_type, unknown_type, invalid_id, invalid_delay,
-  /// due_too_far, payload_too_large, duplicate_id, queue_full, not_running,
-  /// and the store's errors. On error nothing was stored.
+  /// Errors: not_running, invalid_type, unknown_type, invalid_id,
+  /// invalid_delay, due_too_far, payload_too_large, duplicate_id,
+  /// queue_full, type_full, busy, and the store's errors (store_unavailable,
+  /// store_error: nothing was stored; outcome_unknown: the store timed out
+  /// and may still apply the write, see errc::outcome_unknown).
   std::string schedule(std::string_view type, std::string payload, duration delay,
                        const schedule_options& options = {});
   std::string schedule(std::string_view type, std::string payload, duration delay,
@@ -264,13 +310,16 @@ class engine {
   std::vector<std::string> schedule_many(std::vector<task_spec> tasks,
                                          boost::system::error_code& ec);
 
-  /// Schedules like schedule_at() without blocking the caller: the store
-  /// write happens on one of the engine's async_threads, and `token`
-  /// completes with `(boost::system::error_code, std::string id)` once the
-  /// task is durable or refused. Any Asio completion token works: a
-  /// callback, boost::asio::use_future, boost::asio::use_awaitable. The
-  /// handler runs on its associated executor (by default the engine's), which
-  /// is kept busy until then.
+  /// Schedules like schedule_at() without blocking the caller's thread: the
+  /// task goes into the store's next write, and `token` completes with
+  /// `(boost::system::error_code, std::string id)` once the task is durable
+  /// or refused. Completions come in the order the writes land; none comes
+  /// before its task is durable, and a task whose write failed is never
+  /// acknowledged. Any Asio completion token works: a callback,
+  /// boost::asio::use_future, boost::asio::use_awaitable. The handler runs
+  /// on its associated executor (by default the engine's), which is kept
+  /// busy until then. When engine_options::max_queued_writes writes are
+  /// queued it fails with errc::busy rather than wait.
   template <class CompletionToken>
   auto async_schedule_at(std::string type, std::string payload, time_point due,
                          schedule_options options, CompletionToken&& token);
@@ -286,31 +335,37 @@ class engine {
                           std::forward<CompletionToken>(token));
   }
 
-  /// Cancels a pending task. Returns false when no task with this id is
-  /// pending. A task whose attempt is running cannot be stopped, but it will
-  /// not be retried; cancel() returns true for it.
+  /// Cancels a pending task. Returns true only if no attempt of the task
+  /// starts after it returns, and the task has left the store: it was
+  /// waiting for its due time (or a retry), or it was due and waiting for a
+  /// worker, a per-type slot or its turn in the catch-up after start().
+  /// Returns false, changing nothing, when no task with this id is pending
+  /// or when its attempt is running now (an attempt cannot be interrupted;
+  /// status() says running then; cancel it again once it has failed, if it
+  /// is to be retried).
   /// Errors: not_running and the store's errors (the task stays scheduled).
   bool cancel(std::string_view id);
   bool cancel(std::string_view id, boost::system::error_code& ec);
 
-  /// Moves a waiting task to `due`. Returns false when no task with this id is
-  /// waiting (unknown, finished, or running right now).
-  /// Errors: invalid_delay, due_too_far, not_running and the store's errors
+  /// Moves a task that is not running to `due`. Returns true only if the
+  /// task will now run at `due` and not before; false, changing nothing, when
+  /// no task with this id is pending or its attempt is running now.
+  /// Errors: not_running, invalid_delay, due_too_far and the store's errors
   /// (the task keeps its old due time).
   bool reschedule(std::string_view id, time_point due);
   bool reschedule(std::string_view id, time_point due, boost::system::error_code& ec);
 
   /// Dead letters, oldest death first: skips `offset`, returns at most
-  /// `limit`. Errors: the store's (errc::unsupported for a store without
-  /// dead letters).
+  /// `limit`. Errors: not_running, the store's (errc::unsupported for a store
+  /// without dead letters).
   std::vector<dead_letter> dead_letters(std::size_t offset = 0, std::size_t limit = 100) const;
   std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
                                         boost::system::error_code& ec) const;
 
   /// Puts the dead letter `id` back in the wheel, due at `due`, with its
   /// attempt count reset to 0. Returns false when there is no such dead
-  /// letter. Errors: invalid_delay, due_too_far, duplicate_id (a live task
-  /// has that id), not_running, and the store's.
+  /// letter. Errors: not_running, invalid_delay, due_too_far, duplicate_id (a
+  /// live task has that id), queue_full, and the store's.
   bool requeue(std::string_view id, time_point due);
   bool requeue(std::string_view id, time_point due, boost::system::error_code& ec);
 
@@ -319,7 +374,7 @@ class engine {
   bool purge(std::string_view id);
   bool purge(std::string_view id, boost::system::error_code& ec);
 
-  /// A copy of the pending task with this id (waiting, retrying or running).
+  /// A copy of the pending task with this id (waiting, due or running).
   std::optional<task> find(std::string_view id) const;
 
   /// The pending task with this id and its state, or nothing when no task
@@ -332,17 +387,19 @@ class engine {
   /// pending task (an admin view, not a hot path).
   std::vector<task> upcoming(std::size_t limit, std::string_view type = {}) const;
 
-  /// Tasks held: waiting, retrying or running.
+  /// Tasks held: waiting, due or running.
   std::size_t pending() const;
 
   /// Counters and lateness percentiles.
   engine_stats stats() const;
 
-  /// Stops taking new work (schedule calls fail with errc::not_running),
-  /// stops the timer, and waits up to `drain` for running attempts to
-  /// return. Returns true when none is left running. Tasks that have not run
-  /// stay in the store for the next start(). Safe to call twice, and before
-  /// start().
+  /// Stops taking new work (calls fail with errc::not_running), stops the
+  /// timer, and waits up to `drain` for running attempts to return, then for
+  /// the store writes queued so far. Returns true when no attempt is left
+  /// running. Tasks that have not run stay in the store for the next
+  /// start(). Safe to call twice, and before start(). Called from inside an
+  /// executor of this engine it does not wait for attempts (its own is one
+  /// of them): it returns at once, false if any attempt is running.
   bool stop(duration drain = std::chrono::seconds{30});
 
   /// The options in force.
@@ -358,12 +415,11 @@ class engine {
   executor_type get_executor() const noexcept;
 
  private:
-  // Where async_schedule() runs its blocking part.
-  boost::asio::any_io_executor async_executor() const;
-  duration options_max_delay() const noexcept;
+  void async_schedule_erased(std::string type, std::string payload, time_point due,
+                             schedule_options options,
+                             std::unique_ptr<detail::schedule_completion> done);
 
-  class impl;
-  std::shared_ptr<impl> impl_;
+  std::shared_ptr<detail::engine_core> core_;
 };
 
 template <class CompletionToken>
@@ -372,21 +428,11 @@ auto engine::async_schedule_at(std::string type, std::string payload, time_point
   using signature = void(boost::system::error_code, std::string);
   auto initiation = [this](auto handler, std::string type, std::string payload, time_point due,
                            schedule_options options) {
-    // Keeps the handler's executor (the user's io_context, typically) from
-    // running out of work while the store write is in flight.
-    auto work =
-        boost::asio::make_work_guard(boost::asio::get_associated_executor(handler, get_executor()));
-    boost::asio::post(async_executor(), [this, handler = std::move(handler), work = std::move(work),
-                                         type = std::move(type), payload = std::move(payload), due,
-                                         options = std::move(options)]() mutable {
-      boost::system::error_code ec;
-      std::string id = schedule_at(type, std::move(payload), due, options, ec);
-      auto ex = work.get_executor();
-      boost::asio::post(ex, [handler = std::move(handler), ec, id = std::move(id)]() mutable {
-        std::move(handler)(ec, std::move(id));
-      });
-      work.reset();
-    });
+    using handler_type = decltype(handler);
+    auto done = std::make_unique<detail::schedule_completion_for<handler_type>>(std::move(handler),
+                                                                                get_executor());
+    async_schedule_erased(std::move(type), std::move(payload), due, std::move(options),
+                          std::move(done));
   };
   return boost::asio::async_initiate<CompletionToken, signature>(
       initiation, token, std::move(type), std::move(payload), due, std::move(options));
@@ -398,12 +444,14 @@ auto engine::async_schedule(std::string type, std::string payload, duration dela
   // now + a huge delay would overflow: map out-of-range delays to due times
   // that schedule_at() refuses with the same errors schedule() gives.
   time_point due;
+  const auto now = std::chrono::system_clock::now();
   if (delay < duration{0})
     due = time_point{} - std::chrono::milliseconds{1};  // errc::invalid_delay
-  else if (delay > options_max_delay())
+  else if (delay > this->options().max_delay ||
+           delay > std::chrono::duration_cast<duration>(time_point::max() - now))
     due = time_point::max();  // errc::due_too_far
   else
-    due = std::chrono::system_clock::now() + delay;
+    due = now + delay;
   return async_schedule_at(std::move(type), std::move(payload), due, std::move(options),
                            std::forward<CompletionToken>(token));
 }

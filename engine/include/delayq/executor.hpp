@@ -42,6 +42,12 @@ class executor {
 /// operation that completes, and do not keep it inside the executor itself
 /// (the two would keep each other alive).
 ///
+/// Destroying the last copy of `done` without calling it abandons the
+/// attempt: it does not count, the task keeps its attempt count and stays
+/// stored, and the engine makes it ready again one tick later (while the
+/// engine stops, it stays stored for the next start()). delayq-server uses
+/// this to give back tasks nobody reserved when it shuts down.
+///
 /// If the type has an execution timeout and it passes first, the attempt
 /// counts as failed and is retried; a late call of `done` is ignored. The
 /// attempt itself may still finish (at-least-once): deduplicate by task id.
@@ -98,9 +104,7 @@ class executor_factory {
   executor_factory& set_fallback_async(async_maker m);
   executor_factory& set_fallback_async(async_function fn);
   /// Whether a fallback is registered.
-  bool has_fallback() const noexcept {
-    return static_cast<bool>(fallback_) || static_cast<bool>(async_fallback_);
-  }
+  bool has_fallback() const noexcept { return static_cast<bool>(fallback_.bind()); }
 
   /// A new executor for `type`, or null when no synchronous one is registered.
   std::unique_ptr<executor> make(std::string_view type) const;
@@ -112,11 +116,34 @@ class executor_factory {
   /// The types registered by name, sorted (not the fallback).
   std::vector<std::string> types() const;
 
+  /// How the attempts of one type run, as registered: exactly one member is
+  /// set, or none when nothing (not even a fallback) is registered. The
+  /// engine resolves this once per type and calls a plain function directly,
+  /// with no executor object per attempt. Pointers stay valid as long as the
+  /// factory is not modified.
+  struct binding {
+    const function* fn = nullptr;
+    const maker* make = nullptr;
+    const async_function* async_fn = nullptr;
+    const async_maker* async_make = nullptr;
+    explicit operator bool() const noexcept { return fn || make || async_fn || async_make; }
+  };
+  /// The binding of `type`, or of the fallback when `type` has none.
+  binding find(std::string_view type) const;
+
  private:
-  std::map<std::string, maker, std::less<>> makers_;
-  std::map<std::string, async_maker, std::less<>> async_makers_;  // disjoint from makers_
-  maker fallback_;  // at most one of the two fallbacks is set
-  async_maker async_fallback_;
+  // One registration: a plain function or a maker, synchronous or not.
+  struct entry {
+    std::shared_ptr<const function> fn;
+    maker make;
+    std::shared_ptr<const async_function> async_fn;
+    async_maker async_make;
+    binding bind() const noexcept;
+  };
+  entry& slot(std::string type);
+
+  std::map<std::string, entry, std::less<>> entries_;
+  entry fallback_;
 };
 
 }  // namespace delayq

@@ -3,36 +3,44 @@
 // The scheme
 // ----------
 // This is scheme 6 of Varghese and Lauck ("Hashed and Hierarchical Timing
-// Wheels", 1987): a circular array of `slots` buckets, each an unsorted,
-// intrusive, doubly-linked list of task nodes. A task due at tick T lives in
-// slot T % slots. Time is an abstract tick counter: the wheel knows no clock.
-// Whoever owns it (the engine, a test, a benchmark) calls advance(to_tick)
-// and the wheel hands over every task whose due tick is <= to_tick.
+// Wheels", 1987): a circular array of `slots` buckets; a task due at tick T
+// lives in slot T % slots. Time is an abstract tick counter: the wheel knows
+// no clock. Whoever owns it (the engine, a test, a benchmark) calls
+// advance(to_tick) and the wheel hands over every task whose due tick is
+// <= to_tick.
 //
 // Costs
 // -----
 // - insert, erase, reschedule, find by id: O(1). Each costs one hash of the id
-//   (a seeded wyhash-style hash, computed once per operation), one probe of an
-//   open-addressing index of 8-byte entries, and a touch of the task's own
-//   record. Cancelling does not visit any other task (see "Lazy removal").
-//   erase_many() cancels a batch with those accesses overlapped.
+//   (a seeded wyhash-style hash; hash() computes it once, and every call has a
+//   form that takes it, so a caller can hash, prefetch() the index bucket, and
+//   do other work while the bucket loads), one probe of an open-addressing
+//   index of 8-byte entries, and a touch of the task's own record. Cancelling
+//   does not visit any other task (see "Lazy removal"). erase_many() cancels
+//   a batch with those accesses overlapped.
 // - advance: O(number of tasks fired + entries in the slots processed).
 //   Empty slots are skipped with an occupancy bitmap (one bit per slot), so
 //   advancing across a quiet hour costs a few dozen word reads, not 3600
 //   visits.
 //
-// Layout
-// ------
-// A task lives in a 128-byte record (the `task` plus due tick, owner tag and
-// a sequence word: two cache lines, never moved, so handles and references
-// stay valid). A slot is not a linked list of records but an array of
-// 16-byte entries {due tick, handle, sequence}: arming appends to it, and
-// processing a slot reads it front to back, so the wheel walks contiguous
-// memory and touches a record only when its entry is due. Records come from
-// 2 MiB chunks (16384 records; the first chunk is 1024), and large chunks and
-// index tables ask the kernel for transparent huge pages: with a million
-// tasks a random access otherwise pays a TLB miss on top of the cache miss
-// (docs/benchmarks.md measured 160 ns against 240-350 ns here).
+// Records
+// -------
+// A task lives in a 64-byte record, one cache line, that never moves: its
+// due tick, the owner's due time stamp and attempt count, a 16-bit kind the
+// owner assigns (the engine interns task types, so a record holds a small
+// number, not the type's string), a sequence word, an owner word, and the
+// id and payload bytes. Those bytes are inline when id + payload fit in 27
+// bytes; otherwise a short id (<= 19 bytes) stays inline and the payload goes
+// to a heap block, and only a long id moves both to the heap. So looking a
+// task up by id reads its index bucket and its record, and nothing else,
+// for any id up to 19 bytes. Records come from 2 MiB chunks (32768 records;
+// the first chunk is 1024), and large chunks and index tables ask the kernel
+// for transparent huge pages: with a million tasks a random access otherwise
+// pays a TLB miss on top of the cache miss.
+//
+// A slot is an array of 16-byte entries {due tick, handle, sequence}: arming
+// appends to it, and processing a slot reads it front to back, so the wheel
+// walks contiguous memory and touches a record only when its entry is due.
 //
 // Lazy removal
 // ------------
@@ -63,44 +71,68 @@
 // suspended process) it calls advance() with the current tick and the wheel
 // processes every missed tick in order, so tasks come out in due order and
 // none is skipped; it jumps straight from one due tick to the next rather
-// than visiting every tick in between. A task inserted with a due tick at or
+// than visiting every tick in between. A task armed with a due tick at or
 // before now() is due at now() + 1: the next advance hands it over.
 //
 // next_due_tick() gives the tick the owner should sleep until: never later
 // than the earliest due task, and early at most once per task cancelled or
 // moved (a stale entry or slot bound; processing the slot makes it exact).
 //
+// Sharing a record with other threads
+// -----------------------------------
+// The wheel is single-threaded, but a record's memory is stable, so an owner
+// may let another thread read a record it promises not to change meanwhile
+// (the engine's workers read the task they run), through view(). The owner
+// word is never written by the wheel after a record is first constructed
+// (it starts at 0 and survives the record's reuse), so the owner may access
+// it atomically (std::atomic_ref) from any thread while the record is held,
+// and use it to tell a current reference from a stale one.
+//
 // Memory
 // ------
-// Per task: the 128-byte record (16 bytes beyond the `task`), a 16-byte slot
-// entry (arrays grow by doubling) and an 8-byte index entry at a load factor
-// between 3/8 and 3/4. See docs/benchmarks.md for the measured figures.
+// Per task: the 64-byte record, a 16-byte slot entry (arrays grow by half)
+// and an 8-byte index entry at a load factor between 3/8 and 3/4, plus a
+// heap block for bytes that do not fit inline. docs/benchmarks.md has the
+// measured figures.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "delayq/task.hpp"
-
 namespace delayq {
 
 /// A hashed timing wheel of tasks, driven by advance(). See the essay above.
 ///
-/// Thread safety: none. A plain single-threaded data structure; the engine
-/// only touches it under its own lock.
+/// Thread safety: none, except through view() as described above. A plain
+/// single-threaded data structure; the engine only touches it under its own
+/// lock.
 class timer_wheel {
  public:
-  /// Identifies a node held by the wheel; stable until the node is erased.
+  /// Identifies a record held by the wheel; stable until it is erased.
   using handle = std::uint32_t;
   static constexpr handle npos = std::numeric_limits<handle>::max();
   static constexpr std::uint64_t no_tick = std::numeric_limits<std::uint64_t>::max();
+
+  /// What a record holds: the fields of a task, with its type reduced to a
+  /// number the owner chooses (`kind`).
+  struct item {
+    std::string_view id;       ///< 1 to 65535 bytes; unique among held records.
+    std::string_view payload;  ///< Any bytes, up to 4 GiB - 1.
+    std::uint16_t kind = 0;
+    std::int64_t due_ms = 0;  ///< The owner's time stamp; the wheel only keeps it.
+    std::uint32_t attempts = 0;
+  };
+
+  /// A record as another thread may read it (see the essay): valid while
+  /// the record is held and the owner does not change it.
+  class record_view;
 
   /// A wheel of `slots` buckets, at tick 0. Throws std::invalid_argument
   /// when slots is 0.
@@ -113,35 +145,57 @@ class timer_wheel {
   std::uint64_t now() const noexcept { return now_; }
   /// The number of slots.
   std::size_t slots() const noexcept { return slot_count_; }
-  /// Nodes held: armed ones plus detached ones.
+  /// Records held: armed, detached, and unindexed ones.
   std::size_t size() const noexcept { return size_; }
-  /// Nodes armed in a slot (waiting for their tick).
+  /// Records armed in a slot (waiting for their tick).
   std::size_t armed() const noexcept { return armed_; }
   bool empty() const noexcept { return size_ == 0; }
 
-  /// Preallocates room for `n` nodes and index entries.
+  /// Preallocates room for `n` records and index entries.
   void reserve(std::size_t n);
 
-  /// The node holding the task with this id, or npos.
-  handle find(std::string_view id) const noexcept;
+  /// The wheel's hash of `id`: compute it once and pass it to the calls that
+  /// take one. Seeded per wheel.
+  std::uint32_t hash(std::string_view id) const noexcept;
+  /// Starts loading the index bucket of `hash`, so that a later call with it
+  /// does not wait for memory.
+  void prefetch(std::uint32_t hash) const noexcept;
 
-  /// Adds `t` due at `due_tick` (a tick <= now() means now() + 1). Returns
-  /// npos, and leaves `t` untouched, when a task with that id is held already.
-  handle insert(task&& t, std::uint64_t due_tick);
-  /// Adds `t` without arming it: it is held and found by id, but in no slot
-  /// until arm() is called. Returns npos when the id is held already.
-  handle insert_detached(task&& t);
+  /// The record holding the task with this id, or npos.
+  handle find(std::string_view id) const noexcept { return find(id, hash(id)); }
+  handle find(std::string_view id, std::uint32_t hash) const noexcept;
 
-  /// Puts node `h` in the slot of `due_tick`, moving it if it was armed.
+  /// Adds a record due at `due_tick` (a tick <= now() means now() + 1).
+  /// Returns npos when a record with that id is held already. Throws
+  /// std::length_error past 2^32 - 2 records or for an id over 65535 bytes,
+  /// std::bad_alloc.
+  handle insert(const item& it, std::uint64_t due_tick) {
+    return insert(it, hash(it.id), due_tick);
+  }
+  handle insert(const item& it, std::uint32_t hash, std::uint64_t due_tick);
+  /// Adds a record without arming it: it is held and found by id, but in no
+  /// slot until arm() is called. Returns npos when the id is held already.
+  handle insert_detached(const item& it) { return insert_detached(it, hash(it.id)); }
+  handle insert_detached(const item& it, std::uint32_t hash);
+
+  /// Puts record `h` in the slot of `due_tick`, moving it if it was armed.
   void arm(handle h, std::uint64_t due_tick) noexcept;
-  /// Takes node `h` out of its slot but keeps holding it.
+  /// Takes record `h` out of its slot but keeps holding it.
   void disarm(handle h) noexcept;
-  /// Whether node `h` is in a slot.
+  /// Whether record `h` is in a slot.
   bool is_armed(handle h) const noexcept;
-  /// Forgets node `h` entirely; the handle becomes invalid.
+  /// Makes find() forget record `h` (its id may be inserted again) while the
+  /// record itself stays held, detached, until erase(h). For a record some
+  /// other thread may still look at.
+  void unindex(handle h) noexcept;
+  /// Makes unindexed record `h` findable by its id again. Returns false
+  /// (changing nothing) when another record holds that id now. Throws
+  /// std::bad_alloc.
+  bool reindex(handle h);
+  /// Whether find() can reach record `h`.
+  bool is_indexed(handle h) const noexcept;
+  /// Forgets record `h` entirely; the handle becomes invalid.
   void erase(handle h) noexcept;
-  /// Moves the task out of node `h` and forgets the node.
-  task extract(handle h) noexcept;
   /// Forgets the task with this id. Returns false when it is not held.
   bool erase(std::string_view id) noexcept;
   /// Moves the task with this id to `due_tick`. False when it is not held.
@@ -156,33 +210,56 @@ class timer_wheel {
   template <class IdAt>
   std::size_t erase_many(std::size_t n, IdAt&& id_at) noexcept;
 
-  /// The task in node `h`. Do not change its id.
-  task& value(handle h) noexcept { return rec(h).value; }
-  const task& value(handle h) const noexcept { return rec(h).value; }
-  /// The due tick node `h` was last armed with (meaningful while armed).
+  /// Forgets the records h_at(0) .. h_at(n - 1) (each held), like erase(h)
+  /// n times with their memory accesses overlapped.
+  template <class HandleAt>
+  void erase_handles(std::size_t n, HandleAt&& h_at) noexcept;
+
+  // ---- the record's fields ------------------------------------------------
+  std::string_view id(handle h) const noexcept;
+  std::string_view payload(handle h) const noexcept;
+  std::uint16_t kind(handle h) const noexcept { return rec(h).kind; }
+  std::int64_t due_ms(handle h) const noexcept { return rec(h).due_ms; }
+  void set_due_ms(handle h, std::int64_t ms) noexcept { rec(h).due_ms = ms; }
+  std::uint32_t attempts(handle h) const noexcept { return rec(h).attempts; }
+  void set_attempts(handle h, std::uint32_t n) noexcept { rec(h).attempts = n; }
+  /// Replaces payload, kind, due time stamp and attempts of record `h` (the
+  /// id stays). Throws std::bad_alloc (the record is then unchanged).
+  void assign(handle h, const item& it);
+  /// The due tick record `h` was last armed with (meaningful while armed).
   std::uint64_t due_tick(handle h) const noexcept { return rec(h).due; }
-  /// A word the owner may use freely (the engine keeps a task's state there).
+  /// The owner's word of record `h` (see the essay).
   std::uint32_t& tag(handle h) noexcept { return rec(h).tag; }
   std::uint32_t tag(handle h) const noexcept { return rec(h).tag; }
+  /// A view of record `h` for another thread (see the essay).
+  record_view view(handle h) const noexcept;
 
-  /// A tick at or before the earliest armed task's due tick (no_tick when
+  /// Calls `fn(handle)` for every held record, in no particular order. `fn`
+  /// must not change the wheel.
+  template <class Fn>
+  void for_each(Fn&& fn) const;
+
+  /// A tick at or before the earliest armed record's due tick (no_tick when
   /// nothing is armed). Sleeping until it never misses a task.
   std::uint64_t next_due_tick() const noexcept;
 
-  /// Advances to `to_tick`, handing every armed node whose due tick is
+  /// Advances to `to_tick`, handing every armed record whose due tick is
   /// <= to_tick to `sink(handle)`, in due-tick order (insertion order within
-  /// one tick). Each node is disarmed but still held when the sink gets it:
-  /// the sink must erase() it, arm() it again, or keep it detached. The sink
-  /// may insert, arm and erase other nodes, but must not call advance(). The
-  /// nodes due at one tick leave their slot together: one that the sink
+  /// one tick). Each record is disarmed but still held when the sink gets it:
+  /// the sink may erase() it, arm() it again, or keep it detached. The sink
+  /// may insert, arm and erase other records, but must not call advance().
+  /// The records due at one tick leave their slot together: one that the sink
   /// erases, arms or disarms before its turn is not handed over.
-  /// Returns the number of nodes handed over.
+  /// Returns the number of records handed over.
   template <class Sink>
   std::size_t advance(std::uint64_t to_tick, Sink&& sink);
 
-  /// Bytes the wheel holds for its own structures (pool chunks, index, slot
-  /// arrays), not counting heap buffers owned by the tasks' strings.
+  /// Bytes the wheel holds for its own structures (record chunks, index,
+  /// slot arrays) and for the heap blocks of ids and payloads too long to
+  /// be inline (their bytes, counted separately by heap_bytes()).
   std::size_t memory_bytes() const noexcept;
+  /// Bytes of ids and payloads held in heap blocks.
+  std::size_t heap_bytes() const noexcept { return heap_bytes_; }
 
  private:
   // A record's sequence word: a generation count above two state bits. The
@@ -193,12 +270,25 @@ class timer_wheel {
   static constexpr std::uint32_t generation_step = 4;
 
   struct alignas(64) record {
-    task value;             // first: find() compares the id on the first cache line
     std::uint64_t due = 0;  // while armed: the tick; while free: the next free record
-    std::uint32_t tag = 0;  // the owner's word
+    std::int64_t due_ms = 0;
     std::uint32_t seq = 0;  // generation << 2 | state
+    std::uint32_t tag = 0;  // the owner's word; the wheel leaves it alone after construction
+    std::uint32_t attempts = 0;
+    std::uint32_t payload_len = 0;
+    std::uint16_t id_len = 0;
+    std::uint16_t kind = 0;
+    std::uint8_t flags = 0;  // indexed_flag
+    char data[27];
+    // The layout of data (sizes from the lengths):
+    //   id + payload <= 27 bytes:   [id][payload]
+    //   id <= 19 bytes:             [id] ... [payload pointer at data + 19]
+    //   else:                       ... [pointer to id then payload at data + 19]
   };
-  static_assert(sizeof(record) == 128, "a record is two cache lines");
+  static_assert(sizeof(record) == 64, "a record is one cache line");
+  static constexpr std::uint8_t indexed_flag = 1;
+  static constexpr std::size_t data_bytes = sizeof(record::data);
+  static constexpr std::size_t pointer_at = data_bytes - sizeof(char*);
 
   struct entry {  // one arming of a record, in the array of its slot
     std::uint64_t due;
@@ -229,7 +319,7 @@ class timer_wheel {
 
   static constexpr std::size_t no_slot = std::numeric_limits<std::size_t>::max();
   static constexpr std::uint32_t first_chunk = 1024;  // records in chunk 0
-  static constexpr unsigned chunk_bits = 14;          // 16384 records = 2 MiB after it
+  static constexpr unsigned chunk_bits = 15;          // 32768 records = 2 MiB after it
   static constexpr std::uint32_t chunk_size = std::uint32_t{1} << chunk_bits;
 
   record& rec(handle h) noexcept { return *record_ptr(h); }
@@ -241,6 +331,14 @@ class timer_wheel {
   }
   std::size_t capacity() const noexcept;
 
+  static std::string_view id_of(const record& r) noexcept;
+  static std::string_view payload_of(const record& r) noexcept;
+  // Stores id and payload bytes into `r` (whose old heap block, if any, the
+  // caller has released). Throws std::bad_alloc before changing anything.
+  void store_bytes(record& r, std::string_view id, std::string_view payload);
+  // Releases r's heap block, if any.
+  void release_bytes(record& r) noexcept;
+
   handle allocate_record();
   void free_record(handle h) noexcept;
   void add_chunk();
@@ -250,28 +348,27 @@ class timer_wheel {
   // changes: the slot is its due tick's).
   void went_stale(const record& r) noexcept;
 
-  std::uint32_t hash_id(std::string_view id) const noexcept;
   std::size_t index_find(std::string_view id, std::uint32_t hash) const noexcept;
   void index_insert(handle h, std::uint32_t hash);
   void index_erase_at(std::size_t i) noexcept;
-  // Where record h's entry is in the index (it must be held).
+  // Where indexed record h's entry is in the index.
   std::size_t index_position(handle h) const noexcept;
   void index_grow();
   index_entry* index() const noexcept { return static_cast<index_entry*>(index_.get()); }
-  // Forgets held record h whose index entry is at index_pos.
+  // Forgets held record h; index_pos is its index entry, or no_slot when it
+  // is not indexed.
   void erase_found(handle h, std::size_t index_pos) noexcept;
 
   // Moves the valid entries of slot `s` due at or before `tick` into `out`
   // (their records become pending), drops stale ones, and makes the slot's
   // lower bound exact again.
   void collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out);
-  // Starts loading the index buckets the sink's erase() will touch.
-  void prefetch_index(const std::vector<handle>& batch) const noexcept;
 
   std::size_t slot_count_;
   std::uint64_t now_ = 0;
   std::size_t size_ = 0;
   std::size_t armed_ = 0;
+  std::size_t heap_bytes_ = 0;
   std::uint64_t seed_;
 
   std::vector<std::vector<entry>> slots_;
@@ -291,6 +388,48 @@ class timer_wheel {
   std::vector<entry> due_scratch_;  // reused by collect_due()
 };
 
+class timer_wheel::record_view {
+ public:
+  record_view() = default;
+  std::string_view id() const noexcept { return id_of(*r_); }
+  std::string_view payload() const noexcept { return payload_of(*r_); }
+  std::uint16_t kind() const noexcept { return r_->kind; }
+  std::int64_t due_ms() const noexcept { return r_->due_ms; }
+  std::uint32_t attempts() const noexcept { return r_->attempts; }
+  /// The owner word's address, for std::atomic_ref.
+  std::uint32_t* tag() const noexcept { return &r_->tag; }
+  explicit operator bool() const noexcept { return r_ != nullptr; }
+
+ private:
+  friend class timer_wheel;
+  explicit record_view(record* r) noexcept : r_(r) {}
+  record* r_ = nullptr;
+};
+
+inline timer_wheel::record_view timer_wheel::view(handle h) const noexcept {
+  return record_view(record_ptr(h));
+}
+
+inline std::string_view timer_wheel::id_of(const record& r) noexcept {
+  if (r.id_len + std::size_t{r.payload_len} <= data_bytes || r.id_len <= pointer_at)
+    return {r.data, r.id_len};
+  const char* p;
+  std::memcpy(&p, r.data + pointer_at, sizeof p);
+  return {p, r.id_len};
+}
+
+inline std::string_view timer_wheel::payload_of(const record& r) noexcept {
+  if (r.id_len + std::size_t{r.payload_len} <= data_bytes)
+    return {r.data + r.id_len, r.payload_len};
+  const char* p;
+  std::memcpy(&p, r.data + pointer_at, sizeof p);
+  return r.id_len <= pointer_at ? std::string_view{p, r.payload_len}
+                                : std::string_view{p + r.id_len, r.payload_len};
+}
+
+inline std::string_view timer_wheel::id(handle h) const noexcept { return id_of(rec(h)); }
+inline std::string_view timer_wheel::payload(handle h) const noexcept { return payload_of(rec(h)); }
+
 template <class IdAt>
 std::size_t timer_wheel::erase_many(std::size_t n, IdAt&& id_at) noexcept {
   // Four stages in flight: the id object of id i + 24 is requested (when the
@@ -307,31 +446,50 @@ std::size_t timer_wheel::erase_many(std::size_t n, IdAt&& id_at) noexcept {
       __builtin_prefetch(std::addressof(id_at(k)));
   };
   const auto request_bucket = [&](std::size_t k) {
-    const std::uint32_t h = hash_id(std::string_view(id_at(k)));
+    const std::uint32_t h = hash(std::string_view(id_at(k)));
     hashes[k % ahead] = h;
-    __builtin_prefetch(index() + (h & index_mask_));
+    prefetch(h);
   };
   for (std::size_t k = ahead; k < id_ahead && k < n; ++k) request_id(k);
   for (std::size_t k = 0; k < ahead && k < n; ++k) request_bucket(k);
   std::size_t erased = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t hash = hashes[i % ahead];
+    const std::uint32_t h = hashes[i % ahead];
     if (i + id_ahead < n) request_id(i + id_ahead);
     if (i + ahead < n) request_bucket(i + ahead);
     if (i + ahead / 2 < n) {
       const index_entry& guess = index()[hashes[(i + ahead / 2) % ahead] & index_mask_];
-      if (guess.node != npos) {
-        const char* r = reinterpret_cast<const char*>(record_ptr(guess.node));
-        __builtin_prefetch(r);
-        __builtin_prefetch(r + 64);
-      }
+      if (guess.node != npos) __builtin_prefetch(record_ptr(guess.node));
     }
-    const std::size_t pos = index_find(std::string_view(id_at(i)), hash);
+    const std::size_t pos = index_find(std::string_view(id_at(i)), h);
     if (pos == no_slot) continue;
     erase_found(index()[pos].node, pos);
     ++erased;
   }
   return erased;
+}
+
+template <class HandleAt>
+void timer_wheel::erase_handles(std::size_t n, HandleAt&& h_at) noexcept {
+  // Records i + 16 are requested, the index buckets of records i + 8 (their
+  // ids are in cache by then) too, and record i is erased.
+  constexpr std::size_t ahead = 16;
+  for (std::size_t k = 0; k < ahead && k < n; ++k) __builtin_prefetch(record_ptr(h_at(k)));
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + ahead < n) __builtin_prefetch(record_ptr(h_at(i + ahead)));
+    if (i + ahead / 2 < n) {
+      const record& r = rec(h_at(i + ahead / 2));
+      if (r.flags & indexed_flag) prefetch(hash(id_of(r)));
+    }
+    const handle h = h_at(i);
+    erase_found(h, (rec(h).flags & indexed_flag) ? index_position(h) : no_slot);
+  }
+}
+
+template <class Fn>
+void timer_wheel::for_each(Fn&& fn) const {
+  for (handle h = 0; h < fresh_; ++h)
+    if ((rec(h).seq & state_mask) != free_state) fn(h);
 }
 
 template <class Sink>
@@ -345,7 +503,6 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     now_ = tick;
     batch.clear();
     collect_due(static_cast<std::size_t>(tick % slot_count_), tick, batch);
-    prefetch_index(batch);
     for (handle h : batch) {
       record& r = rec(h);
       if ((r.seq & state_mask) != pending)

@@ -1,408 +1,185 @@
-// Group commit in front of a task_store.
+// The engine's only way to change its store: a pipelined group commit.
 //
-// Every change the engine makes to the store goes through here, in the order
-// the engine decided it (callers enqueue while holding the engine's lock), and
-// is written in batches: whoever leads while no write is in progress takes
-// everything queued so far and writes it with as few store calls as the order
-// allows; ops queued meanwhile wait for the next batch. A caller that waits
-// for its ops (wait(), flush()) leads when nobody else writes, so a lone
-// caller writes inline with no thread hop, and many concurrent callers share
-// one round trip (the LevelDB / MySQL group-commit scheme).
+// The engine hands every change (a write_op) to submit() while holding its
+// own lock, so the queue holds changes in the order the engine decided them.
+// A writer thread takes everything queued, turns it into one batch and gives
+// it to task_store::async_write(); as long as the store allows more batches
+// in flight (max_writes_in_flight(): Redis pipelines, SQLite does not), the
+// next batch goes out while the previous one is being made durable. A lone
+// change is sent the moment the thread wakes (no added wait); under load the
+// batches grow by themselves, since everything that arrived during one send
+// goes into the next. When a batch's outcome is known the writer reports
+// each of its ops to the engine (on_done, on the writer thread), exactly
+// once.
 //
-// Changes nobody waits for (the removal after a success, a dead letter, an
-// attempt count saved while stopping) are submit()ted instead: the caller
-// returns at once and a flusher thread owned by the writer leads a batch
-// whenever such ops are queued and no write is in flight. So a worker never
-// waits for the store after its executor returned, and removals that pile up
-// during one write go out together in the next. They must still land: when
-// their write fails, because the store is down, they are kept and written
-// again by retry_failed() (the engine calls it every second while any are
-// kept; the flusher calls on_kept to say so), unless a later change to the
-// same id made them moot. Ordinary batches do not carry them: while the store
-// is down that would repeat every kept write, and its error lines, once per
-// finished attempt.
+// Order per id. At most one batch holding a change to a given id is in
+// flight at a time: a change to an id whose earlier change is still in flight
+// waits for the next batch. So a batch that fails can never be overtaken by a
+// newer change to the same id that succeeds, and the store sees the changes
+// to one id in the engine's order even across failures and reconnections.
+//
+// Changes that must land. Some changes nobody waits for (the removal after a
+// success, a retry's new attempt count, a dead letter): when their batch
+// fails they are reported once, with the error, and also kept. Kept changes
+// go out again every second while there are any, and at once, in front of
+// it, when a newer change to the same id is sent; unless that newer change
+// covers them (it rewrites every area they touch: live task, dead letter),
+// in which case they are moot and dropped. A kept bury is therefore not lost
+// to a later save of the same id (the save covers only the live area), and a
+// kept removal never lands after a newer save.
+//
+// A store that says in_process() keeps no live tasks: live changes complete
+// at once with nothing written, dead-letter changes are written on the
+// caller's thread (a requeue becomes a purge), and there is no writer thread.
 #pragma once
 
+#include <boost/system/error_code.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
-#include "delayq/log.hpp"
+#include "delayq/task.hpp"
 #include "delayq/task_store.hpp"
 
 namespace delayq::detail {
 
-/// Thread safety: all members are safe to call from any thread.
+/// What the engine keeps with an op for when its outcome comes back (a
+/// waiting caller, a completion handler, what to restore on failure).
+struct op_context {
+  virtual ~op_context() = default;
+};
+
+/// One change for the store, and the engine's note of why it was made.
+struct write_op {
+  change_kind what = change_kind::save;
+  /// save, revive, bury: the task; remove, purge: only its id is read.
+  task t;
+  std::string error;                                // bury
+  std::chrono::system_clock::time_point died_at{};  // bury
+  /// Nobody waits for it: keep it and write it again until it lands.
+  bool must_land = false;
+  /// The outcome, set by the writer before the op is reported.
+  boost::system::error_code ec;
+
+  // The engine's, opaque to the writer.
+  std::uint8_t purpose = 0;
+  std::uint32_t handle = 0;
+  std::uint32_t tag = 0;
+  std::uint64_t aux = 0;
+  std::unique_ptr<op_context> ctx;
+
+  // The writer's.
+  std::uint32_t group = 1;  // the first op of a group: how many go in one batch with it
+  std::uint64_t id_hash = 0;
+  std::uint64_t epoch = 0;
+  bool report = true;  // false for a kept copy: its first outcome was reported already
+};
+
+/// Thread safety: every member is safe to call from any thread; on_done runs
+/// on the writer thread (or, in_process(), on the caller's) with no lock of
+/// the writer held, and may call submit().
 class store_writer {
  public:
-  enum class kind {
-    save,    // upsert a live task
-    remove,  // delete a live task
-    bury,    // live task -> dead letter
-    revive,  // dead letter -> live task
-    purge,   // delete a dead letter
+  struct options {
+    /// Ops queued and not yet sent before submit() refuses ops someone waits
+    /// for (must-land ops are always taken: dropping one would lose it).
+    std::size_t max_queued = 100'000;
+    /// Most ops in one batch.
+    std::size_t max_batch = 4096;
+    /// How long kept ops wait before they are written again.
+    std::chrono::milliseconds retry_interval{1000};
   };
+  using done_fn = std::function<void(std::span<write_op> ops)>;
 
-  struct op {
-    kind what;
-    dead_letter d;  // the task is in d.task; error and died_at for bury only
-    bool must_land = false;
-    boost::system::error_code ec;  // the outcome, once written
-    const std::string& id() const { return d.task.id; }
-  };
-
-  /// One group of changes written together.
-  struct batch {
-    std::vector<op> ops;
-    bool done = false;
-    bool carry_failed = false;  // its leader writes the kept ops first
-  };
-
-  /// Where one queued op can be found, to wait for its outcome.
-  struct ticket {
-    std::shared_ptr<batch> b;
-    std::size_t first = 0;  // ops [first, last) belong to the caller
-    std::size_t last = 0;
-  };
-
-  /// `background`: run the flusher thread that writes submit()ted ops (not
-  /// needed by a store whose writes are inline). `on_kept` is called on that
-  /// thread, without the writer's lock, after a batch it wrote left ops kept
-  /// for retry_failed(); it must not block on the writer.
-  store_writer(task_store& store, bool background, std::function<void()> on_kept = {})
-      : store_(store), on_kept_(std::move(on_kept)) {
-    if (background) {
-      flusher_running_ = true;
-      flusher_ = std::thread([this] { run_flusher(); });
-    }
-  }
-
+  store_writer(task_store& store, options opts, done_fn on_done);
+  ~store_writer();
   store_writer(const store_writer&) = delete;
   store_writer& operator=(const store_writer&) = delete;
 
-  ~store_writer() { stop_flusher(); }
+  /// Whether live changes are written at all (false for an in_process() store).
+  bool persists_live() const noexcept { return !in_process_; }
 
-  /// Queues ops (cheap: call it under the engine's lock, so the store sees
-  /// changes in the order the engine made them).
-  ticket enqueue(std::vector<op> ops) {
-    std::lock_guard lock(mutex_);
-    return enqueue_locked(std::move(ops));
-  }
+  enum class result {
+    queued,  ///< Taken: on_done reports it later.
+    done,    ///< Written (or nothing to write) on this thread: op.ec is the outcome.
+    busy,    ///< Refused: max_queued ops are waiting and nobody would keep this one.
+  };
+  /// Hands `group` to the writer, to be written in one batch (atomically);
+  /// its ops are moved from when queued. Call it in the order the changes
+  /// must be applied (under the engine's lock). A group is refused (busy)
+  /// only when its first op is not must_land.
+  result submit(std::span<write_op> group);
 
-  /// Queues one op of kind `what` for task `t`.
-  ticket enqueue(kind what, task t, bool must_land = false) {
-    return enqueue(one_op(what, std::move(t), must_land));
-  }
+  /// Blocks until fewer than max_queued ops wait (for callers that chose to
+  /// wait rather than get errc::busy). Never call it under the engine's lock.
+  void wait_for_room();
 
-  /// Queues ops nobody waits for (made must_land) and returns at once: the
-  /// flusher writes them with the next batch. Returns false when there is no
-  /// flusher (none asked for, or stopped): the caller must flush() itself.
-  bool submit(std::vector<op> ops) {
-    std::lock_guard lock(mutex_);
-    for (op& o : ops) o.must_land = true;
-    enqueue_locked(std::move(ops));
-    if (!flusher_running_) return false;
-    background_queued_ = true;
-    if (!writing_) flusher_cv_.notify_one();
-    return true;
-  }
+  /// Blocks until every op submitted before the call was reported (kept ops
+  /// whose store is down are not waited for).
+  void flush();
 
-  /// Queues one op of kind `what` for task `t`, as submit().
-  bool submit(kind what, task t) { return submit(one_op(what, std::move(t), true)); }
+  /// Writes everything queued, tries the kept ops once more, waits for all
+  /// of it, and stops the writer thread. Later submits are written on the
+  /// caller's thread. Idempotent.
+  void stop();
 
- private:
-  static std::vector<op> one_op(kind what, task t, bool must_land) {
-    std::vector<op> one(1);
-    one[0].what = what;
-    one[0].d.task = std::move(t);
-    one[0].must_land = must_land;
-    return one;
-  }
-
-  ticket enqueue_locked(std::vector<op> ops) {
-    if (!open_) open_ = std::make_shared<batch>();
-    ticket t{open_, open_->ops.size(), open_->ops.size() + ops.size()};
-    for (op& o : ops) {
-      // A newer change to an id makes a failed older one moot.
-      if (!failed_.empty()) drop_failed(o.id());
-      open_->ops.push_back(std::move(o));
-    }
-    return t;
-  }
-
- public:
-  /// Blocks until the batch holding `t` is written; returns the first error
-  /// among the caller's ops. Never call it while holding the engine's lock.
-  boost::system::error_code wait(const ticket& t) {
-    std::unique_lock lock(mutex_);
-    while (!t.b->done) {
-      if (!writing_)
-        lead(lock);
-      else
-        cv_.wait(lock);
-    }
-    for (std::size_t i = t.first; i < t.last; ++i)
-      if (t.b->ops[i].ec) return t.b->ops[i].ec;
-    return {};
-  }
-
-  /// Blocks until every op queued before the call is written (the batch
-  /// holding the newest of them is done), not until the queue is empty: ops
-  /// queued meanwhile by others are not waited for.
-  void flush() {
-    std::unique_lock lock(mutex_);
-    // A copy: leading moves open_ away.
-    const std::shared_ptr<batch> target = open_ ? open_ : in_flight_;
-    wait_batch(lock, target);
-  }
-
-  /// Writes the kept ops that failed earlier, with whatever is queued, and
-  /// waits for that batch.
-  void retry_failed() {
-    std::unique_lock lock(mutex_);
-    if (failed_.empty()) return;
-    if (!open_) open_ = std::make_shared<batch>();
-    open_->carry_failed = true;
-    const std::shared_ptr<batch> target = open_;
-    wait_batch(lock, target);
-  }
-
-  /// Writes until nothing is queued, carrying the kept ops once (for stop():
-  /// nobody queues new work by then, so this ends).
-  void drain() {
-    std::unique_lock lock(mutex_);
-    if (!failed_.empty()) {
-      if (!open_) open_ = std::make_shared<batch>();
-      open_->carry_failed = true;
-    }
-    while (open_ || writing_) {
-      if (!writing_)
-        lead(lock);
-      else
-        cv_.wait(lock);
-    }
-  }
-
-  /// Stops the flusher thread and drains the queue on the calling thread.
-  /// Afterwards submit() returns false. Idempotent.
-  void stop_flusher() {
-    {
-      std::lock_guard lock(mutex_);
-      flusher_running_ = false;
-      flusher_cv_.notify_all();
-    }
-    if (flusher_.joinable()) flusher_.join();
-    drain();
-  }
-
-  // ---- inline writes ------------------------------------------------------
-  // For a store whose writes are inline (task_store::inline_writes()): the
-  // engine calls these under its own lock instead of enqueue() + wait(). They
-  // write at once on the calling thread; an error is logged and returned,
-  // never kept for a retry (such a store has no outage to wait out).
-
-  boost::system::error_code save_now(std::span<const task> tasks) {
-    return now("save", tasks.size(), [&](auto& ec) { store_.save(tasks, ec); });
-  }
-  boost::system::error_code remove_now(const std::string& id) {
-    return now("remove", 1, [&](auto& ec) { store_.remove(std::span(&id, 1), ec); });
-  }
-  boost::system::error_code bury_now(const dead_letter& d) {
-    return now("bury", 1, [&](auto& ec) { store_.bury(std::span(&d, 1), ec); });
-  }
-  boost::system::error_code revive_now(const task& t) {
-    return now("revive", 1, [&](auto& ec) { store_.revive(std::span(&t, 1), ec); });
-  }
-  boost::system::error_code purge_now(const std::string& id) {
-    return now("purge", 1, [&](auto& ec) { store_.purge(std::span(&id, 1), ec); });
-  }
-
-  /// Whether some op that must land is waiting for the store to come back.
-  bool has_failed() {
-    std::lock_guard lock(mutex_);
-    return !failed_.empty();
-  }
+  /// Ops kept for retry (their store write failed).
+  std::size_t kept() const;
+  /// Ops queued and not yet sent.
+  std::size_t queued() const;
 
  private:
-  // One inline write of `n` items: runs `write(ec)`, logs a failure.
-  template <class Write>
-  boost::system::error_code now(const char* what, std::size_t n, Write&& write) {
+  struct batch {
+    std::vector<write_op> ops;
+    std::vector<store_change> changes;
     boost::system::error_code ec;
-    write(ec);
-    report(what, n, ec);
-    return ec;
-  }
+    bool done = false;
+  };
 
-  // Leads or waits until `target` (if any) is written.
-  void wait_batch(std::unique_lock<std::mutex>& lock, std::shared_ptr<batch> target) {
-    if (!target) return;
-    while (!target->done) {
-      if (!writing_)
-        lead(lock);
-      else
-        cv_.wait(lock);
-    }
-  }
-
-  // The flusher: leads a batch whenever submitted ops are queued and no write
-  // is in flight, until stop_flusher().
-  void run_flusher() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      flusher_cv_.wait(lock,
-                       [&] { return !flusher_running_ || (background_queued_ && !writing_); });
-      if (!flusher_running_) return;
-      lead(lock);
-      if (!failed_.empty() && on_kept_) {
-        lock.unlock();
-        on_kept_();
-        lock.lock();
-      }
-    }
-  }
-
-  void drop_failed(const std::string& id) {
-    std::erase_if(failed_, [&](const op& o) { return o.id() == id; });
-  }
-
-  // Called with the lock held and no write in progress.
-  void lead(std::unique_lock<std::mutex>& lock) {
-    std::shared_ptr<batch> mine = std::move(open_);
-    open_.reset();
-    background_queued_ = false;  // this batch takes them
-    if (!mine) return;
-    in_flight_ = mine;
-    // Failed ops go first: everything queued after them is newer.
-    std::vector<op> retried;
-    if (mine->carry_failed) {
-      retried = std::move(failed_);
-      failed_.clear();
-    }
-    writing_ = true;
-    lock.unlock();
-    const std::size_t n_retried = retried.size();
-    if (n_retried > 0) {
-      for (op& o : mine->ops) retried.push_back(std::move(o));
-      mine->ops = std::move(retried);
-    }
-    write(mine->ops);
-    lock.lock();
-    // Keep what must land and did not; give the caller's ops back in place.
-    std::vector<op> kept;
-    for (op& o : mine->ops)
-      // A store that lacks an operation will not grow it by waiting.
-      if (o.ec && o.must_land && o.ec != errc::unsupported) kept.push_back(o);
-    for (op& o : kept) failed_.push_back(std::move(o));
-    if (n_retried > 0) mine->ops.erase(mine->ops.begin(), mine->ops.begin() + n_retried);
-    mine->done = true;
-    in_flight_.reset();
-    writing_ = false;
-    cv_.notify_all();
-    if (background_queued_) flusher_cv_.notify_one();
-  }
-
-  // Writes `ops` with as few store calls as their order allows. Saves and
-  // removes touch only live tasks, and several on one id reduce to the last
-  // (save-then-remove is a removal, remove-then-save a save), so a run of
-  // them becomes one save() and one remove(). Dead-letter ops are rare and
-  // written one kind-run at a time, in order, between such runs.
-  void write(std::vector<op>& ops) {
-    std::size_t i = 0;
-    while (i < ops.size()) {
-      std::size_t j = i;
-      const bool live = ops[i].what == kind::save || ops[i].what == kind::remove;
-      while (j < ops.size() && (live ? (ops[j].what == kind::save || ops[j].what == kind::remove)
-                                     : ops[j].what == ops[i].what))
-        ++j;
-      if (live)
-        write_live(ops, i, j);
-      else
-        write_dead(ops, i, j);
-      i = j;
-    }
-  }
-
-  void write_live(std::vector<op>& ops, std::size_t from, std::size_t to) {
-    if (to - from == 1) {  // the common lone caller: no deduplication to do
-      op& o = ops[from];
-      if (o.what == kind::save)
-        store_.save(std::span<const task>(&o.d.task, 1), o.ec);
-      else
-        store_.remove(std::span<const std::string>(&o.d.task.id, 1), o.ec);
-      report(o.what == kind::save ? "save" : "remove", 1, o.ec);
-      return;
-    }
-    std::unordered_map<std::string_view, std::size_t> last;
-    last.reserve(to - from);
-    for (std::size_t i = from; i < to; ++i) last[ops[i].id()] = i;
-    std::vector<task> saves;
-    std::vector<std::string> removes;
-    for (std::size_t i = from; i < to; ++i) {
-      if (last[ops[i].id()] != i) continue;
-      if (ops[i].what == kind::save)
-        saves.push_back(ops[i].d.task);
-      else
-        removes.push_back(ops[i].id());
-    }
-    boost::system::error_code save_ec, remove_ec;
-    if (!saves.empty()) store_.save(saves, save_ec);
-    if (!removes.empty()) store_.remove(removes, remove_ec);
-    report("save", saves.size(), save_ec);
-    report("remove", removes.size(), remove_ec);
-    // An op dropped for a later one on its id shares that op's outcome.
-    for (std::size_t i = from; i < to; ++i)
-      ops[i].ec = ops[last[ops[i].id()]].what == kind::save ? save_ec : remove_ec;
-  }
-
-  void write_dead(std::vector<op>& ops, std::size_t from, std::size_t to) {
-    boost::system::error_code ec;
-    const kind what = ops[from].what;
-    if (what == kind::bury) {
-      std::vector<dead_letter> letters;
-      for (std::size_t i = from; i < to; ++i) letters.push_back(ops[i].d);
-      store_.bury(letters, ec);
-      report("bury", letters.size(), ec);
-    } else if (what == kind::revive) {
-      std::vector<task> tasks;
-      for (std::size_t i = from; i < to; ++i) tasks.push_back(ops[i].d.task);
-      store_.revive(tasks, ec);
-      report("revive", tasks.size(), ec);
-    } else {
-      std::vector<std::string> ids;
-      for (std::size_t i = from; i < to; ++i) ids.push_back(ops[i].id());
-      store_.purge(ids, ec);
-      report("purge", ids.size(), ec);
-    }
-    for (std::size_t i = from; i < to; ++i) ops[i].ec = ec;
-  }
-
-  void report(const char* what, std::size_t n, const boost::system::error_code& ec) {
-    if (!ec || n == 0) return;
-    log(log_level::error, "store " + store_.describe() + ": " + what + " of " + std::to_string(n) +
-                              " tasks failed: " + ec.message());
-  }
+  static std::uint64_t hash_id(const std::string& id) noexcept;
+  static bool covers(change_kind newer, change_kind older) noexcept;
+  void run();
+  // Under mutex_: moves queued ops into a new batch (see "Order per id").
+  std::unique_ptr<batch> form_batch();
+  // Under mutex_ (released while reporting): a batch's outcome came back.
+  void finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock);
+  void write_inline(write_op& op);
+  void note_reported(const write_op& op);
 
   task_store& store_;
-  const std::function<void()> on_kept_;
-  std::mutex mutex_;
-  std::condition_variable cv_;          // a batch was written
-  std::condition_variable flusher_cv_;  // submitted ops may be writable, or stop
-  std::shared_ptr<batch> open_;         // ops queued and not yet taken by a leader
-  std::shared_ptr<batch> in_flight_;    // the batch being written, if any
-  std::vector<op> failed_;              // must-land ops whose write failed, oldest first
-  bool writing_ = false;
-  bool background_queued_ = false;  // open_ holds submitted ops
-  bool flusher_running_ = false;
-  std::thread flusher_;  // last: started once everything above is set
+  const options opts_;
+  const done_fn on_done_;
+  const bool in_process_;
+  const std::size_t max_in_flight_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;       // wakes the writer thread
+  std::condition_variable settled_;  // an op was reported, or room appeared
+  std::deque<write_op> queue_;
+  std::deque<std::unique_ptr<batch>> in_flight_;  // sent, oldest first
+  std::size_t arrived_ = 0;                       // batches in in_flight_ that are done
+  std::unordered_map<std::uint64_t, std::uint32_t> in_flight_ids_;
+  std::vector<write_op> kept_;  // oldest first
+  std::unordered_map<std::uint64_t, std::uint32_t> kept_ids_;
+  std::chrono::steady_clock::time_point next_retry_{};
+  // flush(): ops are counted per epoch until reported.
+  std::uint64_t epoch_ = 0;
+  std::map<std::uint64_t, std::size_t> outstanding_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  bool retry_now_ = false;
+  std::thread thread_;  // last: started once everything above is set
 };
 
 }  // namespace delayq::detail

@@ -1,4 +1,5 @@
-// delayq/delayq.hpp - the umbrella header: everything a user of the engine needs.
+// delayq/delayq.hpp - the umbrella header: the engine and every store.
+// Target delayq::delayq (links delayq::engine and delayq::persistence).
 #pragma once
 
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it

@@ -1,0 +1,334 @@
+#include "detail/dispatcher.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <exception>
+#include <mutex>
+
+#include "detail/task_state.hpp"
+
+namespace delayq::detail {
+namespace {
+
+namespace tsw = task_state_word;
+
+// Outcomes are applied one at a time, unless a burst of at least
+// `burst_backlog` due tasks waits for workers: then in batches of up to
+// `settle_batch`, which take the engine's lock once. Outside bursts a slow
+// executor must not hold the outcomes of the tasks before it (their removals,
+// their retries) until it returns.
+constexpr std::size_t settle_batch = 64;
+constexpr std::size_t burst_backlog = 256;
+
+// Set while a thread runs an attempt, so stop() called from an executor
+// knows not to wait for itself.
+thread_local const dispatcher* current_attempt = nullptr;
+
+std::string describe(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    std::string what = ex.what();
+    return what.empty() ? "exception with an empty message" : what;
+  } catch (...) {
+    return "exception of unknown type";
+  }
+}
+
+}  // namespace
+
+// An attempt that may end on another thread or by its timeout: whoever
+// settles it first reports the outcome.
+struct dispatcher::attempt {
+  dispatcher* d = nullptr;
+  std::shared_ptr<void> keep;  // the engine, and so this dispatcher
+  ready_ref r;
+  task t;  // the executor's copy: it may outlive the record's turn
+  std::atomic<bool> settled{false};
+  // Whether start() is still running: a completion dropped meanwhile may be
+  // the unwinding of a start() that throws, which is a failure, not an
+  // abandonment; start()'s caller decides once it is back.
+  enum : int { starting, started, dropped_while_starting };
+  std::atomic<int> phase{starting};
+  std::unique_ptr<async_executor> exec;
+  std::shared_ptr<boost::asio::steady_timer> timer;
+
+  void settle(outcome::what w, std::string failure) {
+    if (settled.exchange(true, std::memory_order_acq_rel)) return;
+    if (timer) boost::asio::post(d->strand_, [timer = timer] { timer->cancel(); });
+    d->report(outcome{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)});
+  }
+};
+
+namespace {
+
+// Held only by the copies of an asynchronous attempt's completion: when the
+// last copy goes without having been called, the attempt is abandoned.
+template <class Attempt>
+struct completion_guard {
+  std::shared_ptr<Attempt> a;
+  ~completion_guard() {
+    int p = Attempt::starting;
+    if (!a->phase.compare_exchange_strong(p, Attempt::dropped_while_starting))
+      a->settle(outcome::what::abandoned, {});
+  }
+};
+
+}  // namespace
+
+dispatcher::dispatcher(owner& o, const type_registry& types, std::size_t workers,
+                       boost::asio::strand<boost::asio::any_io_executor> strand,
+                       lateness_histogram& lateness)
+    : owner_(o), types_(types), strand_(std::move(strand)), lateness_(lateness) {
+  threads_.reserve(workers);
+  for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+}
+
+dispatcher::~dispatcher() { join(); }
+
+void dispatcher::set_limit(std::uint16_t kind, std::size_t limit) {
+  std::lock_guard lock(mutex_);
+  gates_[kind].limit = limit;
+}
+
+void dispatcher::push(std::span<const ready_ref> refs) {
+  if (refs.empty()) return;
+  std::size_t sleeping;
+  {
+    std::lock_guard lock(mutex_);
+    ready_.insert(ready_.end(), refs.begin(), refs.end());
+    sleeping = sleeping_;
+  }
+  if (sleeping == 0) return;
+  if (refs.size() == 1)
+    wake_.notify_one();
+  else
+    wake_.notify_all();
+}
+
+void dispatcher::join() {
+  {
+    std::lock_guard lock(mutex_);
+    exiting_ = true;
+  }
+  starting_.store(false, std::memory_order_release);
+  wake_.notify_all();
+  for (std::thread& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+std::size_t dispatcher::backlog() const {
+  std::lock_guard lock(mutex_);
+  std::size_t n = ready_.size();
+  for (const auto& [kind, g] : gates_) n += g.waiting.size();
+  return n;
+}
+
+bool dispatcher::in_attempt() const noexcept { return current_attempt == this; }
+
+void dispatcher::work() {
+  task t;  // reused: its strings keep their buffers from one attempt to the next
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    ready_ref r;
+    if (pop(r)) {
+      lock.unlock();
+      run(r, t);
+      lock.lock();
+      continue;
+    }
+    if (!outcomes_.empty()) {
+      std::vector<outcome> batch;
+      batch.swap(outcomes_);
+      lock.unlock();
+      owner_.settle(batch);
+      lock.lock();
+      continue;
+    }
+    if (exiting_) return;
+    ++sleeping_;
+    wake_.wait(lock);
+    --sleeping_;
+  }
+}
+
+bool dispatcher::pop(ready_ref& r) {
+  while (!ready_.empty() && starting_.load(std::memory_order_acquire)) {
+    const ready_ref c = ready_.front();
+    ready_.pop_front();
+    auto word = tsw::word(*c.v.tag());
+    std::uint32_t cur = word.load(std::memory_order_acquire);
+    for (;;) {
+      if (cur == c.tag) {
+        auto g = gates_.find(c.kind);
+        if (g != gates_.end() && g->second.active >= g->second.limit) {
+          g->second.waiting.push_back(c);  // its turn comes when one of its type ends
+          break;
+        }
+        // The one place an attempt starts: if cancel() took the task first,
+        // this fails and the loop looks at what it made of it.
+        if (word.compare_exchange_weak(cur, tsw::with_state(cur, tsw::running),
+                                       std::memory_order_acq_rel, std::memory_order_acquire)) {
+          if (g != gates_.end()) ++g->second.active;
+          running_.fetch_add(1, std::memory_order_acq_rel);
+          r = c;
+          return true;
+        }
+        continue;
+      }
+      if (tsw::generation(cur) != tsw::generation(c.tag)) break;  // stale: the task moved on
+      if (tsw::state_of(cur) == tsw::dead) {
+        // Cancelled while queued: this reference was the record's last user.
+        outcomes_.push_back(outcome{outcome::what::dead, c.h, cur, c.kind, {}});
+        break;
+      }
+      if (tsw::state_of(cur) == tsw::cancelling && !(cur & tsw::orphaned)) {
+        // A cancel's store write is in flight: leave the record to it.
+        if (word.compare_exchange_weak(cur, cur | tsw::orphaned, std::memory_order_acq_rel,
+                                       std::memory_order_acquire))
+          break;
+        continue;
+      }
+      break;
+    }
+  }
+  return false;
+}
+
+void dispatcher::run(const ready_ref& r, task& t) {
+  const type_registry::type_info& ti = types_.at(r.kind);
+  t.id.assign(r.v.id());
+  t.type.assign(ti.name);
+  t.payload.assign(r.v.payload());
+  t.due = from_epoch_ms(r.v.due_ms());
+  t.attempts = r.v.attempts();
+  const auto started = std::chrono::system_clock::now();
+  lateness_.record(std::chrono::duration_cast<std::chrono::microseconds>(started - t.due));
+  fired_.fetch_add(1, std::memory_order_relaxed);
+
+  const bool sync = ti.exec.fn != nullptr || ti.exec.make != nullptr;
+  if (!ti.exec) {
+    // Nothing will change by retrying: straight to the dead letters.
+    report(outcome{outcome::what::hopeless, r.h, tsw::with_state(r.tag, tsw::running), r.kind,
+                   "no executor registered for type " + ti.name});
+    return;
+  }
+  if (!sync || ti.timeout.count() > 0) {
+    run_tracked(r, ti, t);
+    return;
+  }
+  std::string failure;
+  current_attempt = this;
+  try {
+    if (ti.exec.fn) {
+      (*ti.exec.fn)(t);
+    } else {
+      std::unique_ptr<executor> e = (*ti.exec.make)();
+      if (!e) throw std::runtime_error("the executor maker of type " + ti.name + " returned null");
+      e->execute(t);
+    }
+  } catch (...) {
+    failure = describe(std::current_exception());
+  }
+  current_attempt = nullptr;
+  report(outcome{failure.empty() ? outcome::what::succeeded : outcome::what::failed, r.h,
+                 tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)});
+}
+
+void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info& ti, task& t) {
+  auto a = std::make_shared<attempt>();
+  a->d = this;
+  a->keep = owner_.keep_alive();
+  a->r = r;
+  a->t = t;
+  if (ti.timeout.count() > 0) {
+    a->timer = std::make_shared<boost::asio::steady_timer>(strand_);
+    // The timer is only touched on the strand.
+    boost::asio::post(strand_, [a, after = ti.timeout] {
+      a->timer->expires_after(after);
+      a->timer->async_wait([a, after](const boost::system::error_code& ec) {
+        if (ec || a->settled.load(std::memory_order_acquire)) return;
+        a->d->timed_out_.fetch_add(1, std::memory_order_relaxed);
+        a->settle(outcome::what::failed,
+                  "timed out after " + std::to_string(after.count()) + " ms");
+      });
+    });
+  }
+  const bool sync = ti.exec.fn != nullptr || ti.exec.make != nullptr;
+  if (sync) {
+    std::string failure;
+    current_attempt = this;
+    try {
+      if (ti.exec.fn) {
+        (*ti.exec.fn)(a->t);
+      } else {
+        std::unique_ptr<executor> e = (*ti.exec.make)();
+        if (!e)
+          throw std::runtime_error("the executor maker of type " + ti.name + " returned null");
+        e->execute(a->t);
+      }
+    } catch (...) {
+      failure = describe(std::current_exception());
+    }
+    current_attempt = nullptr;
+    const auto result = failure.empty() ? outcome::what::succeeded : outcome::what::failed;
+    a->settle(result, std::move(failure));
+    return;
+  }
+  try {
+    if (ti.exec.async_make) {
+      a->exec = (*ti.exec.async_make)();
+      if (!a->exec)
+        throw std::runtime_error("the async executor maker of type " + ti.name + " returned null");
+    }
+    auto guard = std::make_shared<completion_guard<attempt>>();
+    guard->a = a;
+    async_executor::completion done = [guard](std::string failure) {
+      // Decided before the string moves: argument order is unspecified.
+      const auto result = failure.empty() ? outcome::what::succeeded : outcome::what::failed;
+      guard->a->settle(result, std::move(failure));
+    };
+    guard.reset();  // only `done` and its copies hold it now
+    if (a->exec)
+      a->exec->start(a->t, std::move(done));
+    else
+      (*ti.exec.async_fn)(a->t, std::move(done));
+    int p = attempt::starting;
+    if (!a->phase.compare_exchange_strong(p, attempt::started))
+      a->settle(outcome::what::abandoned, {});  // dropped without a call
+  } catch (...) {
+    a->phase.store(attempt::started);
+    a->settle(outcome::what::failed, describe(std::current_exception()));
+  }
+}
+
+void dispatcher::report(outcome o) {
+  std::unique_lock lock(mutex_);
+  if (o.result != outcome::what::dead) release_gate(o.kind);
+  outcomes_.push_back(std::move(o));
+  if (outcomes_.size() < settle_batch && ready_.size() >= burst_backlog && starting_.load()) return;
+  std::vector<outcome> batch;
+  batch.swap(outcomes_);
+  lock.unlock();
+  owner_.settle(batch);
+}
+
+// Under mutex_.
+void dispatcher::release_gate(std::uint16_t kind) {
+  auto g = gates_.find(kind);
+  if (g == gates_.end()) return;
+  if (g->second.active > 0) --g->second.active;
+  // Hand the freed slot to the next waiting reference that is still valid;
+  // stale ones go along to pop(), which deals with them.
+  bool woke = false;
+  while (!g->second.waiting.empty()) {
+    const ready_ref c = g->second.waiting.front();
+    g->second.waiting.pop_front();
+    ready_.push_front(c);
+    woke = true;
+    if (tsw::word(*c.v.tag()).load(std::memory_order_acquire) == c.tag) break;
+  }
+  if (woke && sleeping_ > 0) wake_.notify_one();
+}
+
+}  // namespace delayq::detail

@@ -1,0 +1,213 @@
+// The engine's state and its operations: the wheel under one lock, and the
+// calls that change it. Every change follows one path:
+//
+//   decide (under the lock: validate against what is held, put the record in
+//   a transitional state) -> hand a write_op to the store writer -> settle
+//   (under the lock: arm, erase or roll back, by the op's purpose and outcome)
+//
+// For a store that keeps live tasks (Redis, SQLite) settle() runs when the
+// write is durable, on the writer thread; the caller waits for it, or its
+// completion handler is posted then. For an in_process() store the writer
+// completes live changes at once and settle() runs before the lock is let go.
+//
+// The parts it drives, each in its own file: ticker (the clock and the
+// timer), dispatcher (workers, per-type gates, running attempts),
+// failure_policy (backoff, dead letters, alerts), store_writer (pipelined
+// group commit), type_registry (interned types), validation (ids, types, due
+// times, generated ids). task_state.hpp describes the state word that keeps
+// cancel() truthful.
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <optional>
+#include <semaphore>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "delayq/engine.hpp"
+#include "delayq/timer_wheel.hpp"
+#include "detail/dispatcher.hpp"
+#include "detail/failure_policy.hpp"
+#include "detail/lateness_histogram.hpp"
+#include "detail/spin_mutex.hpp"
+#include "detail/store_writer.hpp"
+#include "detail/ticker.hpp"
+#include "detail/type_registry.hpp"
+#include "detail/validation.hpp"
+
+namespace delayq::detail {
+
+/// Thread safety: as engine (every member is safe from any thread).
+class engine_core final : public dispatcher::owner,
+                          public std::enable_shared_from_this<engine_core> {
+ public:
+  engine_core(boost::asio::any_io_executor ex, executor_factory executors,
+              std::unique_ptr<task_store> store, engine_options options);
+  ~engine_core() override;
+
+  void start(boost::system::error_code& ec);
+  /// What schedule calls share. `bad` gets the index of the task an error is
+  /// about.
+  std::vector<std::string> schedule(std::span<task_spec> specs, boost::system::error_code& ec,
+                                    std::size_t& bad);
+  std::string schedule_delay(std::string_view type, std::string&& payload,
+                             std::chrono::milliseconds delay, const schedule_options& opts,
+                             boost::system::error_code& ec);
+  void async_schedule(task_spec spec, std::unique_ptr<schedule_completion> done);
+  bool cancel(std::string_view id, boost::system::error_code& ec);
+  bool reschedule(std::string_view id, std::chrono::system_clock::time_point due,
+                  boost::system::error_code& ec);
+  std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
+                                        boost::system::error_code& ec) const;
+  bool requeue(std::string_view id, std::chrono::system_clock::time_point due,
+               boost::system::error_code& ec);
+  bool purge(std::string_view id, boost::system::error_code& ec);
+  std::optional<task> find(std::string_view id) const;
+  std::optional<task_status> status(std::string_view id) const;
+  std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
+  std::size_t pending() const;
+  engine_stats stats() const;
+  bool stop(std::chrono::milliseconds drain);
+  /// Stops and joins every thread the engine owns (for ~engine).
+  void shutdown();
+
+  const engine_options& options() const noexcept { return options_; }
+  std::string store_description() const { return store_->describe(); }
+  boost::asio::any_io_executor executor() const { return executor_; }
+
+  // dispatcher::owner
+  void settle(std::span<outcome> outcomes) override;
+  std::shared_ptr<void> keep_alive() override { return shared_from_this(); }
+
+ private:
+  enum class run_state { idle, running, stopping, stopped };
+
+  // Why the engine made a write, which says what to do once it landed or failed.
+  enum purpose : std::uint8_t {
+    p_none,             // must-land, nothing in memory depends on it
+    p_insert,           // a new record (schedule, requeue): arm it, or erase it
+    p_replace,          // a record's content replaced: arm it, or restore it
+    p_replace_running,  // a new record beside a running old one: arm, or erase and give the id back
+    p_cancel,           // an armed record: erase it, or arm it again
+    p_cancel_queued,    // a due record: leave it dead, or queued again
+    p_reschedule,       // arm at the new time, or back at the old one
+    p_retry,            // a failed attempt's new count and due time: arm either way
+    p_purge,            // a dead letter went
+  };
+
+  // One API call's answer, filled in as its ops settle.
+  struct call_state {
+    std::size_t remaining = 0;
+    boost::system::error_code ec;
+    std::vector<std::string> ids;  // schedule: one per task
+    bool found = false;            // cancel, reschedule, requeue, purge
+    std::size_t bad = 0;           // schedule: which task an error is about
+    std::binary_semaphore done{0};
+    std::unique_ptr<schedule_completion> async;
+  };
+  struct op_ctx final : op_context {
+    std::shared_ptr<call_state> call;
+    std::size_t index = 0;  // which task of a schedule call
+    // What p_replace restores, p_cancel and p_reschedule re-arm.
+    std::string old_payload;
+    std::int64_t old_due_ms = 0;
+    std::uint32_t old_attempts = 0;
+    std::uint16_t old_kind = 0;
+    std::uint32_t old_running_tag = 0;  // p_replace_running: the old record's word
+  };
+  // What settling found to do once the lock is let go.
+  struct after_lock {
+    std::vector<call_state*> calls;                  // blocking callers to wake
+    std::vector<std::shared_ptr<call_state>> async;  // handlers to post
+    std::vector<ready_ref> requeue;                  // due references to queue again
+    std::vector<alert> alerts;
+    std::vector<std::string> deferred;  // ids whose deferred async calls may run now
+  };
+  struct checked_spec {
+    const type_registry::type_info* type = nullptr;
+    std::int64_t due_ms = 0;
+    std::uint32_t hash = 0;
+  };
+  struct deferred_call {
+    task_spec spec;
+    std::unique_ptr<schedule_completion> done;
+  };
+
+  // ---- calls ----------------------------------------------------------------
+  boost::system::error_code check_spec(task_spec& spec, std::int64_t now, checked_spec& out);
+  // Under the lock: decides every task of a schedule call and hands the ops
+  // over. Returns false (with nothing changed) when the call must wait for
+  // an id whose write is in flight; `waiting_id` then names it.
+  bool schedule_locked(std::span<task_spec> specs, std::span<checked_spec> checked,
+                       const std::shared_ptr<call_state>& call, call_state& out,
+                       std::string& waiting_id, after_lock& after);
+  void finish_call(const std::shared_ptr<call_state>& call, call_state& inline_result, bool queued,
+                   std::unique_lock<spin_mutex>& lock);
+  bool running_check(boost::system::error_code& ec) const;
+
+  // ---- the write path -------------------------------------------------------
+  write_op make_op(change_kind what, purpose why, timer_wheel::handle h, bool with_task);
+  // Under the lock: hands ops to the writer; settles them at once when the
+  // writer completed them on this thread. Returns whether they were queued
+  // (false: settled here, or refused: `refused` set).
+  bool submit_locked(std::span<write_op> ops, const std::shared_ptr<call_state>& call,
+                     call_state& inline_call, after_lock& after, bool& refused);
+  void on_written(std::span<write_op> ops);
+  void settle_op_locked(write_op& op, call_state& call, after_lock& after);
+  void run_after(after_lock& after);
+
+  // ---- the wheel --------------------------------------------------------------
+  task task_of(timer_wheel::handle h) const;
+  std::uint32_t tag(timer_wheel::handle h) const noexcept;
+  void set_tag(timer_wheel::handle h, std::uint32_t w) noexcept;
+  void arm_locked(timer_wheel::handle h, std::int64_t due_ms);
+  void erase_locked(timer_wheel::handle h);
+  void wait_settled(std::unique_lock<spin_mutex>& lock, std::string_view id, std::uint32_t hash);
+  std::size_t pending_locked() const noexcept { return wheel_.size() - unindexed_; }
+  std::size_t& kind_pending(std::uint16_t kind);
+
+  // ---- the clock --------------------------------------------------------------
+  void note_armed_locked(std::uint64_t tick);
+  void rearm();
+  void on_tick();
+  void release_overdue(std::vector<timer_wheel::handle>& overdue);
+
+  const engine_options options_;
+  const executor_factory executors_;
+  std::unique_ptr<task_store> store_;
+  const boost::asio::any_io_executor executor_;
+  type_registry types_;
+  failure_policy failures_;
+  lateness_histogram lateness_;
+  id_generator ids_;
+  ticker ticker_;
+
+  mutable spin_mutex mutex_;
+  mutable std::condition_variable_any
+      changed_;  // a transitional record settled, or an attempt ended
+  std::atomic<run_state> state_{run_state::idle};
+  timer_wheel wheel_;
+  std::size_t unindexed_ = 0;  // records held that find() cannot reach (dead, superseded)
+  std::vector<std::size_t> kind_pending_;
+  std::uint64_t armed_tick_ = timer_wheel::no_tick;
+  std::unordered_map<std::string, std::vector<deferred_call>>
+      deferred_;  // async calls waiting for an id
+
+  std::uint64_t scheduled_ = 0, loaded_ = 0, succeeded_ = 0, failed_ = 0, cancelled_ = 0,
+                quarantined_ = 0, retried_ = 0, died_ = 0;
+  std::size_t dead_ = 0;
+  std::atomic<std::uint64_t> wakeups_{0};
+
+  // Last: their threads call back into everything above.
+  store_writer writer_;
+  dispatcher dispatcher_;
+};
+
+}  // namespace delayq::detail

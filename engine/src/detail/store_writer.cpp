@@ -1,0 +1,277 @@
+#include "detail/store_writer.hpp"
+
+#include <algorithm>
+#include <string_view>
+#include <unordered_set>
+
+#include "delayq/log.hpp"
+
+namespace delayq::detail {
+namespace {
+
+// Which areas of the store a change rewrites: the live task, the dead letter.
+constexpr unsigned live_area = 1, dead_area = 2;
+
+unsigned areas(change_kind k) noexcept {
+  switch (k) {
+    case change_kind::save:
+    case change_kind::remove: return live_area;
+    case change_kind::purge: return dead_area;
+    case change_kind::bury:
+    case change_kind::revive: return live_area | dead_area;
+  }
+  return live_area | dead_area;
+}
+
+store_change change_of(const write_op& op) {
+  return store_change{op.what, &op.t, op.error, op.died_at};
+}
+
+}  // namespace
+
+store_writer::store_writer(task_store& store, options opts, done_fn on_done)
+    : store_(store),
+      opts_(opts),
+      on_done_(std::move(on_done)),
+      in_process_(store.in_process()),
+      max_in_flight_(std::max<std::size_t>(store.max_writes_in_flight(), 1)) {
+  if (!in_process_) thread_ = std::thread([this] { run(); });
+}
+
+store_writer::~store_writer() { stop(); }
+
+std::uint64_t store_writer::hash_id(const std::string& id) noexcept {
+  // Two ids with one hash only make the second wait for the first's batch.
+  return std::hash<std::string_view>{}(id);
+}
+
+bool store_writer::covers(change_kind newer, change_kind older) noexcept {
+  return (areas(newer) & areas(older)) == areas(older);
+}
+
+store_writer::result store_writer::submit(std::span<write_op> group) {
+  if (group.empty()) return result::done;
+  if (in_process_) {
+    for (write_op& op : group) write_inline(op);
+    return result::done;
+  }
+  std::unique_lock lock(mutex_);
+  if (stopped_) {
+    // Only the engine's own changes come after stop (late attempts ending).
+    lock.unlock();
+    for (write_op& op : group) write_inline(op);
+    return result::done;
+  }
+  if (!group.front().must_land && queue_.size() >= opts_.max_queued) return result::busy;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    write_op& op = group[i];
+    op.id_hash = hash_id(op.t.id);
+    op.epoch = epoch_;
+    op.group = i == 0 ? static_cast<std::uint32_t>(group.size()) : 0;
+    queue_.push_back(std::move(op));
+  }
+  outstanding_[epoch_] += group.size();
+  cv_.notify_one();
+  return result::queued;
+}
+
+void store_writer::write_inline(write_op& op) {
+  store_change c = change_of(op);
+  if (in_process_) {
+    // The engine's wheel is the live store: nothing to write for it, and a
+    // requeued task leaves the dead letters without a live copy here.
+    if (c.what == change_kind::save || c.what == change_kind::remove) {
+      op.ec = {};
+      return;
+    }
+    if (c.what == change_kind::revive) c.what = change_kind::purge;
+  }
+  store_.write(std::span(&c, 1), op.ec);
+  if (op.ec)
+    log(log_level::error, "store " + store_.describe() + ": writing task " + op.t.id +
+                              " failed: " + op.ec.message() +
+                              (in_process_ ? "" : " (the engine is stopped: it is not retried)"));
+}
+
+void store_writer::wait_for_room() {
+  std::unique_lock lock(mutex_);
+  settled_.wait(lock, [&] { return queue_.size() < opts_.max_queued || stopped_; });
+}
+
+void store_writer::flush() {
+  std::unique_lock lock(mutex_);
+  if (in_process_ || stopped_) return;
+  const std::uint64_t target = epoch_++;
+  settled_.wait(lock, [&] { return outstanding_.empty() || outstanding_.begin()->first > target; });
+}
+
+std::size_t store_writer::kept() const {
+  std::lock_guard lock(mutex_);
+  return kept_.size();
+}
+
+std::size_t store_writer::queued() const {
+  std::lock_guard lock(mutex_);
+  return queue_.size();
+}
+
+void store_writer::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    retry_now_ = !kept_.empty();
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mutex_);
+  stopped_ = true;
+  if (!kept_.empty())
+    log(log_level::error, "store " + store_.describe() + ": " + std::to_string(kept_.size()) +
+                              " changes could not be written before the engine stopped; the "
+                              "store keeps the tasks as they were (at-least-once: a finished "
+                              "task may run again after the next start)");
+  settled_.notify_all();
+}
+
+void store_writer::run() {
+  std::unique_lock lock(mutex_);
+  bool blocked = false;  // everything queued waits for an id in flight
+  for (;;) {
+    while (!in_flight_.empty() && in_flight_.front()->done) {
+      std::unique_ptr<batch> b = std::move(in_flight_.front());
+      in_flight_.pop_front();
+      blocked = false;
+      finish(std::move(b), lock);
+    }
+    if (!kept_.empty() && (retry_now_ || std::chrono::steady_clock::now() >= next_retry_)) {
+      // Oldest first, ahead of everything queued: all of it is newer.
+      for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) queue_.push_front(std::move(*it));
+      kept_.clear();
+      kept_ids_.clear();
+      retry_now_ = false;
+      blocked = false;
+    }
+    while (!blocked && in_flight_.size() < max_in_flight_ && !queue_.empty()) {
+      std::unique_ptr<batch> b = form_batch();
+      settled_.notify_all();  // room in the queue
+      if (b->ops.empty()) {
+        blocked = true;
+        break;
+      }
+      batch* raw = b.get();
+      in_flight_.push_back(std::move(b));
+      lock.unlock();
+      store_.async_write(raw->changes, [this, raw](boost::system::error_code ec) {
+        std::lock_guard g(mutex_);
+        raw->ec = ec;
+        raw->done = true;
+        cv_.notify_one();
+      });
+      lock.lock();
+    }
+    if (stopping_ && queue_.empty() && in_flight_.empty() && !retry_now_) return;
+    const auto ready = [&] {
+      return (!in_flight_.empty() && in_flight_.front()->done) ||
+             (!blocked && !queue_.empty() && in_flight_.size() < max_in_flight_) || retry_now_ ||
+             (stopping_ && queue_.empty() && in_flight_.empty());
+    };
+    if (kept_.empty())
+      cv_.wait(lock, ready);
+    else
+      cv_.wait_until(lock, next_retry_, ready);
+  }
+}
+
+std::unique_ptr<store_writer::batch> store_writer::form_batch() {
+  auto b = std::make_unique<batch>();
+  std::vector<write_op> deferred;
+  std::unordered_set<std::uint64_t> deferred_ids;
+  while (!queue_.empty() && b->ops.size() < opts_.max_batch) {
+    // A group sits contiguous at the front of the queue and goes as a whole.
+    const std::size_t n =
+        std::min<std::size_t>(std::max<std::uint32_t>(queue_.front().group, 1), queue_.size());
+    bool wait = false;
+    for (std::size_t k = 0; k < n && !wait; ++k) {
+      const std::uint64_t h = queue_[k].id_hash;
+      // An earlier change to this id is in flight (or waits behind one).
+      wait = in_flight_ids_.count(h) != 0 || (!deferred_ids.empty() && deferred_ids.count(h) != 0);
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      write_op op = std::move(queue_.front());
+      queue_.pop_front();
+      const std::uint64_t h = op.id_hash;
+      if (wait) {
+        deferred_ids.insert(h);
+        deferred.push_back(std::move(op));
+        continue;
+      }
+      if (auto kept = kept_ids_.find(h); kept != kept_ids_.end()) {
+        // Failed changes to this id go first, in their order, unless this one
+        // rewrites everything they touch.
+        auto out = kept_.begin();
+        for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+          if (it->id_hash != h) {
+            if (out != it) *out = std::move(*it);
+            ++out;
+          } else if (!covers(op.what, it->what)) {
+            b->ops.push_back(std::move(*it));
+          }
+        }
+        kept_.erase(out, kept_.end());
+        kept_ids_.erase(kept);
+      }
+      b->ops.push_back(std::move(op));
+    }
+  }
+  for (auto it = deferred.rbegin(); it != deferred.rend(); ++it) queue_.push_front(std::move(*it));
+  b->changes.reserve(b->ops.size());
+  for (write_op& op : b->ops) {
+    ++in_flight_ids_[op.id_hash];
+    b->changes.push_back(change_of(op));
+  }
+  return b;
+}
+
+void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock) {
+  for (const write_op& op : b->ops) {
+    auto it = in_flight_ids_.find(op.id_hash);
+    if (--it->second == 0) in_flight_ids_.erase(it);
+  }
+  std::vector<write_op> reported;
+  reported.reserve(b->ops.size());
+  const bool keep = b->ec && b->ec != errc::unsupported;  // waiting will not grow an operation
+  if (b->ec)
+    log(log_level::error, "store " + store_.describe() + ": writing a batch of " +
+                              std::to_string(b->ops.size()) +
+                              " changes failed: " + b->ec.message() +
+                              (keep ? "; changes nobody waits for are kept" : ""));
+  for (write_op& op : b->ops) {
+    op.ec = b->ec;
+    if (keep && op.must_land) {
+      if (kept_.empty()) next_retry_ = std::chrono::steady_clock::now() + opts_.retry_interval;
+      write_op k;
+      k.what = op.what;
+      k.t = op.report ? op.t : std::move(op.t);
+      k.error = op.report ? op.error : std::move(op.error);
+      k.died_at = op.died_at;
+      k.must_land = true;
+      k.id_hash = op.id_hash;
+      k.report = false;
+      ++kept_ids_[k.id_hash];
+      kept_.push_back(std::move(k));
+    }
+    if (op.report) reported.push_back(std::move(op));
+  }
+  if (reported.empty()) return;
+  lock.unlock();
+  on_done_(reported);
+  lock.lock();
+  for (const write_op& op : reported) {
+    auto it = outstanding_.find(op.epoch);
+    if (it != outstanding_.end() && --it->second == 0) outstanding_.erase(it);
+  }
+  settled_.notify_all();
+}
+
+}  // namespace delayq::detail

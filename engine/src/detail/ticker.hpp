@@ -1,0 +1,82 @@
+// The engine's clock: a steady_timer on a strand of the user's executor,
+// and the mapping between wall-clock due times and the wheel's ticks.
+//
+// Tick k is the instant anchor + k * tick on the steady clock. Due times are
+// wall-clock milliseconds; one is mapped to the first tick boundary at or
+// after it once, when its task is armed, so a later step of the wall clock
+// does not move tasks already waiting (docs/design.md). The timer is armed
+// for the next due tick only, with an absolute deadline: it never wakes when
+// nothing is due and never drifts, however late a handler runs.
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <cstdint>
+
+namespace delayq::detail {
+
+/// Thread safety: tick math is safe from any thread once anchor() returned;
+/// wait_until() and cancel() must run on strand().
+class ticker {
+ public:
+  using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
+
+  ticker(const boost::asio::any_io_executor& ex, std::chrono::milliseconds tick)
+      : tick_(tick), strand_(boost::asio::make_strand(ex)), timer_(strand_) {}
+
+  const strand_type& strand() const noexcept { return strand_; }
+
+  /// Starts the clock with tick 0 one tick in the past, so that a task
+  /// already due (which the wheel files at tick 1) runs at once.
+  void anchor() noexcept {
+    anchor_steady_ = std::chrono::steady_clock::now() - tick_;
+    anchor_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch() - tick_)
+                     .count();
+  }
+
+  /// The first tick at or after wall-clock `due_ms` (0 for the past).
+  std::uint64_t tick_for(std::int64_t due_ms) const noexcept {
+    if (due_ms <= anchor_ms_) return 0;
+    const auto offset = static_cast<std::uint64_t>(due_ms - anchor_ms_);
+    const auto t = static_cast<std::uint64_t>(tick_.count());
+    return (offset + t - 1) / t;
+  }
+
+  /// The tick the steady clock is in now.
+  std::uint64_t current_tick() const noexcept {
+    return static_cast<std::uint64_t>((std::chrono::steady_clock::now() - anchor_steady_) / tick_);
+  }
+
+  /// On the strand: calls `h(error_code)` when tick `tick` begins.
+  template <class Handler>
+  void wait_until(std::uint64_t tick, Handler&& h) {
+    timer_.expires_at(anchor_steady_ +
+                      tick *
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(tick_));
+    timer_.async_wait(std::forward<Handler>(h));
+  }
+
+  /// On the strand: cancels the wait.
+  void cancel() { timer_.cancel(); }
+
+  /// Runs `fn` on the strand.
+  template <class Fn>
+  void post(Fn&& fn) {
+    boost::asio::post(strand_, std::forward<Fn>(fn));
+  }
+
+ private:
+  const std::chrono::milliseconds tick_;
+  strand_type strand_;
+  boost::asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point anchor_steady_{};
+  std::int64_t anchor_ms_ = 0;
+};
+
+}  // namespace delayq::detail

@@ -1,0 +1,138 @@
+#include "detail/validation.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+
+namespace delayq::detail {
+
+bool valid_type(std::string_view type) noexcept {
+  if (type.empty() || type.size() > max_type_length) return false;
+  return std::all_of(type.begin(), type.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+  });
+}
+
+bool valid_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > max_id_length) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u > 0x20 && u != 0x7f;
+  });
+}
+
+namespace {
+
+bool valid_policy(const retry_policy& p) {
+  return p.max_attempts >= 1 && p.base >= std::chrono::milliseconds{0} && p.cap >= p.base;
+}
+
+}  // namespace
+
+boost::system::error_code check_options(const engine_options& o) {
+  if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 ||
+      o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
+      o.max_queued_writes == 0 || !(o.catch_up_rate >= 0) || !valid_policy(o.retry) ||
+      !(o.alerts.failure_rate_threshold > 0 && o.alerts.failure_rate_threshold <= 1) ||
+      o.alerts.window <= std::chrono::seconds{0})
+    return errc::invalid_options;
+  for (const auto& [type, policy] : o.retry_per_type)
+    if (!valid_policy(policy)) return errc::invalid_options;
+  for (const auto& [type, timeout] : o.timeout_per_type)
+    if (timeout <= std::chrono::milliseconds{0}) return errc::invalid_options;
+  for (const auto& [type, limit] : o.type_concurrency)
+    if (limit == 0) return errc::invalid_options;
+  for (const auto& [type, limit] : o.type_capacity)
+    if (limit == 0) return errc::invalid_options;
+  return {};
+}
+
+std::int64_t now_ms() noexcept {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t latest_due_ms() noexcept {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::time_point::max().time_since_epoch())
+      .count();
+}
+
+std::int64_t due_after(std::chrono::milliseconds delay, std::int64_t now,
+                       std::chrono::milliseconds max_delay,
+                       boost::system::error_code& ec) noexcept {
+  ec = {};
+  const std::int64_t d = delay.count();
+  if (d < 0) {
+    ec = errc::invalid_delay;
+    return 0;
+  }
+  // Both bounds are checked by subtraction, never by adding to `now`: a
+  // delay of 300 years (or of hours::max()) must not wrap around into the
+  // past and run at once.
+  if (d > max_delay.count() || d >= latest_due_ms() - now) {
+    ec = errc::due_too_far;
+    return 0;
+  }
+  return now + d;
+}
+
+std::int64_t due_at(std::chrono::system_clock::time_point due, std::int64_t now,
+                    std::chrono::milliseconds max_delay, boost::system::error_code& ec) noexcept {
+  ec = {};
+  const std::int64_t ms =
+      std::chrono::floor<std::chrono::milliseconds>(due.time_since_epoch()).count();
+  if (ms < 0) {
+    ec = errc::invalid_delay;
+    return 0;
+  }
+  // The clock's last instant stands for "too far to represent" (async
+  // schedule maps an overflowing delay to it), whatever max_delay allows.
+  if (ms >= latest_due_ms() || (ms > now && ms - now > max_delay.count())) {
+    ec = errc::due_too_far;
+    return 0;
+  }
+  return ms;
+}
+
+namespace {
+
+constexpr char base62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+constexpr std::uint64_t counter_span = 62ull * 62 * 62 * 62 * 62 * 62;  // 6 digits
+
+}  // namespace
+
+id_generator::id_generator() : nonce_(draw()) {}
+
+std::uint64_t id_generator::draw() noexcept {
+  std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+std::string id_generator::next() {
+  std::uint64_t nonce, n;
+  {
+    std::lock_guard lock(mutex_);
+    if (counter_ == counter_span) {
+      nonce_ = draw();
+      counter_ = 0;
+    }
+    nonce = nonce_;
+    n = counter_++;
+  }
+  std::string id(15, '0');
+  // 9 digits hold 62^9 = 1.35e16 values, 53.6 bits of the nonce.
+  for (int i = 8; i >= 0; --i) {
+    id[static_cast<std::size_t>(i)] = base62[nonce % 62];
+    nonce /= 62;
+  }
+  for (int i = 14; i >= 9; --i) {
+    id[static_cast<std::size_t>(i)] = base62[n % 62];
+    n /= 62;
+  }
+  return id;
+}
+
+}  // namespace delayq::detail

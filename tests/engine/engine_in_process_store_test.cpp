@@ -1,0 +1,177 @@
+// Stores that live in the process (task_store::in_process(), memory_store):
+// the engine takes their live tasks at start() and keeps them in its wheel
+// only, writing nothing for schedule, cancel or firing; dead letters still go
+// to the store. And every store, in process or not, agrees with the engine
+// when threads race on the same ids.
+#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <delayq/delayq.hpp>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine_test_support.hpp"
+
+using namespace delayq_test;
+
+namespace {
+
+// A memory store that says it is in process and counts the live writes the
+// engine makes to it (there should be none after start()).
+class counting_in_process_store final : public borrowed_store {
+ public:
+  explicit counting_in_process_store(delayq::task_store& inner) : borrowed_store(inner) {}
+  using task_store::write;
+  bool in_process() const noexcept override { return true; }
+  void write(std::span<const delayq::store_change> changes,
+             boost::system::error_code& ec) override {
+    for (const auto& c : changes)
+      if (c.what == delayq::change_kind::save || c.what == delayq::change_kind::remove)
+        ++live_writes;
+    borrowed_store::write(changes, ec);
+  }
+  std::atomic<int> live_writes{0};
+};
+
+// Runs threads that schedule, replace, reschedule and cancel, on ids of their
+// own and on ids they share, until they are done.
+void race(delayq::engine& eng, int& errors) {
+  constexpr int threads = 4, per_thread = 200, shared_ids = 8;
+  std::vector<std::thread> users;
+  std::atomic<int> failed{0};
+  for (int k = 0; k < threads; ++k)
+    users.emplace_back([&, k] {
+      for (int i = 0; i < per_thread; ++i) {
+        boost::system::error_code ec;
+        // Ids of its own: schedule, and cancel every other one.
+        const std::string own = "own-" + std::to_string(k) + "-" + std::to_string(i);
+        eng.schedule("t", "", 1h, {own}, ec);
+        if (ec) ++failed;
+        if (i % 2 == 0 && !eng.cancel(own, ec)) ++failed;
+        // Ids every thread races on: replace, reschedule, cancel.
+        const std::string shared = "shared-" + std::to_string(i % shared_ids);
+        delayq::schedule_options replace{shared, delayq::on_conflict::replace};
+        eng.schedule("t", std::to_string(k), 1h + std::chrono::minutes(i), replace, ec);
+        if (ec) ++failed;
+        if (i % 3 == 0) eng.reschedule(shared, clock_type::now() + 2h, ec);
+        if (i % 5 == 0) eng.cancel(shared, ec);
+        if (ec) ++failed;
+      }
+    });
+  for (auto& u : users) u.join();
+  errors = failed;
+  for (int k = 0; k < threads; ++k)
+    for (int i = 0; i < per_thread; ++i)
+      CHECK(eng.find("own-" + std::to_string(k) + "-" + std::to_string(i)).has_value() ==
+            (i % 2 == 1));
+}
+
+}  // namespace
+
+TEST_CASE("store: the memory store is in process; the default is not") {
+  delayq::memory_store mem;
+  CHECK(mem.in_process());
+  borrowed_store wrapped(mem);  // does not override in_process()
+  CHECK_FALSE(wrapped.in_process());
+}
+
+TEST_CASE("engine: an in-process store is taken over at start and gets no live writes") {
+  io_thread io;
+  recorder rec;
+  delayq::executor_factory f;
+  f.add("t", std::ref(rec));
+  f.add("dies", [](const delayq::task&) { throw std::runtime_error("no"); });
+  delayq::memory_store mem;
+  mem.save(std::vector<delayq::task>{{"held", "t", "before", clock_type::now() + 1h, 2}});
+  auto owned = std::make_unique<counting_in_process_store>(mem);
+  counting_in_process_store& store = *owned;
+  auto opts = fast_options();
+  opts.retry.max_attempts = 1;
+  delayq::engine eng(io.io, f, std::move(owned), opts);
+  eng.start();
+  CHECK(eng.stats().loaded == 1);
+  CHECK(stored(mem).empty());  // taken: the wheel holds it now
+  const auto held = eng.find("held");
+  REQUIRE(held.has_value());
+  CHECK(held->payload == "before");
+  CHECK(held->attempts == 2);
+  const int after_start = store.live_writes;
+
+  eng.schedule("t", "x", 1h, {"a"});
+  eng.reschedule("a", clock_type::now() + 2h);
+  eng.cancel("a");
+  eng.schedule("t", "runs", 0ms, {"b"});
+  REQUIRE(rec.wait_for_count(1));
+  REQUIRE(eventually([&] { return eng.stats().succeeded == 1; }));
+  CHECK(store.live_writes == after_start);  // nothing written for any of it
+  CHECK(stored(mem).empty());
+
+  // Dead letters do go to the store, and a requeue takes the letter out
+  // without leaving a live copy behind.
+  eng.schedule("dies", "", 0ms, {"d"});
+  REQUIRE(eventually([&] { return eng.stats().died == 1; }));
+  REQUIRE(eng.dead_letters().size() == 1);
+  CHECK(eng.requeue("d", clock_type::now() + 1h));
+  CHECK(eng.dead_letters().empty());
+  CHECK(stored(mem).empty());
+  CHECK(eng.find("d").has_value());
+  CHECK(eng.stop());
+}
+
+TEST_CASE("engine: threads racing on shared ids leave an in-process store's engine consistent") {
+  io_thread io;
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  delayq::engine eng(io.io, f, std::make_unique<delayq::memory_store>(), fast_options());
+  eng.start();
+  int errors = 0;
+  race(eng, errors);
+  CHECK(errors == 0);
+  std::size_t found = 0;
+  for (int i = 0; i < 8; ++i) found += eng.find("shared-" + std::to_string(i)).has_value();
+  CHECK(eng.pending() == 4 * 100 + found);
+  CHECK(eng.stop());
+}
+
+TEST_CASE("engine: threads racing on shared ids leave a durable store agreeing with the engine") {
+  io_thread io;
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  delayq::memory_store mem;
+  delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(mem), fast_options());
+  eng.start();
+  int errors = 0;
+  race(eng, errors);
+  CHECK(errors == 0);
+  // Every write the calls made is durable by the time they returned; the
+  // store holds exactly what the engine holds, with the same content.
+  const auto in_store = stored(mem);
+  CHECK(in_store.size() == eng.pending());
+  for (const auto& [id, t] : in_store) {
+    const auto held = eng.find(id);
+    REQUIRE(held.has_value());
+    CHECK(*held == t);
+  }
+  CHECK(eng.stop());
+}
+
+TEST_CASE("engine: tasks due at the same instant run in the order they were scheduled") {
+  io_thread io;
+  recorder rec;
+  delayq::executor_factory f;
+  f.add("t", std::ref(rec));
+  auto opts = fast_options();
+  opts.workers = 1;  // attempts start in order; one worker also runs them in it
+  delayq::engine eng(io.io, f, std::make_unique<delayq::memory_store>(), opts);
+  eng.start();
+  // Many ids, so they land in different shards of the engine.
+  const auto due = clock_type::now() + 100ms;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; ++i)
+    ids.push_back(eng.schedule_at("t", "", due, {"same-instant-" + std::to_string(i)}));
+  REQUIRE(rec.wait_for_count(ids.size()));
+  CHECK(rec.ids() == ids);
+}
