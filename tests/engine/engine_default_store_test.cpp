@@ -28,15 +28,6 @@ struct store_env {
   ~store_env() { ::unsetenv("DELAYQ_STORE"); }
 };
 
-std::string test_redis() {
-  const char* uri = std::getenv("DELAYQ_TEST_REDIS");
-  if (!uri || !*uri)
-    FAIL(
-        "DELAYQ_TEST_REDIS is not set: run the tests through scripts/test.sh, or "
-        "scripts/with-redis.sh ctest ... (it starts a private redis-server)");
-  return uri;
-}
-
 }  // namespace
 
 TEST_CASE("engine: a null store is refused") {
@@ -81,7 +72,7 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
     CHECK(eng.store() == "memory:");
   }
   SUBCASE("a real Redis, where the scheduled task lands") {
-    const std::string base = test_redis();
+    const std::string base = delayq_test::test_redis_uri();
     const std::string uri = base + "/0?prefix=engine-default-" + std::to_string(::getpid());
     store_env env(uri.c_str());
     std::string id;

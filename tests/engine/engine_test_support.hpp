@@ -6,13 +6,20 @@
 
 #include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
+#include <unistd.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <delayq/delayq.hpp>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +121,38 @@ bool eventually(Pred pred) {
   return true;
 }
 
+// The private Redis that scripts/with-redis.sh started for this run.
+inline std::string test_redis_uri() {
+  const char* uri = std::getenv("DELAYQ_TEST_REDIS");
+  if (!uri || !*uri)
+    throw std::runtime_error(
+        "DELAYQ_TEST_REDIS is not set: run the tests through scripts/test.sh, or "
+        "scripts/with-redis.sh ctest ... (it starts a private redis-server)");
+  return uri;
+}
+
+// A Redis store URI with a key prefix no other test (or run) uses.
+inline std::string fresh_redis_uri(const std::string& name) {
+  static std::atomic<int> counter{0};
+  return test_redis_uri() + "/0?prefix=" + name + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++);
+}
+
+// A directory removed (with what is in it) at the end of the scope.
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    std::string tmpl = std::filesystem::temp_directory_path() / "delayq-engine-test.XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
 inline std::map<std::string, delayq::task> stored(delayq::task_store& store) {
   std::map<std::string, delayq::task> out;
   store.list([&](delayq::task&& t) { out.emplace(t.id, std::move(t)); });
@@ -158,9 +197,99 @@ class borrowed_store : public delayq::task_store {
     inner_.purge(ids, ec);
   }
   std::size_t count_dead(boost::system::error_code& ec) override { return inner_.count_dead(ec); }
+  void quarantine(std::string_view id, std::string_view reason,
+                  boost::system::error_code& ec) override {
+    inner_.quarantine(id, reason, ec);
+  }
+  std::vector<std::pair<std::string, std::string>> load_settings(
+      boost::system::error_code& ec) override {
+    return inner_.load_settings(ec);
+  }
+  void save_setting(std::string_view key, std::string_view value,
+                    boost::system::error_code& ec) override {
+    inner_.save_setting(key, value, ec);
+  }
+  void erase_setting(std::string_view key, boost::system::error_code& ec) override {
+    inner_.erase_setting(key, ec);
+  }
 
  private:
   delayq::task_store& inner_;
+};
+
+// A store (over a memory store, the way a restarted process reuses its Redis
+// or SQLite store) that a test controls: it fails every write while `down`
+// (with `error`), can hold its next write until released, and logs every
+// change it was asked to write, in order, as "kind:id".
+class controlled_store : public borrowed_store {
+ public:
+  explicit controlled_store(delayq::task_store& inner) : borrowed_store(inner) {}
+  using task_store::write;
+
+  void write(std::span<const delayq::store_change> changes,
+             boost::system::error_code& ec) override {
+    {
+      std::unique_lock lock(m_);
+      ++writes;
+      for (const auto& c : changes) log_.push_back(kind_name(c.what) + ":" + c.task->id);
+      if (hold_next_) {
+        hold_next_ = false;
+        held_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return !held_; });
+      }
+      if (on_write) on_write(changes);
+      if (down || fail_writes > 0) {
+        if (fail_writes > 0) --fail_writes;
+        ec = error;
+        return;
+      }
+    }
+    borrowed_store::write(changes, ec);
+  }
+
+  /// The next write blocks, once it has logged its changes, until release().
+  void hold_next_write() {
+    std::lock_guard lock(m_);
+    hold_next_ = true;
+  }
+  bool wait_held() {
+    std::unique_lock lock(m_);
+    return cv_.wait_for(lock, patience, [&] { return held_; });
+  }
+  void release() {
+    std::lock_guard lock(m_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  std::vector<std::string> log() {
+    std::lock_guard lock(m_);
+    return log_;
+  }
+
+  std::atomic<bool> down{false};
+  std::atomic<int> fail_writes{0};  // the next this many writes fail
+  std::atomic<int> writes{0};       // write() calls so far
+  boost::system::error_code error = delayq::errc::store_unavailable;
+  /// Called inside every write, before it applies (under the store's lock).
+  std::function<void(std::span<const delayq::store_change>)> on_write;
+
+ private:
+  static std::string kind_name(delayq::change_kind k) {
+    switch (k) {
+      case delayq::change_kind::save: return "save";
+      case delayq::change_kind::remove: return "remove";
+      case delayq::change_kind::bury: return "bury";
+      case delayq::change_kind::revive: return "revive";
+      case delayq::change_kind::purge: return "purge";
+    }
+    return "?";
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool hold_next_ = false;
+  bool held_ = false;
+  std::vector<std::string> log_;
 };
 
 }  // namespace delayq_test

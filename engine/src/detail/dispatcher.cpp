@@ -171,6 +171,7 @@ bool dispatcher::pop(ready_ref& r) {
                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
           if (g != gates_.end()) ++g->second.active;
           running_.fetch_add(1, std::memory_order_acq_rel);
+          count_ready(-1);
           r = c;
           return true;
         }

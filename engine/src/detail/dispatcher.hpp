@@ -109,6 +109,17 @@ class dispatcher {
   /// Called once an outcome was settled: the attempt no longer counts.
   void attempt_done() noexcept { running_.fetch_sub(1, std::memory_order_acq_rel); }
 
+  /// Due tasks not started: the owner counts a task in when it queues it and
+  /// out when it takes it back (cancel, reschedule, replace); a worker counts
+  /// it out when it starts it.
+  void count_ready(std::ptrdiff_t delta) noexcept {
+    ready_count_.fetch_add(delta, std::memory_order_relaxed);
+  }
+  std::size_t ready() const noexcept {
+    const std::ptrdiff_t n = ready_count_.load(std::memory_order_relaxed);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
+
  private:
   struct gate {
     std::size_t limit = 0;
@@ -142,6 +153,7 @@ class dispatcher {
 
   std::atomic<bool> starting_{true};
   std::atomic<std::size_t> running_{0};
+  std::atomic<std::ptrdiff_t> ready_count_{0};
   std::atomic<std::uint64_t> fired_{0};
   std::atomic<std::uint64_t> timed_out_{0};
   std::vector<std::thread> threads_;  // last: started once everything above is set

@@ -432,6 +432,7 @@ bool engine_core::schedule_locked(std::span<task_spec> specs, std::span<checked_
         replaced = tsw::word(wheel_.tag(h))
                        .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
                                                 std::memory_order_acq_rel);
+        if (replaced) dispatcher_.count_ready(-1);
       }
       if (replaced) {
         why = p_replace;
@@ -592,10 +593,12 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
     std::uint32_t w = tag(h);
     if (tsw::state_of(w) == tsw::armed) {
       set_tag(h, tsw::with_state(w, tsw::persisting));
-    } else if (tsw::state_of(w) != tsw::queued ||
-               !tsw::word(wheel_.tag(h))
-                    .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
-                                             std::memory_order_acq_rel)) {
+    } else if (tsw::state_of(w) == tsw::queued &&
+               tsw::word(wheel_.tag(h))
+                   .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
+                                            std::memory_order_acq_rel)) {
+      dispatcher_.count_ready(-1);
+    } else {
       return false;  // running now
     }
     auto ctx = call ? std::make_unique<op_ctx>() : nullptr;
@@ -849,6 +852,7 @@ void engine_core::settle_op_locked(write_op& op, call_state& call, after_lock& a
       if (ok) {
         ++cancelled_;
         call.found = true;
+        dispatcher_.count_ready(-1);
         --kind_pending(wheel_.kind(h));
         wheel_.unindex(h);
         ++unindexed_;
@@ -1065,6 +1069,7 @@ void engine_core::on_tick() {
       }
     }
     armed_tick_ = wheel_.next_due_tick();
+    dispatcher_.count_ready(static_cast<std::ptrdiff_t>(due.size()));
   }
   dispatcher_.push(due);
   rearm();
@@ -1154,6 +1159,7 @@ engine_stats engine_core::stats() const {
     s.died = died_;
     s.dead = dead_;
   }
+  s.ready = dispatcher_.ready();
   s.running = dispatcher_.running();
   s.fired = dispatcher_.fired();
   s.timed_out = dispatcher_.timed_out();
