@@ -48,7 +48,7 @@ std::string engine::schedule(std::string_view type, std::string payload, duratio
 
 std::string engine::schedule(std::string_view type, std::string payload, duration delay,
                              const schedule_options& options, boost::system::error_code& ec) {
-  return core_->schedule_delay(type, std::move(payload), delay, options, ec);
+  return core_->schedule_delay(type, payload, delay, options, ec);
 }
 
 std::string engine::schedule_at(std::string_view type, std::string payload, time_point due,
@@ -61,10 +61,7 @@ std::string engine::schedule_at(std::string_view type, std::string payload, time
 
 std::string engine::schedule_at(std::string_view type, std::string payload, time_point due,
                                 const schedule_options& options, boost::system::error_code& ec) {
-  task_spec spec{std::string(type), std::move(payload), due, options};
-  std::size_t bad = 0;
-  auto ids = core_->schedule(std::span(&spec, 1), ec, bad);
-  return ids.empty() ? std::string{} : std::move(ids.front());
+  return core_->schedule_at(type, payload, due, options, ec);
 }
 
 std::vector<std::string> engine::schedule_many(std::vector<task_spec> tasks) {

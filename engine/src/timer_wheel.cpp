@@ -146,6 +146,8 @@ timer_wheel::timer_wheel(std::size_t slots) : slot_count_(slots), seed_(new_seed
   index_size_ = 16;
   index_mask_ = 15;
   std::uninitialized_fill_n(index(), index_size_, index_entry{});
+  prefetch_table_.store(index(), std::memory_order_relaxed);
+  prefetch_mask_.store(index_mask_, std::memory_order_relaxed);
 }
 
 timer_wheel::~timer_wheel() {
@@ -518,7 +520,8 @@ std::uint32_t timer_wheel::hash(std::string_view id) const noexcept {
 }
 
 void timer_wheel::prefetch(std::uint32_t hash) const noexcept {
-  __builtin_prefetch(index() + (hash & index_mask_));
+  const index_entry* table = prefetch_table_.load(std::memory_order_relaxed);
+  __builtin_prefetch(table + (hash & prefetch_mask_.load(std::memory_order_relaxed)));
 }
 
 std::size_t timer_wheel::index_find(std::string_view id, std::uint32_t hash) const noexcept {
@@ -567,6 +570,10 @@ void timer_wheel::index_grow() {
   std::swap(old, index_);
   index_size_ *= 2;
   index_mask_ = index_size_ - 1;
+  // Mask first: a reader pairing the old table with the new mask could
+  // prefetch past the old table's end (harmless, but pointless).
+  prefetch_table_.store(index(), std::memory_order_relaxed);
+  prefetch_mask_.store(index_mask_, std::memory_order_relaxed);
   const auto* entries = static_cast<const index_entry*>(old.get());
   for (std::size_t k = 0; k < old_size; ++k)
     if (entries[k].node != npos) index_insert(entries[k].node, entries[k].hash);

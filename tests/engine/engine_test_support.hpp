@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <delayq/delayq.hpp>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -290,6 +291,56 @@ class controlled_store : public borrowed_store {
   bool hold_next_ = false;
   bool held_ = false;
   std::vector<std::string> log_;
+};
+
+// A controlled_store that pipelines like redis_store: async_write() queues a
+// batch and returns; a thread of its own applies the batches in order (each
+// through controlled_store::write(), so holding and failing work the same)
+// and completes them. Several batches can be in flight at once, which is what
+// lets a newer change to an id travel while an older one is still unsettled.
+class pipelined_store final : public controlled_store {
+ public:
+  explicit pipelined_store(delayq::task_store& inner) : controlled_store(inner) {}
+  ~pipelined_store() override {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  std::size_t max_writes_in_flight() const noexcept override { return 8; }
+  void async_write(std::span<const delayq::store_change> changes,
+                   std::function<void(boost::system::error_code)> done) override {
+    std::lock_guard lock(m_);
+    queue_.push_back({{changes.begin(), changes.end()}, std::move(done)});
+    cv_.notify_all();
+  }
+
+ private:
+  struct pending {
+    std::vector<delayq::store_change> changes;
+    std::function<void(boost::system::error_code)> done;
+  };
+  void run() {
+    std::unique_lock lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      pending p = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      boost::system::error_code ec;
+      write(p.changes, ec);
+      p.done(ec);
+      lock.lock();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<pending> queue_;
+  bool stop_ = false;
+  std::thread thread_{[this] { run(); }};
 };
 
 }  // namespace delayq_test

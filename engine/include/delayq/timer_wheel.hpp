@@ -96,6 +96,7 @@
 // measured figures.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -158,7 +159,10 @@ class timer_wheel {
   /// take one. Seeded per wheel.
   std::uint32_t hash(std::string_view id) const noexcept;
   /// Starts loading the index bucket of `hash`, so that a later call with it
-  /// does not wait for memory.
+  /// does not wait for memory. The one member that may be called from any
+  /// thread at any time, even while another changes the wheel: it only asks
+  /// the processor to load memory (a bucket of the current or the previous
+  /// index table), so a caller can issue it before it takes its own lock.
   void prefetch(std::uint32_t hash) const noexcept;
 
   /// The record holding the task with this id, or npos.
@@ -383,6 +387,11 @@ class timer_wheel {
   block index_;
   std::size_t index_size_ = 0;
   std::size_t index_mask_ = 0;
+  // The index's address and mask again, for prefetch() from other threads.
+  // A stale pair names a table that may have been freed: prefetching it is
+  // harmless (prefetches never fault), only useless.
+  std::atomic<const index_entry*> prefetch_table_{nullptr};
+  std::atomic<std::size_t> prefetch_mask_{0};
 
   std::vector<handle> scratch_;     // reused by advance()
   std::vector<entry> due_scratch_;  // reused by collect_due()

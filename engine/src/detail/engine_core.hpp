@@ -53,11 +53,14 @@ class engine_core final : public dispatcher::owner,
   ~engine_core() override;
 
   void start(boost::system::error_code& ec);
-  /// What schedule calls share. `bad` gets the index of the task an error is
-  /// about.
-  std::vector<std::string> schedule(std::span<task_spec> specs, boost::system::error_code& ec,
+  /// schedule_at() and schedule_many(). `bad` gets the index of the task an
+  /// error is about.
+  std::vector<std::string> schedule(std::span<const task_spec> specs, boost::system::error_code& ec,
                                     std::size_t& bad);
-  std::string schedule_delay(std::string_view type, std::string&& payload,
+  std::string schedule_at(std::string_view type, std::string_view payload,
+                          std::chrono::system_clock::time_point due, const schedule_options& opts,
+                          boost::system::error_code& ec);
+  std::string schedule_delay(std::string_view type, std::string_view payload,
                              std::chrono::milliseconds delay, const schedule_options& opts,
                              boost::system::error_code& ec);
   void async_schedule(task_spec spec, std::unique_ptr<schedule_completion> done);
@@ -130,37 +133,60 @@ class engine_core final : public dispatcher::owner,
     std::vector<alert> alerts;
     std::vector<std::string> deferred;  // ids whose deferred async calls may run now
   };
-  struct checked_spec {
+  // One task of a schedule call, as views into the caller's arguments, and
+  // what checking it found.
+  struct spec_ref {
+    std::string_view type_name, payload, id;
+    on_conflict conflict = on_conflict::reject;
     const type_registry::type_info* type = nullptr;
     std::int64_t due_ms = 0;
     std::uint32_t hash = 0;
+  };
+  // The engine's side of one change, whether or not the store writes it.
+  struct change {
+    purpose why = p_none;
+    timer_wheel::handle h = timer_wheel::npos;
+    std::uint64_t aux = 0;
+    op_ctx* ctx = nullptr;
+    boost::system::error_code ec;
+    std::string_view id;  // for calls deferred on this id
   };
   struct deferred_call {
     task_spec spec;
     std::unique_ptr<schedule_completion> done;
   };
+  void async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done);
 
-  // ---- calls ----------------------------------------------------------------
-  boost::system::error_code check_spec(task_spec& spec, std::int64_t now, checked_spec& out);
-  // Under the lock: decides every task of a schedule call and hands the ops
-  // over. Returns false (with nothing changed) when the call must wait for
-  // an id whose write is in flight; `waiting_id` then names it.
-  bool schedule_locked(std::span<task_spec> specs, std::span<checked_spec> checked,
+  // ---- calls (engine_core_calls.cpp) ---------------------------------------
+  boost::system::error_code check_spec(spec_ref& spec);
+  // Schedules checked specs; ids[i] gets task i's id.
+  void schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
+                        boost::system::error_code& ec, std::size_t& bad);
+  // Under the lock: decides every task of a schedule call and applies it.
+  // Returns false (nothing changed) when the call must wait for an id whose
+  // write is in flight; `waiting_id` then names it.
+  bool schedule_locked(std::span<spec_ref> specs, std::span<std::string> ids,
                        const std::shared_ptr<call_state>& call, call_state& out,
                        std::string& waiting_id, after_lock& after);
-  void finish_call(const std::shared_ptr<call_state>& call, call_state& inline_result, bool queued,
-                   std::unique_lock<spin_mutex>& lock);
   bool running_check(boost::system::error_code& ec) const;
+  // A blocking call's answer: from the writer once it wrote, or from `inline_call`.
+  bool wait_answer(const std::shared_ptr<call_state>& call, bool queued, call_state& inline_call,
+                   boost::system::error_code& ec);
 
-  // ---- the write path -------------------------------------------------------
+  // ---- the write path (engine_core_writes.cpp) ------------------------------
+  // Whether the store writes changes of this kind (an in-process store keeps
+  // no live tasks: their changes are settled at once, with no op).
+  bool writes(change_kind what) const noexcept {
+    return writer_.persists_live() || (what != change_kind::save && what != change_kind::remove);
+  }
   write_op make_op(change_kind what, purpose why, timer_wheel::handle h, bool with_task);
-  // Under the lock: hands ops to the writer; settles them at once when the
-  // writer completed them on this thread. Returns whether they were queued
-  // (false: settled here, or refused: `refused` set).
+  // Under the lock: hands ops to the writer as one group; settles them here
+  // when the writer completed them on this thread, or refused them (busy).
+  // Returns whether they were queued.
   bool submit_locked(std::span<write_op> ops, const std::shared_ptr<call_state>& call,
-                     call_state& inline_call, after_lock& after, bool& refused);
+                     call_state& inline_call, after_lock& after);
   void on_written(std::span<write_op> ops);
-  void settle_op_locked(write_op& op, call_state& call, after_lock& after);
+  void settle_locked(const change& c, call_state& call, after_lock& after);
   void run_after(after_lock& after);
 
   // ---- the wheel --------------------------------------------------------------
@@ -169,7 +195,10 @@ class engine_core final : public dispatcher::owner,
   void set_tag(timer_wheel::handle h, std::uint32_t w) noexcept;
   void arm_locked(timer_wheel::handle h, std::int64_t due_ms);
   void erase_locked(timer_wheel::handle h);
-  void wait_settled(std::unique_lock<spin_mutex>& lock, std::string_view id, std::uint32_t hash);
+  // Waits while the record of `id` is in transit (a store write about it in
+  // flight); returns its handle then, or npos.
+  timer_wheel::handle find_settled(std::unique_lock<spin_mutex>& lock, std::string_view id,
+                                   std::uint32_t hash);
   std::size_t pending_locked() const noexcept { return wheel_.size() - unindexed_; }
   std::size_t& kind_pending(std::uint16_t kind);
 

@@ -58,6 +58,9 @@ class type_registry {
   /// be valid already.
   const type_info* lookup(std::string_view name, bool any, boost::system::error_code& ec);
 
+  /// The type named `name` if it was interned, else null. Never interns.
+  const type_info* find(std::string_view name) const noexcept { return find(name, hash(name)); }
+
   /// The type of kind `k` (as returned by lookup()).
   const type_info& at(kind k) const noexcept { return *kinds_.load(std::memory_order_acquire)[k]; }
 

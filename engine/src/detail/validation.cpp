@@ -1,6 +1,7 @@
 #include "detail/validation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <random>
 
@@ -14,12 +15,22 @@ bool valid_type(std::string_view type) noexcept {
   });
 }
 
+namespace {
+
+// Which bytes an id may hold: every one but spaces and control characters.
+constexpr auto id_bytes = [] {
+  std::array<bool, 256> ok{};
+  for (int u = 0; u < 256; ++u) ok[static_cast<std::size_t>(u)] = u > 0x20 && u != 0x7f;
+  return ok;
+}();
+
+}  // namespace
+
 bool valid_id(std::string_view id) noexcept {
   if (id.empty() || id.size() > max_id_length) return false;
-  return std::all_of(id.begin(), id.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u > 0x20 && u != 0x7f;
-  });
+  for (const char c : id)
+    if (!id_bytes[static_cast<unsigned char>(c)]) return false;
+  return true;
 }
 
 namespace {

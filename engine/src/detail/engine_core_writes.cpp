@@ -1,0 +1,310 @@
+// engine_core: the write path (ops to the store writer, and what their
+// outcome does to the records) and what the dispatcher's attempt outcomes do
+// (remove, retry or bury).
+#include "delayq/log.hpp"
+#include "detail/engine_core.hpp"
+#include "detail/task_state.hpp"
+
+namespace delayq::detail {
+namespace {
+
+namespace tsw = task_state_word;
+using std::chrono::milliseconds;
+
+std::string describe_task(std::string_view id, std::string_view type) {
+  return "task " + std::string(id) + " (" + std::string(type) + ")";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ the write path
+
+write_op engine_core::make_op(change_kind what, purpose why, timer_wheel::handle h,
+                              bool with_task) {
+  write_op op;
+  op.what = what;
+  op.purpose = why;
+  op.handle = h;
+  // A store that keeps no live tasks reads nothing of a live change.
+  const bool live = what == change_kind::save || what == change_kind::remove;
+  if (live && !writer_.persists_live()) return op;
+  if (with_task)
+    op.t = task_of(h);
+  else
+    op.t.id = std::string(wheel_.id(h));
+  return op;
+}
+
+bool engine_core::submit_locked(std::span<write_op> ops, const std::shared_ptr<call_state>& call,
+                                call_state& inline_call, after_lock& after) {
+  if (ops.empty()) return false;
+  if (call) call->remaining = ops.size();
+  switch (writer_.submit(ops)) {
+    case store_writer::result::queued: return true;
+    case store_writer::result::busy:
+      for (write_op& op : ops) op.ec = errc::busy;
+      break;
+    case store_writer::result::done: break;
+  }
+  // Settled on this thread, before anyone else could see the records'
+  // transitional states.
+  if (call) call->remaining = 0;
+  for (write_op& op : ops)
+    settle_locked(change{static_cast<purpose>(op.purpose), op.handle, op.aux,
+                         static_cast<op_ctx*>(op.ctx.get()), op.ec, op.t.id},
+                  inline_call, after);
+  return false;
+}
+
+void engine_core::on_written(std::span<write_op> ops) {
+  after_lock after;
+  {
+    std::lock_guard lock(mutex_);
+    call_state none;
+    for (write_op& op : ops) {
+      auto* ctx = static_cast<op_ctx*>(op.ctx.get());
+      call_state& call = ctx ? *ctx->call : none;
+      settle_locked(
+          change{static_cast<purpose>(op.purpose), op.handle, op.aux, ctx, op.ec, op.t.id}, call,
+          after);
+      if (ctx && --call.remaining == 0) {
+        if (call.async)
+          after.async.push_back(ctx->call);
+        else
+          after.calls.push_back(&call);
+      }
+    }
+  }
+  run_after(after);
+}
+
+void engine_core::settle_locked(const change& op, call_state& call, after_lock& after) {
+  const bool ok = !op.ec;
+  if (!ok && !call.ec) call.ec = op.ec;
+  const timer_wheel::handle h = op.h;
+  op_ctx* ctx = op.ctx;
+  bool settled_record = h != timer_wheel::npos;
+  switch (op.why) {
+    case p_none: settled_record = false; break;
+    case p_insert:
+      if (ok) {
+        arm_locked(h, wheel_.due_ms(h));
+        call.found = true;
+        if (op.aux == 1) {
+          if (dead_ > 0) --dead_;
+        } else {
+          ++scheduled_;
+        }
+      } else {
+        erase_locked(h);
+      }
+      break;
+    case p_replace:
+      if (ok) {
+        ++scheduled_;
+      } else if (ctx) {
+        --kind_pending(wheel_.kind(h));
+        wheel_.assign(h, {{}, ctx->old_payload, ctx->old_kind, ctx->old_due_ms, ctx->old_attempts});
+        ++kind_pending(ctx->old_kind);
+      }
+      arm_locked(h, wheel_.due_ms(h));
+      break;
+    case p_replace_running:
+      if (ok) {
+        arm_locked(h, wheel_.due_ms(h));
+        ++scheduled_;
+      } else {
+        erase_locked(h);
+        // Give the id back to the old version if it is still running.
+        const auto old = static_cast<timer_wheel::handle>(op.aux);
+        if (ctx && tag(old) == ctx->old_running_tag && !wheel_.is_indexed(old) &&
+            wheel_.reindex(old)) {
+          --unindexed_;
+          ++kind_pending(wheel_.kind(old));
+        }
+      }
+      break;
+    case p_cancel:
+      if (ok) {
+        erase_locked(h);
+        ++cancelled_;
+        call.found = true;
+      } else {
+        arm_locked(h, wheel_.due_ms(h));
+      }
+      break;
+    case p_cancel_queued: {
+      auto word = tsw::word(wheel_.tag(h));
+      std::uint32_t w = word.load(std::memory_order_acquire);
+      if (ok) {
+        ++cancelled_;
+        call.found = true;
+        dispatcher_.count_ready(-1);
+        --kind_pending(wheel_.kind(h));
+        wheel_.unindex(h);
+        ++unindexed_;
+        // Its queue reference frees the record, unless a worker already let
+        // go of it (orphaned): then nobody else will.
+        while (!(w & tsw::orphaned) && !word.compare_exchange_weak(w, tsw::with_state(w, tsw::dead),
+                                                                   std::memory_order_acq_rel)) {
+        }
+        if (w & tsw::orphaned) erase_locked(h);
+      } else {
+        // The cancel failed: the task is due again, as it was.
+        while (!(w & tsw::orphaned) &&
+               !word.compare_exchange_weak(w, tsw::with_state(w, tsw::queued),
+                                           std::memory_order_acq_rel)) {
+        }
+        if (w & tsw::orphaned) {
+          const std::uint32_t q = tsw::next_queued(w);
+          word.store(q, std::memory_order_release);
+          after.requeue.push_back(ready_ref{h, q, wheel_.kind(h), wheel_.view(h)});
+        }
+      }
+      break;
+    }
+    case p_reschedule:
+      if (ok)
+        call.found = true;
+      else if (ctx)
+        wheel_.set_due_ms(h, ctx->old_due_ms);
+      arm_locked(h, wheel_.due_ms(h));
+      break;
+    case p_retry:
+      // Armed whatever the outcome: a failed write is kept and retried, and
+      // the retry runs meanwhile (the store keeps the older attempt count).
+      if (state_.load() == run_state::running) {
+        wheel_.set_attempts(h, wheel_.attempts(h) + 1);
+        wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
+        arm_locked(h, wheel_.due_ms(h));
+      } else {
+        erase_locked(h);  // stopping: the store has it for the next start
+      }
+      break;
+    case p_purge:
+      settled_record = false;
+      if (ok) {
+        call.found = true;
+        if (dead_ > 0) --dead_;
+      }
+      break;
+  }
+  if (settled_record && !deferred_.empty() && !op.id.empty()) {
+    const std::string id(op.id);
+    if (deferred_.count(id) != 0) after.deferred.push_back(id);
+  }
+}
+
+void engine_core::run_after(after_lock& after) {
+  if (after.calls.empty() && after.async.empty() && after.requeue.empty() && after.alerts.empty() &&
+      after.deferred.empty())
+    return;  // the usual case: a call settled in place, nothing to wake
+  for (call_state* c : after.calls) c->done.release();  // the last touch: the caller owns it
+  for (auto& c : after.async)
+    c->async->complete(c->ec, c->ec || c->ids.empty() ? std::string{} : c->ids[0]);
+  if (!after.requeue.empty()) dispatcher_.push(after.requeue);
+  if (!after.alerts.empty()) failures_.raise(after.alerts);
+  for (const std::string& id : after.deferred) {
+    std::vector<deferred_call> calls;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = deferred_.find(id);
+      if (it == deferred_.end()) continue;
+      calls = std::move(it->second);
+      deferred_.erase(it);
+    }
+    for (deferred_call& d : calls) async_schedule_ref(d.spec, d.done);
+  }
+  if (!after.calls.empty() || !after.async.empty() || !after.requeue.empty() ||
+      !after.deferred.empty())
+    changed_.notify_all();
+}
+
+// ------------------------------------------------------------------ attempts
+
+void engine_core::settle(std::span<outcome> outcomes) {
+  after_lock after;
+  call_state none;
+  {
+    std::lock_guard lock(mutex_);
+    std::vector<write_op> ops;
+    const bool stopping = state_.load() != run_state::running;
+    for (outcome& o : outcomes) {
+      const timer_wheel::handle h = o.h;
+      if (o.result == outcome::what::dead) {
+        erase_locked(h);  // cancelled while queued: its last reference let go
+        continue;
+      }
+      dispatcher_.attempt_done();
+      const type_registry::type_info& type = types_.at(o.kind);
+      const bool ok = o.result == outcome::what::succeeded;
+      if (o.result != outcome::what::abandoned) {
+        ok ? ++succeeded_ : ++failed_;
+        failures_.note_outcome(type.name, ok, after.alerts);
+      }
+      if (!wheel_.is_indexed(h)) {
+        // Replaced while it ran: the new version owns the id and the store.
+        erase_locked(h);
+        continue;
+      }
+      if (o.result == outcome::what::abandoned) {
+        if (stopping) {
+          erase_locked(h);  // as it was in the store, for the next start
+        } else {
+          set_tag(h, tsw::with_state(tag(h), tsw::armed));
+          wheel_.arm(h, ticker_.current_tick() + 1);
+          note_armed_locked(wheel_.due_tick(h));
+        }
+        continue;
+      }
+      if (ok) {
+        // At-least-once: the task leaves the store only now. Nobody waits for
+        // the removal; a crash before it lands runs the task once more.
+        write_op op = make_op(change_kind::remove, p_none, h, false);
+        op.must_land = true;
+        ops.push_back(std::move(op));
+        erase_locked(h);
+        continue;
+      }
+      const std::uint32_t attempts = wheel_.attempts(h) + 1;
+      const retry_policy& policy = *type.retry;
+      if (!failure_policy::may_retry(policy, attempts, o.result == outcome::what::hopeless)) {
+        write_op op = make_op(change_kind::bury, p_none, h, true);
+        op.t.attempts = attempts;
+        op.error = o.failure;
+        op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
+        op.must_land = true;
+        log(log_level::error, describe_task(op.t.id, type.name) + " is a dead letter after " +
+                                  std::to_string(attempts) + " attempts: " + o.failure);
+        ++died_;
+        ++dead_;
+        failures_.note_death(op.t, o.failure, after.alerts);
+        ops.push_back(std::move(op));
+        erase_locked(h);
+        continue;
+      }
+      const milliseconds wait = failures_.backoff(policy, attempts);
+      const std::int64_t due = now_ms() + wait.count();
+      ++retried_;
+      log(log_level::warning, describe_task(wheel_.id(h), type.name) + " attempt " +
+                                  std::to_string(attempts) + " of " +
+                                  std::to_string(policy.max_attempts) + " failed: " + o.failure +
+                                  "; retrying in " + std::to_string(wait.count()) + " ms");
+      // The new count and due time are written before the retry is armed,
+      // and the record shows them only then (settle applies them), without
+      // the worker waiting for the write.
+      set_tag(h, tsw::with_state(tag(h), tsw::persisting));
+      write_op op = make_op(change_kind::save, p_retry, h, true);
+      op.t.attempts = attempts;
+      op.t.due = from_epoch_ms(due);
+      op.aux = static_cast<std::uint64_t>(due);
+      op.must_land = true;
+      ops.push_back(std::move(op));
+    }
+    for (write_op& op : ops) submit_locked(std::span(&op, 1), nullptr, none, after);
+  }
+  run_after(after);
+  changed_.notify_all();  // stop() may be waiting for attempts to end
+}
+
+}  // namespace delayq::detail
