@@ -1,0 +1,77 @@
+// What an operator can ask the engine (status, upcoming) and the per-type
+// capacity ("a topic may hold only one job").
+#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
+
+#include <doctest/doctest.h>
+
+#include <delayq/delayq.hpp>
+#include <string>
+#include <vector>
+
+#include "engine_test_support.hpp"
+
+using namespace delayq_test;
+
+TEST_CASE("upcoming: the next tasks not yet running, earliest first, of one type or all") {
+  io_thread io;
+  latch gate;
+  delayq::executor_factory f;
+  f.add("a", [](const delayq::task&) {});
+  f.add("b", [](const delayq::task&) {});
+  f.add("block", [&](const delayq::task&) { gate.enter_and_wait(); });
+  delayq::memory_store inner;
+  delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(inner), fast_options());
+  eng.start();
+  eng.schedule("block", "", 0ms, {"running"});
+  REQUIRE(gate.wait_entered(1));
+  eng.schedule("a", "", 3h, {"a3"});
+  eng.schedule("b", "", 1h, {"b1"});
+  eng.schedule("a", "", 2h, {"a2"});
+  eng.schedule("b", "", 4h, {"b4"});
+  auto ids = [](const std::vector<delayq::task>& ts) {
+    std::vector<std::string> out;
+    for (const auto& t : ts) out.push_back(t.id);
+    return out;
+  };
+  CHECK(ids(eng.upcoming(10)) == std::vector<std::string>{"b1", "a2", "a3", "b4"});
+  CHECK(ids(eng.upcoming(2)) == std::vector<std::string>{"b1", "a2"});
+  CHECK(ids(eng.upcoming(10, "a")) == std::vector<std::string>{"a2", "a3"});
+  CHECK(eng.upcoming(10, "nobody").empty());
+  CHECK(eng.upcoming(0).empty());
+  CHECK(eng.status("running")->state == delayq::task_state::running);
+  CHECK(eng.status("b1")->state == delayq::task_state::delayed);
+  CHECK_FALSE(eng.status("nope").has_value());
+  gate.release();
+  CHECK(eng.stop());
+}
+
+TEST_CASE("capacity: a type full of pending tasks refuses more with type_full, storing nothing") {
+  io_thread io;
+  recorder ran;
+  delayq::executor_factory f;
+  f.add("topic", std::ref(ran));
+  f.add("other", std::ref(ran));
+  auto opts = fast_options();
+  opts.type_capacity["topic"] = 1;  // one job per topic
+  delayq::memory_store inner;
+  delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(inner), opts);
+  eng.start();
+  eng.schedule("topic", "first", 1h, {"t1"});
+  boost::system::error_code ec;
+  CHECK(eng.schedule("topic", "second", 1h, {"t2"}, ec).empty());
+  CHECK(ec == delayq::errc::type_full);
+  CHECK_THROWS_AS(eng.schedule_many({delayq::task_spec{"topic", "", clock_type::now(), {"t3"}}}),
+                  boost::system::system_error);
+  CHECK(stored(inner).size() == 1);
+  // Other types are not limited, and replacing the one job is allowed.
+  CHECK(eng.schedule("other", "", 1h, {"o1"}) == "o1");
+  CHECK(eng.schedule("topic", "replaced", 2h, {"t1", delayq::on_conflict::replace}) == "t1");
+  CHECK(eng.find("t1")->payload == "replaced");
+  // Once the job left (cancelled here), there is room again.
+  CHECK(eng.cancel("t1"));
+  CHECK(eng.schedule("topic", "", 0ms, {"t4"}) == "t4");
+  REQUIRE(ran.wait_for_count(1));
+  REQUIRE(eventually([&] { return eng.stats().succeeded == 1; }));
+  CHECK(eng.schedule("topic", "", 1h, {"t5"}) == "t5");
+  CHECK(eng.stop());
+}
