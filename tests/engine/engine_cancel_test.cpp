@@ -145,7 +145,7 @@ TEST_CASE(
   CHECK(eng.stop());
 }
 
-TEST_CASE("cancel: a running attempt is not stopped; cancel() says false and changes nothing") {
+TEST_CASE("cancel: a running attempt is not stopped: cancel() says false and changes nothing") {
   io_thread io;
   latch gate;
   delayq::executor_factory f;
@@ -185,8 +185,12 @@ TEST_CASE("cancel: a task cancelled while queued leaves the store, even if stop(
     eng.schedule("t", "", 0ms, {"kept"});
     REQUIRE(eventually([&] { return eng.stats().ready == 2; }));
     CHECK(eng.cancel("doomed"));
-    // stop() before the worker reaches either: it is still held.
-    std::thread releaser([&] { gate.release(); });
+    // stop() before the worker reaches either: it is released only once
+    // the engine has stopped starting attempts.
+    std::thread releaser([&] {
+      CHECK(wait_stopping(eng));
+      gate.release();
+    });
     eng.stop();
     releaser.join();
   }
@@ -222,7 +226,10 @@ TEST_CASE(
     REQUIRE(gate.wait_entered(1));
     eng.schedule_many(due_now("limited", "h-", 5));
     REQUIRE(eventually([&] { return eng.stats().ready == 5; }));
-    std::thread releaser([&] { gate.release(); });
+    std::thread releaser([&] {
+      CHECK(wait_stopping(eng));
+      gate.release();
+    });
     CHECK(eng.stop());
     releaser.join();
   }

@@ -71,7 +71,7 @@ void race(delayq::engine& eng, int& errors) {
 
 }  // namespace
 
-TEST_CASE("store: the memory store is in process; the default is not") {
+TEST_CASE("store: the memory store is in process and the default is not") {
   delayq::memory_store mem;
   CHECK(mem.in_process());
   borrowed_store wrapped(mem);  // does not override in_process()

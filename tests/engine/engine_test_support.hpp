@@ -110,6 +110,19 @@ inline delayq::engine_options fast_options() {
   return o;
 }
 
+// Waits until `eng` answers calls with not_running (its stop() has begun and
+// no attempt starts any more).
+inline bool wait_stopping(delayq::engine& eng) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  for (;;) {
+    boost::system::error_code ec;
+    eng.cancel("no-such-task", ec);
+    if (ec == delayq::errc::not_running) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+}
+
 template <class Pred>
 bool eventually(Pred pred) {
   // Polls a condition the engine exposes only through its counters. Each

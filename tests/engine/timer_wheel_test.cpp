@@ -1234,7 +1234,7 @@ TEST_CASE("wheel: assign replaces the content, keeps the id, and fails cleanly")
   CHECK(w.is_armed(h));  // assign leaves the slot alone
 }
 
-TEST_CASE("wheel: unindex frees the id while the record stays; reindex gives it back") {
+TEST_CASE("wheel: unindex frees the id while the record stays and reindex gives it back") {
   timer_wheel w(8);
   const handle old = w.insert(make_task("x", "old"), 5);
   w.unindex(old);

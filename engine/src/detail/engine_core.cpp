@@ -224,9 +224,11 @@ bool engine_core::stop(milliseconds drain) {
       state_.store(run_state::stopped);
       return dispatcher_.running() == 0;
     }
+    // Workers stop starting attempts before anyone can see the engine
+    // stopping: a caller told not_running knows nothing starts any more.
+    dispatcher_.stop_starting();
     state_.store(run_state::stopping);
   }
-  dispatcher_.stop_starting();
   ticker_.post([self = shared_from_this()] { self->ticker_.cancel(); });
   if (dispatcher_.in_attempt()) {
     // Called by an executor: its own attempt is running, so there is nothing
