@@ -342,3 +342,57 @@ TEST_CASE("failure: while the store is down, schedules fail fast and nothing is 
   CHECK(eventually([&] { return stored(store.inner).empty(); }));
   CHECK(rec.ids().size() == 1);  // and the task did not run again
 }
+
+TEST_CASE("failure: an asynchronous executor that drops its completion abandons the attempt") {
+  io_thread io;
+  std::mutex m;
+  std::vector<std::uint32_t> seen;
+  delayq::executor_factory f;
+  f.add_async("flaky", [&](const delayq::task& t, delayq::async_executor::completion done) {
+    std::lock_guard lock(m);
+    seen.push_back(t.attempts);
+    if (seen.size() == 1) return;  // the first attempt lets `done` go uncalled
+    done("");
+  });
+  delayq::memory_store store;
+  delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(store), failure_options());
+  eng.start();
+  const auto id = eng.schedule("flaky", "", 0ms);
+  REQUIRE(eventually([&] { return eng.stats().succeeded == 1; }));
+  const auto s = eng.stats();
+  CHECK(s.fired == 2);
+  CHECK(s.failed == 0);  // not counted: run again as it was
+  CHECK(s.retried == 0);
+  {
+    std::lock_guard lock(m);
+    CHECK(seen == std::vector<std::uint32_t>{0, 0});
+  }
+  CHECK(eng.stop());
+  CHECK(stored(store).count(id) == 0);
+}
+
+TEST_CASE("failure: an attempt abandoned while the engine stops stays stored as it was") {
+  io_thread io;
+  std::mutex m;
+  std::vector<delayq::async_executor::completion> parked;
+  delayq::executor_factory f;
+  f.add_async("held", [&](const delayq::task&, delayq::async_executor::completion done) {
+    std::lock_guard lock(m);
+    parked.push_back(std::move(done));
+  });
+  delayq::memory_store store;
+  std::string id;
+  {
+    delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(store), failure_options());
+    eng.start();
+    id = eng.schedule("held", "kept", 0ms);
+    REQUIRE(eventually([&] { return eng.stats().fired == 1; }));
+    CHECK_FALSE(eng.stop(0ms));  // its attempt is out
+    std::lock_guard lock(m);
+    parked.clear();  // given back, as delayq-server does with unreserved tasks
+  }
+  const auto held = stored(store);
+  REQUIRE(held.count(id) == 1);
+  CHECK(held.at(id).attempts == 0);
+  CHECK(held.at(id).payload == "kept");
+}
