@@ -11,7 +11,8 @@
 //   - advance() returns the number of sink calls; now() is max(old, to);
 //   - size(), armed(), empty(), find() of every id in the id space,
 //     is_armed(), due_tick(), tag() and the task held;
-//   - a refused duplicate insert leaves the task it was given untouched;
+//   - a refused duplicate insert leaves the record held under that id alone;
+//   - assign() replaces payload, kind, due stamp and attempts, not the id;
 //   - next_due_tick(): no_tick exactly when nothing is armed, otherwise after
 //     now() and never after the earliest due task; a wake-up at it always
 //     makes progress, and wake-ups that fire nothing are at most as many as
@@ -33,13 +34,11 @@
 #include <utility>
 #include <vector>
 
-#include "delayq/task.hpp"
 #include "delayq/timer_wheel.hpp"
 #include "wheel_program.hpp"
 
 namespace {
 
-using delayq::task;
 using delayq::timer_wheel;
 using handle = timer_wheel::handle;
 using namespace delayq::fuzz;
@@ -55,7 +54,7 @@ const char* const op_names[op_count] = {"insert",
                                         "reschedule",
                                         "arm",
                                         "disarm",
-                                        "extract",
+                                        "assign",
                                         "set_tag",
                                         "advance",
                                         "advance_one",
@@ -83,13 +82,25 @@ const std::array<std::string, id_count>& ids() {
   return all;
 }
 
+// The fields a record holds, owned by the model.
+struct held_value {
+  std::string id;
+  std::string payload;
+  std::uint16_t kind = 0;
+  std::int64_t due_ms = 0;
+  std::uint32_t attempts = 0;
+
+  timer_wheel::item item() const { return {id, payload, kind, due_ms, attempts}; }
+  bool operator==(const held_value&) const = default;
+};
+
 struct entry {
   handle h = npos;
   bool armed = false;
   std::uint64_t due = 0;  // effective due tick while armed
   std::uint64_t seq = 0;  // arming order: ties within one tick
   std::uint32_t tag = 0;
-  task value;  // what the wheel should hold
+  held_value value;  // what the wheel should hold
 };
 
 class runner {
@@ -176,15 +187,26 @@ class runner {
 
   std::uint64_t effective(std::uint64_t due) const { return due <= w_.now() ? w_.now() + 1 : due; }
 
-  task make_task(unsigned id) {
-    task t;
-    t.id = ids()[id];
-    t.type = "fuzz";
+  // Payloads vary in length so records use every layout: inline id and
+  // payload, inline id with the payload on the heap, and (the long ids)
+  // both on the heap.
+  held_value make_value(unsigned id) {
+    held_value v;
+    v.id = ids()[id];
     const std::uint64_t n = tasks_made_++;
-    t.payload = "p" + std::to_string(n);
-    if (n % 16 == 0) t.payload.append(300, '\xff');  // a heap buffer to free
-    t.attempts = static_cast<std::uint32_t>(n);
-    return t;
+    v.payload = "p" + std::to_string(n);
+    if (n % 16 == 0) v.payload.append(300, '\xff');  // a heap block to free
+    if (n % 5 == 0) v.payload.clear();
+    v.kind = static_cast<std::uint16_t>(n * 7);
+    v.due_ms = static_cast<std::int64_t>(n * 1000003) - 500;
+    v.attempts = static_cast<std::uint32_t>(n);
+    return v;
+  }
+
+  // What the wheel holds in record `h`.
+  held_value read(handle h) const {
+    return {std::string(w_.id(h)), std::string(w_.payload(h)), w_.kind(h), w_.due_ms(h),
+            w_.attempts(h)};
   }
 
   // ------------------------------------------------------------ the model
@@ -210,6 +232,7 @@ class runner {
   }
   void model_remove(unsigned id) {
     model_disarm(id);
+    freed_tags_[held_[id]->h] = held_[id]->tag;
     held_[id].reset();
   }
 
@@ -224,25 +247,27 @@ class runner {
 
   void do_insert(unsigned id, std::optional<std::uint8_t> due_b, bool arm_after) {
     const std::uint64_t due = due_b ? due_tick(*due_b) : 0;
-    task t = make_task(id);
+    const held_value v = make_value(id);
     if (held_[id]) {
-      const task copy = t;
       const handle h =
-          (due_b && !arm_after) ? w_.insert(std::move(t), due) : w_.insert_detached(std::move(t));
+          (due_b && !arm_after) ? w_.insert(v.item(), due) : w_.insert_detached(v.item());
       expect(h == npos, "insert of a held id did not return npos");
-      // A refused insert promises to leave its argument alone.
-      expect(t == copy, "a refused insert moved from the task");  // NOLINT(bugprone-use-after-move)
+      // The record held under the id stays as it was: check_all() reads it.
       return;
     }
     entry e;
-    e.value = t;
+    e.value = v;
     const bool detached = !due_b || arm_after;
-    const handle h = detached ? w_.insert_detached(std::move(t)) : w_.insert(std::move(t), due);
+    const handle h = detached ? w_.insert_detached(v.item()) : w_.insert(v.item(), due);
     expect(h != npos, "insert of a new id returned npos");
     e.h = h;
     held_[id] = std::move(e);
     expect(w_.find(ids()[id]) == h, "find() does not return the inserted node");
-    expect(w_.tag(h) == 0, "a new node's tag is not 0");
+    // The owner word starts at 0 and survives a record's reuse.
+    const auto freed = freed_tags_.find(h);
+    expect(w_.tag(h) == (freed == freed_tags_.end() ? 0 : freed->second),
+           "a new record's tag is neither 0 nor what its last holder left");
+    held_[id]->tag = w_.tag(h);
     if (!due_b) {
       expect(!w_.is_armed(h), "insert_detached() armed the node");
       return;
@@ -314,13 +339,14 @@ class runner {
     for (unsigned id : batch) expect(w_.find(ids()[id]) == npos, "find() still sees an erased id");
   }
 
-  void do_extract(unsigned id) {
+  // assign() replaces everything but the id and leaves the record where it
+  // is: same handle, same arming, same tag.
+  void do_assign(unsigned id) {
     if (!held_[id]) return;
-    note_unlink(id);
-    const task t = w_.extract(held_[id]->h);
-    expect(t == held_[id]->value, "extract() returned another task");
-    model_remove(id);
-    expect(w_.find(ids()[id]) == npos, "find() still sees an extracted id");
+    held_value v = make_value(id);
+    w_.assign(held_[id]->h, v.item());
+    held_[id]->value = std::move(v);
+    expect(read(held_[id]->h) == held_[id]->value, "assign() did not replace the fields");
   }
 
   void on_fire(handle h, std::uint64_t from, std::uint64_t to) {
@@ -331,7 +357,7 @@ class runner {
     expect(held_[id] && held_[id]->h == h,
            "not the earliest task by (due tick, arming order) handed over");
     expect(key.first == t, "a task handed over at a tick other than its due tick");
-    expect(w_.value(h).id == ids()[id], "the sink's node holds another id");
+    expect(w_.id(h) == ids()[id], "the sink's node holds another id");
     expect(w_.due_tick(h) == t, "due_tick() of a handed-over node is not now()");
     expect(!w_.is_armed(h), "sink got a node that is still armed");
     expect(w_.find(ids()[id]) == h, "find() wrong inside the sink");
@@ -423,7 +449,7 @@ class runner {
         break;
       }
       case op_disarm: do_disarm(id_byte()); break;
-      case op_extract: do_extract(id_byte()); break;
+      case op_assign: do_assign(id_byte()); break;
       case op_set_tag: {
         const unsigned id = id_byte();
         const std::uint32_t tag = byte() * 0x01010101u;
@@ -463,7 +489,7 @@ class runner {
       }
       const entry& e = *held_[id];
       expect(h == e.h, "find() disagrees with the model");
-      expect(w_.value(h) == e.value, "the task held was changed");
+      expect(read(h) == e.value, "the record held was changed");
       expect(w_.tag(h) == e.tag, "tag() was changed");
       expect(w_.is_armed(h) == e.armed, "is_armed() disagrees with the model");
       if (e.armed) expect(w_.due_tick(h) == e.due, "due_tick() disagrees with the model");
@@ -500,6 +526,7 @@ class runner {
   timer_wheel w_;
   std::array<std::optional<entry>, id_count> held_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, unsigned> armed_;  // (due, seq) -> id
+  std::map<handle, std::uint32_t> freed_tags_;  // handle -> the tag its last holder left
   std::uint64_t next_seq_ = 0;
   std::uint64_t tasks_made_ = 0;
   std::size_t op_no_ = 0;

@@ -149,7 +149,7 @@ void wheel_seeds(const fs::path& dir) {
         .op(op_advance, {step_byte(step_backwards, 3)});
     write(dir / "long-delays", p.bytes());
   }
-  {  // Detached nodes, tags, extract on a single-slot wheel.
+  {  // Detached nodes, tags, assign on a single-slot wheel.
     program p(1);
     p.op(op_insert_detached, {1})
         .op(op_insert_detached_arm, {2, due_byte(due_near, 2)})
@@ -159,7 +159,7 @@ void wheel_seeds(const fs::path& dir) {
         .op(op_insert, {2, due_byte(due_near, 1)})  // duplicate: refused
         .op(op_disarm, {1})
         .op(op_advance_one)
-        .op(op_extract, {1})
+        .op(op_assign, {1})
         .op(op_reschedule, {9, due_byte(due_near, 1)})  // not held
         .op(op_advance, {step_byte(step_ticks, 9)});
     write(dir / "detached-and-tags", p.bytes());

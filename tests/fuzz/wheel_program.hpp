@@ -13,7 +13,7 @@
 //     reschedule           id, due     reschedule(id, due) (may not be held)
 //     arm                  id, due     arm(handle, due), when held
 //     disarm               id          disarm(handle), when held
-//     extract              id          extract(handle), when held
+//     assign               id          assign(handle, new fields), when held
 //     set_tag              id, byte    tag(handle) = byte * 0x01010101
 //     advance              step        advance(now + step)
 //     advance_one          -           advance(now + 1)
@@ -52,7 +52,7 @@ enum wheel_op : std::uint8_t {
   op_reschedule,
   op_arm,
   op_disarm,
-  op_extract,
+  op_assign,
   op_set_tag,
   op_advance,
   op_advance_one,
