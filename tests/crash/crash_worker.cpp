@@ -6,18 +6,21 @@
 // on retries in flight.
 //
 //   delayq-crash-worker --store URI --dir DIR --tasks N --span-ms S --seed X
-//                       [--drain] [--timeout-s T]
+//                       [--in-flight W] [--drain] [--timeout-s T]
 //
-// Without --drain it schedules what is left and then runs until it is killed.
-// With --drain it schedules what is left, waits until the engine holds
-// nothing, checks that every acknowledged task succeeded, that no task died
-// and that the store holds neither tasks nor dead letters, and exits 0; any
-// inconsistency exits non-zero with a message.
+// With --in-flight W > 1 it schedules with async_schedule(), up to W at once
+// from one thread, and appends an id to acked.log once it and every id
+// before it completed; a kill then leaves up to W ids in doubt, which the
+// next run settles one by one (see main()). Without --drain it schedules what is left and then runs
+// until it is killed. With --drain it schedules what is left, waits until the engine holds nothing,
+// checks that every acknowledged task succeeded, that no task died and that the store holds neither
+// tasks nor dead letters, and exits 0; any inconsistency exits non-zero with a message.
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -49,6 +52,7 @@ struct options {
   std::size_t tasks = 0;
   std::uint64_t span_ms = 0;
   std::uint64_t seed = 0;
+  std::size_t in_flight = 1;  // schedules outstanding at once (1: blocking schedule())
   bool drain = false;
   std::chrono::seconds timeout{240};  // --drain: most time to wait for the engine to empty
 };
@@ -66,7 +70,7 @@ unsigned run_number = 0;  // this process's run, for messages
   std::fprintf(stderr,
                "delayq-crash-worker: %s\n"
                "usage: delayq-crash-worker --store URI --dir DIR --tasks N --span-ms S --seed X "
-               "[--drain] [--timeout-s T]\n",
+               "[--in-flight W] [--drain] [--timeout-s T]\n",
                why.c_str());
   std::_Exit(64);
 }
@@ -96,6 +100,8 @@ options parse_args(int argc, char** argv) {
       o.span_ms = number();
     else if (arg == "--seed")
       o.seed = number();
+    else if (arg == "--in-flight")
+      o.in_flight = std::max<std::uint64_t>(1, number());
     else if (arg == "--timeout-s")
       o.timeout = std::chrono::seconds{number()};
     else
@@ -268,36 +274,89 @@ int main(int argc, char** argv) {
                run_number, static_cast<unsigned long long>(at_start.loaded), next, o.tasks,
                o.drain ? ", draining" : "");
 
-  // The first unacknowledged id is in doubt: the previous run may have been
-  // killed after its schedule() returned and before the ack line. Scheduling it
+  // The first unacknowledged ids are in doubt (one with blocking schedules,
+  // up to --in-flight with async ones): the previous run may have been
+  // killed after their schedule completed and before their ack line. Scheduling one
   // again with on_conflict::keep is not enough: if the restarted engine already
   // ran and removed it, keep finds nothing and adds it a second time. start()
   // loaded everything stored, so the engine either still holds it (find()
   // sees waiting, retrying and running tasks), or it ran since (and its line
   // is in executed.log, written before the engine forgot it), or it was never
   // stored. Any line counts: a failed attempt proves the task was stored too.
-  if (next < o.tasks) {
-    const std::string id = crash::task_id(next);
-    if (eng->find(id)) {
-      acked.append(id + " " + std::string(crash::found_pending) + "\n");
-      ++next;
-    } else if (executed_ids(o, false).count(id) != 0) {
-      acked.append(id + " " + std::string(crash::found_executed) + "\n");
-      ++next;
-    }
-  }
-
-  for (; next < o.tasks; ++next) {
-    const std::string id = crash::task_id(next);
-    const auto delay = std::chrono::milliseconds{crash::task_delay_ms(o.seed, next, o.span_ms)};
+  // With async schedules the ids in doubt need not be a prefix of the ones
+  // stored, so each is settled on its own, in order: found, ran, or
+  // scheduled now (blocking) and acknowledged.
+  auto schedule_blocking = [&](std::size_t k) {
+    const std::string id = crash::task_id(k);
+    const auto delay = std::chrono::milliseconds{crash::task_delay_ms(o.seed, k, o.span_ms)};
     boost::system::error_code ec;
     // keep: a pending task with this id stays as it is (none is expected:
-    // every earlier id is acknowledged and the in-doubt one was settled above).
+    // every earlier id is acknowledged and the in-doubt ones are settled).
     const std::string got =
         eng->schedule(crash::task_type, "", delay, {id, delayq::on_conflict::keep}, ec);
     if (ec) fail("schedule(" + id + ") failed: " + ec.message());
     if (got != id) fail("schedule(" + id + ") returned id " + got);
     acked.append(id + "\n");
+  };
+  const std::size_t in_doubt_end = std::min(o.tasks, next + o.in_flight);
+  if (next < in_doubt_end) {
+    auto ran = executed_ids(o, false);
+    for (bool settled = true; next < in_doubt_end && settled; ++next) {
+      const std::string id = crash::task_id(next);
+      // Read executed.log again after find() failed: the task may have run
+      // (and left the engine) since the last read, and its line is written
+      // before the engine forgets it.
+      const bool found = eng->find(id).has_value();
+      if (!found && ran.count(id) == 0) ran = executed_ids(o, false);
+      if (found)
+        acked.append(id + " " + std::string(crash::found_pending) + "\n");
+      else if (ran.count(id) != 0)
+        acked.append(id + " " + std::string(crash::found_executed) + "\n");
+      else if (o.in_flight > 1)
+        schedule_blocking(next);
+      else
+        settled = false;  // never stored: the loop below schedules it
+      if (!settled) break;
+    }
+  }
+
+  if (o.in_flight <= 1) {
+    for (; next < o.tasks; ++next) schedule_blocking(next);
+  } else {
+    // Up to in_flight async schedules at once. Completions may come in any
+    // order; acked.log gets the longest prefix of completed ids, so it stays
+    // c-0, c-1, ... and a kill leaves at most in_flight ids in doubt, all
+    // within in_flight of the end of acked.log.
+    std::mutex m;
+    std::condition_variable room;
+    std::vector<char> completed(o.tasks, 0);
+    std::size_t outstanding = 0, first_unacked = next;
+    for (std::size_t k = next; k < o.tasks; ++k) {
+      {
+        std::unique_lock lock(m);
+        // Bounded by the first id not yet acknowledged, not by the count
+        // outstanding: every id sent lies within in_flight of acked.log's end.
+        room.wait(lock, [&] { return k < first_unacked + o.in_flight; });
+        ++outstanding;
+      }
+      const std::string id = crash::task_id(k);
+      const auto delay = std::chrono::milliseconds{crash::task_delay_ms(o.seed, k, o.span_ms)};
+      eng->async_schedule(std::string(crash::task_type), "", delay, {id, delayq::on_conflict::keep},
+                          [&, k, id](boost::system::error_code ec, std::string got) {
+                            if (ec) fail("async_schedule(" + id + ") failed: " + ec.message());
+                            if (got != id) fail("async_schedule(" + id + ") returned id " + got);
+                            std::lock_guard lock(m);
+                            completed[k] = 1;
+                            for (; first_unacked < o.tasks && completed[first_unacked];
+                                 ++first_unacked)
+                              acked.append(crash::task_id(first_unacked) + "\n");
+                            --outstanding;
+                            room.notify_all();
+                          });
+    }
+    std::unique_lock lock(m);
+    room.wait(lock, [&] { return outstanding == 0; });
+    next = o.tasks;
   }
 
   if (!o.drain) {

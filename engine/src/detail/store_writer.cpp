@@ -152,7 +152,19 @@ void store_writer::run() {
       retry_now_ = false;
       blocked = false;
     }
-    while (!blocked && in_flight_.size() < max_in_flight_ && !queue_.empty()) {
+    // With nothing in flight a batch goes at once (a lone caller pays one
+    // round trip, no wait). With batches in flight, another goes only once
+    // enough is queued to fill it: a few callers are better served by one
+    // batch gathering while the last is made durable (group commit: one
+    // fsync for all of them) than by a batch each; a backlog fills the
+    // pipeline.
+    const auto now = std::chrono::steady_clock::now();
+    const auto may_send = [&] {
+      if (in_flight_.empty())
+        return last_batch_ < 2 || queue_.size() >= last_batch_ || now >= linger_until_ || stopping_;
+      return queue_.size() >= opts_.pipeline_threshold;
+    };
+    while (!blocked && in_flight_.size() < max_in_flight_ && !queue_.empty() && may_send()) {
       std::unique_ptr<batch> b = form_batch();
       settled_.notify_all();  // room in the queue
       if (b->ops.empty()) {
@@ -171,15 +183,25 @@ void store_writer::run() {
       lock.lock();
     }
     if (stopping_ && queue_.empty() && in_flight_.empty() && !retry_now_) return;
+    const bool lingering = in_flight_.empty() && !queue_.empty() && !blocked;
     const auto ready = [&] {
-      return (!in_flight_.empty() && in_flight_.front()->done) ||
-             (!blocked && !queue_.empty() && in_flight_.size() < max_in_flight_) || retry_now_ ||
+      const bool room =
+          !blocked && !queue_.empty() && in_flight_.size() < max_in_flight_ &&
+          (in_flight_.empty()
+               // Not lingering yet (the queue was empty): the first arrival
+               // wakes the thread, which then lingers with a deadline.
+               ? !lingering || last_batch_ < 2 || queue_.size() >= last_batch_ || stopping_
+               : queue_.size() >= opts_.pipeline_threshold);
+      return (!in_flight_.empty() && in_flight_.front()->done) || room || retry_now_ ||
              (stopping_ && queue_.empty() && in_flight_.empty());
     };
-    if (kept_.empty())
+    auto wake = std::chrono::steady_clock::time_point::max();
+    if (!kept_.empty()) wake = next_retry_;
+    if (lingering) wake = std::min(wake, linger_until_);
+    if (wake == std::chrono::steady_clock::time_point::max())
       cv_.wait(lock, ready);
     else
-      cv_.wait_until(lock, next_retry_, ready);
+      cv_.wait_until(lock, wake, ready);
   }
 }
 
@@ -234,6 +256,8 @@ std::unique_ptr<store_writer::batch> store_writer::form_batch() {
 }
 
 void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock) {
+  last_batch_ = b->ops.size();
+  linger_until_ = std::chrono::steady_clock::now() + opts_.linger;
   for (const write_op& op : b->ops) {
     auto it = in_flight_ids_.find(op.id_hash);
     if (--it->second == 0) in_flight_ids_.erase(it);

@@ -3,14 +3,17 @@
 // The engine hands every change (a write_op) to submit() while holding its
 // own lock, so the queue holds changes in the order the engine decided them.
 // A writer thread takes everything queued, turns it into one batch and gives
-// it to task_store::async_write(); as long as the store allows more batches
-// in flight (max_writes_in_flight(): Redis pipelines, SQLite does not), the
-// next batch goes out while the previous one is being made durable. A lone
-// change is sent the moment the thread wakes (no added wait); under load the
-// batches grow by themselves, since everything that arrived during one send
-// goes into the next. When a batch's outcome is known the writer reports
-// each of its ops to the engine (on_done, on the writer thread), exactly
-// once.
+// it to task_store::async_write(). With nothing in flight a batch goes at
+// once (a lone change pays one round trip, no added wait); with a batch in
+// flight the next one gathers everything that arrives meanwhile (group
+// commit), and only a backlog of at least pipeline_threshold changes goes
+// out while others are still in flight, as far as the store allows
+// (max_writes_in_flight(): Redis pipelines, SQLite does not). After a batch
+// of several changes landed, the next one lingers up to `linger` for as many
+// to be queued again, so that callers who each wait for their write keep
+// sharing one durable write (MySQL's group commit delay, bounded). When a
+// batch's outcome is known the writer reports each of its ops to the engine
+// (on_done, on the writer thread), exactly once.
 //
 // Order per id. At most one batch holding a change to a given id is in
 // flight at a time: a change to an id whose earlier change is still in flight
@@ -97,6 +100,13 @@ class store_writer {
     std::size_t max_queued = 100'000;
     /// Most ops in one batch.
     std::size_t max_batch = 4096;
+    /// Ops queued before a batch goes out while others are in flight.
+    std::size_t pipeline_threshold = 256;
+    /// After a batch of several changes landed, how long the next batch may
+    /// wait for as many to be queued again (their callers coming back with
+    /// their next change), so they share one durable write instead of
+    /// splitting into two. Never after a lone change.
+    std::chrono::microseconds linger{150};
     /// How long kept ops wait before they are written again.
     std::chrono::milliseconds retry_interval{1000};
   };
@@ -173,6 +183,8 @@ class store_writer {
   std::vector<write_op> kept_;  // oldest first
   std::unordered_map<std::uint64_t, std::uint32_t> kept_ids_;
   std::chrono::steady_clock::time_point next_retry_{};
+  std::size_t last_batch_ = 0;  // ops in the batch that landed last
+  std::chrono::steady_clock::time_point linger_until_{};
   // flush(): ops are counted per epoch until reported.
   std::uint64_t epoch_ = 0;
   std::map<std::uint64_t, std::size_t> outstanding_;
