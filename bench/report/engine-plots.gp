@@ -7,7 +7,7 @@
 if (!exists("dir")) dir = "bench/results"
 set terminal pngcairo size 900,600 font ",11" dashed
 set logscale xy
-set format x "10^{%L}"
+set format x "1e%L"
 set xlabel "pending tasks"
 set ylabel "ns per op (median of the rounds)"
 set title "engine API (solid) against one Asio steady_timer per task (dashed), one user thread"
