@@ -4,6 +4,9 @@
 # still builds, starts and finishes. scripts/test.sh calls it (stage "bench")
 # on build/, which it configures with -DDELAYQ_BUILD_BENCH=ON.
 #
+# delayq-bench-engine is a plain program: its quick mode (every scenario with
+# tiny sizes, about 2 s) writes its JSON, TSV and tables to a temp dir.
+#
 # The end-to-end benchmark (bench/e2e, delayq-bench --quick, about 10 s) needs
 # a Redis: the script uses $DELAYQ_TEST_REDIS (scripts/test.sh runs it under
 # scripts/with-redis.sh), and without one runs itself again under
@@ -28,7 +31,8 @@ dir="${1:-$DELAYQ_ROOT/build}"
 [[ -d "$dir/bench" ]] ||
   delayq_die "no $dir/bench: configure $dir with -DDELAYQ_BUILD_BENCH=ON and build it first"
 
-mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x | sort)
+mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
+  ! -name delayq-bench-engine | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -62,6 +66,37 @@ for bin in "${binaries[@]}"; do
     grep 'ERROR OCCURRED' "$log" | sed 's/^/       /'
   fi
 done
+
+# delayq-bench-engine: a plain program (not Google Benchmark), every scenario
+# with tiny sizes (--quick), in child processes of its own. Only a crash, a
+# non-zero exit, a hang or invalid JSON fails; its target check is printed,
+# never enforced.
+engine_bin="$dir/bench/engine/delayq-bench-engine"
+if [[ ! -x "$engine_bin" ]]; then
+  echo "FAIL delayq-bench-engine: $engine_bin was not built"
+  failed=1
+else
+  rc=0
+  timeout 300 "$engine_bin" --quick --out "$e2e_out/engine.json" --tsv "$e2e_out/engine.tsv" \
+    --tables "$e2e_out/engine.md" >"$log" 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "FAIL delayq-bench-engine: still running after 300 s"
+  elif ((rc > 128)); then
+    echo "FAIL delayq-bench-engine: killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
+  elif ((rc != 0)); then
+    echo "FAIL delayq-bench-engine: exit status $rc"
+  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/engine.json" >/dev/null; then
+    echo "FAIL delayq-bench-engine: $e2e_out/engine.json is not valid JSON"
+    rc=1
+  else
+    echo "ok   delayq-bench-engine --quick: $(($(wc -l <"$e2e_out/engine.tsv") - 1)) figures"
+  fi
+  if ((rc != 0)); then
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  fi
+  binaries+=("$engine_bin")
+fi
 
 # delayq-bench is a plain program (not Google Benchmark): every scenario with
 # tiny sizes against the Redis of $DELAYQ_TEST_REDIS, writing its JSON, tables

@@ -1,180 +1,982 @@
-// delayq-bench-engine - the public engine API as a user calls it, against one
-// Asio steady_timer per task, from 1 and from 4 user threads in the same run.
-// See docs/benchmarks.md for results and method.
+// delayq-bench-engine - the engine's public API against one Asio steady_timer
+// per task, side by side in one run, as issue 10 asks; a plain program (not
+// Google Benchmark), because memory must be measured in fresh processes.
 //
-//   engine/schedule_cancel  delayq::engine with a memory_store, started, its
-//       io_context run by a thread of its own. One iteration on a user thread:
-//       engine.cancel(id) of the oldest of that thread's 256 pending tasks,
-//       then engine.schedule(type, "", delay, {.id = id}) of it again with a
-//       new delay (1-2 h). Both calls are synchronous and return once the
-//       store has the change, as they do for a user.
-//   asio/cancel_arm  the same with a steady_timer per task on one io_context
-//       run by another thread: timer.cancel(), then expires_after(delay) and
-//       async_wait(no-op). The aborted handler runs on the io_context's thread.
+//   delayq-bench-engine [--quick | --full] [--sizes=1e3,1e6] [--rounds N]
+//                       [--scenarios ops,threads,memory,wheel,fire]
+//                       [--out engine.json] [--tsv engine.tsv] [--tables engine.md]
 //
-// Both hold a base of P pending tasks (Google Benchmark's argument; 1e5 by
-// default, --sizes=... to change, --quick for a smoke run) plus the windows.
-// Time per iteration (real time, across all threads) covers one cancel and one
-// schedule: per op is half of it; schedule calls per second is its inverse.
+// Every scenario runs in child processes (this binary again, with the hidden
+// flag --child), so each starts from a fresh heap; a child prints raw rows
+// (one per round) on its stdout and the parent takes medians, prints the
+// tables and the target check, and writes the files.
+//
+// The engine side is delayq::engine with default options and a memory_store,
+// started, its io_context run by a thread of its own; the calling thread is a
+// user thread. Ids are given by the caller, like "order-00123456" (14 bytes),
+// type "bench", empty payload. The Asio side is one steady_timer per task on
+// an io_context run by another thread, armed with expires_after() +
+// async_wait(no-op) from the user thread (the io_context's timer queue takes
+// its lock; the aborted handler of a cancel runs on the io_context's thread).
+// The Asio side gets its timer by index: it pays no lookup by id, which
+// favours it (a user with ids would add a hash map).
+//
+//   ops      At P pending (1e3, 1e5, 1e6; 1e7 with --full), both sides filled
+//            with the same P tasks due in 1-2 h (nothing fires). A round is
+//            `ops_per_round` operations of each kind, in batches of
+//            B = clamp(P/10, 10, ops_per_round): schedule B new ids, cancel B
+//            random pending ids, reschedule B random pending ids to a new
+//            delay. Each batch runs on both sides, the side going first
+//            alternating by round; ids are formatted before the clock starts.
+//            Reported: ns per op, median of the rounds; asio ÷ engine.
+//   threads  P = 1e6 pending (1e3 with --quick). T user threads (1, then 4)
+//            each own a slice of the ids and repeat, for `seconds`, a pair:
+//            cancel a random id of their slice, then schedule it again with a
+//            new delay (Asio: cancel(), expires_after(), async_wait()).
+//            Reported: pairs per second, all threads together.
+//   memory   A fresh process per side: RSS growth (VmRSS) from the started
+//            engine (or the running io_context) with nothing pending to N =
+//            1e6 pending, over N; for the engine also minus the id, type and
+//            payload bytes (14 + 5 + 0).
+//   wheel    timer_wheel alone: N = 1e6 records due over 100 ticks, then
+//            advance() tick by tick; the sink either keeps the handle (the
+//            raw hand-out rate) or erases the record. Reported: tasks per s.
+//   fire     The engine with tick = 10 ms and otherwise default options
+//            (2 workers): 1e6 no-op tasks scheduled with schedule_at() due at
+//            T0 + uniform [0, 1 s), T0 far enough ahead that scheduling ends
+//            first. Lateness = system_clock::now() at the executor's start
+//            minus the task's due time. Reported: p50, p99, max lateness and
+//            when the last task ran (after T0), median over the rounds (one
+//            fresh process each).
+//
+// Scaling (per-op cost at the largest P against 1e3) comes from `ops`.
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
-#include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bench_cli.hpp"
 #include "delayq/engine.hpp"
 #include "delayq/executor.hpp"
 #include "delayq/memory_store.hpp"
+#include "delayq/timer_wheel.hpp"
 #include "io_thread.hpp"
 
 namespace delayq::bench {
 namespace {
 
-constexpr int max_threads = 4;
-constexpr std::size_t window = 256;  // pending tasks each user thread cycles through
-constexpr std::size_t delay_count = 4096;
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
 
-std::vector<std::chrono::milliseconds> random_delays(std::uint64_t seed) {
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "delayq-bench-engine: %s\n", what);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// ------------------------------------------------------------------ ids
+
+constexpr std::size_t id_len = 14;  // "order-" + 8 digits
+constexpr std::size_t id_stride = 16;
+constexpr std::string_view task_type = "bench";
+
+void format_id(std::uint32_t n, char* out) noexcept {
+  std::memcpy(out, "order-", 6);
+  for (int i = 13; i >= 6; --i) {
+    out[i] = static_cast<char>('0' + n % 10);
+    n /= 10;
+  }
+}
+
+// Ids of a list of task numbers, formatted before the clock starts.
+class id_list {
+ public:
+  void assign(const std::vector<std::uint32_t>& numbers) {
+    buf_.resize(numbers.size() * id_stride);
+    for (std::size_t i = 0; i < numbers.size(); ++i) format_id(numbers[i], &buf_[i * id_stride]);
+  }
+  std::string_view operator[](std::size_t i) const noexcept {
+    return {&buf_[i * id_stride], id_len};
+  }
+
+ private:
+  std::vector<char> buf_;
+};
+
+std::vector<milliseconds> random_delays(std::uint64_t seed, std::size_t n) {
   rng r(seed);
-  std::vector<std::chrono::milliseconds> d(delay_count);
-  for (auto& x : d) x = std::chrono::milliseconds(r.between(3'600'000, 7'200'000));
+  std::vector<milliseconds> d(n);
+  for (auto& x : d) x = milliseconds(static_cast<std::int64_t>(r.between(3'600'000, 7'200'000)));
   return d;
 }
 
-class engine_rig {
+std::size_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  std::size_t pages_total = 0, pages_resident = 0;
+  f >> pages_total >> pages_resident;
+  return pages_resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A row a child prints: section, op, impl, pending, threads, round, value.
+void emit(const char* section, const char* op, const char* impl, std::size_t pending, int threads,
+          int round, double value) {
+  std::printf("%s\t%s\t%s\t%zu\t%d\t%d\t%.6g\n", section, op, impl, pending, threads, round, value);
+}
+
+// ------------------------------------------------------------------ the two sides
+
+// The engine as a user holds it: default options, a memory_store, started,
+// its io_context on a thread of its own.
+class engine_side {
  public:
-  explicit engine_rig(std::size_t base) : delays_(random_delays(1)) {
+  engine_side() : engine_side(engine_options{}) {}
+  explicit engine_side(
+      engine_options o, executor_factory::function fn = [](const task&) {}) {
     executor_factory executors;
-    executors.add("bench", [](const task&) {});
-    engine_options o;
-    o.workers = 1;  // nothing fires during the benchmark: one idle worker is enough
+    executors.add(std::string(task_type), std::move(fn));
     engine_ = std::make_unique<engine>(io_.io(), executors, std::make_unique<memory_store>(), o);
     engine_->start();
-    schedule_options so;
-    for (std::size_t i = 0; i < base; ++i) {
-      so.id = make_id('p', i);
-      engine_->schedule("bench", std::string(), delays_[i % delay_count], so);
-    }
-    for (int t = 0; t < max_threads; ++t) {
-      auto& w = windows_[t];
-      w.opts.resize(window);
-      for (std::size_t i = 0; i < window; ++i) {
-        w.opts[i].id = make_id(static_cast<char>('a' + t), i);
-        engine_->schedule("bench", std::string(), delays_[i], w.opts[i]);
-      }
-    }
   }
-  ~engine_rig() { engine_->stop(std::chrono::milliseconds(0)); }
+  static constexpr const char* name = "engine";
 
-  // One iteration on user thread t; returns false when a call failed.
-  bool cancel_then_schedule(int t) {
-    auto& w = windows_[t];
-    const schedule_options& so = w.opts[w.pos];
-    boost::system::error_code ec;
-    bool ok = engine_->cancel(so.id, ec) && !ec;
-    engine_->schedule("bench", std::string(), delays_[w.next_delay], so, ec);
-    ok = ok && !ec;
-    w.pos = (w.pos + 1) % window;
-    w.next_delay = (w.next_delay + 1) % delay_count;
-    return ok;
+  void schedule(std::string_view id, milliseconds delay) {
+    so_.id.assign(id);
+    engine_->schedule(task_type, std::string(), delay, so_, ec_);
+    if (ec_) die("engine.schedule failed");
   }
-  std::size_t pending() const { return engine_->pending(); }
+  void cancel(std::string_view id) {
+    if (!engine_->cancel(id, ec_) || ec_) die("engine.cancel found no task");
+  }
+  void reschedule(std::string_view id, milliseconds delay) {
+    if (!engine_->reschedule(id, std::chrono::system_clock::now() + delay, ec_) || ec_)
+      die("engine.reschedule found no task");
+  }
+  engine& get() noexcept { return *engine_; }
 
  private:
-  struct alignas(64) thread_window {  // one cache line apart: no false sharing
-    std::vector<schedule_options> opts;
-    std::size_t pos = 0;
-    std::size_t next_delay = 0;
-  };
   io_thread io_;  // declared first: outlives the engine, whose timer lives on it
-  std::vector<std::chrono::milliseconds> delays_;
   std::unique_ptr<engine> engine_;
-  thread_window windows_[max_threads];
+  schedule_options so_;
+  boost::system::error_code ec_;
 };
 
-class asio_rig {
+// One steady_timer per task, by index.
+class asio_side {
  public:
-  explicit asio_rig(std::size_t base) : delays_(random_delays(1)) {
-    base_.reserve(base);
-    for (std::size_t i = 0; i < base; ++i) {
-      base_.emplace_back(io_.io());
-      base_.back().expires_after(delays_[i % delay_count]);
-      base_.back().async_wait([](const boost::system::error_code&) {});
-    }
-    for (int t = 0; t < max_threads; ++t) {
-      auto& w = windows_[t];
-      w.timers.reserve(window);
-      for (std::size_t i = 0; i < window; ++i) {
-        w.timers.emplace_back(io_.io());
-        w.timers.back().expires_after(delays_[i]);
-        w.timers.back().async_wait([](const boost::system::error_code&) {});
-      }
-    }
+  explicit asio_side(std::size_t capacity) {
+    timers_.reserve(capacity);
+    for (std::size_t i = 0; i < capacity; ++i) timers_.emplace_back(io_.io());
   }
-  ~asio_rig() {
-    for (auto& t : base_) t.cancel();
-    for (auto& w : windows_)
-      for (auto& t : w.timers) t.cancel();
-  }
+  static constexpr const char* name = "asio";
 
-  bool cancel_then_schedule(int t) {
-    auto& w = windows_[t];
-    boost::asio::steady_timer& timer = w.timers[w.pos];
-    const bool ok = timer.cancel() == 1;
-    timer.expires_after(delays_[w.next_delay]);
-    timer.async_wait([](const boost::system::error_code&) {});
-    w.pos = (w.pos + 1) % window;
-    w.next_delay = (w.next_delay + 1) % delay_count;
-    return ok;
+  void schedule(std::uint32_t n, milliseconds delay) {
+    auto& t = timers_[n];
+    t.expires_after(delay);
+    t.async_wait([](const boost::system::error_code&) {});
+  }
+  void cancel(std::uint32_t n) {
+    if (timers_[n].cancel() != 1) die("asio cancel found no wait");
+  }
+  void reschedule(std::uint32_t n, milliseconds delay) {
+    auto& t = timers_[n];
+    if (t.expires_after(delay) != 1) die("asio reschedule found no wait");
+    t.async_wait([](const boost::system::error_code&) {});
   }
 
  private:
-  struct alignas(64) thread_window {
-    std::vector<boost::asio::steady_timer> timers;
-    std::size_t pos = 0;
-    std::size_t next_delay = 0;
-  };
-  io_thread io_;  // declared first: destroyed last, after every timer
-  std::vector<std::chrono::milliseconds> delays_;
-  std::vector<boost::asio::steady_timer> base_;
-  thread_window windows_[max_threads];
+  io_thread io_;  // declared first: destroyed last (children _Exit before, anyway)
+  std::vector<boost::asio::steady_timer> timers_;
 };
 
-// One rig of each kind, built for the base size of the benchmark about to run
-// (in Setup, before its threads start) and kept across runs and repetitions.
-template <class Rig>
-struct rig_cache {
-  static inline std::unique_ptr<Rig> rig;
-  static inline std::size_t base = 0;
-  static void setup(const benchmark::State& st) {
-    const auto want = static_cast<std::size_t>(st.range(0));
-    if (rig && base == want) return;
-    rig.reset();
-    rig = std::make_unique<Rig>(want);
-    base = want;
+// ------------------------------------------------------------------ child: ops
+
+void child_ops(std::size_t pending, int rounds, std::size_t ops_per_round) {
+  const std::size_t batch = std::clamp<std::size_t>(pending / 10, 10, ops_per_round);
+  const std::size_t batches = (ops_per_round + batch - 1) / batch;
+  const auto delays = random_delays(7, 4096);
+  rng r(pending);
+
+  std::vector<std::uint32_t> live(pending), spare(batch);
+  for (std::size_t i = 0; i < pending; ++i) live[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < batch; ++i) spare[i] = static_cast<std::uint32_t>(pending + i);
+
+  std::fprintf(stderr, "  ops at %zu pending: filling...", pending);
+  auto t0 = clock_type::now();
+  engine_side eng;
+  {
+    id_list ids;
+    ids.assign(live);
+    for (std::size_t i = 0; i < pending; ++i) eng.schedule(ids[i], delays[i % delays.size()]);
+  }
+  const double fill_engine = seconds_since(t0);
+  t0 = clock_type::now();
+  asio_side asio(pending + batch);
+  for (std::size_t i = 0; i < pending; ++i) asio.schedule(live[i], delays[i % delays.size()]);
+  const double fill_asio = seconds_since(t0);
+  std::fprintf(stderr, " engine %.2f s, asio %.2f s; %d rounds of %zu batches of %zu\n",
+               fill_engine, fill_asio, rounds, batches, batch);
+  emit("ops", "fill_s", "engine", pending, 1, 0, fill_engine);
+  emit("ops", "fill_s", "asio", pending, 1, 0, fill_asio);
+
+  std::vector<std::uint32_t> cancel_n(batch), move_n(batch);
+  std::vector<milliseconds> delay_of(batch);
+  id_list sched_ids, cancel_ids, move_ids;
+  for (int round = 0; round < rounds; ++round) {
+    double ns[2][3] = {};  // [engine, asio][schedule, cancel, reschedule]
+    for (std::size_t b = 0; b < batches; ++b) {
+      // The plan of this batch, the same for both sides: schedule the spare
+      // numbers, cancel random live ones (the spares become live first), move
+      // random live ones.
+      for (auto n : spare) live.push_back(n);
+      for (std::size_t i = 0; i < batch; ++i) {
+        const std::size_t j = r.between(0, live.size() - 1);
+        cancel_n[i] = live[j];
+        live[j] = live.back();
+        live.pop_back();
+      }
+      for (std::size_t i = 0; i < batch; ++i) {
+        move_n[i] = live[r.between(0, live.size() - 1)];
+        delay_of[i] = delays[r.between(0, delays.size() - 1)];
+      }
+      sched_ids.assign(spare);
+      cancel_ids.assign(cancel_n);
+      move_ids.assign(move_n);
+
+      const auto run_engine = [&] {
+        auto t = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) eng.schedule(sched_ids[i], delay_of[i]);
+        auto u = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) eng.cancel(cancel_ids[i]);
+        auto v = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) eng.reschedule(move_ids[i], delay_of[i]);
+        auto w = clock_type::now();
+        ns[0][0] += std::chrono::duration<double, std::nano>(u - t).count();
+        ns[0][1] += std::chrono::duration<double, std::nano>(v - u).count();
+        ns[0][2] += std::chrono::duration<double, std::nano>(w - v).count();
+      };
+      const auto run_asio = [&] {
+        auto t = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) asio.schedule(spare[i], delay_of[i]);
+        auto u = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) asio.cancel(cancel_n[i]);
+        auto v = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) asio.reschedule(move_n[i], delay_of[i]);
+        auto w = clock_type::now();
+        ns[1][0] += std::chrono::duration<double, std::nano>(u - t).count();
+        ns[1][1] += std::chrono::duration<double, std::nano>(v - u).count();
+        ns[1][2] += std::chrono::duration<double, std::nano>(w - v).count();
+      };
+      if (round % 2 == 0) {
+        run_engine();
+        run_asio();
+      } else {
+        run_asio();
+        run_engine();
+      }
+      spare = cancel_n;  // cancelled numbers are free for the next batch
+    }
+    const double ops = static_cast<double>(batches * batch);
+    const char* op_names[3] = {"schedule", "cancel", "reschedule"};
+    for (int s = 0; s < 2; ++s)
+      for (int o = 0; o < 3; ++o)
+        emit("ops", op_names[o], s == 0 ? "engine" : "asio", pending, 1, round, ns[s][o] / ops);
+  }
+}
+
+// ------------------------------------------------------------------ child: threads
+
+constexpr int max_threads = 4;
+constexpr std::size_t thread_ids = 16384;  // random ids each thread cycles through
+
+struct thread_plan {
+  std::vector<std::uint32_t> numbers;
+  id_list ids;
+};
+
+template <class Pair>
+double run_threads(int threads, double seconds, const std::vector<thread_plan>& plans,
+                   Pair&& pair) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false}, stop{false};
+  std::vector<std::uint64_t> pairs(static_cast<std::size_t>(threads) * 8, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const thread_plan& plan = plans[static_cast<std::size_t>(t)];
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      std::uint64_t done = 0;
+      std::size_t i = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int k = 0; k < 32; ++k) {
+          pair(t, plan, i);
+          i = (i + 1) % thread_ids;
+        }
+        done += 32;
+      }
+      pairs[static_cast<std::size_t>(t) * 8] = done;  // 64 bytes apart
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto t0 = clock_type::now();
+  go.store(true, std::memory_order_release);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop.store(true);
+  for (auto& th : pool) th.join();
+  const double elapsed = seconds_since(t0);
+  std::uint64_t total = 0;
+  for (int t = 0; t < threads; ++t) total += pairs[static_cast<std::size_t>(t) * 8];
+  return static_cast<double>(total) / elapsed;
+}
+
+void child_threads(std::size_t pending, int rounds, double seconds) {
+  const auto delays = random_delays(11, 4096);
+  std::fprintf(stderr, "  threads at %zu pending: filling...", pending);
+  engine_side eng;
+  asio_side asio(pending);
+  {
+    std::vector<std::uint32_t> all(pending);
+    for (std::size_t i = 0; i < pending; ++i) all[i] = static_cast<std::uint32_t>(i);
+    id_list ids;
+    ids.assign(all);
+    for (std::size_t i = 0; i < pending; ++i) {
+      eng.schedule(ids[i], delays[i % delays.size()]);
+      asio.schedule(all[i], delays[i % delays.size()]);
+    }
+  }
+  std::fprintf(stderr, " done; %d rounds of %.2f s per measurement\n", rounds, seconds);
+
+  // plans[T][t]: thread t of T owns the numbers [t*P/T, (t+1)*P/T) and cycles
+  // through thread_ids random ones of them.
+  std::map<int, std::vector<thread_plan>> plans;
+  for (int threads : {1, max_threads}) {
+    auto& v = plans[threads];
+    v.resize(static_cast<std::size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+      rng r(static_cast<std::uint64_t>(threads * 100 + t));
+      const std::size_t lo =
+          pending * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
+      const std::size_t hi =
+          pending * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+      auto& p = v[static_cast<std::size_t>(t)];
+      p.numbers.resize(thread_ids);
+      for (auto& n : p.numbers) n = static_cast<std::uint32_t>(r.between(lo, hi - 1));
+      p.ids.assign(p.numbers);
+    }
+  }
+
+  // Each user thread needs its own schedule_options and error_code: the
+  // engine_side helpers are for one thread, so the pairs call the engine here.
+  struct alignas(64) per_thread {
+    schedule_options so;
+    boost::system::error_code ec;
+  };
+  std::vector<per_thread> locals(max_threads);
+  auto engine_pair = [&](int t, const thread_plan& plan, std::size_t i) {
+    per_thread& l = locals[static_cast<std::size_t>(t)];
+    const std::string_view id = plan.ids[i];
+    if (!eng.get().cancel(id, l.ec) || l.ec) die("engine.cancel found no task (threads)");
+    l.so.id.assign(id);
+    eng.get().schedule(task_type, std::string(), delays[i % delays.size()], l.so, l.ec);
+    if (l.ec) die("engine.schedule failed (threads)");
+  };
+  auto asio_pair = [&](int, const thread_plan& plan, std::size_t i) {
+    asio.cancel(plan.numbers[i]);
+    asio.schedule(plan.numbers[i], delays[i % delays.size()]);
+  };
+  for (int round = 0; round < rounds; ++round) {
+    for (int threads : {1, max_threads}) {
+      const auto& p = plans[threads];
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == (round % 2 == 0))
+          emit("threads", "pairs_per_s", "engine", pending, threads, round,
+               run_threads(threads, seconds, p, engine_pair));
+        else
+          emit("threads", "pairs_per_s", "asio", pending, threads, round,
+               run_threads(threads, seconds, p, asio_pair));
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ child: memory
+
+void child_memory(const std::string& impl, std::size_t n) {
+  const auto delays = random_delays(13, 4096);
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  if (impl == "engine") {
+    engine_side eng;
+    const std::size_t before = rss_bytes();
+    for (std::size_t i = 0; i < n; ++i) eng.schedule(ids[i], delays[i % delays.size()]);
+    const double per = static_cast<double>(rss_bytes() - before) / static_cast<double>(n);
+    emit("memory", "rss_bytes_per_task", "engine", n, 1, 0, per);
+    emit("memory", "beyond_id_type_payload", "engine", n, 1, 0,
+         per - static_cast<double>(id_len + task_type.size()));
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  io_thread io;
+  const std::size_t before = rss_bytes();
+  std::vector<boost::asio::steady_timer> timers;
+  timers.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    timers.emplace_back(io.io());
+    timers.back().expires_after(delays[i % delays.size()]);
+    timers.back().async_wait([](const boost::system::error_code&) {});
+  }
+  const double per = static_cast<double>(rss_bytes() - before) / static_cast<double>(n);
+  emit("memory", "rss_bytes_per_task", "asio", n, 1, 0, per);
+  std::fflush(stdout);
+  std::_Exit(0);
+}
+
+// ------------------------------------------------------------------ child: wheel
+
+void child_wheel(std::size_t n, int rounds) {
+  constexpr std::uint64_t ticks = 100;  // 1 s at a 10 ms tick
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  std::vector<std::uint64_t> due(n);
+  rng r(17);
+  for (auto& d : due) d = r.between(1, ticks);
+  std::vector<timer_wheel::handle> out(n);
+  for (int round = 0; round < rounds; ++round) {
+    for (int erase = 0; erase < 2; ++erase) {
+      timer_wheel w(3600);
+      w.reserve(n);
+      for (std::size_t i = 0; i < n; ++i)
+        if (w.insert(timer_wheel::item{ids[i], {}}, due[i]) == timer_wheel::npos)
+          die("wheel insert failed");
+      std::size_t fired = 0;
+      const auto t0 = clock_type::now();
+      if (erase) {
+        for (std::uint64_t t = 1; t <= ticks; ++t)
+          fired += w.advance(t, [&](timer_wheel::handle h) { w.erase(h); });
+      } else {
+        std::size_t k = 0;
+        for (std::uint64_t t = 1; t <= ticks; ++t)
+          fired += w.advance(t, [&](timer_wheel::handle h) { out[k++] = h; });
+      }
+      const double s = seconds_since(t0);
+      if (fired != n) die("the wheel did not hand out every task");
+      emit("wheel", erase ? "fire_and_erase_per_s" : "handout_per_s", "wheel", n, 1, round,
+           static_cast<double>(n) / s);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ child: fire
+
+void child_fire(std::size_t n, int round, double lead_s) {
+  std::vector<std::int64_t> late_us(n);
+  std::atomic<std::size_t> ran{0};
+  std::atomic<std::int64_t> last_us{0};
+  engine_options o;
+  o.tick = milliseconds(10);
+  engine_side eng(o, [&](const task& t) {
+    const auto now = std::chrono::system_clock::now();
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - t.due).count();
+    const std::size_t k = ran.fetch_add(1, std::memory_order_relaxed);
+    if (k < late_us.size()) late_us[k] = us;
+    const auto at =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+    std::int64_t prev = last_us.load(std::memory_order_relaxed);
+    while (prev < at && !last_us.compare_exchange_weak(prev, at, std::memory_order_relaxed)) {
+    }
+  });
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  rng r(19 + static_cast<std::uint64_t>(round));
+  const auto t0 = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                      std::chrono::duration<double>(lead_s));
+  schedule_options so;
+  boost::system::error_code ec;
+  const auto s0 = clock_type::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    so.id.assign(ids[i]);
+    eng.get().schedule_at(task_type, std::string(),
+                          t0 + std::chrono::microseconds(r.between(0, 999'999)), so, ec);
+    if (ec) die("engine.schedule_at failed (fire)");
+  }
+  const double sched_s = seconds_since(s0);
+  const double margin_s =
+      std::chrono::duration<double>(t0 - std::chrono::system_clock::now()).count();
+  const auto limit = clock_type::now() + std::chrono::duration<double>(lead_s + 60);
+  while (ran.load() < n) {
+    if (clock_type::now() > limit) die("the tasks did not all run within a minute");
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  std::sort(late_us.begin(), late_us.end());
+  const auto pct = [&](double p) {
+    const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n))) - 1;
+    return static_cast<double>(late_us[std::min(k, n - 1)]) / 1000.0;
+  };
+  const double all_ran_ms =
+      static_cast<double>(
+          last_us.load() -
+          std::chrono::duration_cast<std::chrono::microseconds>(t0.time_since_epoch()).count()) /
+      1000.0;
+  const engine_stats st = eng.get().stats();
+  emit("fire", "lateness_p50_ms", "engine", n, 1, round, pct(0.50));
+  emit("fire", "lateness_p99_ms", "engine", n, 1, round, pct(0.99));
+  emit("fire", "lateness_max_ms", "engine", n, 1, round, static_cast<double>(late_us.back()) / 1e3);
+  emit("fire", "all_ran_after_t0_ms", "engine", n, 1, round, all_ran_ms);
+  emit("fire", "stats_p99_ms", "engine", n, 1, round,
+       static_cast<double>(st.lateness_p99.count()) / 1000.0);
+  emit("fire", "schedule_s", "engine", n, 1, round, sched_s);
+  emit("fire", "margin_before_t0_s", "engine", n, 1, round, margin_s);
+  std::fflush(stdout);
+  std::_Exit(0);  // skip the teardown: a fresh process per round anyway
+}
+
+// ------------------------------------------------------------------ the parent
+
+struct row {
+  std::string section, op, impl;
+  std::size_t pending = 0;
+  int threads = 1;
+  int round = 0;
+  double value = 0;
+};
+
+using key = std::tuple<std::string, std::string, std::string, std::size_t, int>;
+
+struct summary {
+  double median = NAN, min = NAN, max = NAN;
+  int rounds = 0;
+};
+
+class results {
+ public:
+  void add(row r) { rows_.push_back(std::move(r)); }
+  const std::vector<row>& rows() const noexcept { return rows_; }
+
+  summary get(const std::string& section, const std::string& op, const std::string& impl,
+              std::size_t pending, int threads) const {
+    std::vector<double> v;
+    for (const auto& r : rows_)
+      if (r.section == section && r.op == op && r.impl == impl && r.pending == pending &&
+          r.threads == threads)
+        v.push_back(r.value);
+    summary s;
+    if (v.empty()) return s;
+    std::sort(v.begin(), v.end());
+    const std::size_t m = v.size() / 2;
+    s.median = v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+    s.min = v.front();
+    s.max = v.back();
+    s.rounds = static_cast<int>(v.size());
+    return s;
+  }
+  double median(const std::string& section, const std::string& op, const std::string& impl,
+                std::size_t pending, int threads = 1) const {
+    return get(section, op, impl, pending, threads).median;
+  }
+  std::vector<key> keys() const {
+    std::vector<key> k;
+    for (const auto& r : rows_) {
+      key x{r.section, r.op, r.impl, r.pending, r.threads};
+      if (std::find(k.begin(), k.end(), x) == k.end()) k.push_back(x);
+    }
+    return k;
+  }
+
+ private:
+  std::vector<row> rows_;
+};
+
+// Runs this binary with `args` (after --child) and parses the rows it prints.
+void run_child(const std::vector<std::string>& args, results& into) {
+  std::vector<std::string> full = {"delayq-bench-engine", "--child"};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) die("pipe failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) die("fork failed");
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execv("/proc/self/exe", argv.data());
+    std::_Exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t k = read(fds[0], buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    out.append(buf, static_cast<std::size_t>(k));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string what = "child failed:";
+    for (const auto& a : args) what += " " + a;
+    die(what.c_str());
+  }
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    row r;
+    std::string pending, threads, round, value;
+    if (!std::getline(f, r.section, '\t') || !std::getline(f, r.op, '\t') ||
+        !std::getline(f, r.impl, '\t') || !std::getline(f, pending, '\t') ||
+        !std::getline(f, threads, '\t') || !std::getline(f, round, '\t') || !std::getline(f, value))
+      continue;
+    r.pending = std::stoull(pending);
+    r.threads = std::stoi(threads);
+    r.round = std::stoi(round);
+    r.value = std::stod(value);
+    into.add(std::move(r));
+  }
+}
+
+struct config {
+  bool quick = false;
+  bool full = false;
+  std::vector<std::size_t> sizes;
+  int rounds = 0;
+  std::size_t ops_per_round = 0;
+  std::size_t thread_pending = 0;
+  int thread_rounds = 0;
+  double thread_seconds = 0;
+  std::size_t memory_n = 0;
+  std::size_t wheel_n = 0;
+  int wheel_rounds = 0;
+  std::size_t fire_n = 0;
+  int fire_rounds = 0;
+  double fire_lead_s = 0;
+  std::vector<std::string> scenarios = {"ops", "threads", "memory", "wheel", "fire"};
+  std::string out_json, out_tsv, out_tables;
+  bool wants(const std::string& s) const {
+    return std::find(scenarios.begin(), scenarios.end(), s) != scenarios.end();
   }
 };
 
-template <class Rig>
-void bm_cancel_schedule(benchmark::State& st) {
-  Rig& rig = *rig_cache<Rig>::rig;
-  const int t = st.thread_index();
-  std::size_t failures = 0;
-  for (auto _ : st) failures += !rig.cancel_then_schedule(t);
-  if (failures != 0) st.SkipWithError("a cancel or schedule call failed");
-  st.SetItemsProcessed(st.iterations());  // schedule calls (and as many cancels)
-  st.counters["pending_base"] =
-      benchmark::Counter(static_cast<double>(st.range(0)), benchmark::Counter::kAvgThreads);
+std::string fmt(double x) {
+  char b[64];
+  if (std::isnan(x)) return "n/a";
+  const double a = std::fabs(x);
+  if (a >= 1e6)
+    std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
+  else if (a >= 1e4)
+    std::snprintf(b, sizeof b, "%.0fk", x / 1e3);
+  else if (a >= 100)
+    std::snprintf(b, sizeof b, "%.0f", x);
+  else if (a >= 10)
+    std::snprintf(b, sizeof b, "%.1f", x);
+  else
+    std::snprintf(b, sizeof b, "%.2f", x);
+  return b;
+}
+std::string fmtn(std::size_t n) {
+  std::size_t p = 10;
+  for (int e = 1; e <= 12; ++e, p *= 10)
+    if (n == p && n >= 1000) return "1e" + std::to_string(e);
+  return std::to_string(n);
+}
+std::string ratio(double a, double b) {
+  if (std::isnan(a) || std::isnan(b) || b == 0) return "n/a";
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2fx", a / b);
+  return s;
+}
+std::string spread(const summary& s) {
+  if (s.rounds < 2) return "";
+  return " (" + fmt(s.min) + "–" + fmt(s.max) + ")";
+}
+
+struct target {
+  bool measured = false;
+  bool met = false;
+  std::string text;
+};
+
+std::string tables(const config& c, const results& res, std::vector<target>& targets) {
+  std::ostringstream o;
+  const std::size_t head = std::find(c.sizes.begin(), c.sizes.end(), 1'000'000) != c.sizes.end()
+                               ? 1'000'000
+                               : (c.sizes.empty() ? 0 : c.sizes.back());
+  const char* ops[3] = {"schedule", "cancel", "reschedule"};
+  if (c.wants("ops")) {
+    o << "\n#### engine API against Asio timers: ns per op (median of " << c.rounds
+      << " rounds, min–max)\n\n"
+      << "One user thread. Engine: `schedule(type, \"\", delay, {.id})`, `cancel(id)`, "
+         "`reschedule(id, due)`; Asio: a `steady_timer` per task, `expires_after` + "
+         "`async_wait`, `cancel()`, `expires_after` + `async_wait` (timer in hand, no id "
+         "lookup).\n\n"
+      << "| op | pending | engine ns/op | asio ns/op | asio ÷ engine |\n"
+      << "|---|---:|---:|---:|---:|\n";
+    for (const char* op : ops)
+      for (std::size_t p : c.sizes) {
+        const summary e = res.get("ops", op, "engine", p, 1);
+        const summary a = res.get("ops", op, "asio", p, 1);
+        o << "| " << op << " | " << fmtn(p) << " | " << fmt(e.median) << spread(e) << " | "
+          << fmt(a.median) << spread(a) << " | " << ratio(a.median, e.median) << " |\n";
+      }
+    for (const char* op : {"schedule", "cancel"}) {
+      const double e = res.median("ops", op, "engine", head);
+      const double a = res.median("ops", op, "asio", head);
+      target t{!std::isnan(e) && !std::isnan(a), a >= 3 * e,
+               std::string("engine ") + op + " ≥ 3x faster than an Asio timer per task at " +
+                   fmtn(head) + " pending: " + fmt(e) + " ns vs " + fmt(a) +
+                   " ns = " + ratio(a, e)};
+      targets.push_back(t);
+    }
+    o << "\n#### scaling: ns per op at the largest size against 1e3 (medians)\n\n"
+      << "| op | side | 1e3 | " << fmtn(c.sizes.back()) << " | ratio |\n"
+      << "|---|---|---:|---:|---:|\n";
+    for (const char* op : ops)
+      for (const char* side : {"engine", "asio"}) {
+        const double a = res.median("ops", op, side, 1000);
+        const double b = res.median("ops", op, side, c.sizes.back());
+        o << "| " << op << " | " << side << " | " << fmt(a) << " | " << fmt(b) << " | "
+          << ratio(b, a) << " |\n";
+        if (std::string(side) == "engine") {
+          const bool at_1e7 = c.sizes.back() == 10'000'000;
+          targets.push_back(
+              {at_1e7 && !std::isnan(a) && !std::isnan(b), b <= 2 * a,
+               std::string("engine ") + op + " at 1e7 ≤ 2x 1e3: " +
+                   (at_1e7 ? ""
+                           : "(largest size here " + fmtn(c.sizes.back()) + ", run with --full) ") +
+                   fmt(b) + " ns vs " + fmt(a) + " ns = " + ratio(b, a)});
+        }
+      }
+  }
+  if (c.wants("threads")) {
+    const std::size_t p = c.thread_pending;
+    o << "\n#### schedule + cancel pairs from 1 and " << max_threads << " user threads at "
+      << fmtn(p) << " pending (pairs/s, all threads together, median of " << c.thread_rounds
+      << " rounds of " << c.thread_seconds << " s)\n\n"
+      << "| side | 1 thread | " << max_threads << " threads | " << max_threads
+      << " ÷ 1 |\n|---|---:|---:|---:|\n";
+    for (const char* side : {"engine", "asio"}) {
+      const summary one = res.get("threads", "pairs_per_s", side, p, 1);
+      const summary four = res.get("threads", "pairs_per_s", side, p, max_threads);
+      o << "| " << side << " | " << fmt(one.median) << spread(one) << " | " << fmt(four.median)
+        << spread(four) << " | " << ratio(four.median, one.median) << " |\n";
+    }
+    const double e1 = res.median("threads", "pairs_per_s", "engine", p, 1);
+    const double e4 = res.median("threads", "pairs_per_s", "engine", p, max_threads);
+    const double a4 = res.median("threads", "pairs_per_s", "asio", p, max_threads);
+    o << "\nengine ÷ asio from " << max_threads << " threads: " << ratio(e4, a4) << "\n";
+    targets.push_back({!std::isnan(e1) && !std::isnan(e4), e4 >= e1,
+                       "engine from 4 threads ≥ from 1 thread (pairs/s): " + fmt(e4) + " vs " +
+                           fmt(e1) + " = " + ratio(e4, e1)});
+    targets.push_back({!std::isnan(e4) && !std::isnan(a4), e4 >= a4,
+                       "engine from 4 threads ≥ Asio timers from 4 threads (pairs/s): " + fmt(e4) +
+                           " vs " + fmt(a4) + " = " + ratio(e4, a4)});
+  }
+  if (c.wants("memory")) {
+    const std::size_t n = c.memory_n;
+    const double e = res.median("memory", "rss_bytes_per_task", "engine", n);
+    const double b = res.median("memory", "beyond_id_type_payload", "engine", n);
+    const double a = res.median("memory", "rss_bytes_per_task", "asio", n);
+    o << "\n#### memory per pending task at " << fmtn(n)
+      << " (RSS growth over N, a fresh process per side)\n\n"
+      << "| side | bytes per task | beyond id (" << id_len << " B), type (" << task_type.size()
+      << " B), payload (0 B) |\n|---|---:|---:|\n"
+      << "| engine | " << fmt(e) << " | " << fmt(b) << " |\n"
+      << "| asio | " << fmt(a) << " | (holds no id) |\n";
+    targets.push_back({!std::isnan(b), b <= 128,
+                       "engine memory per pending task at " + fmtn(n) +
+                           " ≤ 128 B beyond id, type and payload: " + fmt(b) + " B (RSS " + fmt(e) +
+                           " B per task)"});
+  }
+  if (c.wants("wheel")) {
+    const std::size_t n = c.wheel_n;
+    const summary h = res.get("wheel", "handout_per_s", "wheel", n, 1);
+    const summary e = res.get("wheel", "fire_and_erase_per_s", "wheel", n, 1);
+    o << "\n#### the wheel's raw firing rate: " << fmtn(n)
+      << " records due over 100 ticks, advance() tick by tick (tasks/s, median of "
+      << c.wheel_rounds << " rounds)\n\n"
+      << "| sink | tasks/s | ns per task |\n|---|---:|---:|\n"
+      << "| keeps the handle (hand-out) | " << fmt(h.median) << spread(h) << " | "
+      << fmt(1e9 / h.median) << " |\n"
+      << "| erases the record | " << fmt(e.median) << spread(e) << " | " << fmt(1e9 / e.median)
+      << " |\n";
+    targets.push_back({!std::isnan(h.median), h.median >= 20e6,
+                       "the wheel hands out ≥ 20 M due tasks/s: " + fmt(h.median) +
+                           "/s (with the sink erasing each record: " + fmt(e.median) + "/s)"});
+  }
+  if (c.wants("fire")) {
+    const std::size_t n = c.fire_n;
+    const auto g = [&](const char* op) { return res.get("fire", op, "engine", n, 1); };
+    o << "\n#### the engine firing " << fmtn(n)
+      << " no-op tasks due within one second, tick 10 ms, 2 workers (median of " << c.fire_rounds
+      << " rounds, min–max)\n\n"
+      << "| lateness p50 | p99 | max | last task ran, after the first due | engine's own p99 "
+         "(stats) |\n|---:|---:|---:|---:|---:|\n"
+      << "| " << fmt(g("lateness_p50_ms").median) << " ms" << spread(g("lateness_p50_ms")) << " | "
+      << fmt(g("lateness_p99_ms").median) << " ms" << spread(g("lateness_p99_ms")) << " | "
+      << fmt(g("lateness_max_ms").median) << " ms" << spread(g("lateness_max_ms")) << " | "
+      << fmt(g("all_ran_after_t0_ms").median) << " ms" << spread(g("all_ran_after_t0_ms")) << " | "
+      << fmt(g("stats_p99_ms").median) << " ms |\n"
+      << "\nScheduling the " << fmtn(n) << " tasks took " << fmt(g("schedule_s").median)
+      << " s (median); it ended " << fmt(g("margin_before_t0_s").min)
+      << " s or more before the first due time (negative: it overlapped the firing).\n";
+    const double p99 = g("lateness_p99_ms").median;
+    targets.push_back({!std::isnan(p99), p99 <= 12,
+                       "engine p99 lateness ≤ tick + 2 ms (12 ms), " + fmtn(n) +
+                           " tasks due within 1 s: " + fmt(p99) + " ms"});
+  }
+  o << "\n#### targets (issue 10)\n\n";
+  for (const auto& t : targets)
+    o << "- **"
+      << (!t.measured ? "not measured"
+          : t.met     ? "met"
+                      : "MISSED")
+      << "** " << t.text << "\n";
+  return o.str();
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') o += '\\';
+    o += ch;
+  }
+  return o;
+}
+std::string num(double x) {
+  if (std::isnan(x)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", x);
+  return b;
+}
+
+void write_files(const config& c, const results& res, const std::vector<target>& targets,
+                 const std::string& md) {
+  if (!c.out_tables.empty()) {
+    std::ofstream f(c.out_tables);
+    f << md;
+    if (!f) die("cannot write the tables file");
+  }
+  if (!c.out_tsv.empty()) {
+    std::ofstream f(c.out_tsv);
+    f << "section\top\timpl\tpending\tthreads\trounds\tmedian\tmin\tmax\n";
+    for (const auto& [section, op, impl, pending, threads] : res.keys()) {
+      const summary s = res.get(section, op, impl, pending, threads);
+      f << section << '\t' << op << '\t' << impl << '\t' << pending << '\t' << threads << '\t'
+        << s.rounds << '\t' << num(s.median) << '\t' << num(s.min) << '\t' << num(s.max) << '\n';
+    }
+    if (!f) die("cannot write the TSV file");
+  }
+  if (!c.out_json.empty()) {
+    std::ofstream f(c.out_json);
+    f << "{\n  \"config\": {\"quick\": " << (c.quick ? "true" : "false")
+      << ", \"full\": " << (c.full ? "true" : "false") << ", \"sizes\": [";
+    for (std::size_t i = 0; i < c.sizes.size(); ++i) f << (i ? ", " : "") << c.sizes[i];
+    f << "], \"rounds\": " << c.rounds << ", \"ops_per_round\": " << c.ops_per_round
+      << ", \"thread_pending\": " << c.thread_pending << ", \"thread_rounds\": " << c.thread_rounds
+      << ", \"thread_seconds\": " << num(c.thread_seconds) << ", \"memory_n\": " << c.memory_n
+      << ", \"wheel_n\": " << c.wheel_n << ", \"wheel_rounds\": " << c.wheel_rounds
+      << ", \"fire_n\": " << c.fire_n << ", \"fire_rounds\": " << c.fire_rounds
+      << ", \"fire_lead_s\": " << num(c.fire_lead_s) << ", \"id_bytes\": " << id_len
+      << ", \"type_bytes\": " << task_type.size() << ", \"payload_bytes\": 0},\n";
+    f << "  \"medians\": [\n";
+    const auto keys = res.keys();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto& [section, op, impl, pending, threads] = keys[i];
+      const summary s = res.get(section, op, impl, pending, threads);
+      f << "    {\"section\": \"" << section << "\", \"op\": \"" << op << "\", \"impl\": \"" << impl
+        << "\", \"pending\": " << pending << ", \"threads\": " << threads
+        << ", \"rounds\": " << s.rounds << ", \"median\": " << num(s.median)
+        << ", \"min\": " << num(s.min) << ", \"max\": " << num(s.max) << "}"
+        << (i + 1 < keys.size() ? ",\n" : "\n");
+    }
+    f << "  ],\n  \"targets\": [\n";
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      f << "    {\"status\": \""
+        << (!targets[i].measured ? "not measured"
+            : targets[i].met     ? "met"
+                                 : "MISSED")
+        << "\", \"text\": \"" << json_escape(targets[i].text) << "\"}"
+        << (i + 1 < targets.size() ? ",\n" : "\n");
+    f << "  ],\n  \"rows\": [\n";
+    const auto& rows = res.rows();
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const row& r = rows[i];
+      f << "    [\"" << r.section << "\", \"" << r.op << "\", \"" << r.impl << "\", " << r.pending
+        << ", " << r.threads << ", " << r.round << ", " << num(r.value) << "]"
+        << (i + 1 < rows.size() ? ",\n" : "\n");
+    }
+    f << "  ]\n}\n";
+    if (!f) die("cannot write the JSON file");
+  }
+}
+
+int child_main(int argc, char** argv) {
+  const std::vector<std::string> a(argv + 2, argv + argc);
+  const auto z = [&](std::size_t i) { return static_cast<std::size_t>(std::stod(a.at(i))); };
+  const auto i32 = [&](std::size_t i) { return std::stoi(a.at(i)); };
+  const std::string& kind = a.at(0);
+  if (kind == "ops")
+    child_ops(z(1), i32(2), z(3));
+  else if (kind == "threads")
+    child_threads(z(1), i32(2), std::stod(a.at(3)));
+  else if (kind == "memory")
+    child_memory(a.at(1), z(2));
+  else if (kind == "wheel")
+    child_wheel(z(1), i32(2));
+  else if (kind == "fire")
+    child_fire(z(1), i32(2), std::stod(a.at(3)));
+  else
+    die("unknown child");
+  std::fflush(stdout);
+  std::_Exit(0);  // nothing left to tear down that matters: the process ends
+}
+
+[[noreturn]] void usage(const char* bad) {
+  std::fprintf(stderr,
+               "delayq-bench-engine: bad argument '%s'\n"
+               "usage: delayq-bench-engine [--quick | --full] [--sizes=1e3,1e6] [--rounds N]\n"
+               "         [--scenarios ops,threads,memory,wheel,fire]\n"
+               "         [--out FILE.json] [--tsv FILE.tsv] [--tables FILE.md]\n",
+               bad);
+  std::exit(2);
 }
 
 }  // namespace
@@ -182,33 +984,113 @@ void bm_cancel_schedule(benchmark::State& st) {
 
 int main(int argc, char** argv) {
   using namespace delayq::bench;
-  const cli c = take_cli(argc, argv);
-  std::vector<std::int64_t> sizes = c.sizes;
-  if (sizes.empty()) sizes = {c.quick ? 100 : 100'000};
+  if (argc >= 3 && std::string_view(argv[1]) == "--child") return child_main(argc, argv);
 
-  auto add = [&](const char* name, void (*fn)(benchmark::State&),
-                 void (*setup)(const benchmark::State&)) {
-    for (const std::int64_t p : sizes) {
-      auto* b = benchmark::RegisterBenchmark(name, fn)
-                    ->Arg(p)
-                    ->ArgName("pending")
-                    ->Setup(setup)
-                    ->Threads(1)
-                    ->Threads(max_threads)
-                    ->UseRealTime()
-                    ->Unit(benchmark::kNanosecond);
-      if (c.quick) b->MinTime(0.005);
+  config c;
+  std::vector<std::size_t> sizes;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view s = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(argv[i]);
+      return argv[++i];
+    };
+    if (s == "--quick") {
+      c.quick = true;
+    } else if (s == "--full") {
+      c.full = true;
+    } else if (s.substr(0, 8) == "--sizes=") {
+      std::string list(s.substr(8));
+      for (std::size_t p = 0; p <= list.size();) {
+        std::size_t q = list.find(',', p);
+        if (q == std::string::npos) q = list.size();
+        char* end = nullptr;
+        const std::string item = list.substr(p, q - p);
+        const double v = std::strtod(item.c_str(), &end);
+        if (item.empty() || *end != '\0' || v < 10) usage(argv[i]);
+        sizes.push_back(static_cast<std::size_t>(v));
+        p = q + 1;
+      }
+    } else if (s == "--rounds") {
+      c.rounds = std::atoi(value().c_str());
+      if (c.rounds < 1) usage(argv[i]);
+    } else if (s == "--scenarios") {
+      c.scenarios.clear();
+      std::istringstream in(value());
+      for (std::string x; std::getline(in, x, ',');) c.scenarios.push_back(x);
+    } else if (s == "--out") {
+      c.out_json = value();
+    } else if (s == "--tsv") {
+      c.out_tsv = value();
+    } else if (s == "--tables") {
+      c.out_tables = value();
+    } else {
+      usage(argv[i]);
     }
-  };
-  add("engine/schedule_cancel", bm_cancel_schedule<engine_rig>, rig_cache<engine_rig>::setup);
-  add("asio/cancel_arm", bm_cancel_schedule<asio_rig>, rig_cache<asio_rig>::setup);
+  }
+  if (c.quick) {
+    c.sizes = {1000, 10000};
+    if (c.rounds == 0) c.rounds = 3;
+    c.ops_per_round = 2000;
+    c.thread_pending = 1000;
+    c.thread_rounds = 1;
+    c.thread_seconds = 0.05;
+    c.memory_n = 10000;
+    c.wheel_n = 10000;
+    c.wheel_rounds = 1;
+    c.fire_n = 10000;
+    c.fire_rounds = 1;
+    c.fire_lead_s = 0.3;
+  } else {
+    c.sizes = {1000, 100'000, 1'000'000};
+    if (c.full) c.sizes.push_back(10'000'000);
+    if (c.rounds == 0) c.rounds = 9;
+    c.ops_per_round = 50'000;
+    c.thread_pending = 1'000'000;
+    c.thread_rounds = 5;
+    c.thread_seconds = 1.0;
+    c.memory_n = 1'000'000;
+    c.wheel_n = 1'000'000;
+    c.wheel_rounds = 5;
+    c.fire_n = 1'000'000;
+    c.fire_rounds = 3;
+    c.fire_lead_s = 3.0;
+  }
+  if (!sizes.empty()) c.sizes = sizes;
+  std::sort(c.sizes.begin(), c.sizes.end());
 
-  benchmark::AddCustomContext("delayq.window_per_thread", std::to_string(window));
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  rig_cache<engine_rig>::rig.reset();
-  rig_cache<asio_rig>::rig.reset();
+  results res;
+  const auto t0 = clock_type::now();
+  if (c.wants("ops"))
+    for (std::size_t p : c.sizes)
+      run_child(
+          {"ops", std::to_string(p), std::to_string(c.rounds), std::to_string(c.ops_per_round)},
+          res);
+  if (c.wants("threads"))
+    run_child({"threads", std::to_string(c.thread_pending), std::to_string(c.thread_rounds),
+               std::to_string(c.thread_seconds)},
+              res);
+  if (c.wants("memory")) {
+    std::fprintf(stderr, "  memory at %zu pending, a fresh process per side\n", c.memory_n);
+    run_child({"memory", "engine", std::to_string(c.memory_n)}, res);
+    run_child({"memory", "asio", std::to_string(c.memory_n)}, res);
+  }
+  if (c.wants("wheel")) {
+    std::fprintf(stderr, "  wheel firing, %zu records, %d rounds\n", c.wheel_n, c.wheel_rounds);
+    run_child({"wheel", std::to_string(c.wheel_n), std::to_string(c.wheel_rounds)}, res);
+  }
+  if (c.wants("fire"))
+    for (int r = 0; r < c.fire_rounds; ++r) {
+      std::fprintf(stderr, "  engine firing %zu tasks, round %d of %d\n", c.fire_n, r + 1,
+                   c.fire_rounds);
+      run_child(
+          {"fire", std::to_string(c.fire_n), std::to_string(r), std::to_string(c.fire_lead_s)},
+          res);
+    }
+  std::fprintf(stderr, "  all scenarios in %.1f s\n", seconds_since(t0));
+
+  std::vector<target> targets;
+  const std::string md = tables(c, res, targets);
+  std::fputs(md.c_str(), stdout);
+  write_files(c, res, targets, md);
   return 0;
 }

@@ -1,7 +1,8 @@
-# tables.awk - the Markdown tables and the target check of docs/benchmarks.md,
-# from the TSV files medians.awk writes (micro and engine, in one call).
+# tables.awk - the Markdown tables and the target check of the micro and
+# latency benchmarks in docs/benchmarks.md, from the TSV files medians.awk
+# writes. (delayq-bench-engine writes its own tables: engine-tables.md.)
 #
-#   awk -v task_size=112 -f bench/report/tables.awk micro.tsv engine.tsv [latency.tsv]
+#   awk -v task_size=112 -f bench/report/tables.awk micro.tsv [latency.tsv]
 #
 # Every figure is a median over the repetitions; "±x%" is the coefficient of
 # variation of those repetitions. Ratios divide two medians of the same run.
@@ -11,16 +12,13 @@ FNR == 1 { next }
   fam = $2; op = $3; size = $4 + 0; thr = $5 + 0
   k = fam SUBSEP op SUBSEP size SUBSEP thr
   ns[k] = $9; cv[k] = $10; real[k] = $8; bpt[k] = $11; wbpt[k] = $12; mt[k] = $13; ips[k] = $14
-  # Repetitions per benchmark (a run's files may differ: micro, engine, latency).
+  # Repetitions per benchmark (a run's files may differ: micro, latency).
   if (fam == "latency") lreps = $6
-  else if (op == "schedule_cancel" || op == "cancel_arm") ereps = $6
   else mreps = $6
   if (fam == "latency" && op == "steady_clock_now") {
     clock_ns = $9; clock_cv = $10
   } else if (fam == "latency") {
     if (!(size in lseen)) { lseen[size] = 1; lsizes[++nl] = size }
-  } else if (op == "schedule_cancel" || op == "cancel_arm") {
-    if (!((size, thr) in eseen)) { eseen[size, thr] = 1; erow[++ne] = size SUBSEP thr }
   } else if (!(size in seen)) {
     seen[size] = 1; sizes[++nsizes] = size
   }
@@ -101,22 +99,6 @@ END {
            fmt(get(bpt, "heap", "schedule", n, 1)), fmt(get(bpt, "asio", "schedule", n, 1))
   }
 
-  if (ne > 0) {
-    printf "\n#### engine API against Asio timers (median of %s runs)\n\n", ereps
-    printf "One iteration = one cancel + one schedule. ns per op = real time per iteration ÷ 2 (all threads together).\n\n"
-    printf "| pending | threads | engine ns/op | engine schedules/s | asio ns/op | asio arms/s | asio ÷ engine |\n"
-    printf "|---:|---:|---:|---:|---:|---:|---:|\n"
-    for (i = 1; i <= ne; i++) {
-      split(erow[i], r, SUBSEP)
-      p = r[1]; t = r[2]
-      e = get(real, "engine", "schedule_cancel", p, t); a = get(real, "asio", "cancel_arm", p, t)
-      ec = get(cv, "engine", "schedule_cancel", p, t); ac = get(cv, "asio", "cancel_arm", p, t)
-      printf "| %s | %d | %s%s | %s | %s%s | %s | %s |\n", fmtn(p), t, fmt(e / 2), pct(ec),
-             fmt(get(ips, "engine", "schedule_cancel", p, t)), fmt(a / 2), pct(ac),
-             fmt(get(ips, "asio", "cancel_arm", p, t)), ratio(a, e)
-    }
-  }
-
   if (nl > 0) {
     for (i = 2; i <= nl; i++)
       for (j = i; j > 1 && lsizes[j - 1] > lsizes[j]; j--) { t = lsizes[j]; lsizes[j] = lsizes[j - 1]; lsizes[j - 1] = t }
@@ -157,21 +139,6 @@ END {
     for (x = 1; x <= 2; x++) {
       v = get(ns, alt[x], op, big, 1)
       if (w != "" && v != "") verdict(v >= 10 * w, sprintf("wheel %s at 1e6 ≥ 10x faster than %s: %s", op, alt[x], ratio(v, w)))
-    }
-  }
-  for (i = 1; i <= ne; i++) {
-    split(erow[i], r, SUBSEP)
-    p = r[1]; t = r[2]
-    e = get(real, "engine", "schedule_cancel", p, t); a = get(real, "asio", "cancel_arm", p, t)
-    if (e != "" && a != "") verdict(a >= 3 * e, sprintf("engine API ≥ 3x faster per op than Asio timers, %d thread(s), %s pending: %s", t, fmt(p), ratio(a, e)))
-  }
-  for (i = 1; i <= ne; i++) {
-    split(erow[i], r, SUBSEP)
-    p = r[1]; t = r[2]
-    if (t == 1) one[p] = get(ips, "engine", "schedule_cancel", p, 1)
-    else if ((p in one) && one[p] != "") {
-      many = get(ips, "engine", "schedule_cancel", p, t)
-      verdict(many > one[p], sprintf("engine scheduling rate grows with threads, %s pending: %s/s with 1 thread, %s/s with %d", fmt(p), fmt(one[p]), fmt(many), t))
     }
   }
 }
