@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "delayq/detail/record_codec.hpp"
 #include "delayq/log.hpp"
+#include "delayq/record_codec.hpp"
 
 namespace delayq {
 namespace {
@@ -108,7 +108,7 @@ struct bad_row {
 std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
                                        std::string& why) {
   boost::system::error_code dec;
-  dead_letter d = detail::decode_dead_letter(raw, dec, &why);
+  dead_letter d = decode_dead_letter(raw, dec, &why);
   if (dec) return std::nullopt;
   if (d.task.id != id) {
     why = "record holds id '" + d.task.id + "'";
@@ -341,7 +341,7 @@ void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& 
     SQLite::Statement& st = *m.upsert;
     std::string record;
     for (const task& t : tasks) {
-      record = detail::encode_record(t);
+      record = encode_task(t);
       check_record_size(record, t.id);
       impl::exec_upsert(st, t.id, to_epoch_ms(t.due), record);
     }
@@ -402,7 +402,7 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
         for (const row& r : rows) {
           boost::system::error_code dec;
           std::string why;
-          task t = detail::decode_record(r.record, dec, &why);
+          task t = decode_task(r.record, dec, &why);
           if (!dec && t.id != r.id) {
             dec = make_error_code(errc::corrupt_record);
             why = "record holds id '" + t.id + "'";
@@ -438,7 +438,7 @@ void sqlite_store::bury(std::span<const dead_letter> letters, boost::system::err
     std::string record;
     for (const dead_letter& d : letters) {
       impl::exec_with_id(*m.erase, d.task.id);
-      record = detail::encode_dead_letter(d);
+      record = encode_dead_letter(d);
       check_record_size(record, d.task.id);
       impl::exec_upsert(*m.dead_upsert, d.task.id, to_epoch_ms(d.died_at), record);
     }
@@ -456,7 +456,7 @@ void sqlite_store::revive(std::span<const task> tasks, boost::system::error_code
     std::string record;
     for (const task& t : tasks) {
       impl::exec_with_id(*m.dead_erase, t.id);
-      record = detail::encode_record(t);
+      record = encode_task(t);
       check_record_size(record, t.id);
       impl::exec_upsert(*m.upsert, t.id, to_epoch_ms(t.due), record);
     }

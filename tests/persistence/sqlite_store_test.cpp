@@ -6,7 +6,7 @@
 
 #include <fstream>
 
-#include "delayq/detail/record_codec.hpp"
+#include "delayq/record_codec.hpp"
 #include "test_support.hpp"
 
 using namespace delayq;
@@ -47,7 +47,7 @@ TEST_CASE("sqlite: a dead letter is a row of dead_letters with its died_at") {
         1'700'000'000'777);
   const SQLite::Column rec = db.execAndGet("SELECT record FROM dead_letters WHERE id = 't'");
   CHECK(std::string(static_cast<const char*>(rec.getBlob()), rec.getBytes()) ==
-        detail::encode_dead_letter(d));
+        encode_dead_letter(d));
 }
 
 // The schema exactly as version 1 shipped it.
@@ -73,7 +73,7 @@ TEST_CASE("sqlite: a version 1 database is migrated to version 2 and keeps its d
     SQLite::Database db(path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
     db.exec(v1_ddl);
     SQLite::Statement st(db, "INSERT INTO tasks(id, due_ms, record) VALUES(?1, ?2, ?3)");
-    const std::string rec = detail::encode_record(old_task);
+    const std::string rec = encode_task(old_task);
     st.bind(1, old_task.id);
     st.bind(2, static_cast<std::int64_t>(to_epoch_ms(old_task.due)));
     st.bind(3, rec.data(), static_cast<int>(rec.size()));
