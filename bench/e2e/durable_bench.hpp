@@ -78,6 +78,7 @@ struct durable_recovery {
   std::uint64_t tasks = 0;
   std::uint64_t loaded = 0;
   double fill_s = 0;   ///< untimed: filling the store
+  double list_s = 0;   ///< the store's list() alone (decoding, no engine), for comparison
   double start_s = 0;  ///< start() until it returned
   double rss_before_mb = 0, rss_peak_mb = 0, rss_after_mb = 0;
 };
