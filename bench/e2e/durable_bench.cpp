@@ -706,7 +706,7 @@ const char* durable_config::usage() {
   --durable-many-tasks N      (5) schedule_many() of 1000 (1e5 / 2000)
   --durable-removal-tasks N   (6) tasks due within the window (1e5 / 1000)
   --durable-removal-window-ms MS  (6) (10000 / 500)
-  --durable-removal-lead-ms MS    (6) first due time after scheduling began (3000 / 300)
+  --durable-removal-lead-ms MS    (6) first due time after scheduling began (5000 / 300)
   --durable-linger-ms MS      (6) store counted this long after the last run (1000 / 200)
   --durable-recovery-tasks N  (7) stored tasks start() loads (1e6 / 2000)
   --durable-max-seconds S     most seconds one measurement issues work (60 / 5)

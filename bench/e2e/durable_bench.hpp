@@ -29,7 +29,7 @@ struct durable_config {
   std::uint64_t many_tasks = 100'000;     ///< (5) in schedule_many calls of 1000
   std::uint64_t removal_tasks = 100'000;  ///< (6)
   std::chrono::milliseconds removal_window{10'000};  ///< (6) due within this
-  std::chrono::milliseconds removal_lead{3'000};     ///< (6) first due time after scheduling began
+  std::chrono::milliseconds removal_lead{5'000};     ///< (6) first due time after scheduling began
   std::chrono::milliseconds removal_linger{
       1'000};                                ///< (6) store checked this long after the last run
   std::uint64_t recovery_tasks = 1'000'000;  ///< (7)
