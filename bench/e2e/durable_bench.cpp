@@ -938,4 +938,25 @@ std::string durable_json(const durable_config& c, const durable_report& r) {
   return o.str();
 }
 
+std::string durable_plot_data(const durable_report& r) {
+  std::ostringstream o;
+  std::vector<const durable_backend_result*> shown;
+  for (const auto& b : r.backends)
+    if (!b.async_rates.empty()) shown.push_back(&b);
+  o << "in_flight";
+  for (const auto* b : shown) o << " " << b->backend;
+  o << "\n";
+  if (shown.empty()) return o.str();
+  for (std::size_t i = 0; i < shown.front()->async_rates.size(); ++i) {
+    o << shown.front()->async_rates[i].first;
+    for (const auto* b : shown)
+      o << " " << (i < b->async_rates.size() ? fmt(b->async_rates[i].second.per_s(), 1) : "NaN");
+    o << "\n";
+  }
+  o << "# limit";
+  for (const auto* b : shown) o << " " << fmt(b->limit.per_s(), 1);
+  o << "\n";
+  return o.str();
+}
+
 }  // namespace delayq::bench

@@ -110,4 +110,9 @@ std::string durable_tables(const durable_config& c, const durable_report& r);
 /// The JSON value of the "durable" key.
 std::string durable_json(const durable_config& c, const durable_report& r);
 
+/// gnuplot input: "in_flight <backend>..." lines of async_schedule() rates
+/// (tasks/s), then the limit of each backend as a comment line. Written to
+/// <dir>/durable-async.dat by --plot-data; bench/report/e2e-plots.gp draws it.
+std::string durable_plot_data(const durable_report& r);
+
 }  // namespace delayq::bench

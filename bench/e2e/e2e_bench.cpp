@@ -1122,7 +1122,11 @@ int run(int argc, char** argv) {
   std::printf("\n%s\ntotal %.1f s\n", tables.c_str(), total);
   if (!c.out_tables.empty()) std::ofstream(c.out_tables) << tables;
   if (!c.out_json.empty()) std::ofstream(c.out_json) << to_json(c, rep, monitor.get(), total);
-  if (!c.plot_dir.empty()) write_plot_data(c.plot_dir, rep);
+  if (!c.plot_dir.empty()) {
+    write_plot_data(c.plot_dir, rep);
+    if (rep.durable_path)
+      std::ofstream(c.plot_dir + "/durable-async.dat") << durable_plot_data(*rep.durable_path);
+  }
   return 0;
 }
 
