@@ -1,7 +1,8 @@
 // fuzz_record_decode - libFuzzer target for the stored-record codec.
 //
 // Every input is handed to every decode entry point (the DELAYQ_FUZZ_DECODER
-// lines in LLVMFuzzerTestOneInput: decode_task, decode_dead_letter). For
+// lines in LLVMFuzzerTestOneInput: decode_task, decode_dead_letter; and
+// check_record_version for the header-only record_version). For
 // each one it checks the contract of delayq/record_codec.hpp:
 //   - the error_code form never throws, and no single allocation it makes is
 //     larger than the input plus a little slack (a length prefix is never
@@ -30,6 +31,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -343,6 +345,46 @@ void check_decoders_agree(std::string_view bytes) {
   }
 }
 
+// record_version() reads only the header: it never throws (but bad_alloc),
+// fails exactly when the header is short or damaged, agrees with both forms,
+// and returns the version any successful decode read.
+void check_record_version(std::string_view bytes) {
+  const char* name = "record_version";
+  boost::system::error_code ec;
+  std::string why;
+  std::uint16_t version = 0;
+  try {
+    version = delayq::record_version(bytes, ec, &why);
+  } catch (const std::bad_alloc&) {
+    return;
+  } catch (...) {
+    fail(name, "the error_code form threw");
+  }
+  if (ec) {
+    DELAYQ_FUZZ_EXPECT(ec == delayq::errc::corrupt_record && !why.empty() && version == 0,
+                       "failed without corrupt_record, a reason and version 0");
+    boost::system::error_code task_ec;
+    delayq::decode_task(bytes, task_ec);
+    DELAYQ_FUZZ_EXPECT(task_ec, "decode_task accepts a record whose header record_version rejects");
+  } else {
+    DELAYQ_FUZZ_EXPECT(bytes.size() >= delayq::record_header_size, "accepted a short header");
+    boost::system::error_code task_ec;
+    delayq::decode_task(bytes, task_ec);
+    if (!task_ec)
+      DELAYQ_FUZZ_EXPECT(version >= 1 && version <= delayq::record_format_version,
+                         "a decodable record reports a version this build does not read");
+  }
+  try {
+    DELAYQ_FUZZ_EXPECT(delayq::record_version(bytes) == version && !ec,
+                       "the throwing form disagrees");
+  } catch (const boost::system::system_error& e) {
+    DELAYQ_FUZZ_EXPECT(ec && e.code() == ec, "the throwing form threw another error");
+  } catch (const std::bad_alloc&) {
+  } catch (...) {
+    fail(name, "the throwing form threw something else");
+  }
+}
+
 }  // namespace
 
 // NOLINTNEXTLINE(readability-identifier-naming): the name libFuzzer calls
@@ -359,6 +401,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   DELAYQ_FUZZ_DECODER(delayq::task, delayq::decode_task, delayq::encode_task);
   DELAYQ_FUZZ_DECODER(delayq::dead_letter, delayq::decode_dead_letter, delayq::encode_dead_letter);
   check_decoders_agree(bytes);
+  check_record_version(bytes);
 
   check_task_round_trip(bytes);
   check_dead_letter_round_trip(bytes);
