@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "delayq/log.hpp"
@@ -178,7 +181,49 @@ struct sqlite_store::impl {
   std::optional<SQLite::Statement> settings_upsert;
   std::optional<SQLite::Statement> settings_erase;
 
+  // The write thread of async_write(): batches in the order given.
+  struct queued_write {
+    std::span<const store_change> changes;
+    std::function<void(boost::system::error_code)> done;
+  };
+  std::mutex write_mutex;
+  std::condition_variable write_cv;
+  std::deque<queued_write> write_queue;
+  bool write_stop = false;
+  std::thread write_thread;
+
   std::string name() const { return "sqlite:" + path; }
+
+  // Writes what is queued, one batch at a time, until stopped and drained.
+  void run_writes(sqlite_store& store) {
+    std::unique_lock lock(write_mutex);
+    for (;;) {
+      write_cv.wait(lock, [&] { return write_stop || !write_queue.empty(); });
+      if (write_queue.empty()) return;  // stopping, and nothing is left
+      queued_write w = std::move(write_queue.front());
+      write_queue.pop_front();
+      lock.unlock();
+      boost::system::error_code ec;
+      store.write(w.changes, ec);
+      try {
+        w.done(ec);
+      } catch (const std::exception& e) {
+        log(log_level::error, name() + ": a write's completion threw: " + e.what());
+      } catch (...) {
+        log(log_level::error, name() + ": a write's completion threw");
+      }
+      lock.lock();
+    }
+  }
+
+  void stop_writes() {
+    {
+      std::lock_guard lock(write_mutex);
+      write_stop = true;
+    }
+    write_cv.notify_one();
+    if (write_thread.joinable()) write_thread.join();
+  }
 
   // Runs `body` and turns any SQLite exception into `ec` plus a log line.
   template <class Body>
@@ -315,7 +360,7 @@ std::unique_ptr<sqlite_store> sqlite_store::open(const std::string& path, sqlite
   return store;
 }
 
-sqlite_store::~sqlite_store() = default;
+sqlite_store::~sqlite_store() { impl_->stop_writes(); }
 
 void sqlite_store::open_database(boost::system::error_code& ec, std::string& message) {
   impl& m = *impl_;
@@ -408,6 +453,28 @@ void sqlite_store::write(std::span<const store_change> changes, boost::system::e
     for (const store_change& c : changes) m.apply(c, record);
     tx.commit();
   });
+}
+
+void sqlite_store::async_write(std::span<const store_change> changes,
+                               std::function<void(boost::system::error_code)> done) {
+  impl& m = *impl_;
+  if (!m.options.write_thread) {
+    boost::system::error_code ec;
+    write(changes, ec);
+    done(ec);
+    return;
+  }
+  {
+    std::lock_guard lock(m.write_mutex);
+    if (!m.write_thread.joinable())
+      m.write_thread = std::thread([this] { impl_->run_writes(*this); });
+    m.write_queue.push_back({changes, std::move(done)});
+  }
+  m.write_cv.notify_one();
+}
+
+std::size_t sqlite_store::max_writes_in_flight() const noexcept {
+  return impl_->options.write_thread ? 2 : 1;
 }
 
 void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& ec) {

@@ -5,8 +5,13 @@
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Statement.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "delayq/open_store.hpp"
 
@@ -406,4 +411,94 @@ TEST_CASE("sqlite: list reads one snapshot while the sink writes") {
   });
   CHECK(seen == 3000);
   CHECK(live_tasks(store).size() == 6000);
+}
+
+TEST_CASE("sqlite: async_write pipelines batches on the store's thread, in order, each atomic") {
+  temp_dir dir;
+  const std::string path = dir.file("async.db");
+  sqlite_store store(path);
+  CHECK(store.max_writes_in_flight() == 2);
+  install_poison(path);
+  const task a = make_task("a"), b = make_task("b"), c = make_task("c"),
+             poison = make_task("poison");
+  const std::vector<store_change> b1{{change_kind::save, &a, {}, {}}};
+  const std::vector<store_change> b2{{change_kind::save, &b, {}, {}},
+                                     {change_kind::save, &poison, {}, {}}};
+  const std::vector<store_change> b3{{change_kind::remove, &a, {}, {}},
+                                     {change_kind::save, &c, {}, {}}};
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::pair<int, boost::system::error_code>> done;
+  std::set<std::thread::id> threads;
+  auto completion = [&](int n) {
+    return [&, n](boost::system::error_code ec) {
+      std::lock_guard lock(m);
+      done.emplace_back(n, ec);
+      threads.insert(std::this_thread::get_id());
+      cv.notify_all();
+    };
+  };
+  auto wait_for = [&](std::size_t n) {
+    std::unique_lock lock(m);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return done.size() >= n; });
+  };
+  // Two in flight at once (the most max_writes_in_flight() allows), then a
+  // third once the first is done.
+  store.async_write(b1, completion(1));
+  store.async_write(b2, completion(2));
+  REQUIRE(wait_for(1));
+  store.async_write(b3, completion(3));
+  REQUIRE(wait_for(3));
+
+  std::lock_guard lock(m);
+  REQUIRE(done.size() == 3);
+  CHECK(done[0].first == 1);
+  CHECK(done[1].first == 2);
+  CHECK(done[2].first == 3);
+  CHECK_FALSE(done[0].second);
+  CHECK(done[1].second == errc::store_error);  // the poisoned batch, and only it
+  CHECK_FALSE(done[2].second);
+  CHECK(threads.size() == 1);
+  CHECK(threads.count(std::this_thread::get_id()) == 0);
+  const auto live = live_tasks(store);
+  CHECK(live.size() == 1);
+  CHECK(live.count("c") == 1);  // not b: its batch failed as a whole
+}
+
+TEST_CASE("sqlite: without the write thread async_write writes on the caller's thread") {
+  temp_dir dir;
+  sqlite_options opts;
+  opts.write_thread = false;
+  sqlite_store store(dir.file("inline.db"), opts);
+  CHECK(store.max_writes_in_flight() == 1);
+  const task a = make_task("a");
+  const std::vector<store_change> batch{{change_kind::save, &a, {}, {}}};
+  std::thread::id ran_on;
+  bool called = false;
+  store.async_write(batch, [&](boost::system::error_code ec) {
+    CHECK_FALSE(ec);
+    ran_on = std::this_thread::get_id();
+    called = true;
+  });
+  CHECK(called);  // before async_write returned
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(live_tasks(store).count("a") == 1);
+}
+
+TEST_CASE("sqlite: the destructor writes what async_write queued before it returns") {
+  temp_dir dir;
+  const std::string path = dir.file("drain.db");
+  const task a = make_task("a"), b = make_task("b");
+  const std::vector<store_change> b1{{change_kind::save, &a, {}, {}}};
+  const std::vector<store_change> b2{{change_kind::save, &b, {}, {}}};
+  std::atomic<int> calls{0};
+  {
+    sqlite_store store(path);
+    store.async_write(b1, [&](boost::system::error_code ec) { calls += ec ? 100 : 1; });
+    store.async_write(b2, [&](boost::system::error_code ec) { calls += ec ? 100 : 1; });
+  }
+  CHECK(calls == 2);
+  sqlite_store again(path);
+  CHECK(live_tasks(again).size() == 2);
 }

@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "delayq/task_store.hpp"
@@ -34,6 +33,11 @@ struct sqlite_options {
   /// list() logs its progress (at info level) every this many records, so a
   /// long recovery shows it is moving; 0 never logs.
   std::size_t list_progress_every = 250'000;
+  /// When true (the default), async_write() hands each batch to a thread of
+  /// the store's own and returns, and max_writes_in_flight() is 2: the engine
+  /// forms and settles batches while SQLite commits the one before
+  /// (pipelining). When false, async_write() writes on the calling thread.
+  bool write_thread = true;
 };
 
 /// A task_store kept in one SQLite database file (WAL mode), for a single
@@ -94,6 +98,15 @@ class sqlite_store final : public task_store {
   /// rolls the whole batch back, so nothing of it is visible. Durable on
   /// return as `synchronous` defines (docs/persistence.md).
   void write(std::span<const store_change> changes, boost::system::error_code& ec) override;
+  /// With sqlite_options::write_thread: queues the batch for the store's
+  /// write thread (started on first use, joined by the destructor after it
+  /// wrote everything queued) and returns; the thread writes batches one at a
+  /// time in the order given, each as write() does, and calls `done` there.
+  /// Without it: write() on the calling thread, then `done`.
+  void async_write(std::span<const store_change> changes,
+                   std::function<void(boost::system::error_code)> done) override;
+  /// 2 with sqlite_options::write_thread, else 1.
+  std::size_t max_writes_in_flight() const noexcept override;
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
