@@ -65,7 +65,7 @@ struct sqlite_options {
 /// Thread safety: all members are safe to call from any thread; calls are
 /// serialized by one mutex. list() reads on a connection of its own and
 /// calls its sink without holding that mutex, so a sink may call back into
-/// the store.
+/// the store. async_write() completions run on the store's write thread.
 class sqlite_store final : public task_store {
  public:
   using task_store::bury;
