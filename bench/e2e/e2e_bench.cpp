@@ -7,7 +7,12 @@
 //   memory    delayq with a memory_store: N tasks (1M) with delays spread over
 //             10 s, 10 ms tick, no-op executors. Schedule throughput, lateness,
 //             CPU.
-//   durable   side by side on one redis-server: delayq + redis_store, delayq +
+//   durable   the durable write path at the store's speed (issue 11), side by
+//             side for Redis (appendfsync always) and SQLite FULL and NORMAL,
+//             against each store's one-at-a-time and pipelined baselines:
+//             blocking, async and batched schedules, removals, recovery.
+//             In durable_bench.cpp.
+//   lateness  side by side on one redis-server: delayq + redis_store, delayq +
 //             sqlite_store, the seeds' queue polling every 1000 ms and every
 //             10 ms; each from 1 and from 8 scheduling threads. Schedule
 //             throughput, lateness, CPU of this process and of redis-server,
@@ -53,6 +58,7 @@
 #include "delayq/memory_store.hpp"
 #include "delayq/redis_store.hpp"
 #include "delayq/sqlite_store.hpp"
+#include "durable_bench.hpp"
 #include "io_thread.hpp"
 #include "measure.hpp"
 #include "redis_client.hpp"
@@ -82,12 +88,13 @@ struct config {
       500};  // shortest delay: the write is acknowledged before the task is due
   milliseconds durable_spread{5'000};
   std::vector<int> threads{1, 8};
-  std::vector<std::string> designs;  // durable: empty means all four
+  std::vector<std::string> designs;  // lateness: empty means all four
   std::uint64_t recovery_tasks = 1'000'000;
   std::uint64_t idle_tasks = 1'000'000;
   double idle_seconds = 30;
   milliseconds tick{10};
   std::size_t workers = 2;
+  durable_config durable;  // the durable scenario's own sizes (--durable-*)
 
   bool wants_design(const std::string& d) const {
     return designs.empty() || std::find(designs.begin(), designs.end(), d) != designs.end();
@@ -100,24 +107,24 @@ struct config {
 constexpr const char* usage_text = R"(usage: delayq-bench [SCENARIO...] [OPTIONS]
 
 End-to-end benchmark of delayq against the seeds' Redis sorted-set queue.
-SCENARIO: memory, durable, recovery, idle (default: all four).
+SCENARIO: memory, durable, lateness, recovery, idle (default: all five).
 
   --quick              tiny sizes, a few seconds per scenario (the CI smoke run)
   --redis URI          the redis-server to use (redis://HOST:PORT[/DB]); default
-                       $DELAYQ_BENCH_REDIS, else $DELAYQ_TEST_REDIS. durable and
-                       recovery need it; scripts/with-redis.sh starts a private one
+                       $DELAYQ_BENCH_REDIS, else $DELAYQ_TEST_REDIS. lateness
+                       needs it, durable and recovery use it; scripts/with-redis.sh starts a private one
   --out FILE.json      write every figure and the lateness distributions
   --tables FILE.md     write the result tables (Markdown; also printed)
   --plot-data DIR      write gnuplot inputs (lateness CDFs, throughput)
   --sqlite-dir DIR     where the SQLite files go (default: a fresh temp dir)
   --tasks N            memory: tasks (default 1e6; quick 2000)
   --spread-ms MS       memory: delays spread over [0, MS] (default 10000)
-  --durable-tasks N    durable: tasks per design and thread count (default 1e4)
-  --threads LIST       durable: scheduling thread counts (default 1,8)
-  --designs LIST       durable: some of delayq-redis, delayq-sqlite, seeds-P1000,
+  --durable-tasks N    lateness: tasks per design and thread count (default 1e4)
+  --threads LIST       lateness: scheduling thread counts (default 1,8)
+  --designs LIST       lateness: some of delayq-redis, delayq-sqlite, seeds-P1000,
                        seeds-P10 (default all)
-  --durable-lead-ms MS durable: shortest delay (default 500; quick 100)
-  --durable-spread-ms MS  durable: delays in [lead, lead + MS] (default 5000; quick 400)
+  --durable-lead-ms MS lateness: shortest delay (default 500; quick 100)
+  --durable-spread-ms MS  lateness: delays in [lead, lead + MS] (default 5000; quick 400)
   --recovery-tasks N   recovery: stored tasks (default 1e6)
   --idle-tasks N       idle: tasks due in an hour (default 1e6)
   --idle-seconds S     idle: length of each measuring window (default 30)
@@ -153,6 +160,8 @@ config parse_args(int argc, char** argv) {
     };
     if (a == "--help" || a == "-h") {
       std::fputs(usage_text, stdout);
+      std::fputs("\n", stdout);
+      std::fputs(durable_config::usage(), stdout);
       std::exit(0);
     } else if (a == "--quick") {
       c.quick = true;
@@ -205,8 +214,11 @@ config parse_args(int argc, char** argv) {
       idle_secs_set = true;
     } else if (a == "--tick-ms") {
       c.tick = milliseconds(parse_count(a, value()));
-    } else if (a == "memory" || a == "durable" || a == "recovery" || a == "idle") {
+    } else if (a == "memory" || a == "durable" || a == "lateness" || a == "recovery" ||
+               a == "idle") {
       c.scenarios.push_back(a);
+    } else if (c.durable.take_flag(a, i, argc, argv)) {
+      // a --durable-* size of the durable scenario
     } else {
       usage_error("unknown argument '" + a + "'");
     }
@@ -221,6 +233,10 @@ config parse_args(int argc, char** argv) {
     if (!idle_tasks_set) c.idle_tasks = 2000;
     if (!idle_secs_set) c.idle_seconds = 1;
   }
+  if (c.quick) c.durable.apply_quick();
+  c.durable.tick = c.tick;
+  c.durable.workers = c.workers;
+  c.durable.sqlite_dir = c.sqlite_dir;
   if (c.redis_uri.empty()) {
     for (const char* env : {"DELAYQ_BENCH_REDIS", "DELAYQ_TEST_REDIS"}) {
       const char* v = std::getenv(env);
@@ -477,7 +493,8 @@ struct idle_result {
 
 struct report {
   std::optional<run_result> memory;
-  std::vector<run_result> durable;
+  std::vector<run_result> durable;  // the lateness scenario's rows
+  std::optional<durable_report> durable_path;
   std::vector<recovery_result> recovery;
   std::vector<idle_result> idle;
   std::vector<std::string> skipped;
@@ -616,9 +633,9 @@ void scenario_memory(const config& c, report& rep) {
       c.memory_tasks, milliseconds(0), c.memory_spread, nullptr);
 }
 
-void scenario_durable(const config& c, report& rep, const redis_options& server,
-                      server_monitor& monitor) {
-  std::fprintf(stderr, "== durable: %llu tasks per design and thread count\n",
+void scenario_lateness(const config& c, report& rep, const redis_options& server,
+                       server_monitor& monitor) {
+  std::fprintf(stderr, "== lateness: %llu tasks per design and thread count\n",
                static_cast<unsigned long long>(c.durable_tasks));
   const std::string dir = temp_dir(c);
   const std::string redis_prefix = "e2e-delayq";
@@ -885,7 +902,7 @@ std::string to_json(const config& c, const report& rep, const server_monitor* m,
   std::ostringstream o;
   utsname u{};
   uname(&u);
-  o << "{\n  \"schema\": \"delayq-bench-e2e/1\",\n  \"date\": " << json_str(iso_now())
+  o << "{\n  \"schema\": \"delayq-bench-e2e/2\",\n  \"date\": " << json_str(iso_now())
     << ",\n  \"total_s\": " << json_num(total_s)
     << ",\n  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency()
     << ", \"kernel\": " << json_str(std::string(u.sysname) + " " + u.release) << "}";
@@ -900,7 +917,7 @@ std::string to_json(const config& c, const report& rep, const server_monitor* m,
   o << "], \"recovery_tasks\": " << c.recovery_tasks << ", \"idle_tasks\": " << c.idle_tasks
     << ", \"idle_seconds\": " << json_num(c.idle_seconds) << ",\n    \"why_sizes\": "
     << json_str(
-           "memory and recovery and idle at the sizes the issue asks for (1e6); durable at "
+           "memory and recovery and idle at the sizes the issue asks for (1e6); lateness at "
            "--durable-tasks per design and thread count: Redis here fsyncs every write "
            "(appendfsync always), so one scheduling thread manages a few thousand schedules "
            "per second, and 8 runs must fit the ~10 minute budget of a shared 2-core machine")
@@ -918,10 +935,12 @@ std::string to_json(const config& c, const report& rep, const server_monitor* m,
     o << (i ? ", " : "") << json_str(rep.skipped[i]);
   o << "]";
   o << ",\n  \"memory\": " << (rep.memory ? json_run(*rep.memory) : "null");
-  o << ",\n  \"durable\": [";
+  o << ",\n  \"lateness\": [";
   for (std::size_t i = 0; i < rep.durable.size(); ++i)
     o << (i ? ",\n    " : "\n    ") << json_run(rep.durable[i]);
   o << "]";
+  o << ",\n  \"durable\": "
+    << (rep.durable_path ? durable_json(c.durable, *rep.durable_path) : std::string("null"));
   o << ",\n  \"recovery\": [";
   for (std::size_t i = 0; i < rep.recovery.size(); ++i) {
     const auto& r = rep.recovery[i];
@@ -979,7 +998,7 @@ std::string to_tables(const config& c, const report& rep, const server_monitor* 
       << (r.engine ? std::to_string(r.engine->wakeups) : "") << " |\n";
   }
   if (!rep.durable.empty()) {
-    o << "\n### Durable, one redis-server: " << c.durable_tasks
+    o << "\n### Lateness per design, durable, one redis-server: " << c.durable_tasks
       << " tasks per row, delays uniform in [" << c.durable_lead.count() << ", "
       << (c.durable_lead + c.durable_spread).count() << "] ms\n\n"
       << "| design | sched. threads | schedule/s | lateness p50 | p99 | max | CPU s (bench) | "
@@ -1018,6 +1037,7 @@ std::string to_tables(const config& c, const report& rep, const server_monitor* 
                               : "n/a")
         << " |\n";
   }
+  if (rep.durable_path) o << durable_tables(c.durable, *rep.durable_path);
   for (const auto& s : rep.skipped) o << "\nSkipped: " << s << "\n";
   return o.str();
 }
@@ -1074,25 +1094,26 @@ int run(int argc, char** argv) {
   std::optional<redis_options> server;
   std::unique_ptr<server_monitor> monitor;
   report rep;
-  const bool need_redis = c.wants("durable") || c.wants("recovery");
+  const bool need_redis = c.wants("lateness") || c.wants("recovery") || c.wants("durable");
   if (!c.redis_uri.empty()) {
     server = redis_options::parse(c.redis_uri);
     monitor = std::make_unique<server_monitor>(*server);
   } else if (need_redis) {
     const char* msg =
-        "no Redis: the durable scenario and the Redis parts of recovery and idle need a "
-        "redis-server. Pass --redis redis://HOST:PORT or set DELAYQ_BENCH_REDIS, or run "
+        "no Redis: the lateness scenario and the Redis parts of durable, recovery and idle "
+        "need a redis-server. Pass --redis redis://HOST:PORT or set DELAYQ_BENCH_REDIS, or run "
         "through scripts/with-redis.sh, which starts a private one";
     std::fprintf(stderr, "delayq-bench: %s\n", msg);
-    if (c.wants("durable") && !c.scenarios.empty() &&
-        std::find(c.scenarios.begin(), c.scenarios.end(), "durable") != c.scenarios.end())
+    if (c.wants("lateness") && !c.scenarios.empty() &&
+        std::find(c.scenarios.begin(), c.scenarios.end(), "lateness") != c.scenarios.end())
       return 1;  // asked for explicitly: nothing useful to do
     rep.skipped.push_back(msg);
   }
 
   const auto t0 = steady_clock::now();
   if (c.wants("memory")) scenario_memory(c, rep);
-  if (c.wants("durable") && server) scenario_durable(c, rep, *server, *monitor);
+  if (c.wants("durable")) rep.durable_path = run_durable(c.durable, server ? &*server : nullptr);
+  if (c.wants("lateness") && server) scenario_lateness(c, rep, *server, *monitor);
   if (c.wants("recovery")) scenario_recovery(c, rep, server ? &*server : nullptr, monitor.get());
   if (c.wants("idle")) scenario_idle(c, rep, server ? &*server : nullptr, monitor.get());
   const double total = seconds_since(t0);
@@ -1101,7 +1122,11 @@ int run(int argc, char** argv) {
   std::printf("\n%s\ntotal %.1f s\n", tables.c_str(), total);
   if (!c.out_tables.empty()) std::ofstream(c.out_tables) << tables;
   if (!c.out_json.empty()) std::ofstream(c.out_json) << to_json(c, rep, monitor.get(), total);
-  if (!c.plot_dir.empty()) write_plot_data(c.plot_dir, rep);
+  if (!c.plot_dir.empty()) {
+    write_plot_data(c.plot_dir, rep);
+    if (rep.durable_path)
+      std::ofstream(c.plot_dir + "/durable-async.dat") << durable_plot_data(*rep.durable_path);
+  }
   return 0;
 }
 

@@ -5,6 +5,8 @@
 # ("design t1 t8 ..." schedule calls per second), and writes
 #   <dir>/e2e-lateness-t<N>.png  lateness CDF per design, log x, for N = 1 and 8
 #   <dir>/e2e-throughput.png     durable schedule throughput, bars per design
+#   <dir>/e2e-durable-async.png  async_schedule() rate against requests in flight,
+#                                per backend (durable-async.dat, delayq-bench durable)
 if (!exists("dir")) dir = "bench/results"
 data = dir . "/e2e-plot-data"
 set terminal pngcairo size 900,600 font ",11"
@@ -48,3 +50,19 @@ set xtics nomirror
 set output sprintf(dir . "/e2e-throughput.png")
 columns = int(system(sprintf("head -n 1 %s/throughput.dat | wc -w", data)))
 plot for [c = 2:columns] data . "/throughput.dat" using c:xtic(1) title columnheader(c)
+
+# -------------------------------------------------------------- async against in flight
+async = data . "/durable-async.dat"
+if (system(sprintf("test -s %s && echo y", async)) eq "y") {
+  set style data linespoints
+  unset style fill
+  set logscale x
+  set xlabel "async_schedule() requests in flight (one thread, log scale)"
+  set ylabel "acknowledged schedules per second"
+  set title "durable async_schedule() throughput against concurrency, per backend"
+  set grid xtics ytics
+  set key top left
+  set output dir . "/e2e-durable-async.png"
+  ncol = int(system(sprintf("head -n 1 %s | wc -w", async)))
+  plot for [c = 2:ncol] async using 1:c with linespoints lw 2 pt 7 title columnheader(c)
+}

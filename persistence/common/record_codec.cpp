@@ -1,4 +1,5 @@
-#include "delayq/detail/record_codec.hpp"
+// The record codec: see delayq/record_codec.hpp for the format.
+#include "delayq/record_codec.hpp"
 
 #include <cereal/archives/portable_binary.hpp>
 #include <cereal/cereal.hpp>
@@ -10,7 +11,7 @@
 
 #include "delayq/error.hpp"
 
-namespace delayq::detail {
+namespace delayq {
 namespace {
 
 constexpr char magic[4] = {'D', 'Q', 'T', 'R'};
@@ -75,6 +76,24 @@ std::chrono::system_clock::time_point checked_time(std::int64_t ms, const char* 
   return from_epoch_ms(ms);
 }
 
+// Checks the magic and the byte order flag; `why` says what is wrong.
+bool header_ok(std::string_view bytes, std::string& why) {
+  if (bytes.size() < record_header_size) {
+    why = "truncated header";
+    return false;
+  }
+  if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
+    why = "bad magic";
+    return false;
+  }
+  // cereal accepts any non-zero flag as little-endian; the format says 1.
+  if (static_cast<unsigned char>(bytes[4]) != 1) {
+    why = "bad byte order flag";
+    return false;
+  }
+  return true;
+}
+
 // Writes the header and the fields of `version` (1 or 2; `error` and
 // `died_at` are used only by version 2).
 std::string encode(std::uint16_t version, const task& t, std::string_view error,
@@ -107,19 +126,7 @@ std::string encode(std::uint16_t version, const task& t, std::string_view error,
 // stay empty for a version 1 record. Returns the record's version, or 0 with
 // `why` set when it is rejected.
 std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why) {
-  if (bytes.size() < record_header_size) {
-    why = "truncated header";
-    return 0;
-  }
-  if (std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
-    why = "bad magic";
-    return 0;
-  }
-  // cereal accepts any non-zero flag as little-endian; the format says 1.
-  if (static_cast<unsigned char>(bytes[4]) != 1) {
-    why = "bad byte order flag";
-    return 0;
-  }
+  if (!header_ok(bytes, why)) return 0;
 
   view_buf buf(bytes.substr(sizeof magic));
   std::istream is(&buf);
@@ -162,9 +169,9 @@ std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why)
 
 }  // namespace
 
-std::string encode_record(const task& t) { return encode(task_record_version, t, {}, {}); }
+std::string encode_task(const task& t) { return encode(task_record_version, t, {}, {}); }
 
-task decode_record(std::string_view bytes, boost::system::error_code& ec, std::string* reason) {
+task decode_task(std::string_view bytes, boost::system::error_code& ec, std::string* reason) {
   ec = {};
   dead_letter d;
   std::string why;
@@ -176,11 +183,11 @@ task decode_record(std::string_view bytes, boost::system::error_code& ec, std::s
   return std::move(d.task);
 }
 
-task decode_record(std::string_view bytes) {
+task decode_task(std::string_view bytes) {
   boost::system::error_code ec;
   std::string why;
-  task t = decode_record(bytes, ec, &why);
-  if (ec) throw boost::system::system_error(ec, "delayq: decode record: " + why);
+  task t = decode_task(bytes, ec, &why);
+  if (ec) throw boost::system::system_error(ec, "delayq: decode task record: " + why);
   return t;
 }
 
@@ -228,4 +235,26 @@ dead_letter decode_dead_letter(std::string_view bytes) {
   return d;
 }
 
-}  // namespace delayq::detail
+std::uint16_t record_version(std::string_view bytes, boost::system::error_code& ec,
+                             std::string* reason) {
+  ec = {};
+  std::string why;
+  if (!header_ok(bytes, why)) {
+    ec = make_error_code(errc::corrupt_record);
+    if (reason) *reason = std::move(why);
+    return 0;
+  }
+  // Little-endian uint16 after the magic and the byte order flag.
+  return static_cast<std::uint16_t>(static_cast<unsigned char>(bytes[5]) |
+                                    (static_cast<unsigned char>(bytes[6]) << 8));
+}
+
+std::uint16_t record_version(std::string_view bytes) {
+  boost::system::error_code ec;
+  std::string why;
+  const std::uint16_t v = record_version(bytes, ec, &why);
+  if (ec) throw boost::system::system_error(ec, "delayq: record version: " + why);
+  return v;
+}
+
+}  // namespace delayq

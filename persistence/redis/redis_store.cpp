@@ -15,8 +15,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "delayq/detail/record_codec.hpp"
 #include "delayq/log.hpp"
+#include "delayq/record_codec.hpp"
 
 namespace delayq {
 namespace {
@@ -603,7 +603,7 @@ struct redis_store::impl {
   static std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
                                                 std::string& why) {
     boost::system::error_code dec;
-    dead_letter d = detail::decode_dead_letter(raw, dec, &why);
+    dead_letter d = decode_dead_letter(raw, dec, &why);
     if (dec) return std::nullopt;
     if (d.task.id != id) {
       why = "record holds id '" + d.task.id + "'";
@@ -685,7 +685,7 @@ void redis_store::save(std::span<const task> tasks, boost::system::error_code& e
   records.reserve(tasks.size());
   scores.reserve(tasks.size());
   for (const task& t : tasks) {
-    records.push_back(detail::encode_record(t));
+    records.push_back(encode_task(t));
     scores.push_back(std::to_string(to_epoch_ms(t.due)));
   }
   std::lock_guard lock(m.mutex);
@@ -757,7 +757,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
           const std::string_view raw(items->element[i + 1]->str, items->element[i + 1]->len);
           boost::system::error_code dec;
           std::string why;
-          task t = detail::decode_record(raw, dec, &why);
+          task t = decode_task(raw, dec, &why);
           if (!dec && t.id != id) {
             dec = make_error_code(errc::corrupt_record);
             why = "record holds id '" + t.id + "'";
@@ -793,7 +793,7 @@ void redis_store::bury(std::span<const dead_letter> letters, boost::system::erro
   scores.reserve(letters.size());
   for (const dead_letter& d : letters) {
     ids.push_back(d.task.id);
-    records.push_back(detail::encode_dead_letter(d));
+    records.push_back(encode_dead_letter(d));
     scores.push_back(std::to_string(to_epoch_ms(d.died_at)));
   }
   std::lock_guard lock(m.mutex);
@@ -814,7 +814,7 @@ void redis_store::revive(std::span<const task> tasks, boost::system::error_code&
   scores.reserve(tasks.size());
   for (const task& t : tasks) {
     ids.push_back(t.id);
-    records.push_back(detail::encode_record(t));
+    records.push_back(encode_task(t));
     scores.push_back(std::to_string(to_epoch_ms(t.due)));
   }
   std::lock_guard lock(m.mutex);

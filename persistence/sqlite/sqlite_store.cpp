@@ -9,24 +9,20 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
-#include "delayq/detail/record_codec.hpp"
 #include "delayq/log.hpp"
+#include "delayq/record_codec.hpp"
 
 namespace delayq {
 namespace {
-
-// Rows and bytes list() reads per page. A page is read under the store's
-// mutex with no user code running, then handed to the sink with the
-// statement reset, so the sink may call back into the store and memory stays
-// bounded whatever the table holds.
-constexpr std::size_t page_rows = 1000;
-constexpr std::size_t page_bytes = 8u << 20;
 
 // An SQLite error carried to the boundary of a public call.
 struct store_failure {
@@ -82,6 +78,13 @@ void migrate_to(SQLite::Database& db, int version) {
           "CREATE INDEX dead_letters_died_at ON dead_letters(died_at_ms, id);"
           "ALTER TABLE quarantine ADD COLUMN source TEXT NOT NULL DEFAULT 'tasks';");
       return;
+    case 3:
+      // Named settings shared by every engine on the file, byte-exact.
+      db.exec(
+          "CREATE TABLE settings ("
+          "  key BLOB PRIMARY KEY NOT NULL,"
+          "  value BLOB NOT NULL) WITHOUT ROWID;");
+      return;
     default:
       throw store_failure{errc::store_error,
                           "no migration to schema version " + std::to_string(version)};
@@ -89,6 +92,32 @@ void migrate_to(SQLite::Database& db, int version) {
 }
 
 std::int64_t now_epoch_ms() { return to_epoch_ms(std::chrono::system_clock::now()); }
+
+sqlite_options::synchronous_level level_of(int pragma) {
+  using level = sqlite_options::synchronous_level;
+  switch (pragma) {
+    case 0: return level::off;
+    case 1: return level::normal;
+    case 3: return level::extra;
+    default: return level::full;
+  }
+}
+
+// A BLOB column's bytes; SQLite returns a null pointer for an empty BLOB.
+std::string column_bytes(const SQLite::Column& c) {
+  const void* p = c.getBlob();  // before getBytes(): SQLite's documented order
+  const int n = c.getBytes();
+  return n > 0 ? std::string(static_cast<const char*>(p), static_cast<std::size_t>(n))
+               : std::string();
+}
+
+// Binds bytes as a BLOB, never as NULL: sqlite3_bind_blob() binds NULL for a
+// null pointer, which an empty string_view may carry.
+void bind_bytes(SQLite::Statement& st, int index, std::string_view bytes) {
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw store_failure{errc::store_error, "a value exceeds 2 GiB"};
+  st.bindNoCopy(index, bytes.empty() ? "" : bytes.data(), static_cast<int>(bytes.size()));
+}
 
 struct row {
   std::int64_t rowid = 0;
@@ -108,7 +137,7 @@ struct bad_row {
 std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
                                        std::string& why) {
   boost::system::error_code dec;
-  dead_letter d = detail::decode_dead_letter(raw, dec, &why);
+  dead_letter d = decode_dead_letter(raw, dec, &why);
   if (dec) return std::nullopt;
   if (d.task.id != id) {
     why = "record holds id '" + d.task.id + "'";
@@ -138,7 +167,6 @@ struct sqlite_store::impl {
   std::optional<SQLite::Database> db;
   std::optional<SQLite::Statement> upsert;
   std::optional<SQLite::Statement> erase;
-  std::optional<SQLite::Statement> page;
   std::optional<SQLite::Statement> to_quarantine;
   std::optional<SQLite::Statement> erase_rowid;
   std::optional<SQLite::Statement> dead_upsert;
@@ -148,8 +176,54 @@ struct sqlite_store::impl {
   std::optional<SQLite::Statement> dead_count;
   std::optional<SQLite::Statement> dead_to_quarantine;
   std::optional<SQLite::Statement> dead_erase_rowid;
+  std::optional<SQLite::Statement> quarantine_by_id;
+  std::optional<SQLite::Statement> settings_all;
+  std::optional<SQLite::Statement> settings_upsert;
+  std::optional<SQLite::Statement> settings_erase;
+
+  // The write thread of async_write(): batches in the order given.
+  struct queued_write {
+    std::span<const store_change> changes;
+    std::function<void(boost::system::error_code)> done;
+  };
+  std::mutex write_mutex;
+  std::condition_variable write_cv;
+  std::deque<queued_write> write_queue;
+  bool write_stop = false;
+  std::thread write_thread;
 
   std::string name() const { return "sqlite:" + path; }
+
+  // Writes what is queued, one batch at a time, until stopped and drained.
+  void run_writes(sqlite_store& store) {
+    std::unique_lock lock(write_mutex);
+    for (;;) {
+      write_cv.wait(lock, [&] { return write_stop || !write_queue.empty(); });
+      if (write_queue.empty()) return;  // stopping, and nothing is left
+      queued_write w = std::move(write_queue.front());
+      write_queue.pop_front();
+      lock.unlock();
+      boost::system::error_code ec;
+      store.write(w.changes, ec);
+      try {
+        w.done(ec);
+      } catch (const std::exception& e) {
+        log(log_level::error, name() + ": a write's completion threw: " + e.what());
+      } catch (...) {
+        log(log_level::error, name() + ": a write's completion threw");
+      }
+      lock.lock();
+    }
+  }
+
+  void stop_writes() {
+    {
+      std::lock_guard lock(write_mutex);
+      write_stop = true;
+    }
+    write_cv.notify_one();
+    if (write_thread.joinable()) write_thread.join();
+  }
 
   // Runs `body` and turns any SQLite exception into `ec` plus a log line.
   template <class Body>
@@ -221,11 +295,40 @@ struct sqlite_store::impl {
           name() + ": quarantined undecodable " + kind + " '" + std::string(b.id) + "': " + b.why);
   }
 
+  // Applies one change of a write() batch, inside the caller's transaction.
+  // `record` is scratch space kept across the batch.
+  void apply(const store_change& c, std::string& record) {
+    if (c.task == nullptr) throw store_failure{errc::store_error, "a change without a task"};
+    const task& t = *c.task;
+    switch (c.what) {
+      case change_kind::save:
+        record = encode_task(t);
+        check_record_size(record, t.id);
+        exec_upsert(*upsert, t.id, to_epoch_ms(t.due), record);
+        return;
+      case change_kind::remove: exec_with_id(*erase, t.id); return;
+      case change_kind::bury:
+        exec_with_id(*erase, t.id);
+        record = encode_dead_letter(dead_letter{t, std::string(c.error), c.died_at});
+        check_record_size(record, t.id);
+        exec_upsert(*dead_upsert, t.id, to_epoch_ms(c.died_at), record);
+        return;
+      case change_kind::revive:
+        exec_with_id(*dead_erase, t.id);
+        record = encode_task(t);
+        check_record_size(record, t.id);
+        exec_upsert(*upsert, t.id, to_epoch_ms(t.due), record);
+        return;
+      case change_kind::purge: exec_with_id(*dead_erase, t.id); return;
+    }
+    throw store_failure{errc::store_error, "unknown change kind"};
+  }
+
   // Every prepared statement, for resetting them before the database.
   void drop_statements() {
-    for (auto* st :
-         {&dead_erase_rowid, &dead_to_quarantine, &dead_count, &dead_find, &dead_page, &dead_erase,
-          &dead_upsert, &erase_rowid, &to_quarantine, &page, &erase, &upsert})
+    for (auto* st : {&settings_erase, &settings_upsert, &settings_all, &quarantine_by_id,
+                     &dead_erase_rowid, &dead_to_quarantine, &dead_count, &dead_find, &dead_page,
+                     &dead_erase, &dead_upsert, &erase_rowid, &to_quarantine, &erase, &upsert})
       st->reset();
   }
 };
@@ -257,7 +360,7 @@ std::unique_ptr<sqlite_store> sqlite_store::open(const std::string& path, sqlite
   return store;
 }
 
-sqlite_store::~sqlite_store() = default;
+sqlite_store::~sqlite_store() { impl_->stop_writes(); }
 
 void sqlite_store::open_database(boost::system::error_code& ec, std::string& message) {
   impl& m = *impl_;
@@ -294,8 +397,6 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                      "ON CONFLICT(id) DO UPDATE SET due_ms = excluded.due_ms, "
                      "record = excluded.record");
     m.erase.emplace(*m.db, "DELETE FROM tasks WHERE id = ?1");
-    m.page.emplace(*m.db,
-                   "SELECT rowid, id, record FROM tasks WHERE rowid > ?1 ORDER BY rowid LIMIT ?2");
     m.to_quarantine.emplace(*m.db,
                             "INSERT INTO quarantine(id, raw, reason, quarantined_at) "
                             "SELECT id, record, ?2, ?3 FROM tasks WHERE rowid = ?1");
@@ -315,6 +416,14 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
         "INSERT INTO quarantine(id, raw, reason, quarantined_at, source) "
         "SELECT id, record, ?2, ?3, 'dead_letters' FROM dead_letters WHERE rowid = ?1");
     m.dead_erase_rowid.emplace(*m.db, "DELETE FROM dead_letters WHERE rowid = ?1");
+    m.quarantine_by_id.emplace(*m.db,
+                               "INSERT INTO quarantine(id, raw, reason, quarantined_at, source) "
+                               "SELECT id, record, ?2, ?3, 'tasks' FROM tasks WHERE id = ?1");
+    m.settings_all.emplace(*m.db, "SELECT key, value FROM settings ORDER BY key");
+    m.settings_upsert.emplace(*m.db,
+                              "INSERT INTO settings(key, value) VALUES(?1, ?2) "
+                              "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+    m.settings_erase.emplace(*m.db, "DELETE FROM settings WHERE key = ?1");
   } catch (const SQLite::Exception& e) {
     ec = make_error_code(translate(e));
     message =
@@ -331,34 +440,69 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
   }
 }
 
-void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& ec) {
+void sqlite_store::write(std::span<const store_change> changes, boost::system::error_code& ec) {
   impl& m = *impl_;
   ec = {};
-  if (tasks.empty()) return;
+  if (changes.empty()) return;
   std::lock_guard lock(m.mutex);
-  m.guarded("save", ec, [&] {
+  m.guarded("write", ec, [&] {
+    // One transaction for the whole batch: an exception anywhere leaves the
+    // Transaction unfinished and its destructor rolls every change back.
     SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    SQLite::Statement& st = *m.upsert;
     std::string record;
-    for (const task& t : tasks) {
-      record = detail::encode_record(t);
-      check_record_size(record, t.id);
-      impl::exec_upsert(st, t.id, to_epoch_ms(t.due), record);
-    }
+    for (const store_change& c : changes) m.apply(c, record);
     tx.commit();
   });
 }
 
-void sqlite_store::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
+void sqlite_store::async_write(std::span<const store_change> changes,
+                               std::function<void(boost::system::error_code)> done) {
   impl& m = *impl_;
-  ec = {};
-  if (ids.empty()) return;
-  std::lock_guard lock(m.mutex);
-  m.guarded("remove", ec, [&] {
-    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    for (const std::string& id : ids) impl::exec_with_id(*m.erase, id);
-    tx.commit();
-  });
+  if (!m.options.write_thread) {
+    boost::system::error_code ec;
+    write(changes, ec);
+    done(ec);
+    return;
+  }
+  {
+    std::lock_guard lock(m.write_mutex);
+    if (!m.write_thread.joinable())
+      m.write_thread = std::thread([this] { impl_->run_writes(*this); });
+    m.write_queue.push_back({changes, std::move(done)});
+  }
+  m.write_cv.notify_one();
+}
+
+std::size_t sqlite_store::max_writes_in_flight() const noexcept {
+  return impl_->options.write_thread ? 2 : 1;
+}
+
+void sqlite_store::save(std::span<const task> tasks, boost::system::error_code& ec) {
+  std::vector<store_change> changes;
+  changes.reserve(tasks.size());
+  for (const task& t : tasks) changes.push_back({change_kind::save, &t, {}, {}});
+  write(changes, ec);
+}
+
+namespace {
+// Changes of one kind that name only ids (remove, purge): the tasks they
+// point at hold nothing but the id.
+void id_changes(std::span<const std::string> ids, change_kind what, std::vector<task>& holders,
+                std::vector<store_change>& changes) {
+  holders.resize(ids.size());
+  changes.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    holders[i].id = ids[i];
+    changes.push_back({what, &holders[i], {}, {}});
+  }
+}
+}  // namespace
+
+void sqlite_store::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
+  std::vector<task> holders;
+  std::vector<store_change> changes;
+  id_changes(ids, change_kind::remove, holders, changes);
+  write(changes, ec);
 }
 
 list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
@@ -366,114 +510,123 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
   impl& m = *impl_;
   ec = {};
   list_summary summary;
-  std::int64_t after = 0;  // rowids start at 1
-  std::vector<row> rows;
-  std::vector<task> good;
+  // One SELECT on a read connection of its own: in WAL mode it reads one
+  // snapshot while this store's connection keeps writing (a sink may call
+  // back into the store), and it holds one row at a time, so memory stays
+  // bounded whatever the table holds. Statements are declared after the
+  // connection so they are finalized first.
+  std::optional<SQLite::Database> reader;
+  std::optional<SQLite::Statement> rows;
+  m.guarded("list", ec, [&] {
+    const auto busy_ms = m.options.busy_timeout.count();
+    reader.emplace(m.path, SQLite::OPEN_READONLY,
+                   static_cast<int>(std::clamp<decltype(busy_ms)>(busy_ms, 0, INT_MAX)));
+    rows.emplace(*reader, "SELECT rowid, id, record FROM tasks");
+  });
+  if (ec) return summary;
+
+  const std::size_t every = m.options.list_progress_every;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t read = 0;
+  auto seconds = [&] {
+    return std::to_string(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
   while (true) {
-    rows.clear();
-    good.clear();
-    bool more = false;
-    {
+    bool have = false;
+    std::optional<task> good;
+    m.guarded("list", ec, [&] {
+      have = rows->executeStep();
+      if (!have) return;
+      ++read;
+      const SQLite::Column rec = rows->getColumn(2);
+      const void* p = rec.getBlob();
+      const std::string_view raw(static_cast<const char*>(p),
+                                 p ? static_cast<std::size_t>(rec.getBytes()) : 0);
+      const SQLite::Column id_col = rows->getColumn(1);
+      const char* id_text = id_col.getText();
+      const std::string_view id(id_text, static_cast<std::size_t>(id_col.getBytes()));
+      boost::system::error_code dec;
+      std::string why;
+      task t = decode_task(raw, dec, &why);
+      if (!dec && t.id != id) {
+        dec = make_error_code(errc::corrupt_record);
+        why = "record holds id '" + t.id + "'";
+      }
+      if (!dec) {
+        good.emplace(std::move(t));
+        return;
+      }
+      // Moved at once, before any later task reaches the sink, on the
+      // store's own connection (the reader's snapshot is unaffected).
+      const std::string owned_id(id);
       std::lock_guard lock(m.mutex);
-      m.guarded("list", ec, [&] {
-        {
-          SQLite::Statement& st = *m.page;
-          impl::reset_on_exit reset{st};
-          st.bind(1, after);
-          st.bind(2, static_cast<std::int64_t>(page_rows));
-          std::size_t bytes = 0;
-          while (st.executeStep()) {
-            row r;
-            r.rowid = st.getColumn(0).getInt64();
-            r.id = st.getColumn(1).getString();
-            const SQLite::Column rec = st.getColumn(2);
-            r.record.assign(static_cast<const char*>(rec.getBlob()),
-                            static_cast<std::size_t>(rec.getBytes()));
-            bytes += r.record.size();
-            rows.push_back(std::move(r));
-            if (bytes >= page_bytes) break;
-          }
-          more = !rows.empty();
-        }
-        // Decode with the statement reset; move the bad rows in one
-        // transaction before any sink runs, so a throwing sink cannot leave
-        // them half-moved.
-        std::vector<bad_row> bad;
-        for (const row& r : rows) {
-          boost::system::error_code dec;
-          std::string why;
-          task t = detail::decode_record(r.record, dec, &why);
-          if (!dec && t.id != r.id) {
-            dec = make_error_code(errc::corrupt_record);
-            why = "record holds id '" + t.id + "'";
-          }
-          if (dec)
-            bad.push_back({r.rowid, r.id, std::move(why)});
-          else
-            good.push_back(std::move(t));
-        }
-        m.quarantine(*m.to_quarantine, *m.erase_rowid, bad, "record of task");
-        summary.quarantined += bad.size();
-      });
-    }
-    if (ec || !more) break;
-    after = rows.back().rowid;
-    for (task& t : good) {
+      m.quarantine(*m.to_quarantine, *m.erase_rowid,
+                   {{rows->getColumn(0).getInt64(), owned_id, std::move(why)}}, "record of task");
+      ++summary.quarantined;
+    });
+    if (ec || !have) break;
+    if (every != 0 && read % every == 0)
+      log(log_level::info,
+          m.name() + ": list: " + std::to_string(read) + " records read in " + seconds() + " s");
+    if (good) {
       ++summary.tasks;
-      sink(std::move(t));
+      sink(std::move(*good));
     }
   }
+  if (!ec && every != 0 && read >= every)
+    log(log_level::info, m.name() + ": list: done, " + std::to_string(summary.tasks) +
+                             " tasks and " + std::to_string(summary.quarantined) +
+                             " quarantined in " + seconds() + " s");
   return summary;
+}
+
+void sqlite_store::quarantine(std::string_view id, std::string_view reason,
+                              boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  std::lock_guard lock(m.mutex);
+  m.guarded("quarantine", ec, [&] {
+    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    const std::string key(id);
+    int copied = 0;
+    {
+      SQLite::Statement& st = *m.quarantine_by_id;
+      impl::reset_on_exit reset{st};
+      st.bind(1, key);
+      st.bind(2, std::string(reason));
+      st.bind(3, now_epoch_ms());
+      copied = st.exec();
+    }
+    if (copied == 0) return;  // nothing stored under `id`: the tx rolls back, empty
+    impl::exec_with_id(*m.erase, key);
+    tx.commit();
+    log(log_level::error, m.name() + ": quarantined task '" + key + "': " + std::string(reason));
+  });
 }
 
 std::string sqlite_store::describe() const { return impl_->name(); }
 
 void sqlite_store::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
-  impl& m = *impl_;
-  ec = {};
-  if (letters.empty()) return;
-  std::lock_guard lock(m.mutex);
-  m.guarded("bury", ec, [&] {
-    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    std::string record;
-    for (const dead_letter& d : letters) {
-      impl::exec_with_id(*m.erase, d.task.id);
-      record = detail::encode_dead_letter(d);
-      check_record_size(record, d.task.id);
-      impl::exec_upsert(*m.dead_upsert, d.task.id, to_epoch_ms(d.died_at), record);
-    }
-    tx.commit();
-  });
+  std::vector<store_change> changes;
+  changes.reserve(letters.size());
+  for (const dead_letter& d : letters)
+    changes.push_back({change_kind::bury, &d.task, d.error, d.died_at});
+  write(changes, ec);
 }
 
 void sqlite_store::revive(std::span<const task> tasks, boost::system::error_code& ec) {
-  impl& m = *impl_;
-  ec = {};
-  if (tasks.empty()) return;
-  std::lock_guard lock(m.mutex);
-  m.guarded("revive", ec, [&] {
-    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    std::string record;
-    for (const task& t : tasks) {
-      impl::exec_with_id(*m.dead_erase, t.id);
-      record = detail::encode_record(t);
-      check_record_size(record, t.id);
-      impl::exec_upsert(*m.upsert, t.id, to_epoch_ms(t.due), record);
-    }
-    tx.commit();
-  });
+  std::vector<store_change> changes;
+  changes.reserve(tasks.size());
+  for (const task& t : tasks) changes.push_back({change_kind::revive, &t, {}, {}});
+  write(changes, ec);
 }
 
 void sqlite_store::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
-  impl& m = *impl_;
-  ec = {};
-  if (ids.empty()) return;
-  std::lock_guard lock(m.mutex);
-  m.guarded("purge", ec, [&] {
-    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
-    for (const std::string& id : ids) impl::exec_with_id(*m.dead_erase, id);
-    tx.commit();
-  });
+  std::vector<task> holders;
+  std::vector<store_change> changes;
+  id_changes(ids, change_kind::purge, holders, changes);
+  write(changes, ec);
 }
 
 std::size_t sqlite_store::count_dead(boost::system::error_code& ec) {
@@ -562,6 +715,60 @@ std::vector<dead_letter> sqlite_store::list_dead(std::size_t offset, std::size_t
   });
   if (ec) out.clear();
   return out;
+}
+
+std::vector<std::pair<std::string, std::string>> sqlite_store::load_settings(
+    boost::system::error_code& ec) {
+  impl& m = *impl_;
+  std::vector<std::pair<std::string, std::string>> out;
+  std::lock_guard lock(m.mutex);
+  m.guarded("load_settings", ec, [&] {
+    SQLite::Statement& st = *m.settings_all;
+    impl::reset_on_exit reset{st};
+    while (st.executeStep())
+      out.emplace_back(column_bytes(st.getColumn(0)), column_bytes(st.getColumn(1)));
+  });
+  if (ec) out.clear();
+  return out;
+}
+
+void sqlite_store::save_setting(std::string_view key, std::string_view value,
+                                boost::system::error_code& ec) {
+  impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.guarded("save_setting", ec, [&] {
+    SQLite::Statement& st = *m.settings_upsert;
+    impl::reset_on_exit reset{st};
+    bind_bytes(st, 1, key);
+    bind_bytes(st, 2, value);
+    st.exec();
+  });
+}
+
+void sqlite_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
+  impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.guarded("erase_setting", ec, [&] {
+    SQLite::Statement& st = *m.settings_erase;
+    impl::reset_on_exit reset{st};
+    bind_bytes(st, 1, key);
+    st.exec();
+  });
+}
+
+sqlite_options::synchronous_level sqlite_store::synchronous(boost::system::error_code& ec) {
+  impl& m = *impl_;
+  int value = 2;
+  std::lock_guard lock(m.mutex);
+  m.guarded("synchronous", ec, [&] { value = m.db->execAndGet("PRAGMA synchronous").getInt(); });
+  return level_of(value);
+}
+
+sqlite_options::synchronous_level sqlite_store::synchronous() {
+  boost::system::error_code ec;
+  const auto level = synchronous(ec);
+  detail::throw_if(ec, "delayq: sqlite_store synchronous");
+  return level;
 }
 
 }  // namespace delayq

@@ -1,8 +1,9 @@
 // fuzz_record_decode - libFuzzer target for the stored-record codec.
 //
 // Every input is handed to every decode entry point (the DELAYQ_FUZZ_DECODER
-// lines in LLVMFuzzerTestOneInput: decode_record, decode_dead_letter). For
-// each one it checks the contract of delayq/detail/record_codec.hpp:
+// lines in LLVMFuzzerTestOneInput: decode_task, decode_dead_letter; and
+// check_record_version for the header-only record_version). For
+// each one it checks the contract of delayq/record_codec.hpp:
 //   - the error_code form never throws, and no single allocation it makes is
 //     larger than the input plus a little slack (a length prefix is never
 //     trusted before it is checked against the bytes left);
@@ -30,11 +31,12 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <new>
 #include <string>
 #include <string_view>
 
-#include "delayq/detail/record_codec.hpp"
 #include "delayq/error.hpp"
+#include "delayq/record_codec.hpp"
 #include "delayq/task.hpp"
 
 namespace {
@@ -154,7 +156,7 @@ void check_decoder(const char* name, std::string_view bytes, DecodeEc decode_ec,
   DELAYQ_FUZZ_EXPECT(encode(again) == encoded, "re-encoding is not stable");
   // Same header (magic, byte order flag, version) as the encoder writes: the
   // input was in the current format, and there is one way to encode a value.
-  const std::size_t header = delayq::detail::record_header_size;
+  const std::size_t header = delayq::record_header_size;
   if (bytes.size() >= header && encoded.size() >= header &&
       bytes.substr(0, header) == std::string_view(encoded).substr(0, header)) {
     DELAYQ_FUZZ_EXPECT(encoded == bytes, "a current-version record does not re-encode to itself");
@@ -217,19 +219,19 @@ delayq::task task_from(input_reader& in) {
 }
 
 // Encoder side: a task cut out of the input (any bytes, any time_point, any
-// attempts) survives encode_record -> decode_record, times to the millisecond.
+// attempts) survives encode_task -> decode_task, times to the millisecond.
 void check_task_round_trip(std::string_view bytes) {
-  const char* name = "encode_record(task from input)";
+  const char* name = "encode_task(task from input)";
   input_reader in(bytes);
   delayq::task t = task_from(in);
   t.payload = in.rest();
 
-  const std::string encoded = delayq::detail::encode_record(t);
+  const std::string encoded = delayq::encode_task(t);
   boost::system::error_code ec;
   delayq::task back;
   try {
     alloc_bound bound(name, encoded.size());
-    back = delayq::detail::decode_record(encoded, ec);
+    back = delayq::decode_task(encoded, ec);
   } catch (...) {
     fail(name, "decoding an encoded task threw");
   }
@@ -262,9 +264,9 @@ bool is_utf8(std::string_view s) {
 // repeats the rest of the input up to 2 * max_dead_letter_error bytes, so
 // errors both below and above the cap occur.
 void check_dead_letter_round_trip(std::string_view bytes) {
-  using delayq::detail::cap_dead_letter_error;
-  using delayq::detail::dead_letter_error_cut;
-  using delayq::detail::max_dead_letter_error;
+  using delayq::cap_dead_letter_error;
+  using delayq::dead_letter_error_cut;
+  using delayq::max_dead_letter_error;
   const char* name = "encode_dead_letter(dead letter from input)";
   input_reader in(bytes);
   delayq::dead_letter d;
@@ -298,12 +300,12 @@ void check_dead_letter_round_trip(std::string_view bytes) {
     }
   }
 
-  const std::string encoded = delayq::detail::encode_dead_letter(d);
+  const std::string encoded = delayq::encode_dead_letter(d);
   boost::system::error_code ec;
   delayq::dead_letter back;
   try {
     alloc_bound bound(name, encoded.size());
-    back = delayq::detail::decode_dead_letter(encoded, ec);
+    back = delayq::decode_dead_letter(encoded, ec);
   } catch (...) {
     fail(name, "decoding an encoded dead letter threw");
   }
@@ -315,31 +317,71 @@ void check_dead_letter_round_trip(std::string_view bytes) {
   // A dead letter's record also reads as its task.
   delayq::task as_task;
   try {
-    as_task = delayq::detail::decode_record(encoded, ec);
+    as_task = delayq::decode_task(encoded, ec);
   } catch (...) {
-    fail(name, "decode_record of a dead letter threw");
+    fail(name, "decode_task of a dead letter threw");
   }
-  DELAYQ_FUZZ_EXPECT(!ec && as_task == d.task, "decode_record does not read a dead letter's task");
+  DELAYQ_FUZZ_EXPECT(!ec && as_task == d.task, "decode_task does not read a dead letter's task");
 }
 
 // The two decoders read the same format: whatever decode_dead_letter accepts,
-// decode_record accepts as the same task; what decode_record accepts at
+// decode_task accepts as the same task; what decode_task accepts at
 // version 2 or later, decode_dead_letter accepts.
 void check_decoders_agree(std::string_view bytes) {
-  const char* name = "decode_record vs decode_dead_letter";
+  const char* name = "decode_task vs decode_dead_letter";
   boost::system::error_code task_ec;
   boost::system::error_code dead_ec;
-  const delayq::task t = delayq::detail::decode_record(bytes, task_ec);
-  const delayq::dead_letter d = delayq::detail::decode_dead_letter(bytes, dead_ec);
+  const delayq::task t = delayq::decode_task(bytes, task_ec);
+  const delayq::dead_letter d = delayq::decode_dead_letter(bytes, dead_ec);
   if (!dead_ec) {
-    DELAYQ_FUZZ_EXPECT(!task_ec, "decode_record rejects a valid dead letter");
-    DELAYQ_FUZZ_EXPECT(t == d.task, "decode_record reads another task than decode_dead_letter");
+    DELAYQ_FUZZ_EXPECT(!task_ec, "decode_task rejects a valid dead letter");
+    DELAYQ_FUZZ_EXPECT(t == d.task, "decode_task reads another task than decode_dead_letter");
   }
   if (!task_ec && dead_ec) {
     const auto version = static_cast<std::uint16_t>(static_cast<unsigned char>(bytes[5]) |
                                                     static_cast<unsigned char>(bytes[6]) << 8);
-    DELAYQ_FUZZ_EXPECT(version < delayq::detail::dead_letter_record_version,
+    DELAYQ_FUZZ_EXPECT(version < delayq::dead_letter_record_version,
                        "decode_dead_letter rejects a valid record of a dead-letter version");
+  }
+}
+
+// record_version() reads only the header: it never throws (but bad_alloc),
+// fails exactly when the header is short or damaged, agrees with both forms,
+// and returns the version any successful decode read.
+void check_record_version(std::string_view bytes) {
+  const char* name = "record_version";
+  boost::system::error_code ec;
+  std::string why;
+  std::uint16_t version = 0;
+  try {
+    version = delayq::record_version(bytes, ec, &why);
+  } catch (const std::bad_alloc&) {
+    return;
+  } catch (...) {
+    fail(name, "the error_code form threw");
+  }
+  if (ec) {
+    DELAYQ_FUZZ_EXPECT(ec == delayq::errc::corrupt_record && !why.empty() && version == 0,
+                       "failed without corrupt_record, a reason and version 0");
+    boost::system::error_code task_ec;
+    delayq::decode_task(bytes, task_ec);
+    DELAYQ_FUZZ_EXPECT(task_ec, "decode_task accepts a record whose header record_version rejects");
+  } else {
+    DELAYQ_FUZZ_EXPECT(bytes.size() >= delayq::record_header_size, "accepted a short header");
+    boost::system::error_code task_ec;
+    delayq::decode_task(bytes, task_ec);
+    if (!task_ec)
+      DELAYQ_FUZZ_EXPECT(version >= 1 && version <= delayq::record_format_version,
+                         "a decodable record reports a version this build does not read");
+  }
+  try {
+    DELAYQ_FUZZ_EXPECT(delayq::record_version(bytes) == version && !ec,
+                       "the throwing form disagrees");
+  } catch (const boost::system::system_error& e) {
+    DELAYQ_FUZZ_EXPECT(ec && e.code() == ec, "the throwing form threw another error");
+  } catch (const std::bad_alloc&) {
+  } catch (...) {
+    fail(name, "the throwing form threw something else");
   }
 }
 
@@ -356,10 +398,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
 
   // One line per decode entry point of the codec.
-  DELAYQ_FUZZ_DECODER(delayq::task, delayq::detail::decode_record, delayq::detail::encode_record);
-  DELAYQ_FUZZ_DECODER(delayq::dead_letter, delayq::detail::decode_dead_letter,
-                      delayq::detail::encode_dead_letter);
+  DELAYQ_FUZZ_DECODER(delayq::task, delayq::decode_task, delayq::encode_task);
+  DELAYQ_FUZZ_DECODER(delayq::dead_letter, delayq::decode_dead_letter, delayq::encode_dead_letter);
   check_decoders_agree(bytes);
+  check_record_version(bytes);
 
   check_task_round_trip(bytes);
   check_dead_letter_round_trip(bytes);

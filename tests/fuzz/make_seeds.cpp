@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "delayq/detail/record_codec.hpp"
+#include "delayq/record_codec.hpp"
 #include "delayq/task.hpp"
 #include "wheel_program.hpp"
 
@@ -43,20 +43,20 @@ delayq::task make(std::string id, std::string type, std::string payload, std::in
 }
 
 void record_seeds(const fs::path& dir) {
-  using delayq::detail::encode_record;
+  using delayq::encode_task;
   constexpr auto max_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::duration::max())
                               .count();
   const std::string typical =
-      encode_record(make("order:42", "email.send", R"({"to":"a@b.c"})", 1'700'000'000'123, 3));
+      encode_task(make("order:42", "email.send", R"({"to":"a@b.c"})", 1'700'000'000'123, 3));
   write(dir / "valid-typical", typical);
-  write(dir / "valid-empty-task", encode_record(delayq::task{}));
+  write(dir / "valid-empty-task", encode_task(delayq::task{}));
   write(dir / "valid-binary-payload",
-        encode_record(
+        encode_task(
             make(std::string("id\0x", 4), "t", std::string("\0\xff\x01\xfe", 4), -5, 0xffffffffu)));
-  write(dir / "valid-1k-payload", encode_record(make("big", "blob", std::string(1024, 'z'), 0, 1)));
-  write(dir / "valid-due-max", encode_record(make("m", "t", "", max_ms, 0)));
-  write(dir / "valid-due-min", encode_record(make("m", "t", "", -max_ms, 0)));
+  write(dir / "valid-1k-payload", encode_task(make("big", "blob", std::string(1024, 'z'), 0, 1)));
+  write(dir / "valid-due-max", encode_task(make("m", "t", "", max_ms, 0)));
+  write(dir / "valid-due-min", encode_task(make("m", "t", "", -max_ms, 0)));
   // A few damaged ones, each rejected for a different reason.
   write(dir / "bad-truncated", typical.substr(0, typical.size() - 1));
   write(dir / "bad-trailing-byte", typical + '\0');
@@ -68,7 +68,7 @@ void record_seeds(const fs::path& dir) {
   write(dir / "bad-version-2-short", v2);
 
   // Dead letters (version 2).
-  using delayq::detail::encode_dead_letter;
+  using delayq::encode_dead_letter;
   delayq::dead_letter d;
   d.task = make("order:42", "email.send", "{}", 1'700'000'000'123, 5);
   d.error = "smtp: connection refused";
@@ -86,7 +86,7 @@ void record_seeds(const fs::path& dir) {
   cut += "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
   write(dir / "encoder-cut-utf8-error", cut);
   std::string huge = typical;
-  huge[delayq::detail::record_header_size + 7] = '\x7f';  // id length ~ 2^62
+  huge[delayq::record_header_size + 7] = '\x7f';  // id length ~ 2^62
   write(dir / "bad-huge-length", huge);
 }
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "delayq/detail/record_codec.hpp"
+#include "delayq/record_codec.hpp"
 #include "store_fixtures.hpp"
 
 using namespace delayq;
@@ -241,7 +241,7 @@ TEST_CASE_TEMPLATE("conformance: an undecodable record is quarantined not lost",
     const std::string garbage = std::string("\0garbage", 8) + "\xff not a record";
     f.put_raw("bad", garbage);
     // A valid record filed under another id is inconsistent too.
-    f.put_raw("misfiled", detail::encode_record(make_task("someone-else")));
+    f.put_raw("misfiled", encode_task(make_task("someone-else")));
 
     log_capture logs;
     list_summary summary;
@@ -325,8 +325,8 @@ TEST_CASE_TEMPLATE("conformance: bury moves live tasks to the dead letters", F, 
   F f;
   f.store().save(std::vector{make_task("a"), make_task("b"), make_task("c")});
   std::string long_error;
-  while (long_error.size() < detail::max_dead_letter_error) long_error += all_bytes();
-  long_error.resize(detail::max_dead_letter_error);  // the longest kept as is
+  while (long_error.size() < max_dead_letter_error) long_error += all_bytes();
+  long_error.resize(max_dead_letter_error);  // the longest kept as is
   const std::vector<dead_letter> letters{make_letter("a", odd_error, 1'700'000'000'001),
                                          make_letter("c", long_error, 5),
                                          make_letter("never-live", "", -86'400'000)};
@@ -370,9 +370,9 @@ TEST_CASE_TEMPLATE("conformance: an error over the cap is cut, never lost whole"
   REQUIRE(found.has_value());
   const std::string& got = found->error;
   if (got != huge) {  // memory_store keeps it; the encoded stores cap it
-    const std::string_view cut = detail::dead_letter_error_cut;
-    CHECK(got.size() <= detail::max_dead_letter_error);
-    CHECK(got.size() >= detail::max_dead_letter_error - 3);
+    const std::string_view cut = dead_letter_error_cut;
+    CHECK(got.size() <= max_dead_letter_error);
+    CHECK(got.size() >= max_dead_letter_error - 3);
     REQUIRE(got.ends_with(cut));
     CHECK(huge.starts_with(got.substr(0, got.size() - cut.size())));
   }
@@ -503,9 +503,9 @@ TEST_CASE_TEMPLATE("conformance: an undecodable dead letter is quarantined not r
                                 make_letter("g3", "", 300)});
     const std::string garbage = std::string("\0garbage", 8) + "\xff not a record";
     f.put_raw_dead("bad", garbage, 150);
-    f.put_raw_dead("misfiled", detail::encode_dead_letter(make_letter("someone-else")), 160);
+    f.put_raw_dead("misfiled", encode_dead_letter(make_letter("someone-else")), 160);
     // A live task's record (version 1) has no error or died_at.
-    f.put_raw_dead("live-record", detail::encode_record(make_task("live-record")), 170);
+    f.put_raw_dead("live-record", encode_task(make_task("live-record")), 170);
     f.put_raw_dead("found-bad", garbage, 400);
 
     log_capture logs;

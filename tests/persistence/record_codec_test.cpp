@@ -1,20 +1,18 @@
 // The record format: round trips, and rejection of every kind of damage.
-#include "delayq/detail/record_codec.hpp"
+#include "delayq/record_codec.hpp"
 
 #include <cstring>
 
 #include "test_support.hpp"
 
 using namespace delayq;
-using delayq::detail::decode_record;
-using delayq::detail::encode_record;
 
 namespace {
 
 bool rejected(std::string_view bytes) {
   boost::system::error_code ec;
   std::string why;
-  decode_record(bytes, ec, &why);
+  decode_task(bytes, ec, &why);
   return ec == errc::corrupt_record && !why.empty();
 }
 
@@ -32,18 +30,18 @@ const task sample =
 TEST_CASE("codec: round trip of every field") {
   for (const task& t :
        {sample, task{}, test::make_task("x", std::string(70000, '\0'), -5, 0xffffffffu)}) {
-    const std::string bytes = encode_record(t);
+    const std::string bytes = encode_task(t);
     boost::system::error_code ec;
-    const task back = decode_record(bytes, ec);
+    const task back = decode_task(bytes, ec);
     CHECK_FALSE(ec);
     CHECK(back == t);
-    CHECK(decode_record(bytes) == t);
+    CHECK(decode_task(bytes) == t);
   }
 }
 
 TEST_CASE("codec: the header is magic, byte order 1, version 1 little-endian") {
-  const std::string bytes = encode_record(sample);
-  REQUIRE(bytes.size() > detail::record_header_size);
+  const std::string bytes = encode_task(sample);
+  REQUIRE(bytes.size() > record_header_size);
   CHECK(bytes.substr(0, 4) == "DQTR");
   CHECK(bytes[4] == 1);
   CHECK(bytes[5] == 1);
@@ -54,13 +52,13 @@ TEST_CASE("codec: the header is magic, byte order 1, version 1 little-endian") {
 }
 
 TEST_CASE("codec: every truncation of a valid record is rejected") {
-  const std::string bytes = encode_record(sample);
+  const std::string bytes = encode_task(sample);
   for (std::size_t n = 0; n < bytes.size(); ++n)
     CHECK_MESSAGE(rejected(std::string_view(bytes).substr(0, n)), "prefix of " << n << " bytes");
 }
 
 TEST_CASE("codec: trailing bytes are rejected") {
-  std::string bytes = encode_record(sample);
+  std::string bytes = encode_task(sample);
   bytes.push_back('\0');
   CHECK(rejected(bytes));
   bytes += "more";
@@ -72,35 +70,35 @@ TEST_CASE("codec: garbage is rejected") {
   CHECK(rejected("hello"));
   CHECK(rejected(std::string(100, '\0')));
   CHECK(rejected(std::string(100, '\xff')));
-  std::string bad_magic = encode_record(sample);
+  std::string bad_magic = encode_task(sample);
   bad_magic[0] = 'X';
   CHECK(rejected(bad_magic));
-  std::string bad_order = encode_record(sample);
+  std::string bad_order = encode_task(sample);
   bad_order[4] = 0;  // big-endian flag: not our format
   CHECK(rejected(bad_order));
   // Every single flipped byte either still decodes or is rejected; never UB.
-  const std::string good = encode_record(sample);
+  const std::string good = encode_task(sample);
   for (std::size_t i = 0; i < good.size(); ++i) {
     std::string flipped = good;
     flipped[i] = static_cast<char>(flipped[i] ^ 0x5a);
     boost::system::error_code ec;
-    decode_record(flipped, ec);
+    decode_task(flipped, ec);
     CHECK((!ec || ec == errc::corrupt_record));
   }
 }
 
 TEST_CASE("codec: version 0 and versions newer than this build are rejected") {
-  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t{detail::record_format_version + 1},
-                          std::uint16_t{0xffff}}) {
-    std::string bytes = encode_record(sample);
+  for (std::uint16_t v :
+       {std::uint16_t{0}, std::uint16_t{record_format_version + 1}, std::uint16_t{0xffff}}) {
+    std::string bytes = encode_task(sample);
     bytes[5] = static_cast<char>(v & 0xff);
     bytes[6] = static_cast<char>(v >> 8);
     boost::system::error_code ec;
     std::string why;
-    decode_record(bytes, ec, &why);
+    decode_task(bytes, ec, &why);
     CHECK(ec == errc::corrupt_record);
     CHECK(why.find("version") != std::string::npos);
-    CHECK_THROWS_AS(decode_record(bytes), boost::system::system_error);
+    CHECK_THROWS_AS(decode_task(bytes), boost::system::system_error);
   }
 }
 
@@ -113,7 +111,7 @@ TEST_CASE("codec: an absurd length prefix is rejected without allocating it") {
     CHECK(rejected(bytes));
   }
   // The same check for a later field (payload).
-  std::string bytes = encode_record(test::make_task("i", "p"));
+  std::string bytes = encode_task(test::make_task("i", "p"));
   const std::size_t payload_len_at = 7 + 8 + 1 + 8 + sample.type.size();
   REQUIRE(bytes.substr(payload_len_at, 8) == le64(1));
   bytes.replace(payload_len_at, 8, le64(std::uint64_t{1} << 60));
@@ -121,7 +119,7 @@ TEST_CASE("codec: an absurd length prefix is rejected without allocating it") {
 }
 
 TEST_CASE("codec: a due time beyond what a time_point holds is rejected") {
-  std::string bytes = encode_record(sample);
+  std::string bytes = encode_task(sample);
   const std::size_t due_at = bytes.size() - 4 - 8;
   bytes.replace(due_at, 8, le64(static_cast<std::uint64_t>(INT64_MAX)));
   CHECK(rejected(bytes));
@@ -130,9 +128,6 @@ TEST_CASE("codec: a due time beyond what a time_point holds is rejected") {
 // ---- dead letters (format version 2) ---------------------------------------
 
 namespace {
-
-using delayq::detail::decode_dead_letter;
-using delayq::detail::encode_dead_letter;
 
 bool dead_rejected(std::string_view bytes) {
   boost::system::error_code ec;
@@ -149,7 +144,7 @@ const dead_letter sample_letter =
 TEST_CASE("codec: dead letter round trip of every field") {
   for (const dead_letter& d :
        {sample_letter, dead_letter{}, test::make_letter("x", "", 1'700'000'000'999),
-        test::make_letter("y", std::string(detail::max_dead_letter_error, '\0'), 0)}) {
+        test::make_letter("y", std::string(max_dead_letter_error, '\0'), 0)}) {
     const std::string bytes = encode_dead_letter(d);
     boost::system::error_code ec;
     const dead_letter back = decode_dead_letter(bytes, ec);
@@ -165,29 +160,29 @@ TEST_CASE("codec: a dead letter is version 2: the task's fields, then error and 
   CHECK(bytes[5] == 2);
   CHECK(bytes[6] == 0);
   // A version 1 task record followed by the two version 2 fields.
-  std::string task_part = encode_record(sample_letter.task);
+  std::string task_part = encode_task(sample_letter.task);
   task_part[5] = 2;
   CHECK(bytes.starts_with(task_part));
   CHECK(bytes.substr(task_part.size()) == le64(sample_letter.error.size()) + sample_letter.error +
                                               le64(static_cast<std::uint64_t>(-1'234)));
   // Live tasks are still written as version 1, so older builds read them.
-  CHECK(encode_record(sample)[5] == 1);
+  CHECK(encode_task(sample)[5] == 1);
 }
 
-TEST_CASE("codec: decode_record reads a version 2 record as its task") {
+TEST_CASE("codec: decode_task reads a version 2 record as its task") {
   const std::string bytes = encode_dead_letter(sample_letter);
   boost::system::error_code ec;
-  CHECK(decode_record(bytes, ec) == sample_letter.task);
+  CHECK(decode_task(bytes, ec) == sample_letter.task);
   CHECK_FALSE(ec);
 }
 
 TEST_CASE("codec: a version 1 record is not a dead letter") {
   boost::system::error_code ec;
   std::string why;
-  decode_dead_letter(encode_record(sample), ec, &why);
+  decode_dead_letter(encode_task(sample), ec, &why);
   CHECK(ec == errc::corrupt_record);
   CHECK(why.find("version 1") != std::string::npos);
-  CHECK_THROWS_AS(decode_dead_letter(encode_record(sample)), boost::system::system_error);
+  CHECK_THROWS_AS(decode_dead_letter(encode_task(sample)), boost::system::system_error);
 }
 
 TEST_CASE("codec: every truncation of a dead letter is rejected by both decoders") {
@@ -211,8 +206,8 @@ TEST_CASE("codec: damaged dead letters are rejected, never misread") {
     decode_dead_letter(flipped, ec);
     CHECK((!ec || ec == errc::corrupt_record));
   }
-  for (std::uint16_t v : {std::uint16_t{0}, std::uint16_t{detail::record_format_version + 1},
-                          std::uint16_t{0xffff}}) {
+  for (std::uint16_t v :
+       {std::uint16_t{0}, std::uint16_t{record_format_version + 1}, std::uint16_t{0xffff}}) {
     std::string bytes = good;
     bytes[5] = static_cast<char>(v & 0xff);
     bytes[6] = static_cast<char>(v >> 8);
@@ -233,22 +228,19 @@ TEST_CASE("codec: damaged dead letters are rejected, never misread") {
 }
 
 TEST_CASE("codec: a dead letter's error is capped without splitting a character") {
-  using detail::dead_letter_error_cut;
-  using detail::max_dead_letter_error;
   const std::size_t keep = max_dead_letter_error - dead_letter_error_cut.size();
 
   const std::string exact(max_dead_letter_error, 'e');
-  CHECK(detail::cap_dead_letter_error(exact) == exact);
+  CHECK(cap_dead_letter_error(exact) == exact);
 
   const std::string over(max_dead_letter_error + 1, 'o');
-  CHECK(detail::cap_dead_letter_error(over) ==
-        std::string(keep, 'o') + std::string(dead_letter_error_cut));
+  CHECK(cap_dead_letter_error(over) == std::string(keep, 'o') + std::string(dead_letter_error_cut));
 
   // A three-byte character across the cut is dropped whole.
   std::string utf8(keep - 1, 'a');
   utf8 += "\xe6\x97\xa5";
   utf8 += std::string(10'000, 'b');
-  const std::string capped = detail::cap_dead_letter_error(utf8);
+  const std::string capped = cap_dead_letter_error(utf8);
   CHECK(capped == std::string(keep - 1, 'a') + std::string(dead_letter_error_cut));
   CHECK(capped.size() <= max_dead_letter_error);
 
@@ -256,4 +248,25 @@ TEST_CASE("codec: a dead letter's error is capped without splitting a character"
   const dead_letter back = decode_dead_letter(encode_dead_letter(d));
   CHECK(back.error == capped);
   CHECK(back.task == d.task);
+}
+
+TEST_CASE("codec: record_version reads the header without decoding the fields") {
+  CHECK(record_version(encode_task(sample)) == task_record_version);
+  CHECK(record_version(encode_dead_letter(sample_letter)) == dead_letter_record_version);
+  // A future version is reported as it is, though decode_task() rejects it.
+  std::string future = encode_task(sample);
+  future[5] = 7;
+  future[6] = 1;
+  boost::system::error_code ec;
+  CHECK(record_version(future, ec) == 0x0107);
+  CHECK_FALSE(ec);
+  // A damaged header is corrupt, in both forms.
+  std::string why;
+  for (const std::string& bad : {std::string("DQTR\x01\x01", 6), std::string("XQTR\x01\x01\x00", 7),
+                                 std::string("DQTR\x02\x01\x00", 7)}) {
+    CHECK(record_version(bad, ec, &why) == 0);
+    CHECK(ec == errc::corrupt_record);
+    CHECK_FALSE(why.empty());
+    CHECK_THROWS_AS(record_version(bad), boost::system::system_error);
+  }
 }

@@ -6,7 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "delayq/detail/record_codec.hpp"
+#include "delayq/record_codec.hpp"
 
 #include "test_support.hpp"
 
@@ -36,7 +36,7 @@ TEST_CASE("redis: keys share one hash tag and can be read with plain commands") 
   store.save(std::vector{t});
 
   const std::string tag = "{" + prefix + "}:";
-  CHECK(raw.get({"HGET", tag + "tasks", "k1"}) == detail::encode_record(t));
+  CHECK(raw.get({"HGET", tag + "tasks", "k1"}) == encode_task(t));
   CHECK(raw.get({"ZSCORE", tag + "due", "k1"}) == "1700000000500");
   CHECK(raw.get({"HGET", tag + "meta", "layout"}) == "1");
   // Every key carries the hash tag, so a cluster keeps them in one slot.
@@ -65,7 +65,7 @@ TEST_CASE("redis: dead letters live in {P}:dead and {P}:dead:by_time") {
   const std::string tag = "{" + prefix + "}:";
   CHECK_FALSE(raw.get({"HGET", tag + "tasks", "k1"}));
   CHECK_FALSE(raw.get({"ZSCORE", tag + "due", "k1"}));
-  CHECK(raw.get({"HGET", tag + "dead", "k1"}) == detail::encode_dead_letter(d));
+  CHECK(raw.get({"HGET", tag + "dead", "k1"}) == encode_dead_letter(d));
   CHECK(raw.get({"ZSCORE", tag + "dead:by_time", "k1"}) == "1700000000777");
   CHECK(raw.get({"HGET", tag + "meta", "layout"}) == "1");  // the new keys are additive
   auto keys = raw.run({"KEYS", "*" + prefix + "*"});
@@ -78,7 +78,7 @@ TEST_CASE("redis: dead letters live in {P}:dead and {P}:dead:by_time") {
   REQUIRE_FALSE(ec);
   CHECK_FALSE(raw.get({"HGET", tag + "dead", "k1"}));
   CHECK_FALSE(raw.get({"ZSCORE", tag + "dead:by_time", "k1"}));
-  CHECK(raw.get({"HGET", tag + "tasks", "k1"}) == detail::encode_record(d.task));
+  CHECK(raw.get({"HGET", tag + "tasks", "k1"}) == encode_task(d.task));
 }
 
 TEST_CASE("redis: list_dead drops an index entry that has no record") {

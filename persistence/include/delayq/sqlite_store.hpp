@@ -4,8 +4,11 @@
 #include <utility>
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "delayq/task_store.hpp"
 
@@ -20,20 +23,34 @@ struct sqlite_options {
   /// corrupt the file, on an OS crash or power loss.
   enum class synchronous_level { off, normal, full, extra };
 
+  /// URI: `?synchronous=off|normal|full|extra`. sqlite_store::synchronous()
+  /// reads back the level in effect.
   synchronous_level synchronous = synchronous_level::full;
   /// How long a call waits for a lock held by another connection (another
   /// process on the same file) before failing with errc::store_unavailable.
+  /// URI: `?busy_timeout_ms=N`.
   std::chrono::milliseconds busy_timeout{5000};
+  /// list() logs its progress (at info level) every this many records, so a
+  /// long recovery shows it is moving; 0 never logs.
+  std::size_t list_progress_every = 250'000;
+  /// When true (the default), async_write() hands each batch to a thread of
+  /// the store's own and returns, and max_writes_in_flight() is 2: the engine
+  /// forms and settles batches while SQLite commits the one before
+  /// (pipelining). When false, async_write() writes on the calling thread.
+  bool write_thread = true;
 };
 
 /// A task_store kept in one SQLite database file (WAL mode), for a single
 /// host without a Redis server.
 ///
-/// Each save(), remove(), bury(), revive() and purge() is one write
-/// transaction (all or nothing);
-/// list() reads the table in pages of bounded size and moves undecodable
-/// records to the `quarantine` table. Schema and guarantees:
-/// docs/persistence.md.
+/// Each write() batch is one `BEGIN IMMEDIATE` transaction, committed before
+/// the call returns and rolled back on any error: all or nothing, whatever
+/// mix of kinds it holds. save(), remove(), bury(), revive() and purge() are
+/// one-kind batches of write(). list() streams the table through one SELECT
+/// on a read connection of its own (a snapshot; bounded memory), decoding as
+/// it goes, and moves undecodable records to the `quarantine` table, as
+/// quarantine() does on request. Settings live in the `settings` table.
+/// Schema and guarantees: docs/persistence.md.
 ///
 /// Example:
 /// \code
@@ -46,8 +63,9 @@ struct sqlite_options {
 /// errc::store_error, with SQLite's message logged through delayq::log().
 ///
 /// Thread safety: all members are safe to call from any thread; calls are
-/// serialized by one mutex. list() calls its sink without holding that mutex,
-/// so a sink may call back into the store.
+/// serialized by one mutex. list() reads on a connection of its own and
+/// calls its sink without holding that mutex, so a sink may call back into
+/// the store. async_write() completions run on the store's write thread.
 class sqlite_store final : public task_store {
  public:
   using task_store::bury;
@@ -59,6 +77,7 @@ class sqlite_store final : public task_store {
   using task_store::remove;
   using task_store::revive;
   using task_store::save;
+  using task_store::write;
 
   /// Opens (creating if needed) the database at `path` and brings its schema
   /// to the current version. Throws boost::system::system_error.
@@ -74,12 +93,47 @@ class sqlite_store final : public task_store {
   sqlite_store(const sqlite_store&) = delete;
   sqlite_store& operator=(const sqlite_store&) = delete;
 
+  /// Applies the batch in one `BEGIN IMMEDIATE` ... `COMMIT`; on any error
+  /// (a constraint, a trigger, a full disk, a lock held past busy_timeout)
+  /// rolls the whole batch back, so nothing of it is visible. Durable on
+  /// return as `synchronous` defines (docs/persistence.md).
+  void write(std::span<const store_change> changes, boost::system::error_code& ec) override;
+  /// With sqlite_options::write_thread: queues the batch for the store's
+  /// write thread (started on first use, joined by the destructor after it
+  /// wrote everything queued) and returns; the thread writes batches one at a
+  /// time in the order given, each as write() does, and calls `done` there.
+  /// Without it: write() on the calling thread, then `done`.
+  void async_write(std::span<const store_change> changes,
+                   std::function<void(boost::system::error_code)> done) override;
+  /// 2 with sqlite_options::write_thread, else 1.
+  std::size_t max_writes_in_flight() const noexcept override;
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
                     boost::system::error_code& ec) override;
+  /// Moves the live row `id` to the `quarantine` table (source 'tasks')
+  /// with `reason`, in one transaction; nothing stored under `id` is not an
+  /// error.
+  void quarantine(std::string_view id, std::string_view reason,
+                  boost::system::error_code& ec) override;
   /// "sqlite:" followed by the path as given.
   std::string describe() const override;
+
+  // Settings live in the `settings` table (schema version 3), keys and values
+  // as BLOBs; load_settings() returns them sorted by key bytes. Each
+  // save_setting() and erase_setting() is one committed transaction.
+  std::vector<std::pair<std::string, std::string>> load_settings(
+      boost::system::error_code& ec) override;
+  void save_setting(std::string_view key, std::string_view value,
+                    boost::system::error_code& ec) override;
+  void erase_setting(std::string_view key, boost::system::error_code& ec) override;
+
+  /// The `synchronous` level in effect on the store's connection, read back
+  /// with `PRAGMA synchronous` (what sqlite_options asked for, unless SQLite
+  /// refused it). Errors as above.
+  sqlite_options::synchronous_level synchronous(boost::system::error_code& ec);
+  /// Throwing form of synchronous().
+  sqlite_options::synchronous_level synchronous();
 
   // Dead letters live in the `dead_letters` table (schema version 2). bury,
   // revive and purge are each one write transaction; list_dead reads one page
@@ -95,8 +149,8 @@ class sqlite_store final : public task_store {
 
   /// The schema version (PRAGMA user_version) this build creates and reads.
   /// Opening a file of an older version migrates it (1 -> 2 adds the
-  /// dead-letter table).
-  static constexpr int schema_version = 2;
+  /// dead-letter table, 2 -> 3 the settings table).
+  static constexpr int schema_version = 3;
 
  private:
   struct impl;

@@ -1,0 +1,962 @@
+// The `durable` scenario of delayq-bench (issue 11). For each backend, in one
+// run and on the same server or disk:
+//
+//   (1) baseline, one at a time: Redis: the seeds' producer (MULTI, HSET,
+//       ZADD, EXEC: one round trip per task, one thread); SQLite: one
+//       committed INSERT per task (raw SQLiteCpp, same table and pragmas).
+//   (2) baseline, the store's limit: Redis: raw hiredis, MULTI batches of
+//       1000 tasks (HSET + ZADD each, the store's own commands and record
+//       bytes), 8 batches pipelined; SQLite: transactions of 1000 INSERTs.
+//   (3) engine::schedule(), blocking, from 1 and from 8 threads.
+//   (4) engine::async_schedule() from one thread with N in flight: the rate
+//       is tasks / time until the last completion; every completion counted.
+//   (5) engine::schedule_many() of 1000 tasks, one thread.
+//   (6) removals keep up: N tasks due within a window all run; the store is
+//       counted `linger` after the last ran (target: none left), with the
+//       lateness of the runs.
+//   (7) recovery: start() of an engine over N stored tasks, its time and the
+//       peak RSS while loading (VmHWM, reset through /proc/self/clear_refs).
+//
+// Tasks of (3)-(5) are due in an hour, so nothing fires while they are
+// measured; every measurement starts with an empty store. A measurement that
+// would run past --durable-max-seconds stops issuing work, waits for what is
+// in flight, and says "capped".
+#include "durable_bench.hpp"
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <SQLiteCpp/Database.h>
+#include <SQLiteCpp/Statement.h>
+#include <SQLiteCpp/Transaction.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "bench_cli.hpp"
+#include "delayq/engine.hpp"
+#include "delayq/record_codec.hpp"
+#include "delayq/sqlite_store.hpp"
+#include "io_thread.hpp"
+#include "measure.hpp"
+#include "redis_client.hpp"
+#include "seeds_queue.hpp"
+
+namespace delayq::bench {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using std::chrono::system_clock;
+
+[[noreturn]] void flag_error(const std::string& msg) {
+  std::fprintf(stderr, "delayq-bench: %s (see --help)\n", msg.c_str());
+  std::exit(2);
+}
+
+std::uint64_t count_value(const std::string& flag, const char* v) {
+  char* end = nullptr;
+  const double d = std::strtod(v, &end);  // accepts 1e6
+  if (*v == '\0' || *end != '\0' || d < 1) flag_error(flag + " needs a positive number");
+  return static_cast<std::uint64_t>(d);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+std::string fmt(double v, int prec = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string fmt_rate(double v) {
+  char buf[64];
+  if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+// /proc/self/status fields in MiB (VmRSS, VmHWM).
+double status_mb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::strtod(line.c_str() + key.size(), nullptr) / 1024.0;
+  return 0;
+}
+
+// Resets VmHWM to the current RSS (Linux >= 4.0); false when not allowed.
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+std::string make_temp_dir(const std::string& base_in) {
+  std::string base = base_in;
+  if (base.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    base = (t != nullptr && *t != '\0') ? t : "/tmp";
+  }
+  std::filesystem::create_directories(base);
+  std::string tmpl = base + "/delayq-durable.XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr)
+    throw std::runtime_error("cannot create a temp dir under " + base);
+  return tmpl;
+}
+
+void remove_sqlite_files(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+}
+
+task bench_task(char prefix, std::uint64_t n, system_clock::time_point due) {
+  task t;
+  t.id = make_id(prefix, n);
+  t.type = "noop";
+  t.due = due;
+  return t;
+}
+
+// ------------------------------------------------------------ backends
+
+// What a backend offers the scenario: the store under test, its baselines,
+// and a way to count and clear what it holds.
+struct backend {
+  std::string name;
+  std::string description;
+  std::function<std::unique_ptr<task_store>()> open;
+  std::function<void()> clear;
+  std::function<std::uint64_t()> count;
+  std::function<durable_rate(std::uint64_t, double)> one_at_a_time;  // (1)
+  std::function<durable_rate(std::uint64_t, double)> limit;          // (2)
+};
+
+// Redis: the store under prefix e2e-durable; baselines beside it.
+backend redis_backend(const redis_options& server) {
+  backend b;
+  b.name = "redis";
+  auto probe = std::make_shared<redis_client>(server);
+  std::string fsync = "?";
+  {
+    const redis_reply r = probe->command({"CONFIG", "GET", "appendfsync"});
+    if (r->elements == 2) fsync = std::string(r->element[1]->str, r->element[1]->len);
+  }
+  b.description = "redis-server " + server.address() + ", appendfsync " + fsync;
+  redis_options store_opts = server;
+  store_opts.prefix = "e2e-durable";
+  b.open = [store_opts] { return std::make_unique<redis_store>(store_opts); };
+  b.clear = [probe] {
+    std::vector<std::string> keys;
+    for (const char* prefix : {"e2e-durable", "e2e-durable-limit"})
+      for (const char* k : {"tasks", "due", "meta", "quarantine", "quarantine:reason", "dead",
+                            "dead:by_time", "dead:quarantine", "dead:quarantine:reason"})
+        keys.push_back("{" + std::string(prefix) + "}:" + k);
+    std::vector<std::string_view> cmd{"UNLINK"};
+    for (const auto& k : keys) cmd.emplace_back(k);
+    probe->command(cmd);
+    seeds_queue::options so;
+    so.prefix = "e2e-durable-seeds";
+    seeds_queue::clear(*probe, so);
+  };
+  b.count = [probe] {
+    return static_cast<std::uint64_t>(probe->command({"HLEN", "{e2e-durable}:tasks"})->integer);
+  };
+  b.one_at_a_time = [server](std::uint64_t n, double max_s) {
+    durable_rate r{"seeds' producer: MULTI/HSET/ZADD/EXEC per task, 1 thread"};
+    seeds_queue::options so;
+    so.prefix = "e2e-durable-seeds";
+    seeds_queue::producer producer(server, so);
+    const auto due = to_epoch_ms(system_clock::now() + std::chrono::hours(1));
+    const auto t0 = steady_clock::now();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (seconds_since(t0) > max_s) {
+        r.capped = true;
+        break;
+      }
+      producer.add(make_id('s', i), "noop", "", due);
+      ++r.tasks;
+    }
+    r.seconds = seconds_since(t0);
+    return r;
+  };
+  b.limit = [server](std::uint64_t n, double max_s) {
+    durable_rate r{"raw hiredis: MULTI batches of 1000 (HSET+ZADD), 8 pipelined"};
+    constexpr std::uint64_t batch = 1000;
+    constexpr std::uint64_t window = 8;
+    redis_client conn(server);
+    const std::string tasks_key = "{e2e-durable-limit}:tasks", due_key = "{e2e-durable-limit}:due";
+    const auto due = system_clock::now() + std::chrono::hours(1);
+    const std::string score = std::to_string(to_epoch_ms(due));
+    std::uint64_t sent = 0, acked = 0;
+    auto read_batch = [&](std::uint64_t size) {
+      for (std::uint64_t k = 0; k < 2 * size + 2; ++k) conn.get_reply();  // throws on errors
+      acked += size;
+    };
+    std::vector<std::uint64_t> sizes;
+    const auto t0 = steady_clock::now();
+    while (sent < n) {
+      if (seconds_since(t0) > max_s) {
+        r.capped = true;
+        break;
+      }
+      const std::uint64_t size = std::min(batch, n - sent);
+      conn.append({"MULTI"});
+      for (std::uint64_t k = 0; k < size; ++k) {
+        const task t = bench_task('l', sent + k, due);
+        const std::string record = encode_task(t);
+        conn.append({"HSET", tasks_key, t.id, record});
+        conn.append({"ZADD", due_key, score, t.id});
+      }
+      conn.append({"EXEC"});
+      sent += size;
+      sizes.push_back(size);
+      if (sizes.size() >= window) {
+        read_batch(sizes.front());
+        sizes.erase(sizes.begin());
+      }
+    }
+    for (std::uint64_t size : sizes) read_batch(size);
+    r.seconds = seconds_since(t0);
+    r.tasks = acked;
+    return r;
+  };
+  return b;
+}
+
+// SQLite with one synchronous level; baselines on a file of their own with
+// the store's table and pragmas.
+backend sqlite_backend(const std::string& dir, sqlite_options::synchronous_level level) {
+  const bool full = level == sqlite_options::synchronous_level::full;
+  backend b;
+  b.name = full ? "sqlite-full" : "sqlite-normal";
+  b.description = std::string("SQLite WAL, synchronous=") + (full ? "FULL" : "NORMAL");
+  const std::string path = dir + "/" + b.name + ".db";
+  const std::string base_path = dir + "/" + b.name + "-baseline.db";
+  sqlite_options opts;
+  opts.synchronous = level;
+  b.open = [path, opts] { return std::make_unique<sqlite_store>(path, opts); };
+  b.clear = [path, base_path] {
+    remove_sqlite_files(path);
+    remove_sqlite_files(base_path);
+  };
+  b.count = [path] {
+    if (!std::filesystem::exists(path)) return std::uint64_t{0};
+    SQLite::Database db(path, SQLite::OPEN_READONLY);
+    return static_cast<std::uint64_t>(db.execAndGet("SELECT count(*) FROM tasks").getInt64());
+  };
+  const char* pragma = full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL";
+  auto open_baseline = [base_path, pragma] {
+    remove_sqlite_files(base_path);
+    auto db =
+        std::make_unique<SQLite::Database>(base_path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+    db->execAndGet("PRAGMA journal_mode=WAL");
+    db->exec(pragma);
+    db->exec(
+        "CREATE TABLE tasks (id TEXT PRIMARY KEY NOT NULL, due_ms INTEGER NOT NULL,"
+        " record BLOB NOT NULL); CREATE INDEX tasks_due_ms ON tasks(due_ms);");
+    return db;
+  };
+  auto insert = [](SQLite::Statement& st, const task& t) {
+    const std::string record = encode_task(t);
+    st.bind(1, t.id);
+    st.bind(2, static_cast<std::int64_t>(to_epoch_ms(t.due)));
+    st.bind(3, record.data(), static_cast<int>(record.size()));
+    st.exec();
+    st.reset();
+  };
+  constexpr const char* upsert =
+      "INSERT INTO tasks(id, due_ms, record) VALUES(?1, ?2, ?3) ON CONFLICT(id) DO UPDATE SET "
+      "due_ms = excluded.due_ms, record = excluded.record";
+  b.one_at_a_time = [open_baseline, insert, upsert](std::uint64_t n, double max_s) {
+    durable_rate r{"raw SQLite: one committed INSERT per task, 1 thread"};
+    auto db = open_baseline();
+    SQLite::Statement st(*db, upsert);
+    const auto due = system_clock::now() + std::chrono::hours(1);
+    const auto t0 = steady_clock::now();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (seconds_since(t0) > max_s) {
+        r.capped = true;
+        break;
+      }
+      insert(st, bench_task('s', i, due));
+      ++r.tasks;
+    }
+    r.seconds = seconds_since(t0);
+    return r;
+  };
+  b.limit = [open_baseline, insert, upsert](std::uint64_t n, double max_s) {
+    durable_rate r{"raw SQLite: transactions of 1000 INSERTs"};
+    auto db = open_baseline();
+    SQLite::Statement st(*db, upsert);
+    const auto due = system_clock::now() + std::chrono::hours(1);
+    const auto t0 = steady_clock::now();
+    for (std::uint64_t i = 0; i < n;) {
+      if (seconds_since(t0) > max_s) {
+        r.capped = true;
+        break;
+      }
+      const std::uint64_t size = std::min<std::uint64_t>(1000, n - i);
+      SQLite::Transaction tx(*db, SQLite::TransactionBehavior::IMMEDIATE);
+      for (std::uint64_t k = 0; k < size; ++k) insert(st, bench_task('l', i + k, due));
+      tx.commit();
+      i += size;
+      r.tasks += size;
+    }
+    r.seconds = seconds_since(t0);
+    return r;
+  };
+  return b;
+}
+
+// ------------------------------------------------------------ engine runs
+
+engine_options bench_engine_options(const durable_config& c, std::size_t queued) {
+  engine_options o;
+  o.tick = c.tick;
+  o.workers = c.workers;
+  // The bound on queued writes must not turn a deep async window into busy
+  // errors: the scenario measures throughput, the bound has tests of its own.
+  o.max_queued_writes = std::max<std::size_t>(o.max_queued_writes, 2 * queued + 1000);
+  return o;
+}
+
+// An engine on a fresh store, started; destroyed (and the store cleared) by
+// the caller after the measurement.
+struct engine_run {
+  io_thread io;
+  executor_factory executors;
+  std::unique_ptr<engine> eng;
+  engine_run(
+      const durable_config& c, const backend& b, std::size_t queued,
+      std::function<void(const task&)> run = [](const task&) {}) {
+    executors.add("noop", std::move(run));
+    eng = std::make_unique<engine>(io.io(), executors, b.open(), bench_engine_options(c, queued));
+    eng->start();
+  }
+};
+
+durable_rate run_blocking(const durable_config& c, const backend& b, int threads) {
+  durable_rate r{"engine::schedule(), blocking, " + std::to_string(threads) + " threads"};
+  b.clear();
+  {
+    engine_run run(c, b, 0);
+    std::atomic<std::uint64_t> done{0}, failed{0};
+    std::atomic<bool> capped{false};
+    const std::uint64_t per_thread = c.blocking_tasks / static_cast<std::uint64_t>(threads);
+    std::vector<std::thread> pool;
+    const auto t0 = steady_clock::now();
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        schedule_options so;
+        boost::system::error_code ec;
+        for (std::uint64_t i = 0; i < per_thread; ++i) {
+          if (seconds_since(t0) > c.max_seconds) {
+            capped = true;
+            return;
+          }
+          so.id = make_id(static_cast<char>('a' + t), i);
+          run.eng->schedule("noop", std::string(), std::chrono::hours(1), so, ec);
+          (ec ? failed : done).fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+    for (auto& th : pool) th.join();
+    r.seconds = seconds_since(t0);
+    r.tasks = done;
+    r.failed = failed;
+    r.capped = capped;
+  }
+  b.clear();
+  return r;
+}
+
+durable_rate run_async(const durable_config& c, const backend& b, std::uint64_t in_flight) {
+  durable_rate r{"engine::async_schedule(), " + std::to_string(in_flight) + " in flight, 1 thread"};
+  const std::uint64_t total = std::max(c.async_tasks, in_flight);
+  b.clear();
+  {
+    engine_run run(c, b, in_flight);
+    std::mutex m;
+    std::condition_variable cv;
+    std::uint64_t outstanding = 0, done = 0, failed = 0;
+    boost::system::error_code first_error;
+    steady_clock::time_point last{};
+    const auto t0 = steady_clock::now();
+    std::uint64_t issued = 0;
+    for (; issued < total; ++issued) {
+      {
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return outstanding < in_flight; });
+        ++outstanding;
+      }
+      if ((issued & 0xff) == 0 && seconds_since(t0) > c.max_seconds) {
+        std::lock_guard lock(m);
+        --outstanding;
+        r.capped = true;
+        break;
+      }
+      schedule_options so;
+      so.id = make_id('q', issued);
+      run.eng->async_schedule("noop", std::string(), std::chrono::hours(1), std::move(so),
+                              [&](boost::system::error_code ec, std::string) {
+                                std::lock_guard lock(m);
+                                --outstanding;
+                                ++done;
+                                if (ec) {
+                                  ++failed;
+                                  if (!first_error) first_error = ec;
+                                }
+                                last = steady_clock::now();
+                                cv.notify_one();
+                              });
+    }
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return outstanding == 0; });
+    r.seconds = std::chrono::duration<double>(last - t0).count();
+    r.tasks = done - failed;
+    r.failed = failed;
+    if (first_error)
+      std::fprintf(stderr, "  %s: %llu of %llu failed, first: %s\n", r.what.c_str(),
+                   static_cast<unsigned long long>(failed), static_cast<unsigned long long>(done),
+                   first_error.message().c_str());
+  }
+  b.clear();
+  return r;
+}
+
+durable_rate run_many(const durable_config& c, const backend& b) {
+  durable_rate r{"engine::schedule_many() of 1000, 1 thread"};
+  b.clear();
+  {
+    engine_run run(c, b, 1000);
+    const auto due = system_clock::now() + std::chrono::hours(1);
+    const auto t0 = steady_clock::now();
+    for (std::uint64_t i = 0; i < c.many_tasks;) {
+      if (seconds_since(t0) > c.max_seconds) {
+        r.capped = true;
+        break;
+      }
+      const std::uint64_t size = std::min<std::uint64_t>(1000, c.many_tasks - i);
+      std::vector<task_spec> specs(size);
+      for (std::uint64_t k = 0; k < size; ++k) {
+        specs[k].type = "noop";
+        specs[k].due = due;
+        specs[k].options.id = make_id('m', i + k);
+      }
+      boost::system::error_code ec;
+      run.eng->schedule_many(std::move(specs), ec);
+      (ec ? r.failed : r.tasks) += size;
+      i += size;
+    }
+    r.seconds = seconds_since(t0);
+  }
+  b.clear();
+  return r;
+}
+
+durable_removals run_removals(const durable_config& c, const backend& b) {
+  durable_removals r;
+  r.tasks = c.removal_tasks;
+  b.clear();
+  lateness_recorder late;
+  completion fired(c.removal_tasks);
+  std::atomic<std::int64_t> last_ns{0};
+  {
+    engine_run run(c, b, 1000, [&](const task& t) {
+      late.record(system_clock::now() - t.due);
+      last_ns.store(steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      fired.add();
+    });
+    const auto base = system_clock::now() + c.removal_lead;
+    rng random(0xd0e);
+    const auto t0 = steady_clock::now();
+    for (std::uint64_t i = 0; i < c.removal_tasks;) {
+      const std::uint64_t size = std::min<std::uint64_t>(1000, c.removal_tasks - i);
+      std::vector<task_spec> specs(size);
+      for (std::uint64_t k = 0; k < size; ++k) {
+        specs[k].type = "noop";
+        specs[k].due = base + milliseconds(static_cast<std::int64_t>(random.between(
+                                  0, static_cast<std::uint64_t>(c.removal_window.count()))));
+        specs[k].options.id = make_id('r', i + k);
+      }
+      run.eng->schedule_many(std::move(specs));
+      i += size;
+    }
+    r.schedule_s = seconds_since(t0);
+    if (r.schedule_s * 1000 > static_cast<double>(c.removal_lead.count()))
+      std::fprintf(stderr,
+                   "  removals: scheduling took %.2f s, longer than the %lld ms lead: the first "
+                   "tasks ran late because of it\n",
+                   r.schedule_s, static_cast<long long>(c.removal_lead.count()));
+    const auto limit = c.removal_lead + c.removal_window + std::chrono::seconds(60);
+    fired.wait(limit, [](std::uint64_t) {});
+    r.ran = fired.done();
+    const steady_clock::time_point last{steady_clock::duration(last_ns.load())};
+    std::this_thread::sleep_until(last + c.removal_linger);
+    r.held_after_linger = b.count();
+    if (r.held_after_linger > 0) {
+      // Not empty yet: how long until it is (up to 10 s after the last run).
+      std::uint64_t left = r.held_after_linger;
+      while (left > 0 && steady_clock::now() < last + std::chrono::seconds(10)) {
+        std::this_thread::sleep_for(milliseconds(20));
+        left = b.count();
+      }
+      if (left == 0)
+        r.drained_after_s = std::chrono::duration<double>(steady_clock::now() - last).count();
+    }
+  }
+  const distribution d = summarize(late.take());
+  r.lateness_p50_us = d.p50_us;
+  r.lateness_p99_us = d.p99_us;
+  r.lateness_max_us = d.max_us;
+  b.clear();
+  return r;
+}
+
+durable_recovery run_recovery(const durable_config& c, const backend& b) {
+  durable_recovery r;
+  r.tasks = c.recovery_tasks;
+  b.clear();
+  {
+    auto store = b.open();
+    const auto base = std::chrono::floor<milliseconds>(system_clock::now() + std::chrono::hours(1));
+    std::vector<task> batch;
+    const auto f0 = steady_clock::now();
+    for (std::uint64_t i = 0; i < c.recovery_tasks;) {
+      batch.clear();
+      const std::uint64_t size = std::min<std::uint64_t>(10'000, c.recovery_tasks - i);
+      for (std::uint64_t k = i; k < i + size; ++k)
+        batch.push_back(bench_task('v', k, base + milliseconds(k % 60'000)));
+      store->save(batch);
+      i += size;
+    }
+    r.fill_s = seconds_since(f0);
+    // What the store's own streaming costs, apart from the engine's wheel.
+    std::uint64_t listed = 0;
+    const auto l0 = steady_clock::now();
+    store->list([&](task&&) { ++listed; });
+    r.list_s = seconds_since(l0);
+  }
+  {
+    io_thread io;
+    executor_factory executors;
+    executors.add("noop", [](const task&) {});
+    // The store is opened before the clock starts: the figure is start().
+    auto eng = std::make_unique<engine>(io.io(), executors, b.open(), bench_engine_options(c, 0));
+    r.rss_before_mb = status_mb("VmRSS");
+    if (!reset_peak_rss())
+      std::fprintf(stderr, "  recovery: cannot reset VmHWM; peak is lifetime\n");
+    const auto t0 = steady_clock::now();
+    eng->start();
+    r.start_s = seconds_since(t0);
+    r.rss_peak_mb = status_mb("VmHWM");
+    r.rss_after_mb = status_mb("VmRSS");
+    r.loaded = eng->stats().loaded;
+  }
+  b.clear();
+  return r;
+}
+
+// ------------------------------------------------------------ output
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') o += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20) o += ch;
+  }
+  return o + "\"";
+}
+
+std::string json_rate(const durable_rate& r) {
+  std::ostringstream o;
+  o << "{\"what\": " << json_str(r.what) << ", \"tasks\": " << r.tasks
+    << ", \"failed\": " << r.failed << ", \"seconds\": " << fmt(r.seconds, 4)
+    << ", \"per_s\": " << fmt(r.per_s(), 1) << ", \"capped\": " << (r.capped ? "true" : "false")
+    << "}";
+  return o.str();
+}
+
+std::string rate_cell(const durable_rate& r) {
+  if (r.tasks == 0 && r.seconds == 0) return "n/a";
+  std::string s = fmt_rate(r.per_s()) + "/s";
+  if (r.capped) s += " (capped)";
+  if (r.failed) s += " (" + std::to_string(r.failed) + " failed)";
+  return s;
+}
+
+// A ratio row: value, target, met.
+std::string ratio_row(const std::string& what, double value, double target, bool as_percent) {
+  const bool met = value >= target;
+  std::string v = as_percent ? fmt(value * 100, 1) + "%" : fmt(value, 2) + "x";
+  std::string t = as_percent ? fmt(target * 100, 0) + "%" : fmt(target, 0) + "x";
+  return "| " + what + " | " + v + " | >= " + t + " | " + (met ? "yes" : "**no**") + " |\n";
+}
+
+double best_async(const durable_backend_result& b) {
+  double best = 0;
+  for (const auto& [n, r] : b.async_rates) best = std::max(best, r.per_s());
+  return best;
+}
+
+double blocking_at(const durable_backend_result& b, int threads) {
+  for (const auto& [n, r] : b.blocking)
+    if (n == threads) return r.per_s();
+  return 0;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ config
+
+void durable_config::apply_quick() {
+  quick = true;
+  auto unset = [&](const char* f) { return std::find(set_.begin(), set_.end(), f) == set_.end(); };
+  if (unset("--durable-seeds-tasks")) seeds_tasks = 50;
+  if (unset("--durable-limit-tasks")) limit_tasks = 5000;
+  if (unset("--durable-blocking-tasks")) blocking_tasks = 80;
+  if (unset("--durable-in-flight")) in_flight = {100, 1000};
+  if (unset("--durable-async-tasks")) async_tasks = 2000;
+  if (unset("--durable-many-tasks")) many_tasks = 2000;
+  if (unset("--durable-removal-tasks")) removal_tasks = 1000;
+  if (unset("--durable-removal-window-ms")) removal_window = milliseconds(500);
+  if (unset("--durable-removal-lead-ms")) removal_lead = milliseconds(300);
+  if (unset("--durable-linger-ms")) removal_linger = milliseconds(200);
+  if (unset("--durable-recovery-tasks")) recovery_tasks = 2000;
+  if (unset("--durable-max-seconds")) max_seconds = 5;
+}
+
+bool durable_config::take_flag(const std::string& flag, int& i, int argc, char** argv) {
+  if (flag.rfind("--durable-", 0) != 0) return false;
+  auto value = [&]() -> const char* {
+    if (i + 1 >= argc) flag_error(flag + " needs a value");
+    return argv[++i];
+  };
+  if (flag == "--durable-backends") {
+    backends = split(value());
+    for (const auto& b : backends)
+      if (b != "redis" && b != "sqlite-full" && b != "sqlite-normal")
+        flag_error("unknown durable backend '" + b + "'");
+  } else if (flag == "--durable-seeds-tasks") {
+    seeds_tasks = count_value(flag, value());
+  } else if (flag == "--durable-limit-tasks") {
+    limit_tasks = count_value(flag, value());
+  } else if (flag == "--durable-blocking-tasks") {
+    blocking_tasks = count_value(flag, value());
+  } else if (flag == "--durable-blocking-threads") {
+    blocking_threads.clear();
+    for (const auto& s : split(value()))
+      blocking_threads.push_back(static_cast<int>(count_value(flag, s.c_str())));
+  } else if (flag == "--durable-in-flight") {
+    in_flight.clear();
+    for (const auto& s : split(value())) in_flight.push_back(count_value(flag, s.c_str()));
+  } else if (flag == "--durable-async-tasks") {
+    async_tasks = count_value(flag, value());
+  } else if (flag == "--durable-many-tasks") {
+    many_tasks = count_value(flag, value());
+  } else if (flag == "--durable-removal-tasks") {
+    removal_tasks = count_value(flag, value());
+  } else if (flag == "--durable-removal-window-ms") {
+    removal_window = milliseconds(count_value(flag, value()));
+  } else if (flag == "--durable-removal-lead-ms") {
+    removal_lead = milliseconds(count_value(flag, value()));
+  } else if (flag == "--durable-linger-ms") {
+    removal_linger = milliseconds(count_value(flag, value()));
+  } else if (flag == "--durable-recovery-tasks") {
+    recovery_tasks = count_value(flag, value());
+  } else if (flag == "--durable-max-seconds") {
+    max_seconds = static_cast<double>(count_value(flag, value()));
+  } else {
+    return false;
+  }
+  set_.push_back(flag);
+  return true;
+}
+
+const char* durable_config::usage() {
+  return R"(durable (the store's speed, issue 11; sizes default / --quick):
+  --durable-backends LIST     some of redis, sqlite-full, sqlite-normal (default all)
+  --durable-seeds-tasks N     (1) one round trip or commit per task (2000 / 50)
+  --durable-limit-tasks N     (2) raw batches of 1000 (2e5 / 5000)
+  --durable-blocking-tasks N  (3) schedule() per thread count (4000 / 80)
+  --durable-blocking-threads LIST  (3) thread counts (1,8)
+  --durable-in-flight LIST    (4) async_schedule() window (100,1000,10000,100000 / 100,1000)
+  --durable-async-tasks N     (4) tasks per window, at least the window (2e5 / 2000)
+  --durable-many-tasks N      (5) schedule_many() of 1000 (1e5 / 2000)
+  --durable-removal-tasks N   (6) tasks due within the window (1e5 / 1000)
+  --durable-removal-window-ms MS  (6) (10000 / 500)
+  --durable-removal-lead-ms MS    (6) first due time after scheduling began (5000 / 300)
+  --durable-linger-ms MS      (6) store counted this long after the last run (1000 / 200)
+  --durable-recovery-tasks N  (7) stored tasks start() loads (1e6 / 2000)
+  --durable-max-seconds S     most seconds one measurement issues work (60 / 5)
+)";
+}
+
+// ------------------------------------------------------------ scenario
+
+durable_report run_durable(const durable_config& c, const redis_options* redis) {
+  durable_report rep;
+  const std::string dir = make_temp_dir(c.sqlite_dir);
+  for (const std::string& name : c.backends) {
+    durable_backend_result res;
+    res.backend = name;
+    if (name == "redis" && redis == nullptr) {
+      res.notes.push_back("skipped: no Redis (--redis or $DELAYQ_BENCH_REDIS)");
+      rep.backends.push_back(res);
+      continue;
+    }
+    const backend b = name == "redis"
+                          ? redis_backend(*redis)
+                          : sqlite_backend(dir, name == "sqlite-full"
+                                                    ? sqlite_options::synchronous_level::full
+                                                    : sqlite_options::synchronous_level::normal);
+    res.store = b.description;
+    std::fprintf(stderr, "== durable %s (%s)\n", name.c_str(), b.description.c_str());
+    auto show = [&](const durable_rate& r) {
+      std::fprintf(stderr, "  %-70s %s\n", r.what.c_str(), rate_cell(r).c_str());
+    };
+    b.clear();
+    res.seeds = b.one_at_a_time(c.seeds_tasks, c.max_seconds);
+    show(res.seeds);
+    b.clear();
+    res.limit = b.limit(c.limit_tasks, c.max_seconds);
+    show(res.limit);
+    b.clear();
+    for (int threads : c.blocking_threads) {
+      res.blocking.emplace_back(threads, run_blocking(c, b, threads));
+      show(res.blocking.back().second);
+    }
+    for (std::uint64_t n : c.in_flight) {
+      res.async_rates.emplace_back(n, run_async(c, b, n));
+      show(res.async_rates.back().second);
+    }
+    res.many = run_many(c, b);
+    show(res.many);
+    res.removals = run_removals(c, b);
+    std::fprintf(stderr,
+                 "  removals: %llu/%llu ran, p99 lateness %.1f ms, %llu left after %lld ms\n",
+                 static_cast<unsigned long long>(res.removals->ran),
+                 static_cast<unsigned long long>(res.removals->tasks),
+                 static_cast<double>(res.removals->lateness_p99_us) / 1000.0,
+                 static_cast<unsigned long long>(res.removals->held_after_linger),
+                 static_cast<long long>(c.removal_linger.count()));
+    res.recovery = run_recovery(c, b);
+    std::fprintf(stderr,
+                 "  recovery: %llu tasks in %.2f s (list() alone %.2f s), peak RSS +%.0f MiB\n",
+                 static_cast<unsigned long long>(res.recovery->loaded), res.recovery->start_s,
+                 res.recovery->list_s, res.recovery->rss_peak_mb - res.recovery->rss_before_mb);
+    if (res.recovery->loaded != res.recovery->tasks)
+      res.notes.push_back("recovery loaded " + std::to_string(res.recovery->loaded) + " of " +
+                          std::to_string(res.recovery->tasks));
+    rep.backends.push_back(std::move(res));
+  }
+  std::filesystem::remove_all(dir);
+  return rep;
+}
+
+std::string durable_tables(const durable_config& c, const durable_report& r) {
+  std::ostringstream o;
+  o << "\n### Durable path: acknowledged schedules per second, side by side\n\n"
+    << "Tasks of (3)-(5) are due in an hour (nothing fires while measured); each row starts "
+       "with an empty store. Engine tick "
+    << c.tick.count() << " ms, " << c.workers << " workers.\n\n| measurement |";
+  for (const auto& b : r.backends) o << " " << b.backend << " |";
+  o << "\n|---|";
+  for (std::size_t i = 0; i < r.backends.size(); ++i) o << "---:|";
+  o << "\n";
+  auto row = [&](const std::string& label,
+                 const std::function<std::string(const durable_backend_result&)>& cell) {
+    o << "| " << label << " |";
+    for (const auto& b : r.backends) o << " " << (b.store.empty() ? "skipped" : cell(b)) << " |";
+    o << "\n";
+  };
+  row("(1) one at a time: seeds' producer (Redis) / one commit per task (SQLite)",
+      [](const auto& b) { return rate_cell(b.seeds); });
+  row("(2) limit: pipelined MULTI batches of 1000 (Redis) / transactions of 1000 (SQLite)",
+      [](const auto& b) { return rate_cell(b.limit); });
+  for (int t : c.blocking_threads)
+    row("(3) schedule(), " + std::to_string(t) + " thread" + (t == 1 ? "" : "s"),
+        [t](const auto& b) {
+          for (const auto& [n, rate] : b.blocking)
+            if (n == t) return rate_cell(rate);
+          return std::string("n/a");
+        });
+  for (std::uint64_t n : c.in_flight)
+    row("(4) async_schedule(), " + std::to_string(n) + " in flight", [n](const auto& b) {
+      for (const auto& [k, rate] : b.async_rates)
+        if (k == n) return rate_cell(rate);
+      return std::string("n/a");
+    });
+  row("(5) schedule_many() of 1000", [](const auto& b) { return rate_cell(b.many); });
+  row("(6) removals: ran / due within " + fmt(c.removal_window.count() / 1000.0, 1) + " s",
+      [](const auto& b) {
+        return b.removals
+                   ? std::to_string(b.removals->ran) + " / " + std::to_string(b.removals->tasks)
+                   : std::string("n/a");
+      });
+  row("(6) removals: stored " + std::to_string(c.removal_linger.count()) +
+          " ms after the last ran (target 0)",
+      [](const auto& b) {
+        if (!b.removals) return std::string("n/a");
+        std::string s = std::to_string(b.removals->held_after_linger);
+        if (b.removals->drained_after_s)
+          s += " (empty after " + fmt(*b.removals->drained_after_s, 2) + " s)";
+        return s;
+      });
+  row("(6) removals: lateness p50 / p99 / max, ms", [](const auto& b) {
+    if (!b.removals) return std::string("n/a");
+    return fmt(static_cast<double>(b.removals->lateness_p50_us) / 1000.0, 1) + " / " +
+           fmt(static_cast<double>(b.removals->lateness_p99_us) / 1000.0, 1) + " / " +
+           fmt(static_cast<double>(b.removals->lateness_max_us) / 1000.0, 1);
+  });
+  row("(6) removals: scheduling them took, s",
+      [](const auto& b) { return b.removals ? fmt(b.removals->schedule_s, 2) : "n/a"; });
+  row("(7) recovery: start() of " + std::to_string(c.recovery_tasks) + " stored tasks, s",
+      [](const auto& b) {
+        return b.recovery ? fmt(b.recovery->start_s, 2) + " (" +
+                                fmt_rate(b.recovery->start_s > 0
+                                             ? static_cast<double>(b.recovery->loaded) /
+                                                   b.recovery->start_s
+                                             : 0) +
+                                "/s)"
+                          : std::string("n/a");
+      });
+  row("(7) recovery: the store's list() alone, s",
+      [](const auto& b) { return b.recovery ? fmt(b.recovery->list_s, 2) : std::string("n/a"); });
+  row("(7) recovery: RSS before / peak / after start(), MiB", [](const auto& b) {
+    if (!b.recovery) return std::string("n/a");
+    return fmt(b.recovery->rss_before_mb, 0) + " / " + fmt(b.recovery->rss_peak_mb, 0) + " / " +
+           fmt(b.recovery->rss_after_mb, 0);
+  });
+
+  o << "\n### Durable path: the issue's targets (ratios of this run)\n\n"
+    << "| backend: ratio | value | target | met |\n|---|---:|---:|---|\n";
+  for (const auto& b : r.backends) {
+    if (b.store.empty()) continue;
+    const double async = best_async(b);
+    const std::string p = b.backend + ": ";
+    if (b.limit.per_s() > 0) {
+      o << ratio_row(p + "async_schedule (best window) / limit", async / b.limit.per_s(), 0.25,
+                     true);
+      o << ratio_row(p + "schedule_many of 1000 / limit", b.many.per_s() / b.limit.per_s(), 0.5,
+                     true);
+    }
+    if (b.seeds.per_s() > 0) {
+      o << ratio_row(p + "async_schedule (best window) / one at a time", async / b.seeds.per_s(),
+                     10, false);
+      o << ratio_row(p + "schedule() 1 thread / one at a time", blocking_at(b, 1) / b.seeds.per_s(),
+                     1, false);
+    }
+    if (blocking_at(b, 1) > 0 && blocking_at(b, 8) > 0)
+      o << ratio_row(p + "schedule() 8 threads / 1 thread", blocking_at(b, 8) / blocking_at(b, 1),
+                     4, false);
+    if (b.backend == "sqlite-normal")
+      o << "| " << p << "async_schedule (best window), tasks/s | " << fmt_rate(async)
+        << "/s | >= 200 k/s | " << (async >= 200'000 ? "yes" : "**no**") << " |\n";
+    if (b.removals)
+      o << "| " << p << "stored after the linger | " << b.removals->held_after_linger << " | 0 | "
+        << (b.removals->held_after_linger == 0 ? "yes" : "**no**") << " |\n";
+    if (b.recovery && b.recovery->tasks > 0) {
+      // The target is for 1e6 tasks; smaller runs are scaled to it.
+      const double per_million = b.recovery->start_s * 1e6 / static_cast<double>(b.recovery->tasks);
+      o << "| " << p << "recovery, s per 1e6 stored tasks (" << b.recovery->tasks << " measured) | "
+        << fmt(per_million, 2) << " | <= 2 | " << (per_million <= 2.0 ? "yes" : "**no**") << " |\n";
+    }
+  }
+  for (const auto& b : r.backends)
+    for (const auto& n : b.notes) o << "\nNote (" << b.backend << "): " << n << "\n";
+  if (c.quick) o << "\n(--quick: tiny sizes; the figures show only that it runs.)\n";
+  return o.str();
+}
+
+std::string durable_json(const durable_config& c, const durable_report& r) {
+  std::ostringstream o;
+  o << "{\"quick\": " << (c.quick ? "true" : "false") << ", \"backends\": [";
+  bool first_b = true;
+  for (const auto& b : r.backends) {
+    o << (first_b ? "\n    " : ",\n    ") << "{\"backend\": " << json_str(b.backend)
+      << ", \"store\": " << json_str(b.store);
+    first_b = false;
+    if (b.store.empty()) {
+      o << ", \"skipped\": true}";
+      continue;
+    }
+    o << ",\n     \"one_at_a_time\": " << json_rate(b.seeds)
+      << ",\n     \"limit\": " << json_rate(b.limit) << ",\n     \"blocking\": [";
+    for (std::size_t i = 0; i < b.blocking.size(); ++i)
+      o << (i ? ", " : "") << "{\"threads\": " << b.blocking[i].first
+        << ", \"rate\": " << json_rate(b.blocking[i].second) << "}";
+    o << "],\n     \"async\": [";
+    for (std::size_t i = 0; i < b.async_rates.size(); ++i)
+      o << (i ? ", " : "") << "{\"in_flight\": " << b.async_rates[i].first
+        << ", \"rate\": " << json_rate(b.async_rates[i].second) << "}";
+    o << "],\n     \"schedule_many\": " << json_rate(b.many);
+    if (b.removals) {
+      const auto& m = *b.removals;
+      o << ",\n     \"removals\": {\"tasks\": " << m.tasks << ", \"ran\": " << m.ran
+        << ", \"schedule_s\": " << fmt(m.schedule_s, 4)
+        << ", \"lateness_p50_us\": " << m.lateness_p50_us
+        << ", \"lateness_p99_us\": " << m.lateness_p99_us
+        << ", \"lateness_max_us\": " << m.lateness_max_us
+        << ", \"linger_ms\": " << c.removal_linger.count()
+        << ", \"held_after_linger\": " << m.held_after_linger << ", \"drained_after_s\": "
+        << (m.drained_after_s ? fmt(*m.drained_after_s, 4) : std::string("null")) << "}";
+    }
+    if (b.recovery) {
+      const auto& v = *b.recovery;
+      o << ",\n     \"recovery\": {\"tasks\": " << v.tasks << ", \"loaded\": " << v.loaded
+        << ", \"fill_s\": " << fmt(v.fill_s, 3) << ", \"list_s\": " << fmt(v.list_s, 4)
+        << ", \"start_s\": " << fmt(v.start_s, 4)
+        << ", \"rss_before_mb\": " << fmt(v.rss_before_mb, 1)
+        << ", \"rss_peak_mb\": " << fmt(v.rss_peak_mb, 1)
+        << ", \"rss_after_mb\": " << fmt(v.rss_after_mb, 1) << "}";
+    }
+    o << "}";
+  }
+  o << "]}";
+  return o.str();
+}
+
+std::string durable_plot_data(const durable_report& r) {
+  std::ostringstream o;
+  std::vector<const durable_backend_result*> shown;
+  for (const auto& b : r.backends)
+    if (!b.async_rates.empty()) shown.push_back(&b);
+  o << "in_flight";
+  for (const auto* b : shown) o << " " << b->backend;
+  o << "\n";
+  if (shown.empty()) return o.str();
+  for (std::size_t i = 0; i < shown.front()->async_rates.size(); ++i) {
+    o << shown.front()->async_rates[i].first;
+    for (const auto* b : shown)
+      o << " " << (i < b->async_rates.size() ? fmt(b->async_rates[i].second.per_s(), 1) : "NaN");
+    o << "\n";
+  }
+  o << "# limit";
+  for (const auto* b : shown) o << " " << fmt(b->limit.per_s(), 1);
+  o << "\n";
+  return o.str();
+}
+
+}  // namespace delayq::bench
