@@ -242,8 +242,8 @@ void connection::connect() {
   if (kill_id_ >= 0) {
     ++k;
     if (replies[k]->type == REDIS_REPLY_INTEGER && replies[k]->integer == 1)
-      log(log_level::warning, name_ + ": killed the connection that timed out (client id " +
-                                  kill + ") before it could run what it still held");
+      log(log_level::warning, name_ + ": killed the connection that timed out (client id " + kill +
+                                  ") before it could run what it still held");
     kill_id_ = -1;
   }
   if (load_write_script_) write_sha_ = reply_text(replies[++k].get());

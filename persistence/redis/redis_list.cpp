@@ -85,8 +85,13 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       if (hlen[0]->type == REDIS_REPLY_INTEGER && hlen[0]->integer > 0)
         total = static_cast<std::size_t>(hlen[0]->integer);
       seen.reserve(total);
-      command().arg("HSCAN").arg(m.keys.tasks).arg(cursor).arg("COUNT").arg(page_hint).append_to(
-          conn.get());
+      command()
+          .arg("HSCAN")
+          .arg(m.keys.tasks)
+          .arg(cursor)
+          .arg("COUNT")
+          .arg(page_hint)
+          .append_to(conn.get());
       flush(conn);
     }
     for (;;) {
@@ -106,8 +111,13 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       const redisReply* items = r->element[1];
       if (more) {
         sigpipe_guard guard;
-        command().arg("HSCAN").arg(m.keys.tasks).arg(cursor).arg("COUNT").arg(page_hint).append_to(
-            conn.get());
+        command()
+            .arg("HSCAN")
+            .arg(m.keys.tasks)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(page_hint)
+            .append_to(conn.get());
         flush(conn);
       }
       for (std::size_t i = 0; i < items->elements; i += 2) {

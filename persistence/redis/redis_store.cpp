@@ -82,8 +82,7 @@ std::size_t redis_store::impl::quarantine(const std::string& hash, const std::st
   return n;
 }
 
-std::optional<dead_letter> redis_store::impl::decode_dead(std::string_view id,
-                                                          std::string_view raw,
+std::optional<dead_letter> redis_store::impl::decode_dead(std::string_view id, std::string_view raw,
                                                           std::string& why) {
   boost::system::error_code dec;
   dead_letter d = detail::decode_dead_letter(raw, dec, &why);
@@ -181,8 +180,7 @@ void redis_store::save(std::span<const task> tasks, boost::system::error_code& e
 
 void redis_store::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
   const std::vector<task> tasks = id_only(ids);
-  write(changes_of(tasks, [](const task& t) { return store_change{change_kind::remove, &t}; }),
-        ec);
+  write(changes_of(tasks, [](const task& t) { return store_change{change_kind::remove, &t}; }), ec);
 }
 
 void redis_store::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
@@ -194,8 +192,7 @@ void redis_store::bury(std::span<const dead_letter> letters, boost::system::erro
 }
 
 void redis_store::revive(std::span<const task> tasks, boost::system::error_code& ec) {
-  write(changes_of(tasks, [](const task& t) { return store_change{change_kind::revive, &t}; }),
-        ec);
+  write(changes_of(tasks, [](const task& t) { return store_change{change_kind::revive, &t}; }), ec);
 }
 
 void redis_store::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
@@ -306,8 +303,9 @@ std::optional<dead_letter> redis_store::find_dead(std::string_view id,
     std::string why;
     found = impl::decode_dead(id, raw, why);
     if (!found)
-      m.quarantine(m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine, m.keys.dead_quarantine_reason,
-                   {{id, raw, std::move(why)}}, "dead-letter record of task");
+      m.quarantine(m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
+                   m.keys.dead_quarantine_reason, {{id, raw, std::move(why)}},
+                   "dead-letter record of task");
   });
   if (ec) found.reset();
   return found;
@@ -364,8 +362,9 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
           bad.push_back({id, raw, std::move(why)});
       }
       if (bad.empty() && dangling.empty()) return;
-      std::size_t changed = m.quarantine(m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
-                                         m.keys.dead_quarantine_reason, bad, "dead-letter record of task");
+      std::size_t changed =
+          m.quarantine(m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
+                       m.keys.dead_quarantine_reason, bad, "dead-letter record of task");
       if (!dangling.empty()) {
         std::vector<command> cmds;
         for (std::string_view id : dangling)

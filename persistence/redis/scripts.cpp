@@ -63,12 +63,12 @@ return n / 4
 
 // The type checks come first here too, so a wrong-typed key never leaves a
 // record half moved.
-#define DELAYQ_QUARANTINE_CHECKS                                              \
-  "for i, want in ipairs({'hash', 'zset', 'hash', 'hash'}) do "               \
-  "  local t = redis.call('TYPE', KEYS[i])['ok'] "                            \
-  "  if t ~= 'none' and t ~= want then "                                      \
+#define DELAYQ_QUARANTINE_CHECKS                                                       \
+  "for i, want in ipairs({'hash', 'zset', 'hash', 'hash'}) do "                        \
+  "  local t = redis.call('TYPE', KEYS[i])['ok'] "                                     \
+  "  if t ~= 'none' and t ~= want then "                                               \
   "    return redis.error_reply('WRONGTYPE delayq: ' .. KEYS[i] .. ' holds a ' .. t) " \
-  "  end "                                                                    \
+  "  end "                                                                             \
   "end "
 
 const char* const quarantine_script = DELAYQ_QUARANTINE_CHECKS

@@ -70,13 +70,12 @@ void write_pipeline::run() {
     const auto deadline = last_progress_ + conn_.options().command_timeout;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      on_lost(0, false, true,
-              "no answer within " + std::to_string(conn_.options().command_timeout.count()) +
-                  " ms");
+      on_lost(
+          0, false, true,
+          "no answer within " + std::to_string(conn_.options().command_timeout.count()) + " ms");
       continue;
     }
-    wait(static_cast<int>(
-        std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
+    wait(static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
   }
 }
 

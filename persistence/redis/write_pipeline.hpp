@@ -100,7 +100,7 @@ class write_pipeline {
   std::deque<std::unique_ptr<open_batch>> open_;
   std::deque<expected_reply> expected_;
   std::string out_;
-  std::size_t out_sent_ = 0;      // bytes of out_ already written
+  std::size_t out_sent_ = 0;       // bytes of out_ already written
   std::uint64_t stream_base_ = 0;  // stream offset of out_[0]
   std::chrono::steady_clock::time_point last_progress_{};
 
