@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
   {
     const std::size_t n = std::min<std::size_t>(a.tasks, a.quick ? 10'000 : 200'000);
     const auto t0 = clock_type::now();
-    for (std::size_t i = 0; i < n; i += 1000) store.write(saves(tasks, i, std::min<std::size_t>(1000, n - i)));
+    for (std::size_t i = 0; i < n; i += 1000)
+      store.write(saves(tasks, i, std::min<std::size_t>(1000, n - i)));
     report("write1000", n, seconds_since(t0), "tasks");
   }
   clear();

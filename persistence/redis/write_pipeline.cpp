@@ -242,7 +242,7 @@ void write_pipeline::on_lost(int saved_errno, bool eof, bool timed_out, const st
                                 "sending " + std::to_string(open_.size()) + " batch(es) again");
     if (resend_all()) return;
   }
-  fail_open(why);
+  fail_open(why, timed_out);
 }
 
 bool write_pipeline::resend_all() {
@@ -264,7 +264,7 @@ bool write_pipeline::resend_all() {
   return true;
 }
 
-void write_pipeline::fail_open(const std::string& why) {
+void write_pipeline::fail_open(const std::string& why, bool timed_out) {
   conn_.drop(false);
   expected_.clear();
   out_.clear();
@@ -274,7 +274,10 @@ void write_pipeline::fail_open(const std::string& why) {
                             " dropped (" + why + "); failing " + std::to_string(open_.size()) +
                             " open batch(es)");
   while (!open_.empty()) {
-    const bool unknown = open_.front()->maybe_applied;
+    // A timeout leaves a batch that reached the socket to run later. A lost
+    // connection is store_unavailable, as it is for write(): the server
+    // went away or threw the connection out, most often before reading it.
+    const bool unknown = timed_out && open_.front()->maybe_applied;
     complete(make_error_code(unknown ? errc::outcome_unknown : errc::store_unavailable));
   }
 }

@@ -17,11 +17,13 @@
 //   (scripts.hpp), and the last run of every batch is in submission order;
 // - the server closed the connection: the open batches are sent once more,
 //   in order, on a new connection; if that fails too (or the connection was
-//   lost another way) each open batch fails with errc::outcome_unknown when
-//   all its bytes had reached the socket (the server may have run it) and
-//   errc::store_unavailable when not (an incomplete command never runs);
-// - no reply and no progress for command_timeout: the same two outcomes,
-//   and the connection is dropped; the next dial kills it on the server.
+//   lost another way) each open batch fails with errc::store_unavailable,
+//   as write() does;
+// - no reply and no progress for command_timeout: each open batch fails
+//   with errc::outcome_unknown when all its bytes had reached the socket
+//   (the server may still run it) and errc::store_unavailable when not (an
+//   incomplete command never runs); the connection is dropped, and the next
+//   dial kills it on the server.
 // The next batch dials again (with the store's backoff: within it, batches
 // fail at once with errc::store_unavailable).
 //
@@ -83,7 +85,7 @@ class write_pipeline {
   void on_reply(redisReply* r);
   void on_lost(int saved_errno, bool eof, bool timed_out, const std::string& why);
   bool resend_all();
-  void fail_open(const std::string& why);
+  void fail_open(const std::string& why, bool timed_out);
   void complete(boost::system::error_code ec);
   void wait(int timeout_ms);
 

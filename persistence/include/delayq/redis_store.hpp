@@ -87,8 +87,7 @@ struct redis_options {
 /// \endcode
 ///
 /// Errors: errc::outcome_unknown when a write got no reply within
-/// command_timeout, or its connection was lost after the whole batch was
-/// sent: the batch may or may not have landed, and may still land (the
+/// command_timeout: the batch may or may not have landed, and may still land (the
 /// connection is dropped and killed on the server at the next dial);
 /// retrying the same changes is safe. errc::store_unavailable when the
 /// server cannot be reached, a read does not answer within command_timeout,
