@@ -35,27 +35,36 @@ end
 local err = (live and (check(KEYS[1], 'hash') or check(KEYS[2], 'zset'))) or
             (dead and (check(KEYS[3], 'hash') or check(KEYS[4], 'zset')))
 if err then return err end
-for i = 1, n, 4 do
-  local k, id = ARGV[i], ARGV[i + 1]
-  if k == 's' then
-    redis.call('HSET', KEYS[1], id, ARGV[i + 2])
-    redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
-  elseif k == 'r' then
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('ZREM', KEYS[2], id)
+-- Runs of changes of one kind go out as one variadic command per key
+-- (HSET/ZADD of many pairs, HDEL/ZREM of many ids), at most 1000 changes a
+-- command: the same effects in the same order, at a fraction of the cost of
+-- one call per change (each call is also one command in the AOF).
+local i = 1
+while i <= n do
+  local k = ARGV[i]
+  local ids, records, scores = {}, {}, {}
+  while i <= n and ARGV[i] == k and #ids < 1000 do
+    local id = ARGV[i + 1]
+    ids[#ids + 1] = id
+    records[#records + 1] = id
+    records[#records + 1] = ARGV[i + 2]
+    scores[#scores + 1] = ARGV[i + 3]
+    scores[#scores + 1] = id
+    i = i + 4
+  end
+  if k == 'r' or k == 'b' then
+    redis.call('HDEL', KEYS[1], unpack(ids))
+    redis.call('ZREM', KEYS[2], unpack(ids))
+  elseif k == 'p' or k == 'v' then
+    redis.call('HDEL', KEYS[3], unpack(ids))
+    redis.call('ZREM', KEYS[4], unpack(ids))
+  end
+  if k == 's' or k == 'v' then
+    redis.call('HSET', KEYS[1], unpack(records))
+    redis.call('ZADD', KEYS[2], unpack(scores))
   elseif k == 'b' then
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HSET', KEYS[3], id, ARGV[i + 2])
-    redis.call('ZADD', KEYS[4], ARGV[i + 3], id)
-  elseif k == 'v' then
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('HSET', KEYS[1], id, ARGV[i + 2])
-    redis.call('ZADD', KEYS[2], ARGV[i + 3], id)
-  else
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('ZREM', KEYS[4], id)
+    redis.call('HSET', KEYS[3], unpack(records))
+    redis.call('ZADD', KEYS[4], unpack(scores))
   end
 end
 return n / 4
