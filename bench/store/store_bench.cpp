@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "delayq/redis_store.hpp"
 
 namespace {
@@ -31,6 +33,9 @@ struct args {
   std::size_t async_batch = 1000;
   std::size_t single = 2000;
   bool quick = false;
+  std::string prefix;  // --prefix=NAME: a fixed prefix (with --only=list, an existing set)
+  bool only_list = false;
+  bool keep = false;
 };
 
 args parse(int argc, char** argv) {
@@ -47,8 +52,16 @@ args parse(int argc, char** argv) {
       a.async_batch = std::stoul(std::string(s.substr(14)));
     else if (s == "--quick")
       a.quick = true;
+    else if (s.starts_with("--prefix="))
+      a.prefix = std::string(s.substr(9));
+    else if (s == "--only=list")
+      a.only_list = true;
+    else if (s == "--keep")
+      a.keep = true;
     else {
-      std::fprintf(stderr, "usage: %s [--uri=URI] [--tasks=N] [--async-batch=N] [--quick]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--uri=URI] [--tasks=N] [--async-batch=N] [--quick] "
+                   "[--prefix=NAME] [--only=list] [--keep]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -96,7 +109,8 @@ void report(const char* name, std::size_t n, double s, const char* unit) {
 
 int main(int argc, char** argv) {
   const args a = parse(argc, argv);
-  const std::string prefix = "bench-store-" + std::to_string(::getpid());
+  const std::string prefix =
+      a.prefix.empty() ? "bench-store-" + std::to_string(::getpid()) : a.prefix;
   std::string uri = a.uri;
   uri += uri.find('?') == std::string::npos ? "?prefix=" : "&prefix=";
   uri += prefix;
@@ -113,6 +127,16 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < ids.size(); i += 10'000)
       store.remove(std::span(ids).subspan(i, std::min<std::size_t>(10'000, ids.size() - i)));
   };
+
+  if (a.only_list) {
+    for (int run = 0; run < 3; ++run) {
+      std::size_t seen = 0;
+      const auto t0 = clock_type::now();
+      const auto summary = store.list([&](delayq::task&& t) { seen += t.id.size() > 0; });
+      report("list", summary.tasks, seconds_since(t0), "tasks");
+    }
+    return 0;
+  }
 
   // write(): batches of 1000, one at a time.
   {
@@ -168,6 +192,6 @@ int main(int argc, char** argv) {
     report("single", a.single, seconds_since(t0), "ops");
   }
 
-  clear();
+  if (!a.keep) clear();
   return 0;
 }

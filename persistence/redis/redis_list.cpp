@@ -12,8 +12,14 @@
 // The connection is private to the call, so the sink may call back into the
 // store (which uses the store's own connection) while a request is on the
 // wire here.
+#include <algorithm>
 #include <chrono>
-#include <unordered_set>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "connection.hpp"
 #include "delayq/detail/record_codec.hpp"
@@ -42,6 +48,83 @@ void flush(connection& conn) {
   }
 }
 
+// The ids handed to the sink so far: an exact set, compact and without an
+// allocation per id (a node-based set took a third of a 1e6-task recovery).
+// The id bytes go to one arena, each after a 4-byte length; the table holds
+// a hash and an arena offset per id, open addressing with linear probing,
+// at most half full.
+class seen_ids {
+ public:
+  void reserve(std::size_t n) {
+    arena_.reserve(n * 16);
+    std::size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    if (cap > table_.size()) rehash(cap);
+  }
+
+  /// The hash insert() wants for `id`; also prefetches its slot, so that a
+  /// page's ids can be hashed first and inserted after, without waiting on
+  /// a cache miss each (the table is far larger than the cache).
+  std::uint64_t hash(std::string_view id) {
+    if (2 * (size_ + page_max) > table_.size()) {
+      std::size_t cap = std::max<std::size_t>(16, table_.size());
+      while (cap < 2 * (size_ + page_max)) cap *= 2;
+      rehash(cap);
+    }
+    const std::uint64_t h = std::hash<std::string_view>{}(id) | 1;  // 0 marks a free slot
+    __builtin_prefetch(&table_[h & (table_.size() - 1)]);
+    return h;
+  }
+
+  /// Adds `id`, whose hash() is `h`; false if it was there already. At most
+  /// page_max inserts per round of hash() calls.
+  bool insert(std::string_view id, std::uint64_t h) {
+    const std::size_t mask = table_.size() - 1;
+    for (std::size_t i = h & mask;; i = (i + 1) & mask) {
+      slot& s = table_[i];
+      if (s.hash == 0) {
+        s.hash = h;
+        s.offset = arena_.size();
+        const auto len = static_cast<std::uint32_t>(id.size());
+        arena_.append(reinterpret_cast<const char*>(&len), sizeof len);
+        arena_.append(id);
+        ++size_;
+        return true;
+      }
+      if (s.hash == h && at(s.offset) == id) return false;
+    }
+  }
+
+ private:
+  struct slot {
+    std::uint64_t hash = 0;
+    std::uint64_t offset = 0;
+  };
+
+  std::string_view at(std::uint64_t offset) const {
+    std::uint32_t len = 0;
+    std::memcpy(&len, arena_.data() + offset, sizeof len);
+    return {arena_.data() + offset + sizeof len, len};
+  }
+
+  void rehash(std::size_t cap) {
+    std::vector<slot> old(cap);
+    old.swap(table_);
+    const std::size_t mask = cap - 1;
+    for (const slot& s : old) {
+      if (s.hash == 0) continue;
+      std::size_t i = s.hash & mask;
+      while (table_[i].hash != 0) i = (i + 1) & mask;
+      table_[i] = s;
+    }
+  }
+
+  static constexpr std::size_t page_max = 1 << 16;
+  std::string arena_;
+  std::vector<slot> table_;
+  std::size_t size_ = 0;
+};
+
 struct quarantined {
   std::string id;
   std::string why;
@@ -55,8 +138,9 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
   impl& m = *impl_;
   list_summary summary;
   connection conn(m.opts, m.name, ":list", false);
-  std::unordered_set<std::string> seen;
-  std::vector<quarantined> pending;  // quarantine scripts whose replies are due
+  seen_ids seen;
+  std::vector<std::uint64_t> hashes;  // of one page's ids
+  std::vector<quarantined> pending;   // quarantine scripts whose replies are due
   const auto started = std::chrono::steady_clock::now();
   std::size_t total = 0;
   std::size_t next_progress = progress_every;
@@ -109,6 +193,9 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       cursor = detail::redis::reply_text(r->element[0]);
       const bool more = cursor != "0";
       const redisReply* items = r->element[1];
+      hashes.clear();
+      for (std::size_t i = 0; i < items->elements; i += 2)
+        hashes.push_back(seen.hash({items->element[i]->str, items->element[i]->len}));
       if (more) {
         sigpipe_guard guard;
         command()
@@ -147,7 +234,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
           pending.push_back({std::string(id), std::move(why)});
           continue;
         }
-        if (!seen.emplace(id).second) continue;
+        if (!seen.insert(id, hashes[i / 2])) continue;
         ++summary.tasks;
         sink(std::move(t));
         if (summary.tasks == next_progress) {
