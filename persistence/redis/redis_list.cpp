@@ -55,7 +55,10 @@ void flush(connection& conn) {
 // at most half full.
 class seen_ids {
  public:
+  /// Sizes the set for `n` ids up front, up to a cap (HLEN may be huge; the
+  /// set grows by itself past it).
   void reserve(std::size_t n) {
+    n = std::min<std::size_t>(n, 1 << 22);
     arena_.reserve(n * 16);
     std::size_t cap = 16;
     while (cap < 2 * n) cap *= 2;

@@ -303,7 +303,10 @@ TEST_CASE("redis write: a flushed script cache (NOSCRIPT) is survived") {
   REQUIRE(done.wait_for(batches));
   for (int k = 0; k < batches; ++k) CHECK(done.order()[k] == k);
   for (const auto& e : done.errors()) CHECK_FALSE(e);
-  CHECK(logs.contains("NOSCRIPT"));
+  // Another test's store connecting meanwhile (ctest -j) loads the script
+  // again, so NOSCRIPT is likely, not certain; the outcome above must hold
+  // either way.
+  WARN(logs.contains("NOSCRIPT"));
   CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 6 + batches * 5);
 }
 
