@@ -2,10 +2,7 @@
 // error mapping of one redis_store connection.
 #include "connection.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,24 +22,13 @@ timeval to_timeval(std::chrono::milliseconds ms) {
   return tv;
 }
 
-// The connection's own address as Redis shows it in CLIENT LIST ("ip:port",
-// "[ipv6]:port"); empty for a Unix socket.
-std::string local_address(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
-  char ip[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET) {
-    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
-    if (!::inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip)) return {};
-    return std::string(ip) + ":" + std::to_string(ntohs(a->sin_port));
-  }
-  if (ss.ss_family == AF_INET6) {
-    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
-    if (!::inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip)) return {};
-    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(a->sin6_port));
-  }
-  return {};
+// The run_id line of an INFO server reply: ids of clients are unique within
+// one run of a server only.
+std::string run_id_of(const std::string& info) {
+  const auto at = info.find("run_id:");
+  if (at == std::string::npos) return {};
+  const auto end = info.find_first_of("\r\n", at);
+  return info.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
 }
 
 }  // namespace
@@ -125,7 +111,7 @@ connection::connection(const redis_options& opts, std::string store_name, std::s
 void connection::drop(bool timed_out) noexcept {
   if (timed_out && client_id_ >= 0) {
     kill_id_ = client_id_;
-    kill_addr_ = client_addr_;
+    kill_run_id_ = run_id_;
   }
   ctx_.reset();
   client_id_ = -1;
@@ -202,20 +188,11 @@ void connection::connect() {
   }
   const std::string db = std::to_string(opts_.db);
   const std::string layout = std::to_string(redis_store::layout_version);
-  const std::string kill = std::to_string(kill_id_);
-  const std::string kill_addr = kill_addr_;
   if (opts_.db != 0) cmds.push_back(std::move(command().arg("SELECT").arg(db)));
   cmds.push_back(std::move(command().arg("CLIENT").arg("SETNAME").arg(client_name_)));
   cmds.push_back(std::move(command().arg("CLIENT").arg("ID")));
+  cmds.push_back(std::move(command().arg("INFO").arg("server")));
   const std::size_t first_optional = cmds.size();
-  if (kill_id_ >= 0) {
-    // The address as well as the id: ids restart with the server, and this
-    // must never kill someone else's connection.
-    command k;
-    k.arg("CLIENT").arg("KILL").arg("ID").arg(kill);
-    if (!kill_addr.empty()) k.arg("ADDR").arg(kill_addr);
-    cmds.push_back(std::move(k));
-  }
   if (load_write_script_)
     cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(write_script)));
   cmds.push_back(std::move(command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout)));
@@ -229,21 +206,27 @@ void connection::connect() {
   }
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (replies[i]->type != REDIS_REPLY_ERROR) continue;
-    // Killing the old connection is a courtesy: it may be gone already.
-    if (kill_id_ >= 0 && i == first_optional) continue;
     const bool auth = !opts_.password.empty() && i == 0;
     ctx_.reset();
     throw_server_error(auth ? "authentication failed" : "connection setup failed",
                        replies[i].get());
   }
-  std::size_t k = first_optional - 1;
+  std::size_t k = first_optional - 2;
   client_id_ = replies[k]->type == REDIS_REPLY_INTEGER ? replies[k]->integer : -1;
-  client_addr_ = local_address(ctx_->fd);
+  run_id_ = run_id_of(reply_text(replies[k + 1].get()));
+  ++k;
   if (kill_id_ >= 0) {
-    ++k;
-    if (replies[k]->type == REDIS_REPLY_INTEGER && replies[k]->integer == 1)
-      log(log_level::warning, name_ + ": killed the connection that timed out (client id " + kill +
-                                  ") before it could run what it still held");
+    // Only on the server run the old id belongs to: ids start again at a
+    // restart, and this must never kill someone else's connection. The
+    // connection may be gone already, and a user without the right to
+    // CLIENT KILL gets an error: both are fine.
+    const std::string kill = std::to_string(kill_id_);
+    if (!run_id_.empty() && run_id_ == kill_run_id_) {
+      auto killed = exchange({command().arg("CLIENT").arg("KILL").arg("ID").arg(kill)});
+      if (killed[0]->type == REDIS_REPLY_INTEGER && killed[0]->integer == 1)
+        log(log_level::warning, name_ + ": killed the connection that timed out (client id " +
+                                    kill + ") before it could run what it still held");
+    }
     kill_id_ = -1;
   }
   if (load_write_script_) write_sha_ = reply_text(replies[++k].get());

@@ -10,9 +10,10 @@
 // - no reply within command_timeout: for a read, errc::store_unavailable;
 //   for a write, errc::outcome_unknown (the script may still run when the
 //   server wakes up). The connection is dropped either way, and the next
-//   dial asks the server to kill the old one (`CLIENT KILL ID`), so a late
-//   reply can never be taken for the answer to a new request and a write
-//   still queued there is dropped if the kill comes first.
+//   dial asks the server to kill the old one (`CLIENT KILL ID`, when the
+//   server is still the same run), so a write still queued there is dropped
+//   if the kill comes first; a late reply can never be taken for the answer
+//   to a new request, since it arrives on a closed socket.
 #pragma once
 
 #include <utility>
@@ -184,9 +185,9 @@ class connection {
   context_ptr ctx_;
   std::string write_sha_;
   long long client_id_ = -1;
-  std::string client_addr_;
+  std::string run_id_;      // the server's run (INFO server)
   long long kill_id_ = -1;  // a timed-out connection to kill at the next dial
-  std::string kill_addr_;
+  std::string kill_run_id_;
   bool connected_once_ = false;
   static constexpr std::chrono::milliseconds min_backoff{100};
   static constexpr std::chrono::milliseconds max_backoff{5000};
