@@ -56,16 +56,36 @@ class freezing_proxy {
 
   unsigned port() const { return port_; }
   /// Stops forwarding (both ways) from now on.
-  void freeze() { frozen_ = true; }
+  void freeze() {
+    frozen_ = true;
+    settle();
+  }
+  /// Stops forwarding on the connections open now only; connections made
+  /// later are forwarded.
+  void freeze_existing() {
+    frozen_below_ = accepted_.load();
+    settle();
+  }
   /// Forwards again, starting with what waited.
-  void thaw() { frozen_ = false; }
+  void thaw() {
+    frozen_below_ = 0;
+    frozen_ = false;
+  }
   /// Bytes forwarded from clients to the server so far.
   std::size_t forwarded_up() const { return up_; }
 
  private:
+  // Returns once the proxy thread began a pass after the call: a pass that
+  // polled before a freeze may still forward what it saw.
+  void settle() const {
+    const std::uint64_t target = passes_.load() + 2;
+    while (passes_.load() < target) std::this_thread::yield();
+  }
+
   struct pair {
     int client;
     int server;
+    std::uint64_t seq;  // accept order
   };
 
   int dial() const {
@@ -98,12 +118,16 @@ class freezing_proxy {
 
   void run() {
     while (!stop_) {
+      ++passes_;
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
       const bool frozen = frozen_;
+      const std::uint64_t below = frozen_below_;
+      // A frozen pair is polled for nothing (fd -1), so indexes stay aligned.
       if (!frozen)
         for (const pair& p : pairs_) {
-          fds.push_back({p.client, POLLIN, 0});
-          fds.push_back({p.server, POLLIN, 0});
+          const bool held = p.seq < below;
+          fds.push_back({held ? -1 : p.client, POLLIN, 0});
+          fds.push_back({held ? -1 : p.server, POLLIN, 0});
         }
       if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
       if (fds[0].revents & POLLIN) {
@@ -113,7 +137,7 @@ class freezing_proxy {
           if (s < 0)
             ::close(c);
           else
-            pairs_.push_back({c, s});
+            pairs_.push_back({c, s, accepted_++});
         }
       }
       if (frozen) continue;
@@ -144,6 +168,9 @@ class freezing_proxy {
   int listen_fd_ = -1;
   unsigned port_ = 0;
   std::atomic<bool> frozen_{false};
+  std::atomic<std::uint64_t> frozen_below_{0};
+  std::atomic<std::uint64_t> accepted_{0};
+  std::atomic<std::uint64_t> passes_{0};
   std::atomic<bool> stop_{false};
   std::atomic<std::size_t> up_{0};
   std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join

@@ -370,6 +370,32 @@ TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
   CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "after"}) == 1);
 }
 
+TEST_CASE("redis write: after a timeout the next connection kills the old one first") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("kill-late");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port());
+  redis_store store(proxied(proxy, prefix, 300));
+  store.save(std::vector{make_task("before")});
+
+  // Only the store's connection hangs; a new one gets through.
+  proxy.freeze_existing();
+  boost::system::error_code ec;
+  log_capture logs;
+  store.save(std::vector{make_task("late")}, ec);
+  REQUIRE(ec == errc::outcome_unknown);
+  store.save(std::vector{make_task("after")}, ec);
+  CHECK_FALSE(ec);
+  CHECK(logs.contains("killed the connection that timed out"));
+
+  // The script the old connection still held never reaches a live client.
+  proxy.thaw();
+  store.save(std::vector{make_task("later")}, ec);  // a round trip through the proxy
+  CHECK_FALSE(ec);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "after"}) == 1);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "late"}) == 0);
+}
+
 TEST_CASE("redis: quarantine() moves a live record aside with its reason") {
   raw_redis raw;
   const std::string prefix = unique_prefix("quarantine-id");
