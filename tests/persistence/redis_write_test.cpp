@@ -448,3 +448,29 @@ TEST_CASE("redis: settings live in {P}:settings") {
   // Settings are not tasks.
   CHECK(again.list([](task&&) {}).tasks == 0);
 }
+
+TEST_CASE("redis write: a user without INFO and CLIENT KILL rights can use the store") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("acl-min");
+  prefix_guard guard{raw, prefix};
+  const std::string user = "u-" + prefix, password = "pw-" + prefix;
+  REQUIRE(raw.run({"ACL", "SETUSER", user, "on", ">" + password, "~*", "+@all", "-info",
+                   "-client|kill"})
+              ->type == REDIS_REPLY_STATUS);
+  struct drop_user {
+    raw_redis& raw;
+    std::string user;
+    ~drop_user() { raw.run({"ACL", "DELUSER", user}); }
+  } drop{raw, user};
+  redis_options opts = redis_test_options(prefix);
+  opts.user = user;
+  opts.password = password;
+  redis_store store(opts);
+  const auto tasks = numbered("acl", 3);
+  store.write(saves(tasks));
+  completions done;
+  store.async_write(saves(tasks), done.slot(0));
+  REQUIRE(done.wait_for(1));
+  CHECK_FALSE(done.errors()[0]);
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 3);
+}
