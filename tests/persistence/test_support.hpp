@@ -132,7 +132,7 @@ class raw_redis {
     const std::string tag = "{" + prefix + "}:";
     run({"DEL", tag + "tasks", tag + "due", tag + "quarantine", tag + "quarantine:reason",
          tag + "meta", tag + "dead", tag + "dead:by_time", tag + "dead:quarantine",
-         tag + "dead:quarantine:reason"});
+         tag + "dead:quarantine:reason", tag + "settings"});
   }
 
   /// Kills the connections a store with this prefix holds (the store names

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include <chrono>
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -55,17 +57,27 @@ struct redis_options {
 
 /// A task_store in Redis: a hash of encoded records plus a sorted set of due
 /// times (and the same pair for dead letters), under one Redis Cluster hash
-/// tag so every write is one atomic MULTI/EXEC on one slot. Layout and
-/// guarantees: docs/persistence.md.
+/// tag so every key of a store lives in one slot. Layout and guarantees:
+/// docs/persistence.md.
 ///
-/// The store keeps one connection. When it is lost (EOF, reset, I/O error,
-/// timeout) the next call reconnects; a call that finds its connection had
-/// been closed by the server reconnects once and retries, transparently
-/// (every operation is an idempotent upsert or delete, and Redis discards an
-/// unfinished MULTI on disconnect). When reconnecting fails, calls fail fast
-/// with errc::store_unavailable and the store waits a growing backoff
-/// (100 ms doubling up to 5 s) before dialling again. Reconnects are logged at
-/// warning level, never with the password.
+/// Writes. Every batch of write() and async_write() (and every save(),
+/// remove(), bury(), revive() and purge()) is one call of one Lua script
+/// (EVALSHA, EVAL when the server lost it), which checks the type of every
+/// key the batch touches before it writes anything: a batch lands whole or
+/// not at all. write() runs on the store's connection; async_write()
+/// pipelines batches on a second connection driven by a private I/O thread,
+/// up to max_writes_in_flight() at once, and calls `done` there, in order.
+/// A call returns (or `done` runs) once Redis replied, which with
+/// `appendfsync always` is after the batch was fsynced to the AOF.
+///
+/// Connections. When a connection is lost (EOF, reset, I/O error) the next
+/// call reconnects; a call that finds its connection had been closed by the
+/// server reconnects once and sends again, transparently (a batch run twice
+/// leaves the store as if run once). When reconnecting fails, calls fail
+/// fast with errc::store_unavailable and the store waits a growing backoff
+/// (100 ms doubling up to 5 s) before dialling again. Reconnects are logged
+/// at warning level, never with the password. list() reads on a connection
+/// of its own, opened for the call.
 ///
 /// Example:
 /// \code
@@ -74,16 +86,22 @@ struct redis_options {
 ///   store.save(std::span{&t, 1});
 /// \endcode
 ///
-/// Errors: errc::store_unavailable when the server cannot be reached, does not
-/// answer within command_timeout, or the connection is lost and cannot be
-/// restored, and for the error replies that mean "not now" (LOADING, BUSY,
+/// Errors: errc::outcome_unknown when a write got no reply within
+/// command_timeout: the batch may or may not have landed, and may still land (the
+/// connection is dropped and killed on the server at the next dial);
+/// retrying the same changes is safe. errc::store_unavailable when the
+/// server cannot be reached, a read does not answer within command_timeout,
+/// or the connection is lost and cannot be restored before the request was
+/// sent, and for the error replies that mean "not now" (LOADING, BUSY,
 /// MASTERDOWN, TRYAGAIN, CLUSTERDOWN); errc::store_error for every other
-/// error reply (wrong password, WRONGTYPE, OOM, READONLY, ...) and for a key
-/// layout newer than this build. The server's message is logged.
+/// error reply (wrong password, a key of the wrong type, OOM, READONLY, ...)
+/// and for a key layout newer than this build. The server's message is
+/// logged.
 ///
-/// Thread safety: all members are safe to call from any thread; calls are
-/// serialized by one mutex. list() calls its sink without holding that mutex,
-/// so a sink may call back into the store.
+/// Thread safety: all members are safe to call from any thread. Calls on the
+/// store's connection are serialized by one mutex; async_write() only
+/// queues. list() calls its sink without holding any lock of the store, so a
+/// sink may call back into the store.
 class redis_store final : public task_store {
  public:
   using task_store::bury;
@@ -95,6 +113,10 @@ class redis_store final : public task_store {
   using task_store::remove;
   using task_store::revive;
   using task_store::save;
+  using task_store::write;
+
+  /// How many async_write() batches the pipeline keeps in flight.
+  static constexpr std::size_t writes_in_flight = 16;
 
   /// Connects (AUTH, SELECT, checks the key layout version). Throws
   /// boost::system::system_error.
@@ -109,16 +131,39 @@ class redis_store final : public task_store {
   redis_store(const redis_store&) = delete;
   redis_store& operator=(const redis_store&) = delete;
 
+  /// One call of the write script: all or nothing, see above.
+  void write(std::span<const store_change> changes, boost::system::error_code& ec) override;
+  /// Queues the batch for the write pipeline and returns; `done` runs on the
+  /// pipeline's thread, in the order the batches were given, exactly once
+  /// (also when the store is destroyed first: the destructor waits for
+  /// every batch given to finish, each within command_timeout).
+  void async_write(std::span<const store_change> changes,
+                   std::function<void(boost::system::error_code)> done) override;
+  /// writes_in_flight.
+  std::size_t max_writes_in_flight() const noexcept override;
+
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
                     boost::system::error_code& ec) override;
+  /// Moves the live record `id` to `{PREFIX}:quarantine` (its bytes) and
+  /// `{PREFIX}:quarantine:reason` (`reason`), dropping it from `{PREFIX}:due`:
+  /// one script, atomic.
+  void quarantine(std::string_view id, std::string_view reason,
+                  boost::system::error_code& ec) override;
+  /// Settings live in the hash `{PREFIX}:settings`.
+  std::vector<std::pair<std::string, std::string>> load_settings(
+      boost::system::error_code& ec) override;
+  void save_setting(std::string_view key, std::string_view value,
+                    boost::system::error_code& ec) override;
+  void erase_setting(std::string_view key, boost::system::error_code& ec) override;
+
   /// redis_options::describe(): the URI without the password.
   std::string describe() const override;
 
   // Dead letters live in `{PREFIX}:dead` (id -> record) and
   // `{PREFIX}:dead:by_time` (id scored by died_at ms). bury, revive and
-  // purge are each one MULTI/EXEC; list_dead reads a page of ids with ZRANGE
+  // purge are each one call of the write script; list_dead reads a page of ids with ZRANGE
   // and their records with HMGET, and quarantines an undecodable record to
   // `{PREFIX}:dead:quarantine` (find_dead too). Errors as above.
   void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;

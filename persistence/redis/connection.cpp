@@ -1,0 +1,279 @@
+// persistence/redis/connection.cpp - dialling, the handshake, timeouts and
+// error mapping of one redis_store connection.
+#include "connection.hpp"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <ctime>
+
+#include "delayq/log.hpp"
+#include "scripts.hpp"
+
+namespace delayq::detail::redis {
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+// The run_id line of an INFO server reply: ids of clients are unique within
+// one run of a server only.
+std::string run_id_of(const std::string& info) {
+  const auto at = info.find("run_id:");
+  if (at == std::string::npos) return {};
+  const auto end = info.find_first_of("\r\n", at);
+  return info.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+}
+
+}  // namespace
+
+store_keys::store_keys(const std::string& prefix) {
+  const std::string tag = "{" + prefix + "}:";
+  tasks = tag + "tasks";
+  due = tag + "due";
+  quarantine = tag + "quarantine";
+  quarantine_reason = tag + "quarantine:reason";
+  meta = tag + "meta";
+  dead = tag + "dead";
+  dead_by_time = tag + "dead:by_time";
+  dead_quarantine = tag + "dead:quarantine";
+  dead_quarantine_reason = tag + "dead:quarantine:reason";
+  settings = tag + "settings";
+}
+
+sigpipe_guard::sigpipe_guard() {
+  sigemptyset(&pipe_);
+  sigaddset(&pipe_, SIGPIPE);
+  sigset_t pending;
+  sigpending(&pending);
+  was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+}
+
+sigpipe_guard::~sigpipe_guard() {
+  if (!was_pending_) {
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) == 1) {
+      const timespec zero{0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
+void command::append_to(redisContext* c) const {
+  // hiredis 0.14 takes `const char**` although it does not write through it.
+  if (redisAppendCommandArgv(c, static_cast<int>(args_.size()),
+                             const_cast<const char**>(args_.data()), lens_.data()) != REDIS_OK)
+    throw append_failed{};
+}
+
+std::string reply_text(const redisReply* r) {
+  return r && r->str ? std::string(r->str, r->len) : std::string();
+}
+
+redis_failure server_error(const std::string& what, const redisReply* r) {
+  const std::string text = reply_text(r);
+  bool transient = false;
+  for (const char* code : {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"}) {
+    const std::string word = std::string(code) + " ";
+    if (text.starts_with(word) || text == code) transient = true;
+  }
+  return redis_failure{transient ? errc::store_unavailable : errc::store_error,
+                       what + ": server replied: " + text};
+}
+
+void throw_server_error(const std::string& what, const redisReply* r) {
+  throw server_error(what, r);
+}
+
+bool is_noscript(const redisReply* r) {
+  return r && r->type == REDIS_REPLY_ERROR && r->str &&
+         std::string_view(r->str, r->len).starts_with("NOSCRIPT");
+}
+
+connection::connection(const redis_options& opts, std::string store_name, std::string role,
+                       bool load_write_script)
+    : opts_(opts),
+      name_(std::move(store_name)),
+      client_name_("delayq:" + opts.prefix + role),
+      load_write_script_(load_write_script),
+      key_meta_(store_keys(opts.prefix).meta) {}
+
+void connection::drop(bool timed_out) noexcept {
+  if (timed_out && client_id_ >= 0) {
+    kill_id_ = client_id_;
+    kill_run_id_ = run_id_;
+  }
+  ctx_.reset();
+  client_id_ = -1;
+}
+
+redis_failure connection::lost(int saved_errno, bool write) {
+  redisContext* c = ctx_.get();
+  std::string why = c && c->errstr[0] ? c->errstr : "connection error";
+  bool retryable = false;
+  bool timed_out = false;
+  if (c && c->err == REDIS_ERR_EOF) {
+    retryable = true;
+  } else if (c && c->err == REDIS_ERR_IO) {
+    if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK || saved_errno == ETIMEDOUT) {
+      timed_out = true;
+      why = "no answer within " + std::to_string(opts_.command_timeout.count()) + " ms";
+    } else {
+      retryable = saved_errno == ECONNRESET || saved_errno == EPIPE ||
+                  saved_errno == ECONNABORTED || saved_errno == ENOTCONN;
+    }
+  }
+  drop(timed_out);
+  if (timed_out && write)
+    return redis_failure{errc::outcome_unknown,
+                         "connection to " + opts_.address() + " dropped: " + why +
+                             "; the write may or may not be applied",
+                         true, false};
+  return redis_failure{errc::store_unavailable,
+                       "connection to " + opts_.address() + " lost: " + why, true, retryable};
+}
+
+std::vector<reply_ptr> connection::read_replies(std::size_t n, bool write) {
+  std::vector<reply_ptr> replies;
+  replies.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    void* raw = nullptr;
+    errno = 0;
+    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw lost(errno, write);
+    replies.emplace_back(static_cast<redisReply*>(raw));
+  }
+  return replies;
+}
+
+std::vector<reply_ptr> connection::exchange(const std::vector<command>& cmds, bool write) {
+  for (const command& c : cmds) c.append_to(ctx_.get());
+  return read_replies(cmds.size(), write);
+}
+
+// Dials, authenticates, selects the database, names the connection (so
+// `CLIENT LIST` shows it), checks the key layout version, loads the write
+// script and kills a connection that timed out before.
+void connection::connect() {
+  ctx_.reset();
+  const timeval connect_tv = to_timeval(opts_.connect_timeout);
+  context_ptr c(
+      opts_.unix_socket.empty()
+          ? redisConnectWithTimeout(opts_.host.c_str(), static_cast<int>(opts_.port), connect_tv)
+          : redisConnectUnixWithTimeout(opts_.unix_socket.c_str(), connect_tv));
+  if (!c) throw redis_failure{errc::store_unavailable, "out of memory for a Redis context"};
+  if (c->err)
+    throw redis_failure{errc::store_unavailable,
+                        "cannot connect to " + opts_.address() + ": " + c->errstr};
+  redisSetTimeout(c.get(), to_timeval(opts_.command_timeout));
+  if (opts_.unix_socket.empty()) redisEnableKeepAlive(c.get());
+  ctx_ = std::move(c);
+
+  std::vector<command> cmds;
+  if (!opts_.password.empty()) {
+    command auth;
+    auth.arg("AUTH");
+    if (!opts_.user.empty()) auth.arg(opts_.user);
+    auth.arg(opts_.password);
+    cmds.push_back(std::move(auth));
+  }
+  const std::string db = std::to_string(opts_.db);
+  const std::string layout = std::to_string(redis_store::layout_version);
+  if (opts_.db != 0) cmds.push_back(std::move(command().arg("SELECT").arg(db)));
+  cmds.push_back(std::move(command().arg("CLIENT").arg("SETNAME").arg(client_name_)));
+  cmds.push_back(std::move(command().arg("CLIENT").arg("ID")));
+  cmds.push_back(std::move(command().arg("INFO").arg("server")));
+  const std::size_t first_optional = cmds.size();
+  if (load_write_script_)
+    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(write_script)));
+  cmds.push_back(std::move(command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout)));
+  cmds.push_back(std::move(command().arg("HGET").arg(key_meta_).arg("layout")));
+  std::vector<reply_ptr> replies;
+  try {
+    replies = exchange(cmds);
+  } catch (const append_failed&) {
+    ctx_.reset();
+    throw redis_failure{errc::store_error, "out of memory while buffering commands"};
+  }
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    if (replies[i]->type != REDIS_REPLY_ERROR) continue;
+    // INFO only serves the kill after a timeout: a user may lack the right.
+    if (i + 1 == first_optional) continue;
+    const bool auth = !opts_.password.empty() && i == 0;
+    ctx_.reset();
+    throw_server_error(auth ? "authentication failed" : "connection setup failed",
+                       replies[i].get());
+  }
+  std::size_t k = first_optional - 2;
+  client_id_ = replies[k]->type == REDIS_REPLY_INTEGER ? replies[k]->integer : -1;
+  run_id_ = run_id_of(reply_text(replies[k + 1].get()));
+  ++k;
+  if (kill_id_ >= 0) {
+    // Only on the server run the old id belongs to: ids start again at a
+    // restart, and this must never kill someone else's connection. The
+    // connection may be gone already, and a user without the right to
+    // CLIENT KILL gets an error: both are fine.
+    const std::string kill = std::to_string(kill_id_);
+    if (!run_id_.empty() && run_id_ == kill_run_id_) {
+      auto killed = exchange({command().arg("CLIENT").arg("KILL").arg("ID").arg(kill)});
+      if (killed[0]->type == REDIS_REPLY_INTEGER && killed[0]->integer == 1)
+        log(log_level::warning, name_ + ": killed the connection that timed out (client id " +
+                                    kill + ") before it could run what it still held");
+    }
+    kill_id_ = -1;
+  }
+  if (load_write_script_) write_sha_ = reply_text(replies[++k].get());
+  const std::string stored = reply_text(replies.back().get());
+  int stored_layout = 0;
+  std::from_chars(stored.data(), stored.data() + stored.size(), stored_layout);
+  if (stored_layout != redis_store::layout_version) {
+    ctx_.reset();
+    throw redis_failure{errc::store_error, "key layout version '" + stored + "' in " + key_meta_ +
+                                               " is not " + layout + ", the one this build uses"};
+  }
+}
+
+void connection::ensure_connected() {
+  if (ctx_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (connected_once_ && now < next_attempt_) {
+    const auto wait =
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count();
+    throw redis_failure{errc::store_unavailable, "not connected to " + opts_.address() +
+                                                     "; next reconnect attempt in " +
+                                                     std::to_string(wait) + " ms"};
+  }
+  try {
+    connect();
+  } catch (const redis_failure& f) {
+    if (connected_once_) {
+      next_attempt_ = std::chrono::steady_clock::now() + backoff_;
+      log(log_level::warning, name_ + ": reconnect failed: " + f.message + "; next attempt in " +
+                                  std::to_string(backoff_.count()) + " ms");
+      backoff_ = std::min(backoff_ * 2, max_backoff);
+    }
+    throw;
+  }
+  if (connected_once_) log(log_level::warning, name_ + ": reconnected to " + opts_.address());
+  connected_once_ = true;
+  backoff_ = min_backoff;
+}
+
+void connection::log_reconnecting(const std::string& why) const {
+  log(log_level::warning, name_ + ": " + why + "; reconnecting");
+}
+
+void connection::log_failed(const char* what, const std::string& why) const {
+  log(log_level::error, name_ + ": " + what + " failed: " + why);
+}
+
+}  // namespace delayq::detail::redis

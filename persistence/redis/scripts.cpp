@@ -1,0 +1,186 @@
+// persistence/redis/scripts.cpp - the Lua scripts of redis_store and the
+// encoding of a write() batch (see scripts.hpp).
+#include "scripts.hpp"
+
+#include <charconv>
+
+#include "delayq/record_codec.hpp"
+
+namespace delayq::detail::redis {
+
+// Checks first, writes after: see scripts.hpp for why the order matters.
+const char* const write_script = R"lua(-- delayq write batch, layout 1
+local n = #ARGV
+if n % 4 ~= 0 then
+  return redis.error_reply('ERR delayq: write script needs 4 arguments per change')
+end
+local live, dead = false, false
+for i = 1, n, 4 do
+  local k = ARGV[i]
+  if k == 's' or k == 'r' then live = true
+  elseif k == 'p' then dead = true
+  elseif k == 'b' or k == 'v' then live = true; dead = true
+  else return redis.error_reply('ERR delayq: unknown change kind ' .. k) end
+  if (k == 's' or k == 'b' or k == 'v') and not tonumber(ARGV[i + 3]) then
+    return redis.error_reply('ERR delayq: bad score for ' .. ARGV[i + 1])
+  end
+end
+local function check(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE delayq: ' .. key .. ' holds a ' .. t .. ', not a ' ..
+                             want .. '; nothing of the batch was written')
+  end
+end
+local err = (live and (check(KEYS[1], 'hash') or check(KEYS[2], 'zset'))) or
+            (dead and (check(KEYS[3], 'hash') or check(KEYS[4], 'zset')))
+if err then return err end
+-- Runs of changes of one kind go out as one variadic command per key
+-- (HSET/ZADD of many pairs, HDEL/ZREM of many ids), at most 1000 changes a
+-- command: the same effects in the same order, at a fraction of the cost of
+-- one call per change (each call is also one command in the AOF).
+local i = 1
+while i <= n do
+  local k = ARGV[i]
+  local ids, records, scores = {}, {}, {}
+  while i <= n and ARGV[i] == k and #ids < 1000 do
+    local id = ARGV[i + 1]
+    ids[#ids + 1] = id
+    records[#records + 1] = id
+    records[#records + 1] = ARGV[i + 2]
+    scores[#scores + 1] = ARGV[i + 3]
+    scores[#scores + 1] = id
+    i = i + 4
+  end
+  if k == 'r' or k == 'b' then
+    redis.call('HDEL', KEYS[1], unpack(ids))
+    redis.call('ZREM', KEYS[2], unpack(ids))
+  elseif k == 'p' or k == 'v' then
+    redis.call('HDEL', KEYS[3], unpack(ids))
+    redis.call('ZREM', KEYS[4], unpack(ids))
+  end
+  if k == 's' or k == 'v' then
+    redis.call('HSET', KEYS[1], unpack(records))
+    redis.call('ZADD', KEYS[2], unpack(scores))
+  elseif k == 'b' then
+    redis.call('HSET', KEYS[3], unpack(records))
+    redis.call('ZADD', KEYS[4], unpack(scores))
+  end
+end
+return n / 4
+)lua";
+
+// The type checks come first here too, so a wrong-typed key never leaves a
+// record half moved.
+#define DELAYQ_QUARANTINE_CHECKS                                                       \
+  "for i, want in ipairs({'hash', 'zset', 'hash', 'hash'}) do "                        \
+  "  local t = redis.call('TYPE', KEYS[i])['ok'] "                                     \
+  "  if t ~= 'none' and t ~= want then "                                               \
+  "    return redis.error_reply('WRONGTYPE delayq: ' .. KEYS[i] .. ' holds a ' .. t) " \
+  "  end "                                                                             \
+  "end "
+
+const char* const quarantine_script = DELAYQ_QUARANTINE_CHECKS
+    "local raw = redis.call('HGET', KEYS[1], ARGV[1]) "
+    "if raw ~= ARGV[2] then return 0 end "
+    "redis.call('HSET', KEYS[3], ARGV[1], raw) "
+    "redis.call('HSET', KEYS[4], ARGV[1], ARGV[3]) "
+    "redis.call('HDEL', KEYS[1], ARGV[1]) "
+    "redis.call('ZREM', KEYS[2], ARGV[1]) "
+    "return 1";
+
+const char* const quarantine_id_script = DELAYQ_QUARANTINE_CHECKS
+    "local raw = redis.call('HGET', KEYS[1], ARGV[1]) "
+    "if not raw then return 0 end "
+    "redis.call('HSET', KEYS[3], ARGV[1], raw) "
+    "redis.call('HSET', KEYS[4], ARGV[1], ARGV[2]) "
+    "redis.call('HDEL', KEYS[1], ARGV[1]) "
+    "redis.call('ZREM', KEYS[2], ARGV[1]) "
+    "return 1";
+
+#undef DELAYQ_QUARANTINE_CHECKS
+
+const char* const drop_dangling_script =
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end "
+    "return redis.call('ZREM', KEYS[2], ARGV[1])";
+
+namespace {
+
+void append_count(std::string& out, char type, std::size_t n) {
+  char buf[24];
+  const auto end = std::to_chars(buf, buf + sizeof buf, n).ptr;
+  out.push_back(type);
+  out.append(buf, end);
+  out.append("\r\n", 2);
+}
+
+void append_score(std::string& out, std::chrono::system_clock::time_point t) {
+  char buf[24];
+  const auto end = std::to_chars(buf, buf + sizeof buf, to_epoch_ms(t)).ptr;
+  append_bulk(out, std::string_view(buf, static_cast<std::size_t>(end - buf)));
+}
+
+// Arguments of the call after EVALSHA/EVAL and its first argument.
+std::size_t tail_args(std::size_t changes) { return 1 + 4 + 4 * changes; }
+
+}  // namespace
+
+void append_bulk(std::string& out, std::string_view arg) {
+  append_count(out, '$', arg.size());
+  out.append(arg);
+  out.append("\r\n", 2);
+}
+
+write_batch::write_batch(const store_keys& keys, std::span<const store_change> changes)
+    : changes_(changes.size()) {
+  // Records dominate the size; 64 bytes of framing and id per change besides.
+  tail_.reserve(256 + changes.size() * 64);
+  append_bulk(tail_, "4");
+  append_bulk(tail_, keys.tasks);
+  append_bulk(tail_, keys.due);
+  append_bulk(tail_, keys.dead);
+  append_bulk(tail_, keys.dead_by_time);
+  for (const store_change& c : changes) {
+    const task& t = *c.task;
+    switch (c.what) {
+      case change_kind::save:
+      case change_kind::revive:
+        append_bulk(tail_, c.what == change_kind::save ? "s" : "v");
+        append_bulk(tail_, t.id);
+        append_bulk(tail_, encode_task(t));
+        append_score(tail_, t.due);
+        break;
+      case change_kind::bury:
+        append_bulk(tail_, "b");
+        append_bulk(tail_, t.id);
+        append_bulk(tail_, encode_dead_letter(dead_letter{t, std::string(c.error), c.died_at}));
+        append_score(tail_, c.died_at);
+        break;
+      case change_kind::remove:
+      case change_kind::purge:
+        append_bulk(tail_, c.what == change_kind::remove ? "r" : "p");
+        append_bulk(tail_, t.id);
+        append_bulk(tail_, "");
+        append_bulk(tail_, "");
+        break;
+    }
+  }
+}
+
+std::string write_batch::head(std::string_view sha) const {
+  std::string out;
+  append_count(out, '*', 2 + tail_args(changes_));
+  append_bulk(out, "EVALSHA");
+  append_bulk(out, sha);
+  return out;
+}
+
+std::string write_batch::eval_head() const {
+  std::string out;
+  append_count(out, '*', 2 + tail_args(changes_));
+  append_bulk(out, "EVAL");
+  append_bulk(out, write_script);
+  return out;
+}
+
+}  // namespace delayq::detail::redis

@@ -1,0 +1,81 @@
+// persistence/redis/scripts.hpp - the Lua scripts of redis_store, and a
+// write() batch encoded as the arguments of the write script. Internal.
+//
+// The write script. One write() batch is one call of one script: EVALSHA
+// (EVAL when the server answers NOSCRIPT), with the four keys
+//   KEYS[1] {P}:tasks (hash)   KEYS[2] {P}:due (sorted set)
+//   KEYS[3] {P}:dead (hash)    KEYS[4] {P}:dead:by_time (sorted set)
+// and four arguments per change, in order: kind, id, record, score.
+//   s  save    HSET tasks id record, ZADD due score id
+//   r  remove  HDEL tasks id, ZREM due id
+//   b  bury    remove, then HSET dead id record, ZADD dead:by_time score id
+//   v  revive  HDEL dead id, ZREM dead:by_time id, then save
+//   p  purge   HDEL dead id, ZREM dead:by_time id
+// Before it writes anything the script checks every argument and the type
+// of every key the batch touches, and returns an error if one is wrong. A
+// script that raised an error half-way would not be rolled back (Redis has
+// no rollback), so the checks are what makes a batch all or nothing: once
+// they pass, no command of the script can fail but for out-of-memory, and
+// Redis refuses a script's first write, not a later one, when over
+// `maxmemory`. A script runs alone on the server (no other command runs in
+// between), and its effects reach the AOF and the replicas as one
+// MULTI/EXEC.
+//
+// A batch leaves the keys in a state that depends only on the batch, not on
+// what was stored before: running it twice is the same as running it once.
+// So a batch may be sent again after a connection loss.
+#pragma once
+
+#include <utility>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "connection.hpp"
+#include "delayq/task_store.hpp"
+
+namespace delayq::detail::redis {
+
+/// The write script (above).
+extern const char* const write_script;
+
+/// Moves a record from KEYS[1] (and its id from the sorted set KEYS[2]) to
+/// the quarantine hashes KEYS[3] (bytes) and KEYS[4] (reason ARGV[3]), only
+/// if KEYS[1] still holds exactly ARGV[2] under ARGV[1]. Returns 1 if moved.
+extern const char* const quarantine_script;
+
+/// The same move for whatever KEYS[1] holds under ARGV[1], with reason
+/// ARGV[2]: task_store::quarantine(). Returns 1 if a record moved.
+extern const char* const quarantine_id_script;
+
+/// Drops ARGV[1] from the sorted set KEYS[2] when the hash KEYS[1] holds no
+/// record for it. Returns 1 if dropped.
+extern const char* const drop_dangling_script;
+
+/// One write() batch as a call of the write script, in the wire format
+/// (RESP): head() or eval_head(), then tail(). Encodes the records with the
+/// record codec; the changes are not referenced after construction.
+class write_batch {
+ public:
+  write_batch(const store_keys& keys, std::span<const store_change> changes);
+
+  bool empty() const noexcept { return changes_ == 0; }
+  std::size_t size() const noexcept { return changes_; }
+  /// `*N`, `EVALSHA`, `sha`.
+  std::string head(std::string_view sha) const;
+  /// `*N`, `EVAL`, the script's text.
+  std::string eval_head() const;
+  /// The key count, the keys and the arguments.
+  const std::string& tail() const noexcept { return tail_; }
+
+ private:
+  std::size_t changes_ = 0;
+  std::string tail_;
+};
+
+/// Appends `arg` to `out` as a RESP bulk string.
+void append_bulk(std::string& out, std::string_view arg);
+
+}  // namespace delayq::detail::redis

@@ -1,0 +1,285 @@
+// persistence/redis/write_pipeline.cpp - the pipelined write connection of
+// redis_store (see write_pipeline.hpp).
+#include "write_pipeline.hpp"
+
+#include <hiredis/read.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "delayq/log.hpp"
+
+namespace delayq::detail::redis {
+
+write_pipeline::write_pipeline(const redis_options& opts, std::string store_name)
+    : name_(std::move(store_name)), conn_(opts, name_, ":writer", true) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0)
+    throw std::system_error(errno, std::generic_category(), "delayq: redis write pipeline");
+  thread_ = std::thread([this] { run(); });
+}
+
+write_pipeline::~write_pipeline() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  thread_.join();
+  ::close(wake_fd_);
+}
+
+void write_pipeline::submit(std::unique_ptr<write_batch> batch, done_fn done) {
+  auto b = std::make_unique<open_batch>();
+  b->batch = std::move(batch);
+  b->done = std::move(done);
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(b));
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void write_pipeline::run() {
+  sigpipe_guard guard;  // the handshake writes with write(2)
+  for (;;) {
+    bool stop = false;
+    {
+      std::lock_guard lock(mutex_);
+      while (!queue_.empty()) {
+        fresh_.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      stop = stopping_;
+    }
+    if (!fresh_.empty()) start_fresh();
+    if (open_.empty()) {
+      if (stop) return;
+      wait(-1);
+      continue;
+    }
+    flush();
+    if (!conn_.connected()) continue;
+    const auto deadline = last_progress_ + conn_.options().command_timeout;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      on_lost(
+          0, false, true,
+          "no answer within " + std::to_string(conn_.options().command_timeout.count()) + " ms");
+      continue;
+    }
+    wait(static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
+  }
+}
+
+// Waits for a submission, or for the socket when batches are open.
+void write_pipeline::wait(int timeout_ms) {
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}};
+  nfds_t n = 1;
+  if (!open_.empty() && conn_.connected()) {
+    fds[1].fd = conn_.get()->fd;
+    fds[1].events = static_cast<short>(POLLIN | (out_sent_ < out_.size() ? POLLOUT : 0));
+    n = 2;
+  }
+  if (::poll(fds, n, timeout_ms) <= 0) return;
+  if (fds[0].revents & POLLIN) {
+    std::uint64_t count = 0;
+    [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof count);
+  }
+  if (n == 2 && (fds[1].revents & POLLOUT)) flush();
+  if (n == 2 && conn_.connected() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) read();
+}
+
+// Appends the fresh batches, dialling first when needed.
+void write_pipeline::start_fresh() {
+  while (!fresh_.empty()) {
+    if (!conn_.connected()) {
+      try {
+        conn_.ensure_connected();
+        out_.clear();
+        out_sent_ = 0;
+        stream_base_ = 0;
+      } catch (const redis_failure& f) {
+        // Nothing of these batches was sent: they did not happen.
+        log(log_level::error, name_ + ": async write failed: " + f.message);
+        while (!fresh_.empty()) {
+          open_.push_back(std::move(fresh_.front()));
+          fresh_.pop_front();
+          complete(make_error_code(f.code));
+        }
+        return;
+      }
+    }
+    open_batch& b = *fresh_.front();
+    open_.push_back(std::move(fresh_.front()));
+    fresh_.pop_front();
+    if (expected_.empty()) last_progress_ = std::chrono::steady_clock::now();
+    append(b, false);
+  }
+}
+
+void write_pipeline::append(open_batch& b, bool eval) {
+  if (out_sent_ == out_.size()) {
+    stream_base_ += out_.size();
+    out_.clear();
+    out_sent_ = 0;
+  }
+  b.evaled = eval;
+  out_ += eval ? b.batch->eval_head() : b.batch->head(conn_.write_sha());
+  out_ += b.batch->tail();
+  b.end = stream_base_ + out_.size();
+  expected_.push_back({&b, false});
+}
+
+void write_pipeline::flush() {
+  if (!conn_.connected()) return;
+  while (out_sent_ < out_.size()) {
+    const ssize_t n = ::send(conn_.get()->fd, out_.data() + out_sent_, out_.size() - out_sent_,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      out_sent_ += static_cast<std::size_t>(n);
+      last_progress_ = std::chrono::steady_clock::now();
+      const std::uint64_t sent = stream_base_ + out_sent_;
+      for (auto& b : open_)
+        if (b->end <= sent) b->maybe_applied = true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    const int e = errno;
+    on_lost(e, false, false, std::strerror(e));
+    return;
+  }
+}
+
+void write_pipeline::read() {
+  char buf[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::recv(conn_.get()->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      last_progress_ = std::chrono::steady_clock::now();
+      if (redisReaderFeed(conn_.get()->reader, buf, static_cast<std::size_t>(n)) != REDIS_OK) {
+        on_lost(0, false, false, "bad reply from the server");
+        return;
+      }
+      for (;;) {
+        void* raw = nullptr;
+        if (redisReaderGetReply(conn_.get()->reader, &raw) != REDIS_OK) {
+          on_lost(0, false, false, "bad reply from the server");
+          return;
+        }
+        if (!raw) break;
+        on_reply(static_cast<redisReply*>(raw));
+        if (!conn_.connected()) return;
+      }
+      if (static_cast<std::size_t>(n) < sizeof buf) return;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    const int e = n == 0 ? 0 : errno;
+    on_lost(e, n == 0, false, n == 0 ? "closed by the server" : std::strerror(e));
+    return;
+  }
+}
+
+void write_pipeline::on_reply(redisReply* raw) {
+  const reply_ptr r(raw);
+  if (expected_.empty()) {
+    on_lost(0, false, false, "a reply nobody asked for");
+    return;
+  }
+  const expected_reply e = expected_.front();
+  expected_.pop_front();
+  if (e.discard) return;
+  open_batch& b = *e.batch;
+  if (is_noscript(r.get()) && !b.evaled) {
+    // The server lost the script: every open batch goes again as EVAL, in
+    // order, and the replies still due for their first sending are dropped.
+    log(log_level::warning, name_ + ": the server lost the write script (NOSCRIPT); sending " +
+                                std::to_string(open_.size()) + " batch(es) again with EVAL");
+    for (expected_reply& later : expected_) later.discard = true;
+    for (auto& o : open_) append(*o, true);
+    flush();
+    return;
+  }
+  boost::system::error_code ec;
+  if (r->type == REDIS_REPLY_ERROR) {
+    const redis_failure f = server_error("async write", r.get());
+    log(log_level::error, name_ + ": " + f.message);
+    ec = make_error_code(f.code);
+  }
+  complete(ec);
+}
+
+// Pops the oldest open batch and calls its `done`.
+void write_pipeline::complete(boost::system::error_code ec) {
+  std::unique_ptr<open_batch> b = std::move(open_.front());
+  open_.pop_front();
+  try {
+    b->done(ec);
+  } catch (...) {
+    log(log_level::error, name_ + ": an async_write completion threw; ignored");
+  }
+}
+
+void write_pipeline::on_lost(int saved_errno, bool eof, bool timed_out, const std::string& why) {
+  conn_.drop(timed_out);
+  expected_.clear();
+  const bool retryable = eof || saved_errno == ECONNRESET || saved_errno == EPIPE ||
+                         saved_errno == ECONNABORTED || saved_errno == ENOTCONN;
+  bool retried = false;
+  for (auto& b : open_) retried = retried || b->retried;
+  if (retryable && !retried) {
+    log(log_level::warning, name_ + ": write connection lost (" + why + "); reconnecting and " +
+                                "sending " + std::to_string(open_.size()) + " batch(es) again");
+    if (resend_all()) return;
+  }
+  fail_open(why, timed_out);
+}
+
+bool write_pipeline::resend_all() {
+  try {
+    conn_.ensure_connected();
+  } catch (const redis_failure& f) {
+    log(log_level::error, name_ + ": " + f.message);
+    return false;
+  }
+  out_.clear();
+  out_sent_ = 0;
+  stream_base_ = 0;
+  last_progress_ = std::chrono::steady_clock::now();
+  for (auto& b : open_) {
+    b->retried = true;
+    append(*b, b->evaled);
+  }
+  flush();
+  return true;
+}
+
+void write_pipeline::fail_open(const std::string& why, bool timed_out) {
+  conn_.drop(false);
+  expected_.clear();
+  out_.clear();
+  out_sent_ = 0;
+  stream_base_ = 0;
+  log(log_level::error, name_ + ": write connection to " + conn_.options().address() +
+                            " dropped (" + why + "); failing " + std::to_string(open_.size()) +
+                            " open batch(es)");
+  while (!open_.empty()) {
+    // A timeout leaves a batch that reached the socket to run later. A lost
+    // connection is store_unavailable, as it is for write(): the server
+    // went away or threw the connection out, most often before reading it.
+    const bool unknown = timed_out && open_.front()->maybe_applied;
+    complete(make_error_code(unknown ? errc::outcome_unknown : errc::store_unavailable));
+  }
+}
+
+}  // namespace delayq::detail::redis

@@ -1,0 +1,112 @@
+// persistence/redis/write_pipeline.hpp - redis_store::async_write(): a
+// connection of its own, driven by a private I/O thread, on which batches
+// are pipelined. Internal.
+//
+// A batch (one call of the write script, scripts.hpp) is appended to the
+// connection's output as soon as it is submitted, whatever is still
+// waiting for a reply, so batch k+1 travels while the server runs and
+// fsyncs batch k. Redis answers in order; the thread matches each reply to
+// the oldest open batch and calls its `done` there, in submission order,
+// exactly once.
+//
+// Failures, per batch and truthful:
+// - an error reply fails exactly its batch (the script changed nothing);
+// - NOSCRIPT (the server's script cache was flushed): that batch and every
+//   later open one are sent again as EVAL, in order, and the replies to
+//   their first sending are discarded. Running a batch twice is harmless
+//   (scripts.hpp), and the last run of every batch is in submission order;
+// - the server closed the connection: the open batches are sent once more,
+//   in order, on a new connection; if that fails too (or the connection was
+//   lost another way) each open batch fails with errc::store_unavailable,
+//   as write() does;
+// - no reply and no progress for command_timeout: each open batch fails
+//   with errc::outcome_unknown when all its bytes had reached the socket
+//   (the server may still run it) and errc::store_unavailable when not (an
+//   incomplete command never runs); the connection is dropped, and the next
+//   dial kills it on the server.
+// The next batch dials again (with the store's backoff: within it, batches
+// fail at once with errc::store_unavailable).
+//
+// The destructor lets the thread finish every batch submitted (each within
+// command_timeout, or failed at once when the server cannot be reached),
+// then joins it.
+#pragma once
+
+#include <utility>
+
+#include <boost/system/error_code.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "connection.hpp"
+#include "scripts.hpp"
+
+namespace delayq::detail::redis {
+
+class write_pipeline {
+ public:
+  using done_fn = std::function<void(boost::system::error_code)>;
+
+  /// `opts` must outlive the pipeline. The thread starts at once; the
+  /// connection is dialled with the first batch.
+  write_pipeline(const redis_options& opts, std::string store_name);
+  ~write_pipeline();
+  write_pipeline(const write_pipeline&) = delete;
+  write_pipeline& operator=(const write_pipeline&) = delete;
+
+  /// Queues `batch`; `done` runs on the pipeline's thread. Thread-safe.
+  void submit(std::unique_ptr<write_batch> batch, done_fn done);
+
+ private:
+  struct open_batch {
+    std::unique_ptr<write_batch> batch;
+    done_fn done;
+    std::uint64_t end = 0;       // stream offset just past its last byte
+    bool maybe_applied = false;  // all its bytes reached a socket once
+    bool retried = false;        // sent again after a lost connection
+    bool evaled = false;         // sent as EVAL (after NOSCRIPT)
+  };
+  struct expected_reply {
+    open_batch* batch;
+    bool discard;  // the reply to a sending that was superseded
+  };
+
+  void run();
+  void start_fresh();
+  void append(open_batch& b, bool eval);
+  void flush();
+  void read();
+  void on_reply(redisReply* r);
+  void on_lost(int saved_errno, bool eof, bool timed_out, const std::string& why);
+  bool resend_all();
+  void fail_open(const std::string& why, bool timed_out);
+  void complete(boost::system::error_code ec);
+  void wait(int timeout_ms);
+
+  std::string name_;
+  connection conn_;
+  int wake_fd_ = -1;
+
+  std::mutex mutex_;
+  std::deque<std::unique_ptr<open_batch>> queue_;  // submitted, not yet taken
+  bool stopping_ = false;
+
+  // The I/O thread's own.
+  std::deque<std::unique_ptr<open_batch>> fresh_;
+  std::deque<std::unique_ptr<open_batch>> open_;
+  std::deque<expected_reply> expected_;
+  std::string out_;
+  std::size_t out_sent_ = 0;       // bytes of out_ already written
+  std::uint64_t stream_base_ = 0;  // stream offset of out_[0]
+  std::chrono::steady_clock::time_point last_progress_{};
+
+  std::thread thread_;
+};
+
+}  // namespace delayq::detail::redis

@@ -1,0 +1,180 @@
+// A TCP proxy in front of the test Redis that can stop forwarding on demand:
+// a deterministic stand-in for a server that hangs (a long fsync, a paused
+// process). While frozen it reads nothing from either side, so what a client
+// sends waits in the kernel's buffers; thawed, it forwards it all, and what
+// a client sent before it closed still reaches the server.
+#pragma once
+
+#include <utility>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace delayq::test {
+
+class freezing_proxy {
+ public:
+  /// Forwards 127.0.0.1:port() to 127.0.0.1:`target_port`.
+  explicit freezing_proxy(unsigned target_port) : target_port_(target_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listen_fd_, 16) != 0)
+      throw std::runtime_error("freezing_proxy: cannot listen");
+    socklen_t len = sizeof addr;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~freezing_proxy() {
+    stop_ = true;
+    thread_.join();
+    for (const pair& p : pairs_) {
+      ::close(p.client);
+      ::close(p.server);
+    }
+    ::close(listen_fd_);
+  }
+  freezing_proxy(const freezing_proxy&) = delete;
+  freezing_proxy& operator=(const freezing_proxy&) = delete;
+
+  unsigned port() const { return port_; }
+  /// Stops forwarding (both ways) from now on.
+  void freeze() {
+    frozen_ = true;
+    settle();
+  }
+  /// Stops forwarding on the connections open now only; connections made
+  /// later are forwarded.
+  void freeze_existing() {
+    frozen_below_ = accepted_.load();
+    settle();
+  }
+  /// Forwards again, starting with what waited.
+  void thaw() {
+    frozen_below_ = 0;
+    frozen_ = false;
+  }
+  /// Bytes forwarded from clients to the server so far.
+  std::size_t forwarded_up() const { return up_; }
+
+ private:
+  // Returns once the proxy thread began a pass after the call: a pass that
+  // polled before a freeze may still forward what it saw.
+  void settle() const {
+    const std::uint64_t target = passes_.load() + 2;
+    while (passes_.load() < target) std::this_thread::yield();
+  }
+
+  struct pair {
+    int client;
+    int server;
+    std::uint64_t seq;  // accept order
+  };
+
+  int dial() const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(target_port_));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  // Copies what `from` has to `to`; false when `from` closed or failed.
+  bool pump(int from, int to, bool up) {
+    char buf[65536];
+    const ssize_t n = ::recv(from, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    for (ssize_t off = 0; off < n;) {
+      const ssize_t w = ::send(to, buf + off, static_cast<std::size_t>(n - off), MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      off += w;
+    }
+    if (up) up_ += static_cast<std::size_t>(n);
+    return true;
+  }
+
+  void run() {
+    while (!stop_) {
+      ++passes_;
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      const bool frozen = frozen_;
+      const std::uint64_t below = frozen_below_;
+      // A frozen pair is polled for nothing (fd -1), so indexes stay aligned.
+      if (!frozen)
+        for (const pair& p : pairs_) {
+          const bool held = p.seq < below;
+          fds.push_back({held ? -1 : p.client, POLLIN, 0});
+          fds.push_back({held ? -1 : p.server, POLLIN, 0});
+        }
+      if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) {
+          const int s = dial();
+          if (s < 0)
+            ::close(c);
+          else
+            pairs_.push_back({c, s, accepted_++});
+        }
+      }
+      if (frozen) continue;
+      const std::size_t polled = (fds.size() - 1) / 2;
+      std::vector<pair> alive;
+      for (std::size_t i = 0; i < polled; ++i) {
+        const pollfd& c = fds[1 + 2 * i];
+        const pollfd& s = fds[2 + 2 * i];
+        bool ok = true;
+        if (c.revents & (POLLIN | POLLHUP | POLLERR))
+          ok = pump(pairs_[i].client, pairs_[i].server, true);
+        if (ok && (s.revents & (POLLIN | POLLHUP | POLLERR)))
+          ok = pump(pairs_[i].server, pairs_[i].client, false);
+        if (ok) {
+          alive.push_back(pairs_[i]);
+        } else {
+          ::close(pairs_[i].client);
+          ::close(pairs_[i].server);
+        }
+      }
+      // Pairs accepted during this pass were not polled yet: keep them.
+      for (std::size_t i = polled; i < pairs_.size(); ++i) alive.push_back(pairs_[i]);
+      pairs_ = std::move(alive);
+    }
+  }
+
+  unsigned target_port_;
+  int listen_fd_ = -1;
+  unsigned port_ = 0;
+  std::atomic<bool> frozen_{false};
+  std::atomic<std::uint64_t> frozen_below_{0};
+  std::atomic<std::uint64_t> accepted_{0};
+  std::atomic<std::uint64_t> passes_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> up_{0};
+  std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join
+  std::thread thread_;
+};
+
+}  // namespace delayq::test

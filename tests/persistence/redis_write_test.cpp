@@ -1,0 +1,476 @@
+// redis_store's write path against the real server: batches are all or
+// nothing (the script checks key types first), the due index is written,
+// async_write() pipelines and completes in order only once the server
+// replied, a timeout is an unknown outcome, NOSCRIPT and lost connections
+// are survived; and quarantine() and the settings.
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "delayq/record_codec.hpp"
+#include "delayq/redis_store.hpp"
+#include "freezing_proxy.hpp"
+#include "test_support.hpp"
+
+using namespace delayq;
+using namespace delayq::test;
+
+namespace {
+
+struct prefix_guard {
+  raw_redis& raw;
+  std::string prefix;
+  ~prefix_guard() {
+    raw.drop_prefix(prefix);
+    raw.run({"DEL", "{" + prefix + "}:settings"});
+  }
+};
+
+std::string key(const std::string& prefix, const char* name) { return "{" + prefix + "}:" + name; }
+
+std::vector<store_change> saves(const std::vector<task>& tasks) {
+  std::vector<store_change> out;
+  for (const task& t : tasks) out.push_back({change_kind::save, &t});
+  return out;
+}
+
+std::vector<task> numbered(const std::string& tag, int n, int from = 0) {
+  std::vector<task> out;
+  for (int i = from; i < from + n; ++i) out.push_back(make_task(tag + std::to_string(i)));
+  return out;
+}
+
+// Counts async_write() completions and waits for them.
+class completions {
+ public:
+  std::function<void(boost::system::error_code)> slot(int index) {
+    return [this, index](boost::system::error_code ec) {
+      std::lock_guard lock(mutex_);
+      order_.push_back(index);
+      errors_.push_back(ec);
+      cv_.notify_all();
+    };
+  }
+  bool wait_for(std::size_t n, std::chrono::seconds limit = std::chrono::seconds(20)) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, limit, [&] { return order_.size() >= n; });
+  }
+  std::vector<int> order() {
+    std::lock_guard lock(mutex_);
+    return order_;
+  }
+  std::vector<boost::system::error_code> errors() {
+    std::lock_guard lock(mutex_);
+    return errors_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<int> order_;
+  std::vector<boost::system::error_code> errors_;
+};
+
+unsigned test_port() { return redis_options::parse(redis_test_uri()).port; }
+
+redis_options proxied(freezing_proxy& proxy, const std::string& prefix, int command_timeout_ms) {
+  redis_options o = redis_test_options(prefix);
+  o.host = "127.0.0.1";
+  o.port = proxy.port();
+  o.command_timeout = std::chrono::milliseconds(command_timeout_ms);
+  o.connect_timeout = std::chrono::milliseconds(command_timeout_ms);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("redis write: a key of the wrong type fails the whole batch, nothing is written") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("atomic");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  store.save(std::vector{make_task("old")});
+  // The hash is fine, the index is not: MULTI/EXEC would have written the
+  // hash and failed on the index.
+  raw.run({"DEL", key(prefix, "due")});
+  raw.run({"SET", key(prefix, "due"), "not a sorted set"});
+
+  boost::system::error_code ec;
+  log_capture logs;
+  SUBCASE("save") { store.save(std::vector{make_task("new-1"), make_task("new-2")}, ec); }
+  SUBCASE("write") {
+    const task a = make_task("new-1"), b = make_task("old");
+    const std::vector<store_change> batch{{change_kind::save, &a}, {change_kind::remove, &b}};
+    store.write(batch, ec);
+  }
+  SUBCASE("async_write") {
+    const std::vector<task> tasks{make_task("new-1")};
+    const auto batch = saves(tasks);
+    completions done;
+    store.async_write(batch, done.slot(0));
+    REQUIRE(done.wait_for(1));
+    ec = done.errors()[0];
+  }
+  CHECK(ec == errc::store_error);
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 1);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "old"}) == 1);
+  CHECK(logs.contains("nothing of the batch was written"));
+}
+
+TEST_CASE("redis write: revive into a wrong-typed key leaves the dead letter in place") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("revive-atomic");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  const dead_letter d = make_letter("dl");
+  store.bury(std::vector{d});
+  const char* broken = nullptr;
+  SUBCASE("tasks") { broken = "tasks"; }
+  SUBCASE("due") { broken = "due"; }
+  raw.run({"SET", key(prefix, broken), "in the way"});
+
+  boost::system::error_code ec;
+  store.revive(std::vector{d.task}, ec);
+  CHECK(ec == errc::store_error);
+  CHECK(raw.get({"HGET", key(prefix, "dead"), "dl"}) == encode_dead_letter(d));
+  CHECK(raw.get({"ZSCORE", key(prefix, "dead:by_time"), "dl"}).has_value());
+  CHECK(store.find_dead("dl", ec).has_value());
+
+  // And burying into a wrong-typed dead-letter index leaves the live task.
+  raw.run({"DEL", key(prefix, broken)});
+  store.save(std::vector{make_task("live")});
+  raw.run({"SET", key(prefix, "dead:by_time"), "in the way"});
+  store.bury(std::vector{make_letter("live")}, ec);
+  CHECK(ec == errc::store_error);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "live"}) == 1);
+  CHECK(raw.get({"ZSCORE", key(prefix, "due"), "live"}).has_value());
+  CHECK(raw.integer({"HEXISTS", key(prefix, "dead"), "live"}) == 0);
+}
+
+TEST_CASE("redis write: every kind of change writes both the record and its index") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("index");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  const task a = make_task("a", "p", 1'700'000'000'001), b = make_task("b", "p", 1'700'000'000'002);
+  const task c = make_task("c", "p", 1'700'000'000'003);
+  const auto died = from_epoch_ms(1'700'000'000'999);
+  // In one batch: save a, b, c; bury b; remove c; then revive b with a new due.
+  task b2 = b;
+  b2.due = from_epoch_ms(1'800'000'000'000);
+  const std::vector<store_change> batch{{change_kind::save, &a},
+                                        {change_kind::save, &b},
+                                        {change_kind::save, &c},
+                                        {change_kind::bury, &b, "boom", died},
+                                        {change_kind::remove, &c}};
+  completions done;
+  SUBCASE("write") { store.write(batch); }
+  SUBCASE("async_write") {
+    store.async_write(batch, done.slot(0));
+    REQUIRE(done.wait_for(1));
+    CHECK_FALSE(done.errors()[0]);
+  }
+  CHECK(raw.get({"ZSCORE", key(prefix, "due"), "a"}) == "1700000000001");
+  CHECK(raw.get({"HGET", key(prefix, "tasks"), "a"}) == encode_task(a));
+  CHECK_FALSE(raw.get({"ZSCORE", key(prefix, "due"), "b"}));
+  CHECK_FALSE(raw.get({"HGET", key(prefix, "tasks"), "b"}));
+  CHECK(raw.get({"ZSCORE", key(prefix, "dead:by_time"), "b"}) == "1700000000999");
+  CHECK(raw.get({"HGET", key(prefix, "dead"), "b"}) ==
+        encode_dead_letter(dead_letter{b, "boom", died}));
+  CHECK_FALSE(raw.get({"ZSCORE", key(prefix, "due"), "c"}));
+  CHECK_FALSE(raw.get({"HGET", key(prefix, "tasks"), "c"}));
+
+  const std::vector<store_change> again{{change_kind::revive, &b2}, {change_kind::purge, &a}};
+  store.write(again);
+  CHECK(raw.get({"ZSCORE", key(prefix, "due"), "b"}) == "1800000000000");
+  CHECK_FALSE(raw.get({"ZSCORE", key(prefix, "dead:by_time"), "b"}));
+  CHECK_FALSE(raw.get({"HGET", key(prefix, "dead"), "b"}));
+  CHECK(raw.get({"ZSCORE", key(prefix, "due"), "a"}));  // purge touches dead letters only
+}
+
+TEST_CASE("redis write: async_write completes in order, once the server has each batch") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("async-order");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  CHECK(store.max_writes_in_flight() > 1);
+
+  // The completions check, on the I/O thread, that their batch is in Redis
+  // (a connection of their own: only that thread uses it).
+  auto checker = std::make_unique<raw_redis>();
+  constexpr int batches = 200, per_batch = 50;
+  std::vector<std::vector<task>> tasks;
+  std::vector<std::vector<store_change>> changes;
+  for (int k = 0; k < batches; ++k)
+    tasks.push_back(numbered("b" + std::to_string(k) + "-", per_batch));
+  for (auto& t : tasks) changes.push_back(saves(t));
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<int> order;
+  std::vector<long long> seen_in_redis;
+  std::vector<boost::system::error_code> errors;
+  for (int k = 0; k < batches; ++k)
+    store.async_write(changes[k], [&, k](boost::system::error_code ec) {
+      const long long present =
+          checker->integer({"HEXISTS", key(prefix, "tasks"), tasks[k].back().id});
+      std::lock_guard lock(mutex);
+      order.push_back(k);
+      seen_in_redis.push_back(present);
+      errors.push_back(ec);
+      cv.notify_all();
+    });
+  {
+    std::unique_lock lock(mutex);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return order.size() == batches; }));
+  }
+  for (int k = 0; k < batches; ++k) {
+    CHECK(order[k] == k);
+    CHECK(seen_in_redis[k] == 1);
+    CHECK_FALSE(errors[k]);
+  }
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == batches * per_batch);
+  CHECK(raw.integer({"ZCARD", key(prefix, "due")}) == batches * per_batch);
+}
+
+TEST_CASE("redis write: a failed batch fails only its own changes") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("async-fail");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  raw.run({"SET", key(prefix, "dead"), "in the way"});
+  const std::vector<task> first{make_task("first")}, bad{make_task("bad")}, last{make_task("last")};
+  const auto c1 = saves(first), c3 = saves(last);
+  const std::vector<store_change> c2{{change_kind::bury, &bad[0], "x", {}}};
+  completions done;
+  store.async_write(c1, done.slot(0));
+  store.async_write(c2, done.slot(1));
+  store.async_write(c3, done.slot(2));
+  REQUIRE(done.wait_for(3));
+  CHECK(done.order() == std::vector{0, 1, 2});
+  const auto errors = done.errors();
+  CHECK_FALSE(errors[0]);
+  CHECK(errors[1] == errc::store_error);
+  CHECK_FALSE(errors[2]);
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 2);
+}
+
+TEST_CASE("redis write: the destructor finishes every batch given, each exactly once") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("async-drain");
+  prefix_guard guard{raw, prefix};
+  constexpr int batches = 100;
+  std::vector<std::vector<task>> tasks;
+  std::vector<std::vector<store_change>> changes;
+  for (int k = 0; k < batches; ++k) tasks.push_back(numbered("d" + std::to_string(k) + "-", 10));
+  for (auto& t : tasks) changes.push_back(saves(t));
+  completions done;
+  {
+    redis_store store(redis_test_options(prefix));
+    for (int k = 0; k < batches; ++k) store.async_write(changes[k], done.slot(k));
+  }
+  const auto order = done.order();
+  REQUIRE(order.size() == batches);
+  for (int k = 0; k < batches; ++k) CHECK(order[k] == k);
+  for (const auto& ec : done.errors()) CHECK_FALSE(ec);
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == batches * 10);
+}
+
+TEST_CASE("redis write: a flushed script cache (NOSCRIPT) is survived") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("noscript");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  const auto first = numbered("s", 3);
+  store.write(saves(first));  // both connections have loaded the script
+  completions warm;
+  store.async_write(saves(first), warm.slot(0));
+  REQUIRE(warm.wait_for(1));
+
+  raw.run({"SCRIPT", "FLUSH"});
+  log_capture logs;
+  const auto second = numbered("s", 3, 3);
+  boost::system::error_code ec;
+  store.write(saves(second), ec);
+  CHECK_FALSE(ec);
+  raw.run({"SCRIPT", "FLUSH"});
+  constexpr int batches = 20;
+  std::vector<std::vector<task>> tasks;
+  std::vector<std::vector<store_change>> changes;
+  for (int k = 0; k < batches; ++k) tasks.push_back(numbered("n" + std::to_string(k) + "-", 5));
+  for (auto& t : tasks) changes.push_back(saves(t));
+  completions done;
+  for (int k = 0; k < batches; ++k) store.async_write(changes[k], done.slot(k));
+  REQUIRE(done.wait_for(batches));
+  for (int k = 0; k < batches; ++k) CHECK(done.order()[k] == k);
+  for (const auto& e : done.errors()) CHECK_FALSE(e);
+  // Another test's store connecting meanwhile (ctest -j) loads the script
+  // again, so NOSCRIPT is likely, not certain; the outcome above must hold
+  // either way.
+  WARN(logs.contains("NOSCRIPT"));
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 6 + batches * 5);
+}
+
+TEST_CASE("redis write: the write connection closed by the server is re-dialled") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("async-kill");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  const auto first = numbered("k", 2);
+  completions done;
+  store.async_write(saves(first), done.slot(0));
+  REQUIRE(done.wait_for(1));
+  REQUIRE(raw.kill_store_connections(prefix + ":writer") == 1);
+  const auto second = numbered("k", 2, 2);
+  store.async_write(saves(second), done.slot(1));
+  REQUIRE(done.wait_for(2));
+  CHECK_FALSE(done.errors()[1]);
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 4);
+}
+
+TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("frozen");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port());
+  redis_store store(proxied(proxy, prefix, 300));
+  store.save(std::vector{make_task("before")});
+  completions warm;
+  const auto w = numbered("w", 1);
+  store.async_write(saves(w), warm.slot(0));
+  REQUIRE(warm.wait_for(1));
+
+  proxy.freeze();
+  boost::system::error_code ec;
+  SUBCASE("write") {
+    store.save(std::vector{make_task("frozen")}, ec);
+    CHECK(ec == errc::outcome_unknown);
+    // A read that times out is only unavailable: it changed nothing.
+    store.count_dead(ec);
+    CHECK(ec == errc::store_unavailable);
+  }
+  SUBCASE("async_write") {
+    const auto frozen = numbered("frozen", 3);
+    std::vector<std::vector<store_change>> changes;
+    for (const task& t : frozen) changes.push_back({{change_kind::save, &t}});
+    completions done;
+    for (int k = 0; k < 3; ++k) store.async_write(changes[k], done.slot(k));
+    REQUIRE(done.wait_for(3));
+    CHECK(done.order() == std::vector{0, 1, 2});
+    for (const auto& e : done.errors()) CHECK(e == errc::outcome_unknown);
+  }
+  proxy.thaw();
+  // The store dials again and works, once its reconnect backoff (a span of
+  // time: nothing to wait on but the clock) has passed.
+  boost::system::error_code after = errc::store_unavailable;
+  for (int i = 0; i < 100 && after; ++i) {
+    store.save(std::vector{make_task("after")}, after);
+    if (after) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK_FALSE(after);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "after"}) == 1);
+}
+
+TEST_CASE("redis write: after a timeout the next connection kills the old one first") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("kill-late");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port());
+  redis_store store(proxied(proxy, prefix, 300));
+  store.save(std::vector{make_task("before")});
+
+  // Only the store's connection hangs; a new one gets through.
+  proxy.freeze_existing();
+  boost::system::error_code ec;
+  log_capture logs;
+  store.save(std::vector{make_task("late")}, ec);
+  REQUIRE(ec == errc::outcome_unknown);
+  store.save(std::vector{make_task("after")}, ec);
+  CHECK_FALSE(ec);
+  CHECK(logs.contains("killed the connection that timed out"));
+
+  // The script the old connection still held never reaches a live client.
+  proxy.thaw();
+  store.save(std::vector{make_task("later")}, ec);  // a round trip through the proxy
+  CHECK_FALSE(ec);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "after"}) == 1);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "late"}) == 0);
+}
+
+TEST_CASE("redis: quarantine() moves a live record aside with its reason") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("quarantine-id");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  const task t = make_task("rejected id");
+  store.save(std::vector{t, make_task("kept")});
+  boost::system::error_code ec;
+  log_capture logs;
+  store.quarantine("rejected id", "the engine rejects this id", ec);
+  CHECK_FALSE(ec);
+  CHECK(raw.get({"HGET", key(prefix, "quarantine"), "rejected id"}) == encode_task(t));
+  CHECK(raw.get({"HGET", key(prefix, "quarantine:reason"), "rejected id"}) ==
+        "the engine rejects this id");
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "rejected id"}) == 0);
+  CHECK_FALSE(raw.get({"ZSCORE", key(prefix, "due"), "rejected id"}));
+  CHECK(logs.contains("'rejected id'"));
+  std::vector<std::string> listed;
+  store.list([&](task&& x) { listed.push_back(x.id); });
+  CHECK(listed == std::vector<std::string>{"kept"});
+  // Nothing stored under the id is not an error.
+  store.quarantine("never-saved", "why", ec);
+  CHECK_FALSE(ec);
+  CHECK_FALSE(raw.get({"HGET", key(prefix, "quarantine"), "never-saved"}));
+}
+
+TEST_CASE("redis: settings live in {P}:settings") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("settings");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  boost::system::error_code ec;
+  CHECK(store.load_settings(ec).empty());
+  CHECK_FALSE(ec);
+  const std::string binary("v\0\xff", 3);
+  store.save_setting("push.b", binary, ec);
+  CHECK_FALSE(ec);
+  store.save_setting("push.a", "1", ec);
+  store.save_setting("push.a", "2", ec);  // an upsert
+  CHECK_FALSE(ec);
+  using kv = std::vector<std::pair<std::string, std::string>>;
+  CHECK(store.load_settings(ec) == kv{{"push.a", "2"}, {"push.b", binary}});
+  CHECK(raw.get({"HGET", key(prefix, "settings"), "push.b"}) == binary);
+  store.erase_setting("push.a", ec);
+  CHECK_FALSE(ec);
+  store.erase_setting("unknown", ec);
+  CHECK_FALSE(ec);
+  redis_store again(redis_test_options(prefix));
+  CHECK(again.load_settings(ec) == kv{{"push.b", binary}});
+  // Settings are not tasks.
+  CHECK(again.list([](task&&) {}).tasks == 0);
+}
+
+TEST_CASE("redis write: a user without INFO and CLIENT KILL rights can use the store") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("acl-min");
+  prefix_guard guard{raw, prefix};
+  const std::string user = "u-" + prefix, password = "pw-" + prefix;
+  REQUIRE(raw.run({"ACL", "SETUSER", user, "on", ">" + password, "~*", "+@all", "-info",
+                   "-client|kill"})
+              ->type == REDIS_REPLY_STATUS);
+  struct drop_user {
+    raw_redis& raw;
+    std::string user;
+    ~drop_user() { raw.run({"ACL", "DELUSER", user}); }
+  } drop{raw, user};
+  redis_options opts = redis_test_options(prefix);
+  opts.user = user;
+  opts.password = password;
+  redis_store store(opts);
+  const auto tasks = numbered("acl", 3);
+  store.write(saves(tasks));
+  completions done;
+  store.async_write(saves(tasks), done.slot(0));
+  REQUIRE(done.wait_for(1));
+  CHECK_FALSE(done.errors()[0]);
+  CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 3);
+}
