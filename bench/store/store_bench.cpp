@@ -8,6 +8,8 @@
 //              max_writes_in_flight() outstanding
 //   single     store.write() of one save at a time
 //   list       store.list() of --tasks stored tasks (the recovery read)
+//   multi1000  the server's limit, for comparison: raw hiredis, pipelined
+//              MULTI/HSET/ZADD/EXEC batches of 1000, 16 batches in flight
 // and prints one line per figure: name, count, seconds, per second.
 #include <chrono>
 #include <condition_variable>
@@ -21,6 +23,9 @@
 
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
+
+#include "delayq/detail/record_codec.hpp"
 #include "delayq/redis_store.hpp"
 
 namespace {
@@ -183,6 +188,53 @@ int main(int argc, char** argv) {
     report("list", summary.tasks, seconds_since(t0), "tasks");
     if (summary.tasks != tasks.size())
       std::printf("# list returned %zu of %zu tasks\n", summary.tasks, tasks.size());
+  }
+
+  // The server's limit: what raw pipelined MULTI batches of 1000 reach.
+  {
+    clear();
+    const delayq::redis_options o = store.options();
+    redisContext* c = o.unix_socket.empty() ? redisConnect(o.host.c_str(), static_cast<int>(o.port))
+                                            : redisConnectUnix(o.unix_socket.c_str());
+    if (c && !c->err) {
+      const std::string hash = "{" + prefix + "}:tasks", due = "{" + prefix + "}:due";
+      std::vector<std::string> records, scores;
+      for (const auto& t : tasks) {
+        records.push_back(delayq::detail::encode_record(t));
+        scores.push_back(std::to_string(delayq::to_epoch_ms(t.due)));
+      }
+      const auto append = [&](std::size_t from) {
+        const std::size_t to = std::min(from + 1000, tasks.size());
+        redisAppendCommand(c, "MULTI");
+        for (std::size_t i = from; i < to; ++i) {
+          redisAppendCommand(c, "HSET %b %b %b", hash.data(), hash.size(), tasks[i].id.data(),
+                             tasks[i].id.size(), records[i].data(), records[i].size());
+          redisAppendCommand(c, "ZADD %b %b %b", due.data(), due.size(), scores[i].data(),
+                             scores[i].size(), tasks[i].id.data(), tasks[i].id.size());
+        }
+        redisAppendCommand(c, "EXEC");
+        return 2 * (to - from) + 2;
+      };
+      std::vector<std::size_t> window;
+      std::size_t next = 0;
+      bool ok = true;
+      const auto t0 = clock_type::now();
+      while (ok && (next < tasks.size() || !window.empty())) {
+        while (window.size() < 16 && next < tasks.size()) {
+          window.push_back(append(next));
+          next += 1000;
+        }
+        for (std::size_t r = 0; r < window.front() && ok; ++r) {
+          void* reply = nullptr;
+          ok = redisGetReply(c, &reply) == REDIS_OK;
+          if (reply) freeReplyObject(reply);
+        }
+        window.erase(window.begin());
+      }
+      report("multi1000", tasks.size(), seconds_since(t0), "tasks");
+    }
+    if (c) redisFree(c);
+    clear();
   }
 
   // write() of one change at a time (ops/s).
