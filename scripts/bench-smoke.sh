@@ -31,8 +31,10 @@ dir="${1:-$DELAYQ_ROOT/build}"
 [[ -d "$dir/bench" ]] ||
   delayq_die "no $dir/bench: configure $dir with -DDELAYQ_BUILD_BENCH=ON and build it first"
 
+# The Google Benchmark binaries; delayq-bench-engine and delayq-bench-store
+# are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
-  ! -name delayq-bench-engine | sort)
+  ! -name delayq-bench-engine ! -name delayq-bench-store | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -66,6 +68,21 @@ for bin in "${binaries[@]}"; do
     grep 'ERROR OCCURRED' "$log" | sed 's/^/       /'
   fi
 done
+
+# delayq-bench-store: the Redis store alone (bench/store), tiny sizes, against
+# the private Redis. Only a failure counts here.
+store_bin="$(find "$dir/bench" -type f -name delayq-bench-store -perm -u+x | head -n 1)"
+if [[ -n "$store_bin" ]]; then
+  rc=0
+  timeout 300 "$store_bin" --quick --uri="$DELAYQ_TEST_REDIS" >"$log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    echo "FAIL delayq-bench-store --quick: exit status $rc"
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  else
+    echo "ok   delayq-bench-store --quick"
+  fi
+fi
 
 # delayq-bench-engine: a plain program (not Google Benchmark), every scenario
 # with tiny sizes (--quick), in child processes of its own. Only a crash, a

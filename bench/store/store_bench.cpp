@@ -25,7 +25,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "delayq/detail/record_codec.hpp"
+#include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
 
 namespace {
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
       const std::string hash = "{" + prefix + "}:tasks", due = "{" + prefix + "}:due";
       std::vector<std::string> records, scores;
       for (const auto& t : tasks) {
-        records.push_back(delayq::detail::encode_record(t));
+        records.push_back(delayq::encode_task(t));
         scores.push_back(std::to_string(delayq::to_epoch_ms(t.due)));
       }
       const auto append = [&](std::size_t from) {
