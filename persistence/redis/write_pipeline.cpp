@@ -274,10 +274,13 @@ void write_pipeline::fail_open(const std::string& why, bool timed_out) {
                             " dropped (" + why + "); failing " + std::to_string(open_.size()) +
                             " open batch(es)");
   while (!open_.empty()) {
-    // A timeout leaves a batch that reached the socket to run later. A lost
-    // connection is store_unavailable, as it is for write(): the server
-    // went away or threw the connection out, most often before reading it.
-    const bool unknown = timed_out && open_.front()->maybe_applied;
+    // A batch whose every byte reached the socket may have run, whether the
+    // answer then timed out or the connection was lost (the server may have
+    // applied it, and fsynced it, just before it died): outcome_unknown, as
+    // the store contract asks. Only a batch not wholly sent is known not to
+    // have run (Redis never runs an incomplete command).
+    (void)timed_out;
+    const bool unknown = open_.front()->maybe_applied;
     complete(make_error_code(unknown ? errc::outcome_unknown : errc::store_unavailable));
   }
 }

@@ -17,8 +17,9 @@
 //   (scripts.hpp), and the last run of every batch is in submission order;
 // - the server closed the connection: the open batches are sent once more,
 //   in order, on a new connection; if that fails too (or the connection was
-//   lost another way) each open batch fails with errc::store_unavailable,
-//   as write() does;
+//   lost another way) each open batch fails with errc::outcome_unknown when
+//   all its bytes had reached the socket (the server may have run it just
+//   before it went away) and errc::store_unavailable when not;
 // - no reply and no progress for command_timeout: each open batch fails
 //   with errc::outcome_unknown when all its bytes had reached the socket
 //   (the server may still run it) and errc::store_unavailable when not (an

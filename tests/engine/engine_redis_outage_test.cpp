@@ -101,7 +101,10 @@ TEST_CASE("failure: a real Redis stopped and restarted mid-run loses nothing") {
   redis.stop();
   boost::system::error_code ec;
   CHECK(eng.schedule("t", "refused", 0ms, {}, ec).empty());
-  CHECK(ec == errc::store_unavailable);
+  // Unavailable, or unknown when the writer had sent it on the connection
+  // the stop closed; either way it never lands (checked below: the store
+  // holds only `later` once Redis is back).
+  CHECK((ec == errc::store_unavailable || ec == errc::outcome_unknown));
 
   // The task in memory still fires; its removal waits for Redis.
   REQUIRE(rec.wait_for_count(1));

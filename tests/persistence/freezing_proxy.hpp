@@ -71,6 +71,13 @@ class freezing_proxy {
     frozen_below_ = 0;
     frozen_ = false;
   }
+  /// Closes every connection, as a server that went away would (what the
+  /// client sent since a freeze is dropped unforwarded), and from now on
+  /// closes each new one at once.
+  void sever() {
+    severed_ = true;
+    settle();
+  }
   /// Bytes forwarded from clients to the server so far.
   std::size_t forwarded_up() const { return up_; }
 
@@ -119,6 +126,13 @@ class freezing_proxy {
   void run() {
     while (!stop_) {
       ++passes_;
+      if (severed_) {
+        for (const pair& p : pairs_) {
+          ::close(p.client);
+          ::close(p.server);
+        }
+        pairs_.clear();
+      }
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
       const bool frozen = frozen_;
       const std::uint64_t below = frozen_below_;
@@ -132,7 +146,9 @@ class freezing_proxy {
       if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
       if (fds[0].revents & POLLIN) {
         const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c >= 0) {
+        if (c >= 0 && severed_) {
+          ::close(c);
+        } else if (c >= 0) {
           const int s = dial();
           if (s < 0)
             ::close(c);
@@ -172,6 +188,7 @@ class freezing_proxy {
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> passes_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> severed_{false};
   std::atomic<std::size_t> up_{0};
   std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join
   std::thread thread_;

@@ -327,6 +327,35 @@ TEST_CASE("redis write: the write connection closed by the server is re-dialled"
   CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 4);
 }
 
+TEST_CASE("redis write: a batch sent on a connection then lost is outcome_unknown") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("severed");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port());
+  redis_store store(proxied(proxy, prefix, 5000));
+  completions warm;
+  const auto w = numbered("w", 1);
+  store.async_write(saves(w), warm.slot(0));
+  REQUIRE(warm.wait_for(1));
+
+  // The batch's bytes reach the socket (the proxy holds them), then the
+  // "server" goes away and cannot be reached again: the client cannot know
+  // whether it ran, so it must not say it did not.
+  proxy.freeze();
+  const auto lost = numbered("lost", 2);
+  std::vector<std::vector<store_change>> changes;
+  for (const task& t : lost) changes.push_back({{change_kind::save, &t}});
+  completions done;
+  for (int k = 0; k < 2; ++k) store.async_write(changes[k], done.slot(k));
+  proxy.sever();
+  REQUIRE(done.wait_for(2));
+  CHECK(done.order() == std::vector{0, 1});
+  for (const auto& e : done.errors()) CHECK(e == errc::outcome_unknown);
+  // Here it did not run (the proxy dropped it): unknown, not failed, is the
+  // honest answer either way.
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), lost[0].id}) == 0);
+}
+
 TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
   raw_redis raw;
   const std::string prefix = unique_prefix("frozen");
