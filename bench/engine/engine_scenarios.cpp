@@ -1,0 +1,497 @@
+// engine_scenarios.cpp - the scenarios of delayq-bench-engine, each run in a
+// child process (ops, threads, memory, wheel, fire): the engine side and the
+// Asio side, and the raw rows each child prints. See engine_bench.cpp for
+// what each scenario measures and how the parent reports it.
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "bench_cli.hpp"
+#include "delayq/engine.hpp"
+#include "delayq/executor.hpp"
+#include "delayq/memory_store.hpp"
+#include "delayq/timer_wheel.hpp"
+#include "engine_bench.hpp"
+#include "io_thread.hpp"
+
+namespace delayq::bench {
+namespace {
+
+// ------------------------------------------------------------------ ids
+
+void format_id(std::uint32_t n, char* out) noexcept {
+  std::memcpy(out, "order-", 6);
+  for (int i = 13; i >= 6; --i) {
+    out[i] = static_cast<char>('0' + n % 10);
+    n /= 10;
+  }
+}
+
+// Ids of a list of task numbers, formatted before the clock starts.
+class id_list {
+ public:
+  void assign(const std::vector<std::uint32_t>& numbers) {
+    buf_.resize(numbers.size() * id_stride);
+    for (std::size_t i = 0; i < numbers.size(); ++i) format_id(numbers[i], &buf_[i * id_stride]);
+  }
+  std::string_view operator[](std::size_t i) const noexcept {
+    return {&buf_[i * id_stride], id_len};
+  }
+
+ private:
+  std::vector<char> buf_;
+};
+
+std::vector<milliseconds> random_delays(std::uint64_t seed, std::size_t n) {
+  rng r(seed);
+  std::vector<milliseconds> d(n);
+  for (auto& x : d) x = milliseconds(static_cast<std::int64_t>(r.between(3'600'000, 7'200'000)));
+  return d;
+}
+
+std::size_t rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  std::size_t pages_total = 0, pages_resident = 0;
+  f >> pages_total >> pages_resident;
+  return pages_resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A row a child prints: section, op, impl, pending, threads, round, value.
+void emit(const char* section, const char* op, const char* impl, std::size_t pending, int threads,
+          int round, double value) {
+  std::printf("%s\t%s\t%s\t%zu\t%d\t%d\t%.6g\n", section, op, impl, pending, threads, round, value);
+}
+
+// ------------------------------------------------------------------ the two sides
+
+// The engine as a user holds it: default options, a memory_store, started,
+// its io_context on a thread of its own.
+class engine_side {
+ public:
+  engine_side() : engine_side(engine_options{}) {}
+  explicit engine_side(
+      engine_options o, executor_factory::function fn = [](const task&) {}) {
+    executor_factory executors;
+    executors.add(std::string(task_type), std::move(fn));
+    engine_ = std::make_unique<engine>(io_.io(), executors, std::make_unique<memory_store>(), o);
+    engine_->start();
+  }
+  static constexpr const char* name = "engine";
+
+  void schedule(std::string_view id, milliseconds delay) {
+    so_.id.assign(id);
+    engine_->schedule(task_type, std::string(), delay, so_, ec_);
+    if (ec_) die("engine.schedule failed");
+  }
+  void cancel(std::string_view id) {
+    if (!engine_->cancel(id, ec_) || ec_) die("engine.cancel found no task");
+  }
+  void reschedule(std::string_view id, milliseconds delay) {
+    if (!engine_->reschedule(id, std::chrono::system_clock::now() + delay, ec_) || ec_)
+      die("engine.reschedule found no task");
+  }
+  engine& get() noexcept { return *engine_; }
+
+ private:
+  io_thread io_;  // declared first: outlives the engine, whose timer lives on it
+  std::unique_ptr<engine> engine_;
+  schedule_options so_;
+  boost::system::error_code ec_;
+};
+
+// One steady_timer per task, by index.
+class asio_side {
+ public:
+  explicit asio_side(std::size_t capacity) {
+    timers_.reserve(capacity);
+    for (std::size_t i = 0; i < capacity; ++i) timers_.emplace_back(io_.io());
+  }
+  static constexpr const char* name = "asio";
+
+  void schedule(std::uint32_t n, milliseconds delay) {
+    auto& t = timers_[n];
+    t.expires_after(delay);
+    t.async_wait([](const boost::system::error_code&) {});
+  }
+  void cancel(std::uint32_t n) {
+    if (timers_[n].cancel() != 1) die("asio cancel found no wait");
+  }
+  void reschedule(std::uint32_t n, milliseconds delay) {
+    auto& t = timers_[n];
+    if (t.expires_after(delay) != 1) die("asio reschedule found no wait");
+    t.async_wait([](const boost::system::error_code&) {});
+  }
+
+ private:
+  io_thread io_;  // declared first: destroyed last (children _Exit before, anyway)
+  std::vector<boost::asio::steady_timer> timers_;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------ child: ops
+
+void child_ops(std::size_t pending, int rounds, std::size_t ops_per_round) {
+  const std::size_t batch = std::clamp<std::size_t>(pending / 10, 10, ops_per_round);
+  const std::size_t batches = (ops_per_round + batch - 1) / batch;
+  const auto delays = random_delays(7, 4096);
+  rng r(pending);
+
+  std::vector<std::uint32_t> live(pending), spare(batch);
+  for (std::size_t i = 0; i < pending; ++i) live[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < batch; ++i) spare[i] = static_cast<std::uint32_t>(pending + i);
+
+  std::fprintf(stderr, "  ops at %zu pending: filling...", pending);
+  auto t0 = clock_type::now();
+  engine_side eng;
+  {
+    id_list ids;
+    ids.assign(live);
+    for (std::size_t i = 0; i < pending; ++i) eng.schedule(ids[i], delays[i % delays.size()]);
+  }
+  const double fill_engine = seconds_since(t0);
+  t0 = clock_type::now();
+  asio_side asio(pending + batch);
+  for (std::size_t i = 0; i < pending; ++i) asio.schedule(live[i], delays[i % delays.size()]);
+  const double fill_asio = seconds_since(t0);
+  std::fprintf(stderr, " engine %.2f s, asio %.2f s; %d rounds of %zu batches of %zu\n",
+               fill_engine, fill_asio, rounds, batches, batch);
+  emit("ops", "fill_s", "engine", pending, 1, 0, fill_engine);
+  emit("ops", "fill_s", "asio", pending, 1, 0, fill_asio);
+
+  std::vector<std::uint32_t> cancel_n(batch), move_n(batch);
+  std::vector<milliseconds> delay_of(batch);
+  id_list sched_ids, cancel_ids, move_ids;
+  for (int round = 0; round < rounds; ++round) {
+    double ns[2][3] = {};  // [engine, asio][schedule, cancel, reschedule]
+    for (std::size_t b = 0; b < batches; ++b) {
+      // The plan of this batch, the same for both sides: schedule the spare
+      // numbers, cancel random live ones (the spares become live first), move
+      // random live ones.
+      for (auto n : spare) live.push_back(n);
+      for (std::size_t i = 0; i < batch; ++i) {
+        const std::size_t j = r.between(0, live.size() - 1);
+        cancel_n[i] = live[j];
+        live[j] = live.back();
+        live.pop_back();
+      }
+      for (std::size_t i = 0; i < batch; ++i) {
+        move_n[i] = live[r.between(0, live.size() - 1)];
+        delay_of[i] = delays[r.between(0, delays.size() - 1)];
+      }
+      sched_ids.assign(spare);
+      cancel_ids.assign(cancel_n);
+      move_ids.assign(move_n);
+
+      const auto run_engine = [&] {
+        auto t = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) eng.schedule(sched_ids[i], delay_of[i]);
+        auto u = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) eng.cancel(cancel_ids[i]);
+        auto v = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) eng.reschedule(move_ids[i], delay_of[i]);
+        auto w = clock_type::now();
+        ns[0][0] += std::chrono::duration<double, std::nano>(u - t).count();
+        ns[0][1] += std::chrono::duration<double, std::nano>(v - u).count();
+        ns[0][2] += std::chrono::duration<double, std::nano>(w - v).count();
+      };
+      const auto run_asio = [&] {
+        auto t = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) asio.schedule(spare[i], delay_of[i]);
+        auto u = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) asio.cancel(cancel_n[i]);
+        auto v = clock_type::now();
+        for (std::size_t i = 0; i < batch; ++i) asio.reschedule(move_n[i], delay_of[i]);
+        auto w = clock_type::now();
+        ns[1][0] += std::chrono::duration<double, std::nano>(u - t).count();
+        ns[1][1] += std::chrono::duration<double, std::nano>(v - u).count();
+        ns[1][2] += std::chrono::duration<double, std::nano>(w - v).count();
+      };
+      if (round % 2 == 0) {
+        run_engine();
+        run_asio();
+      } else {
+        run_asio();
+        run_engine();
+      }
+      spare = cancel_n;  // cancelled numbers are free for the next batch
+    }
+    const double ops = static_cast<double>(batches * batch);
+    const char* op_names[3] = {"schedule", "cancel", "reschedule"};
+    for (int s = 0; s < 2; ++s)
+      for (int o = 0; o < 3; ++o)
+        emit("ops", op_names[o], s == 0 ? "engine" : "asio", pending, 1, round, ns[s][o] / ops);
+  }
+}
+
+// ------------------------------------------------------------------ child: threads
+
+struct thread_plan {
+  std::vector<std::uint32_t> numbers;
+  id_list ids;
+};
+
+template <class Pair>
+double run_threads(int threads, double seconds, const std::vector<thread_plan>& plans,
+                   Pair&& pair) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false}, stop{false};
+  std::vector<std::uint64_t> pairs(static_cast<std::size_t>(threads) * 8, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const thread_plan& plan = plans[static_cast<std::size_t>(t)];
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      std::uint64_t done = 0;
+      std::size_t i = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int k = 0; k < 32; ++k) {
+          pair(t, plan, i);
+          i = (i + 1) % thread_ids;
+        }
+        done += 32;
+      }
+      pairs[static_cast<std::size_t>(t) * 8] = done;  // 64 bytes apart
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto t0 = clock_type::now();
+  go.store(true, std::memory_order_release);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop.store(true);
+  for (auto& th : pool) th.join();
+  const double elapsed = seconds_since(t0);
+  std::uint64_t total = 0;
+  for (int t = 0; t < threads; ++t) total += pairs[static_cast<std::size_t>(t) * 8];
+  return static_cast<double>(total) / elapsed;
+}
+
+void child_threads(std::size_t pending, int rounds, double seconds) {
+  const auto delays = random_delays(11, 4096);
+  std::fprintf(stderr, "  threads at %zu pending: filling...", pending);
+  engine_side eng;
+  asio_side asio(pending);
+  {
+    std::vector<std::uint32_t> all(pending);
+    for (std::size_t i = 0; i < pending; ++i) all[i] = static_cast<std::uint32_t>(i);
+    id_list ids;
+    ids.assign(all);
+    for (std::size_t i = 0; i < pending; ++i) {
+      eng.schedule(ids[i], delays[i % delays.size()]);
+      asio.schedule(all[i], delays[i % delays.size()]);
+    }
+  }
+  std::fprintf(stderr, " done; %d rounds of %.2f s per measurement\n", rounds, seconds);
+
+  // plans[T][t]: thread t of T owns the numbers [t*P/T, (t+1)*P/T) and cycles
+  // through thread_ids random ones of them.
+  std::map<int, std::vector<thread_plan>> plans;
+  for (int threads : {1, max_threads}) {
+    auto& v = plans[threads];
+    v.resize(static_cast<std::size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+      rng r(static_cast<std::uint64_t>(threads * 100 + t));
+      const std::size_t lo =
+          pending * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
+      const std::size_t hi =
+          pending * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+      auto& p = v[static_cast<std::size_t>(t)];
+      p.numbers.resize(thread_ids);
+      for (auto& n : p.numbers) n = static_cast<std::uint32_t>(r.between(lo, hi - 1));
+      p.ids.assign(p.numbers);
+    }
+  }
+
+  // Each user thread needs its own schedule_options and error_code: the
+  // engine_side helpers are for one thread, so the pairs call the engine here.
+  struct alignas(64) per_thread {
+    schedule_options so;
+    boost::system::error_code ec;
+  };
+  std::vector<per_thread> locals(max_threads);
+  auto engine_pair = [&](int t, const thread_plan& plan, std::size_t i) {
+    per_thread& l = locals[static_cast<std::size_t>(t)];
+    const std::string_view id = plan.ids[i];
+    if (!eng.get().cancel(id, l.ec) || l.ec) die("engine.cancel found no task (threads)");
+    l.so.id.assign(id);
+    eng.get().schedule(task_type, std::string(), delays[i % delays.size()], l.so, l.ec);
+    if (l.ec) die("engine.schedule failed (threads)");
+  };
+  auto asio_pair = [&](int, const thread_plan& plan, std::size_t i) {
+    asio.cancel(plan.numbers[i]);
+    asio.schedule(plan.numbers[i], delays[i % delays.size()]);
+  };
+  for (int round = 0; round < rounds; ++round) {
+    for (int threads : {1, max_threads}) {
+      const auto& p = plans[threads];
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == (round % 2 == 0))
+          emit("threads", "pairs_per_s", "engine", pending, threads, round,
+               run_threads(threads, seconds, p, engine_pair));
+        else
+          emit("threads", "pairs_per_s", "asio", pending, threads, round,
+               run_threads(threads, seconds, p, asio_pair));
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ child: memory
+
+void child_memory(const std::string& impl, std::size_t n) {
+  const auto delays = random_delays(13, 4096);
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  if (impl == "engine") {
+    engine_side eng;
+    const std::size_t before = rss_bytes();
+    for (std::size_t i = 0; i < n; ++i) eng.schedule(ids[i], delays[i % delays.size()]);
+    const double per = static_cast<double>(rss_bytes() - before) / static_cast<double>(n);
+    emit("memory", "rss_bytes_per_task", "engine", n, 1, 0, per);
+    emit("memory", "beyond_id_type_payload", "engine", n, 1, 0,
+         per - static_cast<double>(id_len + task_type.size()));
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  io_thread io;
+  const std::size_t before = rss_bytes();
+  std::vector<boost::asio::steady_timer> timers;
+  timers.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    timers.emplace_back(io.io());
+    timers.back().expires_after(delays[i % delays.size()]);
+    timers.back().async_wait([](const boost::system::error_code&) {});
+  }
+  const double per = static_cast<double>(rss_bytes() - before) / static_cast<double>(n);
+  emit("memory", "rss_bytes_per_task", "asio", n, 1, 0, per);
+  std::fflush(stdout);
+  std::_Exit(0);
+}
+
+// ------------------------------------------------------------------ child: wheel
+
+void child_wheel(std::size_t n, int rounds) {
+  constexpr std::uint64_t ticks = 100;  // 1 s at a 10 ms tick
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  std::vector<std::uint64_t> due(n);
+  rng r(17);
+  for (auto& d : due) d = r.between(1, ticks);
+  std::vector<timer_wheel::handle> out(n);
+  for (int round = 0; round < rounds; ++round) {
+    for (int erase = 0; erase < 2; ++erase) {
+      timer_wheel w(3600);
+      w.reserve(n);
+      for (std::size_t i = 0; i < n; ++i)
+        if (w.insert(timer_wheel::item{ids[i], {}}, due[i]) == timer_wheel::npos)
+          die("wheel insert failed");
+      std::size_t fired = 0;
+      const auto t0 = clock_type::now();
+      if (erase) {
+        for (std::uint64_t t = 1; t <= ticks; ++t)
+          fired += w.advance(t, [&](timer_wheel::handle h) { w.erase(h); });
+      } else {
+        std::size_t k = 0;
+        for (std::uint64_t t = 1; t <= ticks; ++t)
+          fired += w.advance(t, [&](timer_wheel::handle h) { out[k++] = h; });
+      }
+      const double s = seconds_since(t0);
+      if (fired != n) die("the wheel did not hand out every task");
+      emit("wheel", erase ? "fire_and_erase_per_s" : "handout_per_s", "wheel", n, 1, round,
+           static_cast<double>(n) / s);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ child: fire
+
+void child_fire(std::size_t n, int round, double lead_s) {
+  std::vector<std::int64_t> late_us(n);
+  std::atomic<std::size_t> ran{0};
+  std::atomic<std::int64_t> last_us{0};
+  engine_options o;
+  o.tick = milliseconds(10);
+  engine_side eng(o, [&](const task& t) {
+    const auto now = std::chrono::system_clock::now();
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - t.due).count();
+    const std::size_t k = ran.fetch_add(1, std::memory_order_relaxed);
+    if (k < late_us.size()) late_us[k] = us;
+    const auto at =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+    std::int64_t prev = last_us.load(std::memory_order_relaxed);
+    while (prev < at && !last_us.compare_exchange_weak(prev, at, std::memory_order_relaxed)) {
+    }
+  });
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  rng r(19 + static_cast<std::uint64_t>(round));
+  const auto t0 = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                      std::chrono::duration<double>(lead_s));
+  schedule_options so;
+  boost::system::error_code ec;
+  const auto s0 = clock_type::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    so.id.assign(ids[i]);
+    eng.get().schedule_at(task_type, std::string(),
+                          t0 + std::chrono::microseconds(r.between(0, 999'999)), so, ec);
+    if (ec) die("engine.schedule_at failed (fire)");
+  }
+  const double sched_s = seconds_since(s0);
+  const double margin_s =
+      std::chrono::duration<double>(t0 - std::chrono::system_clock::now()).count();
+  const auto limit = clock_type::now() + std::chrono::duration<double>(lead_s + 60);
+  while (ran.load() < n) {
+    if (clock_type::now() > limit) die("the tasks did not all run within a minute");
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  std::sort(late_us.begin(), late_us.end());
+  const auto pct = [&](double p) {
+    const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n))) - 1;
+    return static_cast<double>(late_us[std::min(k, n - 1)]) / 1000.0;
+  };
+  const double all_ran_ms =
+      static_cast<double>(
+          last_us.load() -
+          std::chrono::duration_cast<std::chrono::microseconds>(t0.time_since_epoch()).count()) /
+      1000.0;
+  const engine_stats st = eng.get().stats();
+  emit("fire", "lateness_p50_ms", "engine", n, 1, round, pct(0.50));
+  emit("fire", "lateness_p99_ms", "engine", n, 1, round, pct(0.99));
+  emit("fire", "lateness_max_ms", "engine", n, 1, round, static_cast<double>(late_us.back()) / 1e3);
+  emit("fire", "all_ran_after_t0_ms", "engine", n, 1, round, all_ran_ms);
+  emit("fire", "stats_p99_ms", "engine", n, 1, round,
+       static_cast<double>(st.lateness_p99.count()) / 1000.0);
+  emit("fire", "schedule_s", "engine", n, 1, round, sched_s);
+  emit("fire", "margin_before_t0_s", "engine", n, 1, round, margin_s);
+  std::fflush(stdout);
+  std::_Exit(0);  // skip the teardown: a fresh process per round anyway
+}
+}  // namespace delayq::bench
