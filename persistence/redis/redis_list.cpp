@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "connection.hpp"
-#include "delayq/record_codec.hpp"
 #include "delayq/log.hpp"
+#include "delayq/record_codec.hpp"
 #include "redis_store_impl.hpp"
 
 namespace delayq {
@@ -165,13 +165,9 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
 
   try {
     std::string cursor = "0";
-    {
-      sigpipe_guard guard;
-      conn.ensure_connected();
-      auto hlen = conn.exchange({command().arg("HLEN").arg(m.keys.tasks)});
-      if (hlen[0]->type == REDIS_REPLY_INTEGER && hlen[0]->integer > 0)
-        total = static_cast<std::size_t>(hlen[0]->integer);
-      seen.reserve(total);
+    // Asks for the page at `cursor` without waiting for it: pages are read
+    // one ahead, so the server scans while this thread decodes.
+    const auto request_page = [&] {
       command()
           .arg("HSCAN")
           .arg(m.keys.tasks)
@@ -180,6 +176,15 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
           .arg(page_hint)
           .append_to(conn.get());
       flush(conn);
+    };
+    {
+      sigpipe_guard guard;
+      conn.ensure_connected();
+      auto hlen = conn.exchange({command().arg("HLEN").arg(m.keys.tasks)});
+      if (hlen[0]->type == REDIS_REPLY_INTEGER && hlen[0]->integer > 0)
+        total = static_cast<std::size_t>(hlen[0]->integer);
+      seen.reserve(total);
+      request_page();
     }
     for (;;) {
       reply_ptr page;
@@ -201,14 +206,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         hashes.push_back(seen.hash({items->element[i]->str, items->element[i]->len}));
       if (more) {
         sigpipe_guard guard;
-        command()
-            .arg("HSCAN")
-            .arg(m.keys.tasks)
-            .arg(cursor)
-            .arg("COUNT")
-            .arg(page_hint)
-            .append_to(conn.get());
-        flush(conn);
+        request_page();
       }
       for (std::size_t i = 0; i < items->elements; i += 2) {
         const std::string_view id(items->element[i]->str, items->element[i]->len);

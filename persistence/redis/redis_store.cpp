@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "connection.hpp"
-#include "delayq/record_codec.hpp"
 #include "delayq/log.hpp"
+#include "delayq/record_codec.hpp"
 #include "redis_store_impl.hpp"
 #include "scripts.hpp"
 #include "write_pipeline.hpp"
