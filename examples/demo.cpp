@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<delayq::engine> engine;
   try {
     // No store given: the engine opens its default one.
-    auto store = cfg.store.empty() ? nullptr : delayq::open_store(cfg.store);
+    auto store = delayq::open_store(cfg.store.empty() ? delayq::default_store_uri() : cfg.store);
     engine = std::make_unique<delayq::engine>(io, executors, std::move(store), options);
     engine->start();
   } catch (const boost::system::system_error& e) {
