@@ -1,0 +1,2 @@
+// delayq-server: placeholder while the server is built (docs/server.md).
+int main() { return 0; }
