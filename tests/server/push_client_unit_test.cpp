@@ -332,7 +332,7 @@ push_target target_of(std::string url, std::chrono::milliseconds timeout = 10s,
 
 }  // namespace
 
-TEST_CASE("push client: a 2xx answer is success; request as documented") {
+TEST_CASE("push client: a 2xx answer is success, the request as documented") {
   receiver rx;
   client_fixture f;
   delayq::task t = f.make_task("task-1", 2);
@@ -417,7 +417,7 @@ TEST_CASE("push client: a URL it cannot use fails the delivery") {
         "local proxy in front for https");
 }
 
-TEST_CASE("push client: a large response body is read up to the limit; its status counts") {
+TEST_CASE("push client: a response body over the limit is not read, its status counts") {
   receiver rx;
   client_fixture f;
   f.deliver(target_of(rx.url("/big")), "big");
