@@ -188,6 +188,8 @@ void api_router::route(call& c) {
   if (n == 4 && s[1] == "dead" && s[3] == "requeue")
     return m == bhttp::verb::post ? requeue_dead(c, s[2]) : method_not_allowed();
   if (n == 2 && s[1] == "stats") return m == bhttp::verb::get ? stats(c) : method_not_allowed();
+  if (n == 2 && s[1] == "upcoming")
+    return m == bhttp::verb::get ? upcoming(c) : method_not_allowed();
   c.fail(not_found("no such path: " + c.path));
 }
 
@@ -487,6 +489,18 @@ void api_router::stats(call& c) {
         {"pushes_failed", parts_.pusher->failed()}}},
   };
   c.answer(json_answer(200, j));
+}
+
+void api_router::upcoming(call& c) {
+  const auto limit = parse_size(query_param(c.query, "limit"), 20, 1000);
+  if (!limit) return c.fail(bad_request("limit must be an integer from 0 to 1000"));
+  const std::string type = query_param(c.query, "type").value_or("");
+  // A pass over every pending task (engine::upcoming): off the I/O threads.
+  blocking(std::move(c.respond), [this, limit = *limit, type] {
+    json list = json::array();
+    for (const task& t : parts_.engine->upcoming(limit, type)) list.push_back(task_json(t));
+    return json_answer(200, json{{"tasks", std::move(list)}});
+  });
 }
 
 void api_router::healthz(call& c) {

@@ -70,6 +70,7 @@ class api_router {
   void requeue_dead(call& c, const std::string& id);
   void purge_dead(call& c, const std::string& id);
   void stats(call& c);
+  void upcoming(call& c);
   void healthz(call& c);
   void metrics(call& c);
 
