@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <mutex>
 #include <thread>
 
 #include "server_app.hpp"
@@ -78,10 +79,14 @@ int main(int argc, char** argv) {
   // acknowledged is lost either way: a 201 was sent only once durable.
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGTERM, SIGINT);
+  // Set on the signal thread, joined on this one once run() returned: the
+  // mutex orders the two (run() returns only after the drain began).
+  std::mutex drainer_mutex;
   std::thread drainer;
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
+        std::lock_guard lock(drainer_mutex);
         if (drainer.joinable()) {
           std::fprintf(stderr, "delayq-server: second signal (%d): exiting now\n", sig);
           std::_Exit(130);
@@ -94,7 +99,10 @@ int main(int argc, char** argv) {
   std::thread signal_thread([&] { signals_io.run(); });
 
   server.run();
-  if (drainer.joinable()) drainer.join();
+  {
+    std::lock_guard lock(drainer_mutex);
+    if (drainer.joinable()) drainer.join();
+  }
   signals.cancel();
   signals_io.stop();
   signal_thread.join();

@@ -1,6 +1,7 @@
 #include "server_app.hpp"
 
 #include <boost/asio/ip/address.hpp>
+#include <future>
 #include <stdexcept>
 #include <thread>
 
@@ -79,9 +80,13 @@ tcp::endpoint server_app::start() {
     const std::size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--push wants TYPE=URL, got \"" + spec + "\"");
+    const std::string type = spec.substr(0, eq);
     push_target t;
     t.url = spec.substr(eq + 1);
-    p.registry->put(spec.substr(0, eq), t, ec);
+    // Kept as stored when the URL is the same, so limits set through the
+    // API survive a restart with the same command line.
+    if (auto known = p.registry->find(type); known && known->url == t.url) continue;
+    p.registry->put(type, t, ec);
     if (ec) throw std::invalid_argument("--push " + spec + ": " + ec.message());
   }
   p.pusher = std::make_unique<push_client>(io_.get_executor());
@@ -126,8 +131,9 @@ tcp::endpoint server_app::start() {
   limits.watch_disconnect = &api_router::is_long_poll;
   p.http = std::make_unique<http_server>(
       io_,
-      [router = p.router.get()](http_request&& req, http_respond respond) {
-        router->handle(std::move(req), std::move(respond));
+      [router = p.router.get()](http_request&& req, http_respond respond,
+                                std::shared_ptr<http_gone_signal> gone) {
+        router->handle(std::move(req), std::move(respond), std::move(gone));
       },
       limits);
   tcp::endpoint bound;
@@ -159,11 +165,21 @@ void server_app::drain(std::chrono::milliseconds grace) {
   const auto until = std::chrono::steady_clock::now() + grace;
   while (p.http->in_flight() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds{5});
+  // The engine stops firing first (stop() begins by refusing calls), so the
+  // tasks given back below stay in the store instead of being fired again
+  // every tick; stop() then waits for the attempts they were.
+  auto stopped = std::async(std::launch::async, [&] { return p.engine->stop(grace); });
+  for (;;) {
+    boost::system::error_code ec;
+    p.engine->cancel("drain-probe", ec);
+    if (ec == errc::not_running || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
   // What was not finished goes back to the store's keeping: delivered again
   // after the restart.
   p.broker->close();
   p.pusher->stop();
-  if (!p.engine->stop(grace)) log(log_level::warning, "drain: attempts still running at exit");
+  if (!stopped.get()) log(log_level::warning, "drain: attempts still running at exit");
   p.router->join();
   p.http->close_all();
   io_.stop();

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <charconv>
+#include <thread>
 
 #include "api/metrics_text.hpp"
 #include "api/request_codec.hpp"
@@ -42,7 +43,7 @@ const char* state_name(task_state s) {
 
 // How many times a cancel or reschedule chases a task that the engine keeps
 // handing to the broker between our two steps (give back, then act).
-constexpr int chase_rounds = 8;
+constexpr int chase_rounds = 50;
 
 std::optional<std::size_t> parse_size(const std::optional<std::string>& s, std::size_t dflt,
                                       std::size_t max) {
@@ -72,7 +73,8 @@ http_answer error_answer(const api_error& e) {
 struct api_router::call {
   http_request req;
   http_respond respond;
-  std::string path;  // percent-encoded, without the query
+  std::shared_ptr<http_gone_signal> gone;  // long polls only
+  std::string path;                        // percent-encoded, without the query
   std::string query;
   std::vector<std::string> seg;  // decoded path segments
   json body;
@@ -110,10 +112,12 @@ void api_router::settings(http_respond respond, std::function<http_answer()> fn)
                     [respond = std::move(respond), fn = std::move(fn)] { respond(fn()); });
 }
 
-void api_router::handle(http_request&& req, http_respond respond) {
+void api_router::handle(http_request&& req, http_respond respond,
+                        std::shared_ptr<http_gone_signal> gone) {
   call c;
   c.req = std::move(req);
   c.respond = std::move(respond);
+  c.gone = std::move(gone);
   const std::string_view target(c.req.target().data(), c.req.target().size());
   const std::size_t q = target.find('?');
   c.path = std::string(target.substr(0, q));
@@ -205,7 +209,11 @@ void api_router::add_task(call& c) {
   // Answered from the store writer's completion: 201 only once durable.
   parts_.engine->async_schedule_at(
       std::move(r.type), std::move(r.payload), r.when.due(system_clock::now()), std::move(opts),
-      [respond = std::move(c.respond)](boost::system::error_code ec, std::string id) {
+      [respond = std::move(c.respond), broker = parts_.broker,
+       replace = r.conflict == on_conflict::replace](boost::system::error_code ec, std::string id) {
+        // A replaced task that was due and waiting for a consumer is the old
+        // version: take it back so only the new one is delivered.
+        if (!ec && replace) broker->release_ready(id);
         respond(ec ? error_answer(from_error_code(ec)) : json_answer(201, json{{"id", id}}));
       });
 }
@@ -217,7 +225,9 @@ void api_router::add_batch(call& c) {
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
   const auto now = system_clock::now();
+  std::vector<std::string> replaced;
   for (add_request& r : rs) {
+    if (r.conflict == on_conflict::replace && !r.id.empty()) replaced.push_back(r.id);
     task_spec t;
     t.type = std::move(r.type);
     t.payload = std::move(r.payload);
@@ -226,18 +236,21 @@ void api_router::add_batch(call& c) {
     t.options.conflict = r.conflict;
     specs.push_back(std::move(t));
   }
-  blocking(std::move(c.respond), [this, specs = std::move(specs)]() mutable {
-    boost::system::error_code ec;
-    std::size_t bad = 0;
-    auto ids = parts_.engine->schedule_many(std::move(specs), ec, bad);
-    if (ec) {
-      api_error e = from_error_code(ec);
-      // Errors of one task name it; the store's concern the whole batch.
-      if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
-      return error_answer(e);
-    }
-    return json_answer(201, json{{"ids", ids}});
-  });
+  blocking(std::move(c.respond),
+           [this, specs = std::move(specs), replaced = std::move(replaced)]() mutable {
+             boost::system::error_code ec;
+             std::size_t bad = 0;
+             auto ids = parts_.engine->schedule_many(std::move(specs), ec, bad);
+             if (!ec)
+               for (const std::string& id : replaced) parts_.broker->release_ready(id);
+             if (ec) {
+               api_error e = from_error_code(ec);
+               // Errors of one task name it; the store's concern the whole batch.
+               if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
+               return error_answer(e);
+             }
+             return json_answer(201, json{{"ids", ids}});
+           });
 }
 
 void api_router::get_task(call& c, const std::string& id) {
@@ -256,23 +269,45 @@ void api_router::get_task(call& c, const std::string& id) {
   c.answer(json_answer(200, j));
 }
 
+http_answer api_router::chase(const std::string& id, const char* what,
+                              const std::function<bool(boost::system::error_code&)>& act) {
+  // The engine cannot cancel or move a task that is "running", which a task
+  // waiting here for a consumer is: give it back to the engine first, then
+  // act. The engine may fire it again in between (one tick later), or still
+  // be settling the give-back (outcomes are applied in batches during
+  // bursts): both only need another round. Reserved (leased) and pushed
+  // tasks are attempts that cannot be taken back: 409.
+  bool gave_back = false;
+  for (int round = 0; round < chase_rounds; ++round) {
+    boost::system::error_code ec;
+    if (act(ec)) return no_content();
+    if (ec) return error_answer(from_error_code(ec));
+    auto st = parts_.engine->status(id);
+    if (!st) return error_answer(not_found("no pending task with id " + id));
+    if (st->state != task_state::running) continue;  // it moved between the two calls
+    if (parts_.broker->release_ready(id)) {
+      gave_back = true;
+      continue;
+    }
+    if (parts_.broker->state_of(id) == lease_broker::held::reserved || !gave_back)
+      return error_answer(conflict("conflict", "task " + id +
+                                                   " is reserved by a consumer or being pushed; "
+                                                   "it can be " +
+                                                   what + " once its attempt ends"));
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});  // the give-back is settling
+  }
+  return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
+}
+
 void api_router::cancel_task(call& c, const std::string& id) {
   blocking(std::move(c.respond), [this, id] {
-    for (int round = 0; round < chase_rounds; ++round) {
-      boost::system::error_code ec;
-      if (parts_.engine->cancel(id, ec)) return no_content();
-      if (ec) return error_answer(from_error_code(ec));
-      auto st = parts_.engine->status(id);
-      if (!st) return error_answer(not_found("no pending task with id " + id));
-      if (st->state != task_state::running) continue;  // moved between the two calls
-      // Due and waiting for a consumer here: give it back to the engine,
-      // where the cancel can reach it.
-      if (!parts_.broker->release_ready(id))
-        return error_answer(conflict("conflict", "task " + id +
-                                                     " is reserved or running; it can be "
-                                                     "cancelled once its attempt ends"));
-    }
-    return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
+    return chase(id, "cancelled", [&](boost::system::error_code& ec) {
+      if (!parts_.engine->cancel(id, ec)) return false;
+      // A replaced older version may still wait for a consumer: it must not
+      // be delivered either.
+      parts_.broker->release_ready(id);
+      return true;
+    });
   });
 }
 
@@ -282,19 +317,9 @@ void api_router::reschedule_task(call& c, const std::string& id) {
   if (auto e = parse_when(c.body, w)) return c.fail(*e);
   blocking(std::move(c.respond), [this, id, w] {
     const auto due = w.due(system_clock::now());
-    for (int round = 0; round < chase_rounds; ++round) {
-      boost::system::error_code ec;
-      if (parts_.engine->reschedule(id, due, ec)) return no_content();
-      if (ec) return error_answer(from_error_code(ec));
-      auto st = parts_.engine->status(id);
-      if (!st) return error_answer(not_found("no pending task with id " + id));
-      if (st->state != task_state::running) continue;
-      if (!parts_.broker->release_ready(id))
-        return error_answer(conflict("conflict", "task " + id +
-                                                     " is reserved or running; it can be "
-                                                     "rescheduled once its attempt ends"));
-    }
-    return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
+    return chase(id, "rescheduled", [&](boost::system::error_code& ec) {
+      return parts_.engine->reschedule(id, due, ec);
+    });
   });
 }
 
@@ -304,7 +329,7 @@ void api_router::reserve(call& c) {
   if (!c.parse_body(true)) return;
   reserve_request r;
   if (auto e = parse_reserve(c.body, r)) return c.fail(*e);
-  parts_.broker->reserve(
+  const std::uint64_t waiter = parts_.broker->reserve(
       r, [broker = parts_.broker, respond = std::move(c.respond)](std::vector<leased_task> tasks) {
         json list = json::array();
         for (const leased_task& lt : tasks) {
@@ -319,6 +344,10 @@ void api_router::reserve(call& c) {
           };
         respond(std::move(a));
       });
+  // A consumer that closed its connection stops waiting now, so nothing is
+  // leased to it (and then given back) in the meantime.
+  if (waiter != 0 && c.gone)
+    c.gone->on_gone([broker = parts_.broker, waiter] { broker->cancel_wait(waiter); });
 }
 
 void api_router::end_lease(call& c, const std::string& id, const std::string& verb) {
@@ -347,11 +376,14 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
     if (!ec) return (*respond)(no_content());
     if (ec == errc::attempt_ended)
       return (*respond)(error_answer(conflict("stale_lease", "the attempt had ended already")));
-    api_error err = from_error_code(ec);
-    err.message =
-        "the " + verb + " of task " + id +
-        " was taken but is not durable yet (it is retried; the task may run again): " + err.message;
-    (*respond)(error_answer(err));
+    // The attempt ended and its lease with it; the engine keeps the write
+    // and retries it. Not an error to retry: a distinct name says so.
+    (*respond)(
+        error_answer({503, "not_durable_yet",
+                      "the " + verb + " of task " + id +
+                          " was taken, but the store did not confirm it yet (" + ec.message() +
+                          "); it is written when the store is back. Do not repeat it; "
+                          "if the server stops first, the task is delivered again."}));
   };
   const auto result =
       verb == "finish" ? parts_.broker->finish(id, r.lease, std::move(on_stored))
@@ -374,6 +406,9 @@ void api_router::put_type(call& c, const std::string& type) {
     parts_.registry->put(type, t, ec);
     if (ec == boost::system::errc::invalid_argument) return error_answer(bad_request(ec.message()));
     if (ec) return error_answer(from_error_code(ec));
+    // Tasks of the type that wait for a consumer go back to the engine, which
+    // offers them again: now they are pushed.
+    parts_.broker->release_type(type);
     return no_content();
   });
 }

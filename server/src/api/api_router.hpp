@@ -41,7 +41,7 @@ class api_router {
   api_router& operator=(const api_router&) = delete;
 
   /// Answers one request through `respond` (exactly once).
-  void handle(http_request&& req, http_respond respond);
+  void handle(http_request&& req, http_respond respond, std::shared_ptr<http_gone_signal> gone);
 
   /// Waits for the calls running on the pool to end (after a drain).
   void join();
@@ -53,6 +53,10 @@ class api_router {
   struct call;  // one request being answered (api_router.cpp)
   void route(call& c);
   void blocking(http_respond respond, std::function<http_answer()> fn);
+  // cancel and reschedule: `act` until it succeeds, giving a task that waits
+  // for a consumer back to the engine first (api_router.cpp says why).
+  http_answer chase(const std::string& id, const char* what,
+                    const std::function<bool(boost::system::error_code&)>& act);
   void settings(http_respond respond, std::function<http_answer()> fn);
 
   void add_task(call& c);

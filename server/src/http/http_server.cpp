@@ -28,11 +28,39 @@ http_answer error_answer(unsigned status, const std::string& name, const std::st
   return a;
 }
 
+void http_gone_signal::on_gone(std::function<void()> f) {
+  std::unique_lock lock(m_);
+  if (gone_) {
+    lock.unlock();
+    f();
+    return;
+  }
+  f_ = std::move(f);
+}
+
+void http_gone_signal::fire() {
+  std::function<void()> f;
+  {
+    std::lock_guard lock(m_);
+    if (gone_) return;
+    gone_ = true;
+    f = std::move(f_);
+  }
+  if (f) f();
+}
+
 struct http_server::session : std::enable_shared_from_this<session> {
-  session(http_server& s, tcp::socket&& socket) : server(s), stream(std::move(socket)) {}
+  session(http_server& s, tcp::socket&& socket)
+      : server(s), stream(std::move(socket)), deadline(stream.get_executor()) {}
 
   http_server& server;
   beast::tcp_stream stream;
+  // The read deadlines. Not the stream's own expiry: that closes the socket,
+  // and a request that took too long must still be told so (408).
+  boost::asio::steady_timer deadline;
+  bool timed_out = false;
+  bool reading = false;  // the deadline may cancel only a read
+  std::shared_ptr<http_gone_signal> gone;
   beast::flat_buffer buffer;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser;
   bhttp::response<bhttp::string_body> res;
@@ -44,11 +72,25 @@ struct http_server::session : std::enable_shared_from_this<session> {
   bool peer_gone = false;
   std::optional<http_answer> pending;  // an answer that waits for the watch to end
 
+  void arm(std::chrono::milliseconds after) {
+    timed_out = false;
+    deadline.expires_after(after);
+    deadline.async_wait([w = weak_from_this()](const boost::system::error_code& ec) {
+      auto self = w.lock();
+      if (ec || !self || !self->reading) return;
+      self->timed_out = true;
+      beast::error_code ignored;
+      self->stream.socket().cancel(ignored);
+    });
+  }
+
   void read() {
     parser.emplace();
     parser->header_limit(static_cast<std::uint32_t>(server.limits_.max_header));
     parser->body_limit(server.limits_.max_body);
-    stream.expires_after(server.limits_.header_timeout);
+    stream.expires_never();
+    reading = true;
+    arm(server.limits_.header_timeout);
     bhttp::async_read_header(
         stream, buffer, *parser,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
@@ -57,31 +99,36 @@ struct http_server::session : std::enable_shared_from_this<session> {
   void on_header(beast::error_code ec) {
     if (ec) return read_failed(ec);
     if (parser->is_done()) return on_read({});
-    stream.expires_after(server.limits_.body_timeout);
+    arm(server.limits_.body_timeout);
     bhttp::async_read(
         stream, buffer, *parser,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
+    reading = false;
+    deadline.cancel();
     if (ec) return read_failed(ec);
     http_request req = parser->release();
     parser.reset();
     keep_alive = req.keep_alive();
-    stream.expires_never();  // handling may take a long poll's time
     server.in_flight_.fetch_add(1, std::memory_order_acq_rel);
     counted = true;
     if (server.draining_.load(std::memory_order_acquire)) {
       keep_alive = false;
       return write(error_answer(503, "draining", "the server is shutting down"));
     }
-    if (server.limits_.watch_disconnect && server.limits_.watch_disconnect(req)) watch();
+    gone.reset();
+    if (server.limits_.watch_disconnect && server.limits_.watch_disconnect(req)) {
+      gone = std::make_shared<http_gone_signal>();
+      watch();
+    }
     auto self = shared_from_this();
     http_respond respond = [self](http_answer a) {
       boost::asio::dispatch(self->stream.get_executor(),
                             [self, a = std::move(a)]() mutable { self->answered(std::move(a)); });
     };
-    server.handler_(std::move(req), std::move(respond));
+    server.handler_(std::move(req), std::move(respond), gone);
   }
 
   // Reads while a request is handled: an end of stream says the client went
@@ -92,14 +139,17 @@ struct http_server::session : std::enable_shared_from_this<session> {
         buffer.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
           self->buffer.commit(n);
           self->watching = false;
-          if (ec && ec != boost::asio::error::operation_aborted) self->peer_gone = true;
+          if (ec && ec != boost::asio::error::operation_aborted) {
+            self->peer_gone = true;
+            // The handler stops waiting (and answers, which closes).
+            if (self->gone) self->gone->fire();
+          }
+          // Data and no answer yet (a pipelined request) ends the watch too:
+          // the data is parsed after the answer.
           if (self->pending) {
             http_answer a = std::move(*self->pending);
             self->pending.reset();
             self->answered(std::move(a));
-          } else if (!ec && !self->peer_gone) {
-            // Data but no answer yet: stop watching; the answer is written
-            // when it comes, the data parsed after it.
           }
         });
   }
@@ -154,14 +204,14 @@ struct http_server::session : std::enable_shared_from_this<session> {
   // still be told, then close.
   void read_failed(beast::error_code ec) {
     keep_alive = false;
-    if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::operation_aborted ||
-        ec == boost::asio::error::connection_reset || ec == boost::asio::error::eof)
-      return close();
-    if (ec == beast::error::timeout) {
+    if (timed_out) {
       // Nothing of a next request arrived: an idle keep-alive connection.
       if (buffer.size() == 0 && !parser->got_some()) return close();
       return write(error_answer(408, "request_timeout", "the request did not arrive in time"));
     }
+    if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::operation_aborted ||
+        ec == boost::asio::error::connection_reset || ec == boost::asio::error::eof)
+      return close();
     if (ec == bhttp::error::body_limit)
       return write(error_answer(
           413, "payload_too_large",
@@ -174,6 +224,7 @@ struct http_server::session : std::enable_shared_from_this<session> {
   }
 
   void close() {
+    deadline.cancel();
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream.close();
@@ -184,7 +235,8 @@ http_server::http_server(boost::asio::io_context& io, http_handler handler, http
     : io_(io),
       handler_(std::move(handler)),
       limits_(std::move(limits)),
-      acceptor_(boost::asio::make_strand(io)) {}
+      acceptor_(boost::asio::make_strand(io)),
+      accept_pause_(acceptor_.get_executor()) {}
 
 http_server::~http_server() = default;
 
@@ -206,8 +258,15 @@ void http_server::accept() {
                            if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open())
                              return;
                            if (ec) {
-                             // Out of descriptors and the like: keep serving the others.
-                             log(log_level::warning, "accept: " + ec.message());
+                             // Out of descriptors and the like: keep serving the
+                             // open connections, try again a little later (at
+                             // once would spin), and say so once a second.
+                             const auto now = std::chrono::steady_clock::now();
+                             if (now - last_accept_log_ >= std::chrono::seconds{1}) {
+                               last_accept_log_ = now;
+                               log(log_level::warning, "accept: " + ec.message());
+                             }
+                             return accept_later();
                            } else {
                              beast::error_code ignored;
                              socket.set_option(tcp::no_delay(true), ignored);
@@ -223,11 +282,19 @@ void http_server::accept() {
                          });
 }
 
+void http_server::accept_later() {
+  accept_pause_.expires_after(std::chrono::milliseconds{100});
+  accept_pause_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && acceptor_.is_open()) accept();
+  });
+}
+
 void http_server::drain() {
   draining_.store(true, std::memory_order_release);
   boost::asio::dispatch(acceptor_.get_executor(), [this] {
     beast::error_code ignored;
     acceptor_.close(ignored);
+    accept_pause_.cancel();
   });
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
@@ -40,8 +41,28 @@ struct http_answer {
 
 /// Thread safety: call exactly once, from any thread.
 using http_respond = std::function<void(http_answer)>;
-/// Called on a session's strand for each request.
-using http_handler = std::function<void(http_request&&, http_respond)>;
+
+/// Tells a handler that the client went away before it was answered (a
+/// closed long poll), so it can stop waiting and give back what it held.
+/// Thread safety: every member is safe from any thread.
+class http_gone_signal {
+ public:
+  /// Calls `f` once the client is gone: later, or at once if it is gone
+  /// already. Replaces an earlier `f`.
+  void on_gone(std::function<void()> f);
+  /// The client is gone (called by the session).
+  void fire();
+
+ private:
+  std::mutex m_;
+  std::function<void()> f_;
+  bool gone_ = false;
+};
+
+/// Called on a session's strand for each request. `gone` is set for the
+/// requests http_limits::watch_disconnect picks, else null.
+using http_handler =
+    std::function<void(http_request&&, http_respond, std::shared_ptr<http_gone_signal> gone)>;
 
 struct http_limits {
   std::size_t max_body = 8 << 20;
@@ -80,12 +101,14 @@ class http_server {
  private:
   friend struct session;
   void accept();
-  void forget(session* s);
+  void accept_later();
 
   boost::asio::io_context& io_;
   http_handler handler_;
   http_limits limits_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer accept_pause_;  // after an accept error, on the acceptor's strand
+  std::chrono::steady_clock::time_point last_accept_log_{};
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
   std::mutex sessions_mutex_;

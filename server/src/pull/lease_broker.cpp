@@ -64,14 +64,14 @@ void lease_broker::offer(const task& t, attempt_completion done) {
   if (handler) answer(std::move(handler), std::move(out));
 }
 
-void lease_broker::reserve(const reserve_request& r, reserve_handler handler) {
+std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler handler) {
   std::unique_lock lock(mutex_);
   std::vector<leased_task> out;
   if (!closed_) out = take_locked(r.types, r.max, r.ttr, clock::now());
   if (!out.empty() || r.wait.count() == 0 || closed_ || no_wait_) {
     lock.unlock();
     answer(std::move(handler), std::move(out));
-    return;
+    return 0;
   }
   waiter w;
   w.n = ++waiter_seq_;
@@ -101,6 +101,22 @@ void lease_broker::reserve(const reserve_request& r, reserve_handler handler) {
       if (h) h({});
     });
   });
+  return n;
+}
+
+void lease_broker::cancel_wait(std::uint64_t n) {
+  reserve_handler h;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto w = waiters_.begin(); w != waiters_.end(); ++w) {
+      if (w->n != n) continue;
+      h = std::move(w->handler);
+      boost::asio::post(ex_, [timer = w->timer] { timer->cancel(); });
+      waiters_.erase(w);
+      break;
+    }
+  }
+  if (h) answer(std::move(h), {});
 }
 
 std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string>& types,
@@ -134,6 +150,7 @@ std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string
     best->pop_front();
     lease_locked(id, ttr, now, out);
   }
+  std::erase_if(ready_, [](const auto& kv) { return kv.second.empty(); });
   return out;
 }
 
@@ -276,11 +293,44 @@ bool lease_broker::release_ready(const std::string& id) {
     auto it = held_.find(id);
     if (it == held_.end() || !it->second.lease.empty()) return false;
     dropped = std::move(it->second.done);
+    const std::string type = it->second.t.type;
     held_.erase(it);
     --counters_.ready;
     ++counters_.given_back;
+    trim_locked(type);
   }
   return true;  // `dropped` goes here, outside the lock
+}
+
+std::size_t lease_broker::release_type(const std::string& type) {
+  std::vector<attempt_completion> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    auto q = ready_.find(type);
+    if (q == ready_.end()) return 0;
+    for (const auto& [seq, id] : q->second) {
+      auto it = held_.find(id);
+      if (it == held_.end() || it->second.seq != seq || !it->second.lease.empty()) continue;
+      dropped.push_back(std::move(it->second.done));
+      held_.erase(it);
+      --counters_.ready;
+      ++counters_.given_back;
+    }
+    ready_.erase(q);
+  }
+  return dropped.size();  // dropped here, outside the lock
+}
+
+void lease_broker::trim_locked(const std::string& type) {
+  auto q = ready_.find(type);
+  if (q == ready_.end()) return;
+  auto& d = q->second;
+  while (!d.empty()) {
+    auto it = held_.find(d.front().second);
+    if (it != held_.end() && it->second.seq == d.front().first && it->second.lease.empty()) break;
+    d.pop_front();
+  }
+  if (d.empty()) ready_.erase(q);
 }
 
 void lease_broker::stop_waiting() {

@@ -70,8 +70,13 @@ class lease_broker {
 
   /// Answers `handler` (once, on the executor) with up to `r.max` leased
   /// tasks of the types asked for, as soon as at least one is ready, or
-  /// with none after `r.wait`.
-  void reserve(const reserve_request& r, reserve_handler handler);
+  /// with none after `r.wait`. Returns the waiter's number when it waits
+  /// (for cancel_wait()), else 0.
+  std::uint64_t reserve(const reserve_request& r, reserve_handler handler);
+
+  /// The consumer of waiter `n` went away: answers it with nothing now, so
+  /// no task is leased to a closed connection. No-op when already answered.
+  void cancel_wait(std::uint64_t n);
 
   /// Gives tasks back whose reserve answer never reached the consumer: their
   /// attempts end uncounted and the engine offers them again.
@@ -95,6 +100,10 @@ class lease_broker {
   /// Gives a ready (not reserved) task back to the engine uncounted, so a
   /// cancel or reschedule can reach it; false when it is not ready here.
   bool release_ready(const std::string& id);
+
+  /// Gives every ready task of `type` back to the engine (a push target was
+  /// just registered: the engine offers them again, and they are pushed).
+  std::size_t release_type(const std::string& type);
 
   /// Answers waiting consumers with nothing, and later reserves at once.
   /// The drain's first step: long polls must not hold it up.
@@ -139,6 +148,9 @@ class lease_broker {
   // Under mutex_: the attempt's entry if `lease` is its current one; removes it.
   std::optional<entry> end_lease_locked(const std::string& id, const std::string& lease);
   void arm_sweep_locked(clock::time_point when);
+  // Under mutex_: drops queue fronts that are no longer ready, and the queue
+  // when it is empty, so released entries do not pile up.
+  void trim_locked(const std::string& type);
   void sweep();
   void answer(reserve_handler h, std::vector<leased_task> tasks);
   std::string new_lease();
