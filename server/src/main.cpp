@@ -94,10 +94,13 @@ int main(int argc, char** argv) {
   std::thread signal_thread([&] { signals_io.run(); });
 
   server.run();
-  if (drainer.joinable()) drainer.join();
+  // run() can return while the signal handler is still move-assigning
+  // `drainer` (the drain it started stops the server first): join the signal
+  // thread before looking at `drainer`, or a joinable thread is destroyed.
   signals.cancel();
   signals_io.stop();
   signal_thread.join();
+  if (drainer.joinable()) drainer.join();
   std::fprintf(stderr, "delayq-server: stopped\n");
   return 0;
 }
