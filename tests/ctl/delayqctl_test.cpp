@@ -337,6 +337,8 @@ TEST_CASE("delayqctl: stats and health") {
   auto health = ctl(s, {"--json", "health"});
   REQUIRE(health.exit_code == 0);
   CHECK(parse(health)["status"] == "ok");
+  // And the server drains and exits cleanly on SIGTERM after serving them.
+  CHECK(s.stop() == 0);
 }
 
 TEST_CASE("delayqctl: dead letters") {

@@ -141,11 +141,18 @@ class server_process {
   server_process(const server_process&) = delete;
   server_process& operator=(const server_process&) = delete;
   ~server_process() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      detail::wait_exit(pid_);
-    }
+    stop();
     if (out_fd_ >= 0) close(out_fd_);
+  }
+
+  /// Sends SIGTERM (a drain) and returns the server's exit status (0 once
+  /// drained); -1 when it was stopped already.
+  int stop() {
+    if (pid_ <= 0) return -1;
+    kill(pid_, SIGTERM);
+    const int code = detail::wait_exit(pid_);
+    pid_ = -1;
+    return code;
   }
 
   int port() const { return port_; }
