@@ -264,6 +264,16 @@ TEST_CASE("delayqctl: a server that is not listening is exit 5") {
   }
 }
 
+TEST_CASE("delayqctl: a server that never answers is a timeout, exit 5") {
+  ctl_test::closed_port silent(true);
+  const std::string url = "http://127.0.0.1:" + std::to_string(silent.port());
+  auto r = ctl_bare({"--server", url, "--token", token, "--timeout", "200", "stats"});
+  INFO(show(r));
+  CHECK(r.exit_code == 5);
+  CHECK(has(r.err, "error: timeout: "));
+  CHECK(r.out.empty());
+}
+
 TEST_CASE("delayqctl: usage errors are exit 2") {
   ctl_test::closed_port closed;  // never reached: every case fails before any request
   const std::string url = "http://127.0.0.1:" + std::to_string(closed.port());

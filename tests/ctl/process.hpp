@@ -168,7 +168,9 @@ class server_process {
 /// as long as this object lives (no other program can take the port).
 class closed_port {
  public:
-  closed_port() {
+  /// With `listen_too`, the port listens but nobody ever accepts: a client
+  /// connects (the kernel completes the handshake) and never gets an answer.
+  explicit closed_port(bool listen_too = false) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     detail::check(fd_ >= 0, "socket");
     sockaddr_in a{};
@@ -179,6 +181,7 @@ class closed_port {
     socklen_t len = sizeof a;
     detail::check(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0, "getsockname");
     port_ = ntohs(a.sin_port);
+    if (listen_too) detail::check(listen(fd_, 16) == 0, "listen");
   }
   closed_port(const closed_port&) = delete;
   closed_port& operator=(const closed_port&) = delete;

@@ -437,10 +437,12 @@ int main(int argc, char** argv) {
     };
   });
 
-  // Every verb shows the exit codes in its --help too.
+  // Every verb shows the global options and the exit codes in its --help too.
   for (CLI::App* sub : {stats, get, add, cancel, resched, upcoming, dead, dead_list, dead_requeue,
                         dead_purge, types, type_cmd, type_set, type_rm, health})
-    sub->footer(exit_codes_help);
+    sub->footer(std::string("Global options (before or after the verb): --server URL, --token T, "
+                            "--json, --timeout MS;\nsee delayqctl --help.\n") +
+                exit_codes_help);
 
   try {
     app.parse(argc, argv);
