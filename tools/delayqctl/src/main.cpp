@@ -19,7 +19,8 @@
 
 namespace {
 
-using json = nlohmann::json;
+// ordered: tables show fields in the order the server sent them (stats).
+using json = nlohmann::ordered_json;
 using namespace delayq::ctl;
 
 /// What the exit status says (documented in --help and docs/server.md).
