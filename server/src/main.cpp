@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <mutex>
 #include <thread>
 
 #include "server_app.hpp"
@@ -79,14 +78,10 @@ int main(int argc, char** argv) {
   // acknowledged is lost either way: a 201 was sent only once durable.
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGTERM, SIGINT);
-  // Set on the signal thread, joined on this one once run() returned: the
-  // mutex orders the two (run() returns only after the drain began).
-  std::mutex drainer_mutex;
-  std::thread drainer;
+  std::thread drainer;  // set on the signal thread
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
-        std::lock_guard lock(drainer_mutex);
         if (drainer.joinable()) {
           std::fprintf(stderr, "delayq-server: second signal (%d): exiting now\n", sig);
           std::_Exit(130);
@@ -99,13 +94,13 @@ int main(int argc, char** argv) {
   std::thread signal_thread([&] { signals_io.run(); });
 
   server.run();
-  {
-    std::lock_guard lock(drainer_mutex);
-    if (drainer.joinable()) drainer.join();
-  }
+  // run() can return while the signal handler is still move-assigning
+  // `drainer` (the drain it started stops the server first): join the signal
+  // thread before looking at `drainer`, or a joinable thread is destroyed.
   signals.cancel();
   signals_io.stop();
   signal_thread.join();
+  if (drainer.joinable()) drainer.join();
   std::fprintf(stderr, "delayq-server: stopped\n");
   return 0;
 }

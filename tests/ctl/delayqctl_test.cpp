@@ -1,0 +1,431 @@
+// delayqctl against a real delayq-server: each TEST_CASE starts a server
+// (memory store, free loopback port, token) and runs the delayqctl binary as
+// a child process, checking its output and exit status. The first cases test
+// the formatting helpers directly.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ctl_format.hpp"
+#include "process.hpp"
+
+using ctl_test::run;
+using ctl_test::run_result;
+using ctl_test::server_process;
+using nlohmann::json;
+
+namespace {
+
+const std::string token = "s3cret";
+
+// delayqctl with --server and --token for `s`, then `args`.
+run_result ctl(const server_process& s, std::vector<std::string> args,
+               const std::string& tok = token) {
+  std::vector<std::string> all = {DELAYQCTL_PATH, "--server", s.url(), "--token", tok};
+  for (auto& a : args) all.push_back(std::move(a));
+  return run(all);
+}
+
+// delayqctl with exactly `args` (no --server, no --token).
+run_result ctl_bare(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> all = {DELAYQCTL_PATH};
+  for (auto& a : args) all.push_back(std::move(a));
+  return run(all, env);
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+json parse(const run_result& r) {
+  INFO("stdout: " << r.out << "stderr: " << r.err);
+  json j = json::parse(r.out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
+std::string show(const run_result& r) {
+  return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ helpers
+
+TEST_CASE("delayqctl format: durations") {
+  using delayq::ctl::parse_duration_ms;
+  CHECK(parse_duration_ms("500ms") == 500);
+  CHECK(parse_duration_ms("30s") == 30'000);
+  CHECK(parse_duration_ms("5m") == 300'000);
+  CHECK(parse_duration_ms("2h") == 7'200'000);
+  CHECK(parse_duration_ms("1d") == 86'400'000);
+  CHECK(parse_duration_ms("250") == 250);
+  CHECK(parse_duration_ms("0s") == 0);
+  for (const char* bad : {"", "s", "5x", "-5s", "1.5s", " 5s", "5s ", "5 s", "5S", "1m30s",
+                          "99999999999999999999", "9999999999999999d"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_duration_ms(bad).has_value());
+  }
+}
+
+TEST_CASE("delayqctl format: percent-encoding keeps only unreserved bytes") {
+  using delayq::ctl::percent_encode;
+  CHECK(percent_encode("abc-XYZ_0.9~") == "abc-XYZ_0.9~");
+  CHECK(percent_encode("a/b?c%d#e f+g&h=i") == "a%2Fb%3Fc%25d%23e%20f%2Bg%26h%3Di");
+  CHECK(percent_encode("\xc3\xa9") == "%C3%A9");
+  CHECK(percent_encode(std::string("\0", 1)) == "%00");
+}
+
+TEST_CASE("delayqctl format: times and spans") {
+  using namespace delayq::ctl;
+  CHECK(iso8601_utc(0) == "1970-01-01T00:00:00.000Z");
+  CHECK(iso8601_utc(1'764'120'600'250) == "2025-11-26T01:30:00.250Z");
+  CHECK(iso8601_utc(-1) == "1969-12-31T23:59:59.999Z");
+  CHECK(compact_span(270'000) == "4m30s");
+  CHECK(compact_span(7'500'000) == "2h5m");
+  CHECK(compact_span(97'200'000) == "1d3h");
+  CHECK(compact_span(3'600'000) == "1h");
+  CHECK(compact_span(250) == "250ms");
+  CHECK(relative_time(10'000 + 270'000, 10'000) == "in 4m30s");
+  CHECK(relative_time(10'000 - 5'000, 10'000) == "5s ago");
+  CHECK(relative_time(10'500, 10'000) == "now");
+}
+
+TEST_CASE("delayqctl format: payloads are escaped and truncated") {
+  using delayq::ctl::printable;
+  CHECK(printable("hello") == "hello");
+  CHECK(printable(std::string("a\0b\n\t\\", 6)) == "a\\x00b\\n\\t\\\\");
+  CHECK(printable("caf\xc3\xa9") == "caf\xc3\xa9");    // valid UTF-8 kept
+  CHECK(printable("bad\xff\xc3") == "bad\\xff\\xc3");  // invalid bytes escaped
+  CHECK(printable("\xc2\x85") == "\\xc2\\x85");        // C1 control escaped
+  CHECK(printable(std::string(50, 'x'), 40) == std::string(39, 'x') + "\xe2\x80\xa6");
+  CHECK(printable(std::string(40, 'x'), 40) == std::string(40, 'x'));
+  // An escape is never cut in half.
+  CHECK(printable(std::string(38, 'x') + std::string("\0\0", 2), 40) ==
+        std::string(38, 'x') + "\xe2\x80\xa6");
+}
+
+TEST_CASE("delayqctl format: tables align on display width") {
+  const std::string t =
+      delayq::ctl::render_table({{"ID", "TYPE"}, {"caf\xc3\xa9", "x"}, {"a", "y"}});
+  CHECK(t == "ID    TYPE\ncaf\xc3\xa9  x\na     y\n");
+}
+
+// ------------------------------------------------------------------ against a server
+
+TEST_CASE("delayqctl: add then get shows the task") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  // An id with every kind of reserved character: it must survive the path.
+  const std::string id = "job/1?x=%41#frag&y+z";
+  auto added = ctl(s, {"add", "email", "hello\nworld", "--in", "1h", "--id", id});
+  INFO(show(added));
+  REQUIRE(added.exit_code == 0);
+  CHECK(added.out == id + "\n");
+
+  auto got = ctl(s, {"get", id});
+  INFO(show(got));
+  REQUIRE(got.exit_code == 0);
+  CHECK(has(got.out, id));
+  CHECK(has(got.out, "email"));
+  CHECK(has(got.out, "delayed"));
+  CHECK(has(got.out, "hello\\nworld"));  // escaped, on one line
+  CHECK(has(got.out, "Z (in "));         // ISO-8601 UTC, then how far away
+
+  // --json is the server's body: the global option may follow the verb.
+  auto as_json = ctl(s, {"get", id, "--json"});
+  REQUIRE(as_json.exit_code == 0);
+  const json j = parse(as_json);
+  CHECK(j["id"] == id);
+  CHECK(j["payload"] == "hello\nworld");
+  CHECK(j["state"] == "delayed");
+}
+
+TEST_CASE("delayqctl: add --json then upcoming lists it") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  auto added = ctl(s, {"--json", "add", "report", std::string(60, 'p'), "--in", "10m"});
+  INFO(show(added));
+  REQUIRE(added.exit_code == 0);
+  const std::string id = parse(added)["id"].get<std::string>();
+  REQUIRE_FALSE(id.empty());
+  REQUIRE(ctl(s, {"add", "other", "x", "--in", "20m", "--id", "later"}).exit_code == 0);
+
+  auto up = ctl(s, {"upcoming"});
+  INFO(show(up));
+  REQUIRE(up.exit_code == 0);
+  CHECK(has(up.out, "ID"));
+  CHECK(has(up.out, id));
+  CHECK(has(up.out, "later"));
+  CHECK(has(up.out, std::string(39, 'p') + "\xe2\x80\xa6"));  // payload truncated
+  CHECK_FALSE(has(up.out, std::string(41, 'p')));
+  CHECK(up.out.find(id) < up.out.find("later"));  // earliest due first
+
+  auto typed = ctl(s, {"--json", "upcoming", "--type", "report", "--limit", "5"});
+  REQUIRE(typed.exit_code == 0);
+  const json tasks = parse(typed)["tasks"];
+  REQUIRE(tasks.size() == 1);
+  CHECK(tasks[0]["id"] == id);
+
+  auto none = ctl(s, {"upcoming", "--type", "nothing"});
+  REQUIRE(none.exit_code == 0);
+  CHECK(has(none.out, "no upcoming tasks"));
+}
+
+TEST_CASE("delayqctl: reschedule moves the due time") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  // A day from now (the server refuses due times past its max_delay).
+  const std::int64_t day_later = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count() +
+                                 86'400'000;
+  auto added = ctl(s, {"add", "t", "p", "--at", std::to_string(day_later), "--id", "r1"});
+  INFO(show(added));
+  REQUIRE(added.exit_code == 0);
+  auto before = parse(ctl(s, {"--json", "get", "r1"}));
+  CHECK(before["due_ms"] == day_later);
+
+  auto moved = ctl(s, {"reschedule", "r1", "--in", "5m"});
+  INFO(show(moved));
+  REQUIRE(moved.exit_code == 0);
+  CHECK(moved.out == "rescheduled r1\n");
+  auto after = parse(ctl(s, {"--json", "get", "r1"}));
+  CHECK(after["due_ms"].get<std::int64_t>() < day_later);
+
+  auto at = ctl(s, {"reschedule", "r1", "--at", std::to_string(day_later + 1)});
+  REQUIRE(at.exit_code == 0);
+  CHECK(parse(ctl(s, {"--json", "get", "r1"}))["due_ms"] == day_later + 1);
+
+  auto missing = ctl(s, {"reschedule", "nope", "--in", "1s"});
+  CHECK(missing.exit_code == 3);
+  CHECK(has(missing.err, "error: not_found: "));
+}
+
+TEST_CASE("delayqctl: cancel then get is not found") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  REQUIRE(ctl(s, {"add", "t", "p", "--in", "1h", "--id", "c1"}).exit_code == 0);
+  auto cancelled = ctl(s, {"cancel", "c1"});
+  INFO(show(cancelled));
+  REQUIRE(cancelled.exit_code == 0);
+  CHECK(cancelled.out == "cancelled c1\n");
+
+  auto got = ctl(s, {"get", "c1"});
+  INFO(show(got));
+  CHECK(got.exit_code == 3);
+  CHECK(got.out.empty());
+  CHECK(has(got.err, "error: not_found: "));
+  CHECK(ctl(s, {"cancel", "c1"}).exit_code == 3);
+}
+
+TEST_CASE("delayqctl: a duplicate id is a conflict unless told otherwise") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  REQUIRE(ctl(s, {"add", "t", "one", "--in", "1h", "--id", "d1"}).exit_code == 0);
+  auto again = ctl(s, {"add", "t", "two", "--in", "1h", "--id", "d1"});
+  CHECK(again.exit_code == 4);
+  CHECK(has(again.err, "error: duplicate_id: "));
+  CHECK(ctl(s, {"add", "t", "two", "--in", "1h", "--id", "d1", "--conflict", "keep"}).exit_code ==
+        0);
+  CHECK(parse(ctl(s, {"--json", "get", "d1"}))["payload"] == "one");
+  CHECK(ctl(s, {"add", "t", "three", "--in", "1h", "--id", "d1", "--conflict", "replace"})
+            .exit_code == 0);
+  CHECK(parse(ctl(s, {"--json", "get", "d1"}))["payload"] == "three");
+}
+
+TEST_CASE("delayqctl: a wrong or missing token is exit 6") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  auto wrong = ctl(s, {"stats"}, "not-the-token");
+  INFO(show(wrong));
+  CHECK(wrong.exit_code == 6);
+  CHECK(has(wrong.err, "error: unauthorized: "));
+  CHECK(ctl_bare({"--server", s.url(), "stats"}).exit_code == 6);
+  // $DELAYQ_TOKEN and $DELAYQ_SERVER are the defaults.
+  auto from_env = ctl_bare({"stats"}, {"DELAYQ_TOKEN=" + token, "DELAYQ_SERVER=" + s.url()});
+  INFO(show(from_env));
+  CHECK(from_env.exit_code == 0);
+  CHECK(has(from_env.out, "pending"));
+  // health needs no token.
+  auto health = ctl_bare({"--server", s.url(), "health"});
+  CHECK(health.exit_code == 0);
+  CHECK(health.out == "ok\n");
+}
+
+TEST_CASE("delayqctl: a server that is not listening is exit 5") {
+  ctl_test::closed_port closed;
+  const std::string url = "http://127.0.0.1:" + std::to_string(closed.port());
+  for (const char* verb : {"stats", "health"}) {
+    auto r = ctl_bare({"--server", url, "--token", token, verb});
+    INFO(verb << ": " << show(r));
+    CHECK(r.exit_code == 5);
+    CHECK(has(r.err, "error: unreachable: "));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("delayqctl: a server that never answers is a timeout, exit 5") {
+  ctl_test::closed_port silent(true);
+  const std::string url = "http://127.0.0.1:" + std::to_string(silent.port());
+  auto r = ctl_bare({"--server", url, "--token", token, "--timeout", "200", "stats"});
+  INFO(show(r));
+  CHECK(r.exit_code == 5);
+  CHECK(has(r.err, "error: timeout: "));
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("delayqctl: usage errors are exit 2") {
+  ctl_test::closed_port closed;  // never reached: every case fails before any request
+  const std::string url = "http://127.0.0.1:" + std::to_string(closed.port());
+  const std::vector<std::vector<std::string>> cases = {
+      {"add", "t", "p", "--in", "5x"},
+      {"add", "t", "p", "--in", "-5s"},
+      {"add", "t", "p"},                                // neither --in nor --at
+      {"add", "t", "p", "--in", "1s", "--at", "1000"},  // both
+      {"add", "t", "p", "--in", "1s", "--conflict", "merge"},
+      {"reschedule", "x", "--in", "soon"},
+      {"dead", "requeue", "x", "--in", "1y"},
+      {"get"},
+      {"frobnicate"},
+      {},
+      {"dead"},
+      {"type", "set", "t"},
+      {"upcoming", "--limit", "5000"},
+      {"--timeout", "0", "stats"},
+      {"--server", "https://example.com", "stats"},
+      {"--server", "http://:80", "stats"},
+  };
+  for (const auto& args : cases) {
+    std::vector<std::string> all = {"--server", url, "--token", token};
+    all.insert(all.end(), args.begin(), args.end());
+    auto r = ctl_bare(all);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    INFO(joined << "-> " << show(r));
+    CHECK(r.exit_code == 2);
+    CHECK_FALSE(r.err.empty());
+  }
+}
+
+TEST_CASE("delayqctl: --help on every verb and --version") {
+  auto top = ctl_bare({"--help"});
+  REQUIRE(top.exit_code == 0);
+  for (const char* verb : {"stats", "get", "add", "cancel", "reschedule", "upcoming", "dead",
+                           "types", "type", "health", "Exit status", "6 unauthorized"}) {
+    INFO(verb);
+    CHECK(has(top.out, verb));
+  }
+  const std::vector<std::vector<std::string>> verbs = {
+      {"stats"},    {"get"},  {"add"},          {"cancel"},          {"reschedule"},
+      {"upcoming"}, {"dead"}, {"dead", "list"}, {"dead", "requeue"}, {"dead", "purge"},
+      {"types"},    {"type"}, {"type", "set"},  {"type", "rm"},      {"health"}};
+  for (auto v : verbs) {
+    v.push_back("--help");
+    auto r = ctl_bare(v);
+    INFO(v[0] << " " << v[1] << ": " << show(r));
+    CHECK(r.exit_code == 0);
+    CHECK(has(r.out, "Exit status"));
+  }
+  CHECK(has(ctl_bare({"add", "--help"}).out, "--in"));
+  auto version = ctl_bare({"--version"});
+  CHECK(version.exit_code == 0);
+  CHECK(has(version.out, "delayqctl "));
+}
+
+TEST_CASE("delayqctl: stats and health") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  REQUIRE(ctl(s, {"add", "t", "p", "--in", "1h"}).exit_code == 0);
+  auto stats = ctl(s, {"stats"});
+  INFO(show(stats));
+  REQUIRE(stats.exit_code == 0);
+  CHECK(has(stats.out, "pending"));
+  CHECK(has(stats.out, "server.reserved"));
+  const json j = parse(ctl(s, {"stats", "--json"}));
+  CHECK(j["pending"] == 1);
+  CHECK(j["scheduled"] == 1);
+
+  auto health = ctl(s, {"--json", "health"});
+  REQUIRE(health.exit_code == 0);
+  CHECK(parse(health)["status"] == "ok");
+  // And the server drains and exits cleanly on SIGTERM after serving them.
+  CHECK(s.stop() == 0);
+}
+
+TEST_CASE("delayqctl: dead letters") {
+  SUBCASE("an empty list") {
+    server_process s(DELAYQ_SERVER_PATH, token);
+    auto list = ctl(s, {"dead", "list"});
+    INFO(show(list));
+    REQUIRE(list.exit_code == 0);
+    CHECK(has(list.out, "no dead letters"));
+    const json j = parse(ctl(s, {"--json", "dead", "list", "--offset", "0", "--limit", "10"}));
+    CHECK(j["dead"].empty());
+    CHECK(j["total"] == 0);
+    CHECK(ctl(s, {"dead", "requeue", "nope"}).exit_code == 3);
+    CHECK(ctl(s, {"dead", "purge", "nope"}).exit_code == 3);
+  }
+  SUBCASE("requeue and purge") {
+    // A push target nobody listens on and one attempt: a due task dies at once.
+    ctl_test::closed_port closed;
+    server_process s(DELAYQ_SERVER_PATH, token, {"--retry-max", "1"});
+    const std::string hook = "http://127.0.0.1:" + std::to_string(closed.port()) + "/hook";
+    REQUIRE(ctl(s, {"type", "set", "doomed", hook, "--timeout-ms", "1000"}).exit_code == 0);
+    REQUIRE(ctl(s, {"add", "doomed", "a", "--in", "0s", "--id", "dead/1"}).exit_code == 0);
+    REQUIRE(ctl(s, {"add", "doomed", "b", "--in", "0s", "--id", "dead/2"}).exit_code == 0);
+    // Nothing to wait on from outside: ask until both are dead letters (the
+    // test's CTest timeout bounds this).
+    json j;
+    do {
+      auto r = ctl(s, {"--json", "dead", "list"});
+      REQUIRE(r.exit_code == 0);
+      j = parse(r);
+    } while (j["total"] != 2);
+    auto list = ctl(s, {"dead", "list"});
+    INFO(show(list));
+    CHECK(has(list.out, "dead/1"));
+    CHECK(has(list.out, "dead/2"));
+    CHECK(has(list.out, "2 shown of 2 dead letters"));
+
+    auto requeued = ctl(s, {"dead", "requeue", "dead/1", "--in", "1h"});
+    INFO(show(requeued));
+    REQUIRE(requeued.exit_code == 0);
+    auto got = parse(ctl(s, {"--json", "get", "dead/1"}));
+    CHECK(got["state"] == "delayed");
+    CHECK(got["attempts"] == 0);
+
+    REQUIRE(ctl(s, {"dead", "purge", "dead/2"}).exit_code == 0);
+    CHECK(ctl(s, {"dead", "purge", "dead/2"}).exit_code == 3);
+    CHECK(parse(ctl(s, {"--json", "dead", "list"}))["total"] == 0);
+  }
+}
+
+TEST_CASE("delayqctl: types, type set and type rm") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  auto empty = ctl(s, {"types"});
+  REQUIRE(empty.exit_code == 0);
+  CHECK(has(empty.out, "no push targets"));
+
+  auto set = ctl(s, {"type", "set", "mail", "http://127.0.0.1:9/hook", "--timeout-ms", "500",
+                     "--concurrency", "3"});
+  INFO(show(set));
+  REQUIRE(set.exit_code == 0);
+  auto types = ctl(s, {"types"});
+  REQUIRE(types.exit_code == 0);
+  CHECK(has(types.out, "PUSH_URL"));
+  CHECK(has(types.out, "mail"));
+  CHECK(has(types.out, "http://127.0.0.1:9/hook"));
+  const json j = parse(ctl(s, {"--json", "types"}));
+  CHECK(j["types"]["mail"]["push_url"] == "http://127.0.0.1:9/hook");
+  CHECK(j["types"]["mail"]["timeout_ms"] == 500);
+  CHECK(j["types"]["mail"]["concurrency"] == 3);
+
+  // The server refuses https (400): exit 1 with its message.
+  auto bad = ctl(s, {"type", "set", "mail", "https://example.com/"});
+  CHECK(bad.exit_code == 1);
+  CHECK(has(bad.err, "error: bad_request: "));
+
+  auto rm = ctl(s, {"type", "rm", "mail"});
+  REQUIRE(rm.exit_code == 0);
+  CHECK(ctl(s, {"type", "rm", "mail"}).exit_code == 3);
+  CHECK(has(ctl(s, {"types"}).out, "no push targets"));
+}

@@ -1,0 +1,463 @@
+// delayqctl: the admin CLI of delayq-server. It speaks the HTTP API of
+// docs/server.md with the server's token and prints tables for people or the
+// server's JSON for scripts (--json). Exit codes are listed in exit_code.
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctl_format.hpp"
+#include "http_client.hpp"
+
+namespace {
+
+// ordered: tables show fields in the order the server sent them (stats).
+using json = nlohmann::ordered_json;
+using namespace delayq::ctl;
+
+/// What the exit status says (documented in --help and docs/server.md).
+enum exit_code : int {
+  exit_ok = 0,
+  exit_server_error = 1,  // the server answered another error
+  exit_usage = 2,         // bad command line
+  exit_not_found = 3,     // 404
+  exit_conflict = 4,      // 409
+  exit_unavailable = 5,   // cannot reach the server, timeout, or 503
+  exit_unauthorized = 6,  // 401
+};
+
+constexpr const char* exit_codes_help =
+    "Exit status: 0 ok; 1 the server answered an error; 2 usage error; 3 not found (404);\n"
+    "4 conflict (409); 5 server unreachable, timeout or unavailable (503); 6 unauthorized (401).\n"
+    "Durations: 500ms, 30s, 5m, 2h, 1d, or a plain number of milliseconds.";
+
+struct globals {
+  std::string server = "http://127.0.0.1:7700";
+  std::string token;
+  bool json_out = false;
+  std::int64_t timeout_ms = 10'000;
+  server_url url;
+};
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Reads an integer field for a table; absent or another type shows as 0.
+std::int64_t int_field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<std::int64_t>() : 0;
+}
+
+std::string string_field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// A duration option: checked by CLI11, so a bad one is a usage error (exit 2).
+CLI::Validator duration_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        return parse_duration_ms(s) ? std::string{}
+                                    : "'" + s +
+                                          "' is not a duration (500ms, 30s, 5m, 2h, 1d or "
+                                          "milliseconds)";
+      },
+      "DURATION");
+}
+
+/// One call to the server and how its answer becomes output and an exit code.
+class client {
+ public:
+  explicit client(const globals& g) : g_(g) {}
+
+  /// Sends the request; on success returns the parsed body (null for an
+  /// empty one) and, with --json, prints the body verbatim. On failure prints
+  /// `error: NAME: MESSAGE` to stderr and sets `exit` to the exit code.
+  std::optional<json> call(std::string_view method, const std::string& target,
+                           const std::optional<json>& body = std::nullopt, bool auth = true) {
+    const http_result r =
+        http_request(g_.url, method, target, auth ? g_.token : std::string{},
+                     body ? std::optional<std::string>(body->dump()) : std::nullopt,
+                     std::chrono::milliseconds{g_.timeout_ms});
+    if (!r.reached) {
+      std::cerr << "error: " << (r.timed_out ? "timeout" : "unreachable") << ": " << g_.server
+                << ": " << r.failure << "\n";
+      exit = exit_unavailable;
+      return std::nullopt;
+    }
+    json parsed = json::parse(r.body, nullptr, false);
+    if (r.status < 200 || r.status > 299) {
+      std::string name = "http_" + std::to_string(r.status), message;
+      if (parsed.is_object()) {
+        if (parsed.contains("error"))
+          name = string_field(parsed, "error");
+        else if (parsed.contains("status"))
+          name = string_field(parsed, "status");
+        message = string_field(parsed, "message");
+      } else {
+        message = printable(r.body, 200);
+      }
+      std::cerr << "error: " << name << ": " << (message.empty() ? "(no message)" : message)
+                << "\n";
+      switch (r.status) {
+        case 401: exit = exit_unauthorized; break;
+        case 404: exit = exit_not_found; break;
+        case 409: exit = exit_conflict; break;
+        case 503: exit = exit_unavailable; break;
+        default: exit = exit_server_error;
+      }
+      return std::nullopt;
+    }
+    if (g_.json_out && !r.body.empty()) std::cout << r.body << "\n";
+    if (r.body.empty()) return json();
+    if (parsed.is_discarded()) {
+      std::cerr << "error: bad_response: the server's answer is not JSON\n";
+      exit = exit_server_error;
+      return std::nullopt;
+    }
+    return parsed;
+  }
+
+  /// Prints `text` unless --json (whose output is the body alone).
+  void say(const std::string& text) const {
+    if (!g_.json_out) std::cout << text;
+  }
+  bool json_out() const { return g_.json_out; }
+
+  int exit = exit_ok;
+
+ private:
+  const globals& g_;
+};
+
+std::string task_path(const std::string& id) { return "/v1/tasks/" + percent_encode(id); }
+
+// The `when` of add and reschedule: exactly one of --in and --at.
+struct when_args {
+  std::string in;
+  std::int64_t at = 0;
+  CLI::Option* in_opt = nullptr;
+  CLI::Option* at_opt = nullptr;
+
+  void add_to(CLI::App* cmd, const char* in_help) {
+    auto* g = cmd->add_option_group("when", "exactly one of --in and --at");
+    in_opt = g->add_option("--in", in, in_help)->check(duration_validator());
+    at_opt = g->add_option("--at", at, "due time in milliseconds since the Unix epoch")
+                 ->check(CLI::NonNegativeNumber);
+    g->require_option(1);
+  }
+  void fill(json& j) const {
+    if (*in_opt)
+      j["delay_ms"] = *parse_duration_ms(in);
+    else
+      j["due_ms"] = at;
+  }
+};
+
+void print_task(const client& c, const json& t) {
+  const std::int64_t now = now_ms();
+  std::vector<std::vector<std::string>> rows = {
+      {"id", string_field(t, "id")},
+      {"type", string_field(t, "type")},
+      {"state", string_field(t, "state")},
+      {"due", when_for_people(int_field(t, "due_ms"), now)},
+      {"attempts", std::to_string(int_field(t, "attempts"))},
+      {"payload", printable(string_field(t, "payload"))},
+  };
+  c.say(render_table(rows));
+}
+
+void print_task_list(const client& c, const json& tasks) {
+  if (!tasks.is_array() || tasks.empty()) return c.say("no upcoming tasks\n");
+  const std::int64_t now = now_ms();
+  std::vector<std::vector<std::string>> rows = {{"ID", "TYPE", "DUE", "ATTEMPTS", "PAYLOAD"}};
+  for (const json& t : tasks) {
+    rows.push_back({printable(string_field(t, "id"), 40), printable(string_field(t, "type"), 30),
+                    when_for_people(int_field(t, "due_ms"), now),
+                    std::to_string(int_field(t, "attempts")),
+                    printable(string_field(t, "payload"), 40)});
+  }
+  c.say(render_table(rows));
+}
+
+void print_dead(const client& c, const json& j) {
+  const json& dead = j.contains("dead") ? j["dead"] : json::array();
+  const std::int64_t total = int_field(j, "total");
+  if (!dead.is_array() || dead.empty()) {
+    return c.say("no dead letters" +
+                 (total > 0 ? " on this page (" + std::to_string(total) + " in all)" : "") + "\n");
+  }
+  const std::int64_t now = now_ms();
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "TYPE", "ATTEMPTS", "DIED", "ERROR", "PAYLOAD"}};
+  for (const json& d : dead) {
+    rows.push_back(
+        {printable(string_field(d, "id"), 40), printable(string_field(d, "type"), 30),
+         std::to_string(int_field(d, "attempts")), when_for_people(int_field(d, "died_ms"), now),
+         printable(string_field(d, "error"), 40), printable(string_field(d, "payload"), 40)});
+  }
+  c.say(render_table(rows));
+  c.say(std::to_string(dead.size()) + " shown of " + std::to_string(total) + " dead letters\n");
+}
+
+void print_stats(const client& c, const json& j) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_object()) {
+      for (const auto& [sub, v] : value.items())
+        rows.push_back({key + "." + sub, v.is_string() ? v.get<std::string>() : v.dump()});
+    } else {
+      rows.push_back({key, value.is_string() ? value.get<std::string>() : value.dump()});
+    }
+  }
+  c.say(render_table(rows));
+}
+
+void print_types(const client& c, const json& j) {
+  const json& types = j.contains("types") ? j["types"] : json::object();
+  if (!types.is_object() || types.empty())
+    return c.say("no push targets (every type is pulled by consumers)\n");
+  std::vector<std::vector<std::string>> rows = {{"TYPE", "PUSH_URL", "TIMEOUT_MS", "CONCURRENCY"}};
+  for (const auto& [type, t] : types.items()) {
+    rows.push_back({printable(type, 40), printable(string_field(t, "push_url")),
+                    std::to_string(int_field(t, "timeout_ms")),
+                    std::to_string(int_field(t, "concurrency"))});
+  }
+  c.say(render_table(rows));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  globals g;
+  if (const char* env = std::getenv("DELAYQ_SERVER"); env != nullptr && *env != '\0')
+    g.server = env;
+  if (const char* env = std::getenv("DELAYQ_TOKEN"); env != nullptr) g.token = env;
+
+  CLI::App app{"delayqctl: look at and act on a delayq-server (docs/server.md)", "delayqctl"};
+  app.set_version_flag("--version", std::string("delayqctl ") + DELAYQ_VERSION);
+  app.footer(exit_codes_help);
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the verb: `delayqctl get X --json`
+  app.add_option("--server", g.server,
+                 "server URL, http://HOST:PORT[/PREFIX] (default: $DELAYQ_SERVER, else "
+                 "http://127.0.0.1:7700)");
+  app.add_option("--token", g.token, "bearer token (default: $DELAYQ_TOKEN)");
+  app.add_flag("--json", g.json_out, "print the server's JSON answer as is (for scripts)");
+  app.add_option("--timeout", g.timeout_ms, "give up after this many milliseconds")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{86'400'000}));
+
+  // Verbs. Each sets `run` to what it does once everything is parsed.
+  std::function<int(client&)> run;
+  std::string id, type, payload, conflict, url, in_text = "0s";
+  std::optional<std::string> new_id;
+  std::optional<std::int64_t> limit, offset, push_timeout, push_concurrency;
+  when_args add_when, resched_when;
+
+  auto* stats = app.add_subcommand("stats", "the engine's and the server's counters");
+  stats->callback([&] {
+    run = [](client& c) {
+      auto j = c.call("GET", "/v1/stats");
+      if (j) print_stats(c, *j);
+      return c.exit;
+    };
+  });
+
+  auto* get = app.add_subcommand("get", "one pending task: state, due time, attempts, payload");
+  get->add_option("ID", id, "task id")->required();
+  get->callback([&] {
+    run = [&](client& c) {
+      auto j = c.call("GET", task_path(id));
+      if (j) print_task(c, *j);
+      return c.exit;
+    };
+  });
+
+  auto* add = app.add_subcommand("add", "schedule a task; prints its id");
+  add->add_option("TYPE", type, "task type")->required();
+  add->add_option("PAYLOAD", payload, "payload (a string; send JSON as text)")->required();
+  add_when.add_to(add, "run after this long (e.g. 30s)");
+  add->add_option("--id", new_id, "the task's id (default: the server makes one)");
+  add->add_option("--conflict", conflict,
+                  "when --id is pending already: reject (exit 4), "
+                  "replace it, or keep it")
+      ->check(CLI::IsMember({"reject", "replace", "keep"}));
+  add->callback([&] {
+    run = [&](client& c) {
+      json body = {{"type", type}, {"payload", payload}};
+      add_when.fill(body);
+      if (new_id) body["id"] = *new_id;
+      if (!conflict.empty()) body["conflict"] = conflict;
+      auto j = c.call("POST", "/v1/tasks", body);
+      if (j) c.say(string_field(*j, "id") + "\n");
+      return c.exit;
+    };
+  });
+
+  auto* cancel = app.add_subcommand("cancel", "cancel a pending task (exit 4 if it is running)");
+  cancel->add_option("ID", id, "task id")->required();
+  cancel->callback([&] {
+    run = [&](client& c) {
+      if (c.call("DELETE", task_path(id))) c.say("cancelled " + printable(id) + "\n");
+      return c.exit;
+    };
+  });
+
+  auto* resched = app.add_subcommand("reschedule", "move a pending task's due time");
+  resched->add_option("ID", id, "task id")->required();
+  resched_when.add_to(resched, "run this long from now (e.g. 5m)");
+  resched->callback([&] {
+    run = [&](client& c) {
+      json body = json::object();
+      resched_when.fill(body);
+      if (c.call("POST", task_path(id) + "/reschedule", body))
+        c.say("rescheduled " + printable(id) + "\n");
+      return c.exit;
+    };
+  });
+
+  auto* upcoming = app.add_subcommand("upcoming", "the next tasks due, earliest first");
+  upcoming->add_option("--type", type, "only this type");
+  upcoming->add_option("--limit", limit, "at most this many (server default 20, max 1000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1000}));
+  upcoming->callback([&] {
+    run = [&](client& c) {
+      std::string target = "/v1/upcoming";
+      char sep = '?';
+      if (!type.empty())
+        target += std::exchange(sep, '&') + std::string("type=") + percent_encode(type);
+      if (limit) target += sep + std::string("limit=") + std::to_string(*limit);
+      auto j = c.call("GET", target);
+      if (j) print_task_list(c, j->contains("tasks") ? (*j)["tasks"] : json::array());
+      return c.exit;
+    };
+  });
+
+  auto* dead = app.add_subcommand("dead", "dead letters: list, requeue, purge");
+  dead->require_subcommand(1);
+  auto* dead_list = dead->add_subcommand("list", "a page of dead letters");
+  dead_list->add_option("--offset", offset, "skip this many")->check(CLI::NonNegativeNumber);
+  dead_list->add_option("--limit", limit, "at most this many (server default 100, max 1000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1000}));
+  dead_list->callback([&] {
+    run = [&](client& c) {
+      std::string target = "/v1/dead";
+      char sep = '?';
+      if (offset)
+        target += std::exchange(sep, '&') + std::string("offset=") + std::to_string(*offset);
+      if (limit) target += sep + std::string("limit=") + std::to_string(*limit);
+      auto j = c.call("GET", target);
+      if (j) print_dead(c, *j);
+      return c.exit;
+    };
+  });
+  auto* dead_requeue =
+      dead->add_subcommand("requeue", "run a dead letter again (its attempts reset)");
+  dead_requeue->add_option("ID", id, "task id")->required();
+  dead_requeue->add_option("--in", in_text, "run after this long")
+      ->capture_default_str()
+      ->check(duration_validator());
+  dead_requeue->callback([&] {
+    run = [&](client& c) {
+      json body = {{"delay_ms", *parse_duration_ms(in_text)}};
+      if (c.call("POST", "/v1/dead/" + percent_encode(id) + "/requeue", body))
+        c.say("requeued " + printable(id) + "\n");
+      return c.exit;
+    };
+  });
+  auto* dead_purge = dead->add_subcommand("purge", "delete a dead letter for good");
+  dead_purge->add_option("ID", id, "task id")->required();
+  dead_purge->callback([&] {
+    run = [&](client& c) {
+      if (c.call("DELETE", "/v1/dead/" + percent_encode(id)))
+        c.say("purged " + printable(id) + "\n");
+      return c.exit;
+    };
+  });
+
+  auto* types = app.add_subcommand("types", "the push targets (types not listed are pulled)");
+  types->callback([&] {
+    run = [](client& c) {
+      auto j = c.call("GET", "/v1/types");
+      if (j) print_types(c, *j);
+      return c.exit;
+    };
+  });
+
+  auto* type_cmd = app.add_subcommand("type", "set or remove a type's push target");
+  type_cmd->require_subcommand(1);
+  auto* type_set = type_cmd->add_subcommand("set", "push the type's due tasks to URL");
+  type_set->add_option("TYPE", type, "task type")->required();
+  type_set->add_option("URL", url, "http:// URL the tasks are POSTed to")->required();
+  type_set->add_option("--timeout-ms", push_timeout, "per push (server default 10000)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{600'000}));
+  type_set
+      ->add_option("--concurrency", push_concurrency,
+                   "pushes in flight at most (server default 64)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{10'000}));
+  type_set->callback([&] {
+    run = [&](client& c) {
+      json body = {{"push_url", url}};
+      if (push_timeout) body["timeout_ms"] = *push_timeout;
+      if (push_concurrency) body["concurrency"] = *push_concurrency;
+      if (c.call("PUT", "/v1/types/" + percent_encode(type), body))
+        c.say("type " + printable(type) + " pushes to " + printable(url) + "\n");
+      return c.exit;
+    };
+  });
+  auto* type_rm = type_cmd->add_subcommand("rm", "remove the push target (the type is pulled)");
+  type_rm->add_option("TYPE", type, "task type")->required();
+  type_rm->callback([&] {
+    run = [&](client& c) {
+      if (c.call("DELETE", "/v1/types/" + percent_encode(type)))
+        c.say("type " + printable(type) + " is pulled again\n");
+      return c.exit;
+    };
+  });
+
+  auto* health =
+      app.add_subcommand("health", "is the server up and its store reachable (no token)");
+  health->callback([&] {
+    run = [](client& c) {
+      auto j = c.call("GET", "/healthz", std::nullopt, false);
+      if (j) c.say(string_field(*j, "status") + "\n");
+      return c.exit;
+    };
+  });
+
+  // Every verb shows the global options and the exit codes in its --help too.
+  for (CLI::App* sub : {stats, get, add, cancel, resched, upcoming, dead, dead_list, dead_requeue,
+                        dead_purge, types, type_cmd, type_set, type_rm, health})
+    sub->footer(std::string("Global options (before or after the verb): --server URL, --token T, "
+                            "--json, --timeout MS;\nsee delayqctl --help.\n") +
+                exit_codes_help);
+
+  try {
+    app.parse(argc, argv);
+    std::string why;
+    auto parsed = server_url::parse(g.server, why);
+    if (!parsed) throw CLI::ValidationError("--server", why);
+    g.url = std::move(*parsed);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 exits 0 for --help and --version and 100+ for its errors; every
+    // command-line error is exit 2 here.
+    const int code = app.exit(e);
+    return code == 0 ? exit_ok : exit_usage;
+  }
+  if (!run) return exit_usage;  // unreachable: require_subcommand(1)
+  client c(g);
+  return run(c);
+}
