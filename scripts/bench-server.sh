@@ -141,7 +141,8 @@ print(s.getsockname()[1])
 s.close()'
 }
 
-# start_beanstalkd NAME [ARGS...]: beanstalkd on a free port; sets $port.
+# start_beanstalkd NAME [ARGS...]: beanstalkd on a free port; sets $port and
+# $server_pid.
 # beanstalkd says nothing when it is ready: wait until the port accepts a
 # connection (or the process died: lost the port race, try another port).
 start_beanstalkd() {
@@ -154,6 +155,7 @@ start_beanstalkd() {
     for ((i = 0; i < 100; i++)); do  # up to 5 s
       kill -0 "$pid" 2>/dev/null || break
       if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && kill -0 "$pid" 2>/dev/null; then
+        server_pid=$pid
         pids+=("$pid")
         names+=("$name")
         echo "bench-server: $name: beanstalkd${*:+ $*} on 127.0.0.1:$port (pid $pid)" >&2
@@ -169,7 +171,7 @@ start_beanstalkd() {
   delayq_die "could not start beanstalkd for $name"
 }
 
-# start_delayq NAME STORE: delayq-server on port 0; sets $port from the line
+# start_delayq NAME STORE: delayq-server on port 0; sets $server_pid, and $port from the line
 # it prints once it listens, read from a fifo (no polling). The rest of its
 # standard output is drained into a log by a cat of our own.
 start_delayq() {
@@ -178,6 +180,7 @@ start_delayq() {
   mkfifo "$fifo"
   "$server_bin" --listen 127.0.0.1:0 --store "$store" --tick 10 >"$fifo" 2>"$work/$name.err" &
   pid=$!
+  server_pid=$pid
   pids+=("$pid")
   names+=("$name")
   exec {fd}<"$fifo"
@@ -198,23 +201,21 @@ start_delayq() {
 }
 
 mkdir -p "$work/binlog" "$work/sqlite"
+# The table's columns, in this order; --pid lets the client report each
+# server's CPU per run.
+targets=()
 start_beanstalkd beanstalkd-fsync -b "$work/binlog" -f 0
-bs_fsync_port=$port
-start_beanstalkd beanstalkd-mem
-bs_mem_port=$port
+targets+=(--target "beanstalkd-fsync=beanstalk://127.0.0.1:$port" --pid "beanstalkd-fsync=$server_pid")
 start_delayq delayq-sqlite "sqlite:$work/sqlite/x.db"
-dq_sqlite_port=$port
+targets+=(--target "delayq-sqlite=http://127.0.0.1:$port" --pid "delayq-sqlite=$server_pid")
 start_delayq delayq-redis "redis://127.0.0.1:$DELAYQ_TEST_REDIS_PORT"
-dq_redis_port=$port
+targets+=(--target "delayq-redis=http://127.0.0.1:$port" --pid "delayq-redis=$server_pid")
+start_beanstalkd beanstalkd-mem
+targets+=(--target "beanstalkd-mem=beanstalk://127.0.0.1:$port" --pid "beanstalkd-mem=$server_pid")
 start_delayq delayq-memory "memory:"
-dq_memory_port=$port
+targets+=(--target "delayq-memory=http://127.0.0.1:$port" --pid "delayq-memory=$server_pid")
 
-cmd=("$client_bin" "${mode[@]}"
-  --target "beanstalkd-fsync=beanstalk://127.0.0.1:$bs_fsync_port"
-  --target "delayq-sqlite=http://127.0.0.1:$dq_sqlite_port"
-  --target "delayq-redis=http://127.0.0.1:$dq_redis_port"
-  --target "beanstalkd-mem=beanstalk://127.0.0.1:$bs_mem_port"
-  --target "delayq-memory=http://127.0.0.1:$dq_memory_port"
+cmd=("$client_bin" "${mode[@]}" "${targets[@]}"
   --pair delayq-sqlite=beanstalkd-fsync
   --pair delayq-redis=beanstalkd-fsync
   --pair delayq-memory=beanstalkd-mem
@@ -226,7 +227,7 @@ cmd=("$client_bin" "${mode[@]}"
   echo "redis:      $(redis-server --version | head -n 1); appendonly yes, appendfsync always"
   echo "delayq:     delayq-server --tick 10 (defaults: --workers 2 --io-threads 2); sqlite:FILE (synchronous=full), redis://, memory:"
   echo "command:    bash scripts/bench-server.sh${mode[*]:+ ${mode[*]}}${extra[*]:+ -- ${extra[*]}}"
-  echo "client:     ${cmd[*]##*/}"
+  echo "client:     ${cmd[*]#"$DELAYQ_ROOT/"}"
 } >"$out/server.machine.txt"
 echo
 cat "$out/server.machine.txt"

@@ -20,6 +20,9 @@
 #include "connection.hpp"
 #include "scenarios.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
@@ -40,6 +43,7 @@ namespace {
 struct options {
   std::vector<std::string> target_specs;
   std::vector<std::string> pair_specs;
+  std::vector<std::string> pid_specs;
   std::string token;
   bool quick = false;
   int rounds = 3;
@@ -62,7 +66,8 @@ struct row {
   std::string label;  // what the table says
   std::string unit;
   bool higher_is_better = true;
-  std::map<std::string, double> value;  // target -> median / pooled percentile
+  std::map<std::string, double> value;         // target -> median / pooled percentile
+  std::map<std::string, double> server_cores;  // target -> median over the rounds (-1: unknown)
 };
 
 double median(std::vector<double> v) {
@@ -104,6 +109,67 @@ json latency_summary(std::vector<double> v) {
   return j;
 }
 
+// CPU seconds (user + system) a process has used so far, from
+// /proc/PID/stat; -1 when it cannot be read.
+double process_cpu_s(long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return -1;
+  const std::size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  // After the name: state(3) ... utime(14) stime(15), counted from 1.
+  for (int k = 3; k <= 15 && rest >> field; ++k) {
+    if (k == 14) utime = std::stod(field);
+    if (k == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double self_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// The CPU the client and the server under test used during one run, in
+// cores (CPU seconds over wall seconds): tells whether a figure is bound by
+// the server's CPU, the client's, or neither (waiting on fsync).
+class cpu_meter {
+ public:
+  explicit cpu_meter(long server_pid)
+      : pid_(server_pid),
+        wall0_(bs::clock::now()),
+        self0_(self_cpu_s()),
+        server0_(pid_ > 0 ? process_cpu_s(pid_) : -1) {}
+  json stop() const {
+    const double wall = std::chrono::duration<double>(bs::clock::now() - wall0_).count();
+    json j = {{"client_cores", (self_cpu_s() - self0_) / wall}};
+    const double s1 = pid_ > 0 ? process_cpu_s(pid_) : -1;
+    j["server_cores"] = (server0_ >= 0 && s1 >= 0) ? json((s1 - server0_) / wall) : json(nullptr);
+    return j;
+  }
+
+ private:
+  long pid_;
+  bs::clock::time_point wall0_;
+  double self0_, server0_;
+};
+
+std::string cores_note(const json& cpu) {
+  char b[96];
+  if (cpu["server_cores"].is_null()) {
+    std::snprintf(b, sizeof b, "client %.2f cores", cpu["client_cores"].get<double>());
+  } else {
+    std::snprintf(b, sizeof b, "server %.2f, client %.2f cores", cpu["server_cores"].get<double>(),
+                  cpu["client_cores"].get<double>());
+  }
+  return b;
+}
+
 bool wanted(const options& o, const std::string& scenario) {
   return o.only.empty() || std::find(o.only.begin(), o.only.end(), scenario) != o.only.end();
 }
@@ -121,6 +187,9 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--pair", o.pair_specs,
                  "CANDIDATE=BASELINE: a verdict row per measurement (repeatable)");
+  app.add_option("--pid", o.pid_specs,
+                 "NAME=PID: the target's server process, whose CPU use each run reports "
+                 "(repeatable)");
   app.add_option("--token", o.token, "Bearer token for the http:// targets");
   app.add_flag("--quick", o.quick, "tiny sizes (a few seconds): checks that everything works");
   app.add_option("--rounds", o.rounds, "rounds of the throughput scenarios (median)")
@@ -183,6 +252,20 @@ int main(int argc, char** argv) {
     pairs.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
   }
 
+  std::map<std::string, long> server_pid;
+  for (const auto& spec : o.pid_specs) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos) {
+      std::cerr << "--pid " << spec << ": expected NAME=PID\n";
+      return 2;
+    }
+    server_pid[spec.substr(0, eq)] = std::stol(spec.substr(eq + 1));
+  }
+  const auto pid_of = [&](const bs::target& t) {
+    const auto it = server_pid.find(t.name);
+    return it == server_pid.end() ? -1L : it->second;
+  };
+
   boost::asio::io_context io;
   const auto secs = [](double s) {
     return std::chrono::duration_cast<bs::clock::duration>(std::chrono::duration<double>(s));
@@ -216,7 +299,7 @@ int main(int argc, char** argv) {
              "/s",
              true,
              {}};
-      std::map<std::string, std::vector<double>> per_round, lat;
+      std::map<std::string, std::vector<double>> per_round, lat, cores;
       std::map<std::string, json> round_json;
       for (int r = 0; r < o.rounds; ++r) {
         for (const bs::target* t : in_order(r)) {
@@ -231,26 +314,32 @@ int main(int argc, char** argv) {
           } else {
             cfg.type = "benchcycle" + std::to_string(conns) + "r" + std::to_string(r);
           }
+          const cpu_meter meter(pid_of(*t));
           bs::throughput_result res =
               scenario == "put" ? bs::run_puts(io, *t, cfg) : bs::run_cycles(io, *t, cfg);
+          const json cpu = meter.stop();
           report_errors(key, *t, res.errors);
-          std::printf("  %-10s round %d  %-18s %12.0f /s  (p50 %.0f us, p99 %.0f us)%s\n",
+          std::printf("  %-10s round %d  %-18s %10.0f /s  (p50 %.0f us, p99 %.0f us; %s)%s\n",
                       key.c_str(), r + 1, t->name.c_str(), res.per_s,
                       bs::percentile(res.latency_us, 50), bs::percentile(res.latency_us, 99),
-                      res.errors.count ? "  ERRORS" : "");
+                      cores_note(cpu).c_str(), res.errors.count ? "  ERRORS" : "");
           std::fflush(stdout);
           per_round[t->name].push_back(res.per_s);
+          cores[t->name].push_back(
+              cpu["server_cores"].is_null() ? -1.0 : cpu["server_cores"].get<double>());
           lat[t->name].insert(lat[t->name].end(), res.latency_us.begin(), res.latency_us.end());
           round_json[t->name].push_back({{"per_s", res.per_s},
                                          {"ops", res.ops},
                                          {"empty_reserves", res.empty_reserves},
                                          {"errors", res.errors.count},
-                                         {"first_error", res.errors.first}});
+                                         {"first_error", res.errors.first},
+                                         {"cpu", cpu}});
         }
       }
       json jrow = {{"label", rw.label}, {"unit", "per_s"}, {"by_target", json::object()}};
       for (const auto& t : targets) {
         rw.value[t.name] = median(per_round[t.name]);
+        rw.server_cores[t.name] = median(cores[t.name]);
         jrow["by_target"][t.name] = {{"median_per_s", rw.value[t.name]},
                                      {"rounds", round_json[t.name]},
                                      {"latency_us", latency_summary(lat[t.name])}};
@@ -273,7 +362,9 @@ int main(int argc, char** argv) {
         cfg.delay_ms = 1000;  // whole seconds: beanstalkd's unit
         cfg.payload_bytes = o.payload;
         cfg.type = "benchlate" + std::to_string(r);
+        const cpu_meter meter(pid_of(*t));
         bs::lateness_result res = bs::run_lateness(io, *t, cfg);
+        const json cpu = meter.stop();
         report_errors("lateness", *t, res.errors);
         std::printf(
             "  lateness   round %d  %-18s p50 %7.2f  p99 %7.2f  max %7.2f ms  (%llu/%llu)%s\n",
@@ -289,6 +380,7 @@ int main(int argc, char** argv) {
                                        {"foreign", res.foreign},
                                        {"errors", res.errors.count},
                                        {"first_error", res.errors.first},
+                                       {"cpu", cpu},
                                        {"lateness_ms", latency_summary(res.lateness_ms)}});
       }
     }
@@ -319,6 +411,28 @@ int main(int argc, char** argv) {
     md << "| " << rw.label << " |";
     for (const auto& t : targets) md << " " << fmt(rw, rw.value.at(t.name)) << " |";
     md << "\n";
+  }
+  if (!server_pid.empty() && std::any_of(rows.begin(), rows.end(),
+                                         [](const row& rw) { return !rw.server_cores.empty(); })) {
+    md << "\nServer CPU during those runs, in cores (CPU seconds / wall seconds, median of the "
+          "rounds; the machine has "
+       << sysconf(_SC_NPROCESSORS_ONLN) << "; redis-server's own CPU is not counted):\n\n";
+    md << "| measurement |";
+    for (const auto& t : targets) md << " " << t.name << " |";
+    md << "\n|---|";
+    for (std::size_t k = 0; k < targets.size(); ++k) md << "---:|";
+    md << "\n";
+    for (const auto& rw : rows) {
+      if (rw.server_cores.empty()) continue;
+      md << "| " << rw.label << " |";
+      for (const auto& t : targets) {
+        const double c = rw.server_cores.at(t.name);
+        char b[32];
+        std::snprintf(b, sizeof b, c < 0 ? "?" : "%.2f", c);
+        md << " " << b << " |";
+      }
+      md << "\n";
+    }
   }
   json verdicts = json::array();
   if (!pairs.empty()) {
