@@ -12,6 +12,12 @@
 # scripts/with-redis.sh), and without one runs itself again under
 # scripts/with-redis.sh, which starts a private redis-server.
 #
+# delayq-bench-server (bench/server) runs through scripts/bench-server.sh
+# --quick (about 15 s): it starts beanstalkd (with and without a binlog), a
+# private redis-server and three delayq-servers of <builddir> (SQLite, Redis,
+# memory) on free loopback ports, runs every scenario tiny and stops them.
+# beanstalkd must be installed (scripts/common.sh lists it).
+#
 # Fails only when a binary crashes, exits non-zero or hangs (5 minutes). No
 # timing is checked: timings on a shared CI machine mean nothing. A benchmark
 # that reports an error (Google Benchmark's "ERROR OCCURRED", e.g. a cancel
@@ -34,7 +40,7 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # The Google Benchmark binaries; delayq-bench-engine and delayq-bench-store
 # are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
-  ! -name delayq-bench-engine ! -name delayq-bench-store | sort)
+  ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -143,6 +149,35 @@ else
     failed=1
   fi
   binaries+=("$e2e")
+fi
+
+# delayq-bench-server, through scripts/bench-server.sh --quick on this build:
+# beanstalkd and delayq-server side by side, tiny sizes. It fails on any error
+# answer (a put refused, a job never delivered), a server that died, or
+# invalid JSON; never on a timing.
+server_bench="$dir/bench/server/delayq-bench-server"
+if [[ ! -x "$server_bench" ]]; then
+  echo "FAIL delayq-bench-server: $server_bench was not built"
+  failed=1
+else
+  rc=0
+  timeout 180 bash "$DELAYQ_ROOT/scripts/bench-server.sh" --quick --no-build --build "$dir" \
+    --out "$e2e_out/server" >"$log" 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "FAIL bench-server.sh --quick: still running after 180 s"
+  elif ((rc != 0)); then
+    echo "FAIL bench-server.sh --quick: exit status $rc"
+  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/server/server.json" >/dev/null; then
+    echo "FAIL bench-server.sh --quick: $e2e_out/server/server.json is not valid JSON"
+    rc=1
+  else
+    echo "ok   delayq-bench-server (bench-server.sh --quick): $(grep -c '^| [a-z]' "$e2e_out/server/server-tables.md" || true) table rows"
+  fi
+  if ((rc != 0)); then
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  fi
+  binaries+=("$server_bench")
 fi
 echo "bench smoke: ${#binaries[@]} binaries in $((SECONDS - start)) s"
 exit "$failed"
