@@ -15,7 +15,7 @@
 #                      redis-server with appendonly yes, appendfsync always
 #                      (scripts/with-redis.sh)
 #   delayq-memory      delayq-server --store memory:
-# (delayq-server with --tick 10), runs build/bench/server/delayq-bench-server
+# (delayq-server with its default --tick 1), runs build/bench/server/delayq-bench-server
 # against all five in one run (rounds alternate between them) and stops them
 # all afterwards. Pairs of equal durability: delayq-sqlite and delayq-redis
 # against beanstalkd-fsync, delayq-memory against beanstalkd-mem.
@@ -178,7 +178,7 @@ start_delayq() {
   local name="$1" store="$2" fd line pid
   local fifo="$work/$name.fifo"
   mkfifo "$fifo"
-  "$server_bin" --listen 127.0.0.1:0 --store "$store" --tick 10 >"$fifo" 2>"$work/$name.err" &
+  "$server_bin" --listen 127.0.0.1:0 --store "$store" >"$fifo" 2>"$work/$name.err" &
   pid=$!
   server_pid=$pid
   pids+=("$pid")
@@ -225,7 +225,7 @@ cmd=("$client_bin" "${mode[@]}" "${targets[@]}"
   delayq_machine "$build"
   echo "beanstalkd: $(beanstalkd -v 2>&1 | head -n 1); fsync: -b DIR -f 0, memory: no -b"
   echo "redis:      $(redis-server --version | head -n 1); appendonly yes, appendfsync always"
-  echo "delayq:     delayq-server --tick 10 (defaults: --workers 2 --io-threads 2); sqlite:FILE (synchronous=full), redis://, memory:"
+  echo "delayq:     delayq-server (defaults: --tick 1 --workers 2 --io-threads 2); sqlite:FILE (synchronous=full), redis://, memory:"
   build_arg=""
   [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"
   echo "command:    bash scripts/bench-server.sh${build_arg}${mode[*]:+ ${mode[*]}}${extra[*]:+ -- ${extra[*]}}"

@@ -21,7 +21,7 @@ struct server_options {
   std::string listen = "127.0.0.1:7700";
   std::string store;  ///< Empty: delayq::default_store_uri().
   std::string token;  ///< Empty: no auth (loopback only).
-  std::chrono::milliseconds tick{10};
+  std::chrono::milliseconds tick{1};
   std::size_t workers = 2;
   std::size_t io_threads = 2;
   std::vector<std::string> push;  ///< TYPE=URL
