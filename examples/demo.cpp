@@ -7,6 +7,7 @@
 //               [--crash-after SECONDS] [--help]
 #include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
+#include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -22,7 +23,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <string_view>
 
 namespace {
 
@@ -37,69 +37,42 @@ struct settings {
   int crash_after = 0;  // seconds; 0: never
 };
 
-void usage(std::FILE* out) {
-  std::fputs(
-      "usage: delayq-demo [options]\n"
-      "\n"
+// The flags, each checked for its range; --help prints them. A bad flag
+// exits 2 with a message.
+settings parse(int argc, char** argv) {
+  settings s;
+  CLI::App app(
       "Schedules a few delayed tasks of two types (order.cancel, reminder.send),\n"
       "cancels one, reschedules one, and prints every execution with its planned\n"
       "time, actual time and lateness. Runs whatever the store already held too\n"
       "(tasks a crashed run left behind: overdue ones at once). Exits once the\n"
-      "store is empty.\n"
-      "\n"
-      "options:\n"
-      "  --tasks N           tasks to schedule (2-10000, default 6)\n"
-      "  --tick MS           wheel tick in milliseconds (1-60000, default 100)\n"
-      "  --store URI         where tasks are kept (default: $DELAYQ_STORE, else\n"
-      "                      redis://127.0.0.1:6379/0); also sqlite:FILE, memory:\n"
-      "  --resume            schedule nothing; run what the store holds\n"
-      "  --crash-after SEC   kill this process with SIGKILL after SEC seconds, to\n"
-      "                      show that a restart (--resume) loses nothing\n"
-      "  --help              this text\n",
-      out);
-}
-
-// Parses an integer flag value in [lo, hi]; exits with a message otherwise.
-long parse_number(std::string_view flag, const char* text, long lo, long hi) {
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || v < lo || v > hi) {
-    std::fprintf(stderr, "delayq-demo: %.*s wants a whole number from %ld to %ld, got '%s'\n",
-                 static_cast<int>(flag.size()), flag.data(), lo, hi, text);
-    std::exit(2);
+      "store is empty.",
+      "delayq-demo");
+  app.add_option("--tasks", s.tasks, "tasks to schedule")
+      ->type_name("N")
+      ->check(CLI::Range(2, 10000))
+      ->capture_default_str();
+  int tick_ms = static_cast<int>(s.tick.count());
+  app.add_option("--tick", tick_ms, "wheel tick in milliseconds")
+      ->type_name("MS")
+      ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  app.add_option("--store", s.store,
+                 "where tasks are kept (default: $DELAYQ_STORE, else\n"
+                 "redis://127.0.0.1:6379/0); also sqlite:FILE, memory:")
+      ->type_name("URI");
+  app.add_flag("--resume", s.resume, "schedule nothing; run what the store holds");
+  app.add_option("--crash-after", s.crash_after,
+                 "kill this process with SIGKILL after SEC seconds, to\n"
+                 "show that a restart (--resume) loses nothing")
+      ->type_name("SEC")
+      ->check(CLI::Range(1, 3600));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  return v;
-}
-
-settings parse(int argc, char** argv) {
-  settings s;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "delayq-demo: %s needs a value (see --help)\n", argv[i]);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      usage(stdout);
-      std::exit(0);
-    } else if (arg == "--tasks") {
-      s.tasks = static_cast<int>(parse_number(arg, value(), 2, 10000));
-    } else if (arg == "--tick") {
-      s.tick = std::chrono::milliseconds{parse_number(arg, value(), 1, 60000)};
-    } else if (arg == "--store") {
-      s.store = value();
-    } else if (arg == "--resume") {
-      s.resume = true;
-    } else if (arg == "--crash-after") {
-      s.crash_after = static_cast<int>(parse_number(arg, value(), 1, 3600));
-    } else {
-      std::fprintf(stderr, "delayq-demo: unknown option '%s' (see --help)\n", argv[i]);
-      std::exit(2);
-    }
-  }
+  s.tick = std::chrono::milliseconds{tick_ms};
   return s;
 }
 

@@ -1,13 +1,16 @@
-// bench_cli.hpp - what the delayq benchmark binaries share: their own flags
-// (taken out of argv before Google Benchmark sees it), task ids and a fast,
-// seeded random source.
+// bench_cli.hpp - what the delayq benchmark binaries share: CLI11 options of
+// the forms they all take (counts such as 1e6, lists of them), the flags of
+// the Google Benchmark binaries (taken out of argv before Google Benchmark
+// sees it), task ids and a fast, seeded random source.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace delayq::bench {
@@ -19,37 +22,95 @@ struct cli {
   std::vector<std::int64_t> sizes;  ///< --sizes=1000,100000: replaces the default sizes
 };
 
-/// Takes --quick, --full and --sizes=... out of argv; leaves the rest (for
-/// benchmark::Initialize). Exits with a message on a malformed --sizes.
-inline cli take_cli(int& argc, char** argv) {
-  cli c;
-  int out = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--quick") {
-      c.quick = true;
-    } else if (a == "--full") {
-      c.full = true;
-    } else if (a.substr(0, 8) == "--sizes=") {
-      std::string list(a.substr(8));
-      for (std::size_t p = 0; p < list.size();) {
-        std::size_t q = list.find(',', p);
-        if (q == std::string::npos) q = list.size();
-        const std::string item = list.substr(p, q - p);
+/// A CLI11 check: a number, in any floating-point form (1e6), of at least `least`.
+inline CLI::Validator at_least(double least) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", least);
+  const std::string bound = text;
+  return CLI::Validator(
+      [least, bound](const std::string& s) -> std::string {
         char* end = nullptr;
-        const double v = std::strtod(item.c_str(), &end);  // accepts 1e6
-        if (item.empty() || *end != '\0' || v < 1) {
-          std::fprintf(stderr, "bad --sizes entry '%s' (expected e.g. --sizes=1000,1e6)\n",
-                       item.c_str());
-          std::exit(2);
-        }
-        c.sizes.push_back(static_cast<std::int64_t>(v));
-        p = q + 1;
-      }
-    } else {
-      argv[out++] = argv[i];
-    }
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || !(v >= least))
+          return "'" + s + "' is not a number >= " + bound;
+        return {};
+      },
+      ">= " + bound);
+}
+
+/// Adds --sizes=LIST to `app`: comma-separated, repeatable, each at least
+/// `least`, in any floating-point form (1e6); each is truncated to an integer.
+inline CLI::Option* add_sizes_option(CLI::App& app, std::vector<double>& into, double least) {
+  return app.add_option("--sizes", into, "replaces the default sizes, e.g. --sizes=1000,1e6")
+      ->delimiter(',')
+      ->allow_extra_args(false)  // one list per --sizes: never the arguments after it
+      ->check(at_least(least))
+      ->type_name("LIST");
+}
+
+/// Adds an option `name` N: a count of at least 1 in any floating-point form
+/// (1e6), truncated, handed to `set`.
+inline CLI::Option* add_count_option(CLI::App& app, const std::string& name,
+                                     std::function<void(std::uint64_t)> set,
+                                     const std::string& help) {
+  return app
+      .add_option_function<double>(
+          name, [set](const double& v) { set(static_cast<std::uint64_t>(v)); }, help)
+      ->check(at_least(1))
+      ->type_name("N");
+}
+
+/// Adds an option `name` LIST: comma-separated counts, as add_count_option.
+inline CLI::Option* add_count_list_option(CLI::App& app, const std::string& name,
+                                          std::function<void(std::vector<std::uint64_t>)> set,
+                                          const std::string& help) {
+  return app
+      .add_option_function<std::vector<double>>(
+          name,
+          [set](const std::vector<double>& list) {
+            std::vector<std::uint64_t> counts;
+            for (const double v : list) counts.push_back(static_cast<std::uint64_t>(v));
+            set(std::move(counts));
+          },
+          help)
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(at_least(1))
+      ->type_name("LIST");
+}
+
+/// Takes --quick, --full and --sizes=... out of argv; leaves the rest (for
+/// benchmark::Initialize). --help prints these flags, then calls
+/// `more_help` (benchmark::PrintDefaultHelp for Google Benchmark's). Exits
+/// with a message on a malformed flag.
+inline cli take_cli(int& argc, char** argv, const std::string& description, void (*more_help)()) {
+  cli c;
+  CLI::App app(description);
+  app.allow_extras();  // Google Benchmark's flags
+  app.add_flag("--quick", c.quick, "tiny sizes, a few ms per benchmark (the CI smoke run)");
+  app.add_flag("--full", c.full, "add the largest size");
+  std::vector<double> sizes;
+  add_sizes_option(app, sizes, 1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help() << "Google Benchmark's flags:\n";
+    more_help();
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  for (const double v : sizes) c.sizes.push_back(static_cast<std::int64_t>(v));
+  // The extras keep their order and their original text: keep those argv
+  // entries, in place.
+  const std::vector<std::string> rest = app.remaining();
+  int out = 1;
+  std::size_t k = 0;
+  for (int i = 1; i < argc && k < rest.size(); ++i)
+    if (rest[k] == argv[i]) {
+      argv[out++] = argv[i];
+      ++k;
+    }
   argc = out;
   argv[argc] = nullptr;
   return c;

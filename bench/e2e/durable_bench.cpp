@@ -30,6 +30,9 @@
 #include <SQLiteCpp/Transaction.h>
 #include <stdlib.h>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -56,25 +59,6 @@
 
 namespace delayq::bench {
 namespace {
-
-[[noreturn]] void flag_error(const std::string& msg) {
-  std::fprintf(stderr, "delayq-bench: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-std::uint64_t count_value(const std::string& flag, const char* v) {
-  char* end = nullptr;
-  const double d = std::strtod(v, &end);  // accepts 1e6
-  if (*v == '\0' || *end != '\0' || d < 1) flag_error(flag + " needs a positive number");
-  return static_cast<std::uint64_t>(d);
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
-  return out;
-}
 
 std::string fmt(double v, int prec = 2) {
   char buf[64];
@@ -108,22 +92,16 @@ std::string make_temp_dir(const std::string& base_in) {
 
 // ------------------------------------------------------------ output
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') o += '\\';
-    if (static_cast<unsigned char>(ch) >= 0x20) o += ch;
-  }
-  return o + "\"";
-}
+// A figure rounded to `prec` decimals, as the tables print it: the rest is noise.
+double fixed(double v, int prec) { return std::strtod(fmt(v, prec).c_str(), nullptr); }
 
-std::string json_rate(const durable_rate& r) {
-  std::ostringstream o;
-  o << "{\"what\": " << json_str(r.what) << ", \"tasks\": " << r.tasks
-    << ", \"failed\": " << r.failed << ", \"seconds\": " << fmt(r.seconds, 4)
-    << ", \"per_s\": " << fmt(r.per_s(), 1) << ", \"capped\": " << (r.capped ? "true" : "false")
-    << "}";
-  return o.str();
+nlohmann::ordered_json json_rate(const durable_rate& r) {
+  return {{"what", r.what},
+          {"tasks", r.tasks},
+          {"failed", r.failed},
+          {"seconds", fixed(r.seconds, 4)},
+          {"per_s", fixed(r.per_s(), 1)},
+          {"capped", r.capped}};
 }
 
 std::string rate_cell(const durable_rate& r) {
@@ -158,9 +136,9 @@ double blocking_at(const durable_backend_result& b, int threads) {
 
 // ------------------------------------------------------------ config
 
-void durable_config::apply_quick() {
+void durable_config::apply_quick(const CLI::App& app) {
   quick = true;
-  auto unset = [&](const char* f) { return std::find(set_.begin(), set_.end(), f) == set_.end(); };
+  auto unset = [&](const char* f) { return app.count(f) == 0; };
   if (unset("--durable-seeds-tasks")) seeds_tasks = 50;
   if (unset("--durable-limit-tasks")) limit_tasks = 5000;
   if (unset("--durable-blocking-tasks")) blocking_tasks = 80;
@@ -175,70 +153,52 @@ void durable_config::apply_quick() {
   if (unset("--durable-max-seconds")) max_seconds = 5;
 }
 
-bool durable_config::take_flag(const std::string& flag, int& i, int argc, char** argv) {
-  if (flag.rfind("--durable-", 0) != 0) return false;
-  auto value = [&]() -> const char* {
-    if (i + 1 >= argc) flag_error(flag + " needs a value");
-    return argv[++i];
+void durable_config::add_flags(CLI::App& app) {
+  const std::string group = "durable (the store's speed, issue 11; sizes default / --quick)";
+  const auto count = [&](const char* flag, std::uint64_t& into, const char* help) {
+    add_count_option(
+        app, flag, [&into](std::uint64_t v) { into = v; }, help)
+        ->group(group);
   };
-  if (flag == "--durable-backends") {
-    backends = split(value());
-    for (const auto& b : backends)
-      if (b != "redis" && b != "sqlite-full" && b != "sqlite-normal")
-        flag_error("unknown durable backend '" + b + "'");
-  } else if (flag == "--durable-seeds-tasks") {
-    seeds_tasks = count_value(flag, value());
-  } else if (flag == "--durable-limit-tasks") {
-    limit_tasks = count_value(flag, value());
-  } else if (flag == "--durable-blocking-tasks") {
-    blocking_tasks = count_value(flag, value());
-  } else if (flag == "--durable-blocking-threads") {
-    blocking_threads.clear();
-    for (const auto& s : split(value()))
-      blocking_threads.push_back(static_cast<int>(count_value(flag, s.c_str())));
-  } else if (flag == "--durable-in-flight") {
-    in_flight.clear();
-    for (const auto& s : split(value())) in_flight.push_back(count_value(flag, s.c_str()));
-  } else if (flag == "--durable-async-tasks") {
-    async_tasks = count_value(flag, value());
-  } else if (flag == "--durable-many-tasks") {
-    many_tasks = count_value(flag, value());
-  } else if (flag == "--durable-removal-tasks") {
-    removal_tasks = count_value(flag, value());
-  } else if (flag == "--durable-removal-window-ms") {
-    removal_window = milliseconds(count_value(flag, value()));
-  } else if (flag == "--durable-removal-lead-ms") {
-    removal_lead = milliseconds(count_value(flag, value()));
-  } else if (flag == "--durable-linger-ms") {
-    removal_linger = milliseconds(count_value(flag, value()));
-  } else if (flag == "--durable-recovery-tasks") {
-    recovery_tasks = count_value(flag, value());
-  } else if (flag == "--durable-max-seconds") {
-    max_seconds = static_cast<double>(count_value(flag, value()));
-  } else {
-    return false;
-  }
-  set_.push_back(flag);
-  return true;
-}
-
-const char* durable_config::usage() {
-  return R"(durable (the store's speed, issue 11; sizes default / --quick):
-  --durable-backends LIST     some of redis, sqlite-full, sqlite-normal (default all)
-  --durable-seeds-tasks N     (1) one round trip or commit per task (2000 / 50)
-  --durable-limit-tasks N     (2) raw batches of 1000 (2e5 / 5000)
-  --durable-blocking-tasks N  (3) schedule() per thread count (4000 / 80)
-  --durable-blocking-threads LIST  (3) thread counts (1,8)
-  --durable-in-flight LIST    (4) async_schedule() window (100,1000,10000,100000 / 100,1000)
-  --durable-async-tasks N     (4) tasks per window, at least the window (2e5 / 2000)
-  --durable-many-tasks N      (5) schedule_many() of 1000 (1e5 / 2000)
-  --durable-removal-tasks N   (6) tasks due within the window (1e5 / 1000)
-  --durable-removal-window-ms MS  (6) (10000 / 500)
-  --durable-removal-lead-ms MS    (6) first due time after scheduling began (5000 / 300)
-  --durable-linger-ms MS      (6) store counted this long after the last run (1000 / 200)
-  --durable-recovery-tasks N  (7) stored tasks start() loads (1e6 / 2000)
-  --durable-max-seconds S     most seconds one measurement issues work (60 / 5)
-)";
+  const auto ms = [&](const char* flag, milliseconds& into, const char* help) {
+    add_count_option(
+        app, flag, [&into](std::uint64_t v) { into = milliseconds(v); }, help)
+        ->group(group);
+  };
+  app.add_option("--durable-backends", backends,
+                 "some of redis, sqlite-full, sqlite-normal (default all)")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(CLI::IsMember({"redis", "sqlite-full", "sqlite-normal"}))
+      ->group(group);
+  count("--durable-seeds-tasks", seeds_tasks, "(1) one round trip or commit per task (2000 / 50)");
+  count("--durable-limit-tasks", limit_tasks, "(2) raw batches of 1000 (2e5 / 5000)");
+  count("--durable-blocking-tasks", blocking_tasks, "(3) schedule() per thread count (4000 / 80)");
+  add_count_list_option(
+      app, "--durable-blocking-threads",
+      [this](std::vector<std::uint64_t> v) { blocking_threads.assign(v.begin(), v.end()); },
+      "(3) thread counts (1,8)")
+      ->group(group);
+  add_count_list_option(
+      app, "--durable-in-flight",
+      [this](std::vector<std::uint64_t> v) { in_flight = std::move(v); },
+      "(4) async_schedule() window (100,1000,10000,100000 / 100,1000)")
+      ->group(group);
+  count("--durable-async-tasks", async_tasks,
+        "(4) tasks per window, at least the window (2e5 / 2000)");
+  count("--durable-many-tasks", many_tasks, "(5) schedule_many() of 1000 (1e5 / 2000)");
+  count("--durable-removal-tasks", removal_tasks, "(6) tasks due within the window (1e5 / 1000)");
+  ms("--durable-removal-window-ms", removal_window, "(6) (10000 / 500)");
+  ms("--durable-removal-lead-ms", removal_lead,
+     "(6) first due time after scheduling began (5000 / 300)");
+  ms("--durable-linger-ms", removal_linger,
+     "(6) store counted this long after the last run (1000 / 200)");
+  count("--durable-recovery-tasks", recovery_tasks, "(7) stored tasks start() loads (1e6 / 2000)");
+  add_count_option(
+      app, "--durable-max-seconds",
+      [this](std::uint64_t v) { max_seconds = static_cast<double>(v); },
+      "most seconds one measurement issues work (60 / 5)")
+      ->group(group);
 }
 
 // ------------------------------------------------------------ scenario
@@ -418,52 +378,52 @@ std::string durable_tables(const durable_config& c, const durable_report& r) {
   return o.str();
 }
 
-std::string durable_json(const durable_config& c, const durable_report& r) {
-  std::ostringstream o;
-  o << "{\"quick\": " << (c.quick ? "true" : "false") << ", \"backends\": [";
-  bool first_b = true;
+nlohmann::ordered_json durable_json(const durable_config& c, const durable_report& r) {
+  using json = nlohmann::ordered_json;
+  json backends = json::array();
   for (const auto& b : r.backends) {
-    o << (first_b ? "\n    " : ",\n    ") << "{\"backend\": " << json_str(b.backend)
-      << ", \"store\": " << json_str(b.store);
-    first_b = false;
+    json j = {{"backend", b.backend}, {"store", b.store}};
     if (b.store.empty()) {
-      o << ", \"skipped\": true}";
+      j["skipped"] = true;
+      backends.push_back(std::move(j));
       continue;
     }
-    o << ",\n     \"one_at_a_time\": " << json_rate(b.seeds)
-      << ",\n     \"limit\": " << json_rate(b.limit) << ",\n     \"blocking\": [";
-    for (std::size_t i = 0; i < b.blocking.size(); ++i)
-      o << (i ? ", " : "") << "{\"threads\": " << b.blocking[i].first
-        << ", \"rate\": " << json_rate(b.blocking[i].second) << "}";
-    o << "],\n     \"async\": [";
-    for (std::size_t i = 0; i < b.async_rates.size(); ++i)
-      o << (i ? ", " : "") << "{\"in_flight\": " << b.async_rates[i].first
-        << ", \"rate\": " << json_rate(b.async_rates[i].second) << "}";
-    o << "],\n     \"schedule_many\": " << json_rate(b.many);
+    j["one_at_a_time"] = json_rate(b.seeds);
+    j["limit"] = json_rate(b.limit);
+    j["blocking"] = json::array();
+    for (const auto& [threads, rate] : b.blocking)
+      j["blocking"].push_back({{"threads", threads}, {"rate", json_rate(rate)}});
+    j["async"] = json::array();
+    for (const auto& [in_flight, rate] : b.async_rates)
+      j["async"].push_back({{"in_flight", in_flight}, {"rate", json_rate(rate)}});
+    j["schedule_many"] = json_rate(b.many);
     if (b.removals) {
       const auto& m = *b.removals;
-      o << ",\n     \"removals\": {\"tasks\": " << m.tasks << ", \"ran\": " << m.ran
-        << ", \"schedule_s\": " << fmt(m.schedule_s, 4)
-        << ", \"lateness_p50_us\": " << m.lateness_p50_us
-        << ", \"lateness_p99_us\": " << m.lateness_p99_us
-        << ", \"lateness_max_us\": " << m.lateness_max_us
-        << ", \"linger_ms\": " << c.removal_linger.count()
-        << ", \"held_after_linger\": " << m.held_after_linger << ", \"drained_after_s\": "
-        << (m.drained_after_s ? fmt(*m.drained_after_s, 4) : std::string("null")) << "}";
+      j["removals"] = {{"tasks", m.tasks},
+                       {"ran", m.ran},
+                       {"schedule_s", fixed(m.schedule_s, 4)},
+                       {"lateness_p50_us", m.lateness_p50_us},
+                       {"lateness_p99_us", m.lateness_p99_us},
+                       {"lateness_max_us", m.lateness_max_us},
+                       {"linger_ms", c.removal_linger.count()},
+                       {"held_after_linger", m.held_after_linger},
+                       {"drained_after_s",
+                        m.drained_after_s ? json(fixed(*m.drained_after_s, 4)) : json(nullptr)}};
     }
     if (b.recovery) {
       const auto& v = *b.recovery;
-      o << ",\n     \"recovery\": {\"tasks\": " << v.tasks << ", \"loaded\": " << v.loaded
-        << ", \"fill_s\": " << fmt(v.fill_s, 3) << ", \"list_s\": " << fmt(v.list_s, 4)
-        << ", \"start_s\": " << fmt(v.start_s, 4)
-        << ", \"rss_before_mb\": " << fmt(v.rss_before_mb, 1)
-        << ", \"rss_peak_mb\": " << fmt(v.rss_peak_mb, 1)
-        << ", \"rss_after_mb\": " << fmt(v.rss_after_mb, 1) << "}";
+      j["recovery"] = {{"tasks", v.tasks},
+                       {"loaded", v.loaded},
+                       {"fill_s", fixed(v.fill_s, 3)},
+                       {"list_s", fixed(v.list_s, 4)},
+                       {"start_s", fixed(v.start_s, 4)},
+                       {"rss_before_mb", fixed(v.rss_before_mb, 1)},
+                       {"rss_peak_mb", fixed(v.rss_peak_mb, 1)},
+                       {"rss_after_mb", fixed(v.rss_after_mb, 1)}};
     }
-    o << "}";
+    backends.push_back(std::move(j));
   }
-  o << "]}";
-  return o.str();
+  return {{"quick", c.quick}, {"backends", std::move(backends)}};
 }
 
 std::string durable_plot_data(const durable_report& r) {

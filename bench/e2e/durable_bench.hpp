@@ -11,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "delayq/redis_store.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace delayq::bench {
 
@@ -40,16 +46,11 @@ struct durable_config {
   std::size_t workers = 2;
   std::string sqlite_dir;  ///< where the SQLite files go; empty: a temp dir
 
-  /// Applies --quick defaults to every size not set explicitly.
-  void apply_quick();
-  /// Takes a --durable-* flag (and its value from argv[i + 1], advancing i);
-  /// false when `flag` is not one. Exits with a message on a bad value.
-  bool take_flag(const std::string& flag, int& i, int argc, char** argv);
-  /// The flags, for the usage text.
-  static const char* usage();
-
- private:
-  std::vector<std::string> set_;  // flags given, which --quick leaves alone
+  /// Adds the --durable-* flags to `app`, which sets this config's fields.
+  /// `app` must not outlive this config.
+  void add_flags(CLI::App& app);
+  /// Applies --quick defaults to every size `app` was not given.
+  void apply_quick(const CLI::App& app);
 };
 
 /// One rate: tasks acknowledged per second, and whether the measurement was
@@ -108,7 +109,7 @@ durable_report run_durable(const durable_config& c, const redis_options* redis);
 std::string durable_tables(const durable_config& c, const durable_report& r);
 
 /// The JSON value of the "durable" key.
-std::string durable_json(const durable_config& c, const durable_report& r);
+nlohmann::ordered_json durable_json(const durable_config& c, const durable_report& r);
 
 /// gnuplot input: "in_flight <backend>..." lines of async_schedule() rates
 /// (tasks/s), then the limit of each backend as a comment line. Written to

@@ -52,6 +52,9 @@
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include "bench_cli.hpp"
 #include "delayq/engine.hpp"
 #include "delayq/log.hpp"
@@ -104,136 +107,86 @@ struct config {
   }
 };
 
-constexpr const char* usage_text = R"(usage: delayq-bench [SCENARIO...] [OPTIONS]
-
-End-to-end benchmark of delayq against the seeds' Redis sorted-set queue.
-SCENARIO: memory, durable, lateness, recovery, idle (default: all five).
-
-  --quick              tiny sizes, a few seconds per scenario (the CI smoke run)
-  --redis URI          the redis-server to use (redis://HOST:PORT[/DB]); default
-                       $DELAYQ_BENCH_REDIS, else $DELAYQ_TEST_REDIS. lateness
-                       needs it, durable and recovery use it; scripts/with-redis.sh starts a private one
-  --out FILE.json      write every figure and the lateness distributions
-  --tables FILE.md     write the result tables (Markdown; also printed)
-  --plot-data DIR      write gnuplot inputs (lateness CDFs, throughput)
-  --sqlite-dir DIR     where the SQLite files go (default: a fresh temp dir)
-  --tasks N            memory: tasks (default 1e6; quick 2000)
-  --spread-ms MS       memory: delays spread over [0, MS] (default 10000)
-  --durable-tasks N    lateness: tasks per design and thread count (default 1e4)
-  --threads LIST       lateness: scheduling thread counts (default 1,8)
-  --designs LIST       lateness: some of delayq-redis, delayq-sqlite, seeds-P1000,
-                       seeds-P10 (default all)
-  --durable-lead-ms MS lateness: shortest delay (default 500; quick 100)
-  --durable-spread-ms MS  lateness: delays in [lead, lead + MS] (default 5000; quick 400)
-  --recovery-tasks N   recovery: stored tasks (default 1e6)
-  --idle-tasks N       idle: tasks due in an hour (default 1e6)
-  --idle-seconds S     idle: length of each measuring window (default 30)
-  --tick-ms MS         the engine's tick (default 10)
-  --help               this text
-
-Long runs show a progress line on stderr (plain lines when it is not a
-terminal). The tables go to stdout at the end.
-)";
-
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "delayq-bench: %s (see --help)\n", msg.c_str());
-  std::exit(2);
-}
-
-std::uint64_t parse_count(const std::string& flag, const char* v) {
-  char* end = nullptr;
-  const double d = std::strtod(v, &end);  // accepts 1e6
-  if (*v == '\0' || *end != '\0' || d < 1) usage_error(flag + " needs a positive number");
-  return static_cast<std::uint64_t>(d);
-}
-
 config parse_args(int argc, char** argv) {
   config c;
-  bool lead_set = false, dspread_set = false;
-  bool tasks_set = false, durable_set = false, recovery_set = false, idle_tasks_set = false,
-       idle_secs_set = false, spread_set = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage_text, stdout);
-      std::fputs("\n", stdout);
-      std::fputs(durable_config::usage(), stdout);
-      std::exit(0);
-    } else if (a == "--quick") {
-      c.quick = true;
-    } else if (a == "--redis") {
-      c.redis_uri = value();
-    } else if (a == "--out") {
-      c.out_json = value();
-    } else if (a == "--tables") {
-      c.out_tables = value();
-    } else if (a == "--plot-data") {
-      c.plot_dir = value();
-    } else if (a == "--sqlite-dir") {
-      c.sqlite_dir = value();
-    } else if (a == "--tasks") {
-      c.memory_tasks = parse_count(a, value());
-      tasks_set = true;
-    } else if (a == "--spread-ms") {
-      c.memory_spread = milliseconds(parse_count(a, value()));
-      spread_set = true;
-    } else if (a == "--durable-tasks") {
-      c.durable_tasks = parse_count(a, value());
-      durable_set = true;
-    } else if (a == "--threads") {
-      c.threads.clear();
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');)
-        c.threads.push_back(static_cast<int>(parse_count(a, item.c_str())));
-    } else if (a == "--designs") {
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) {
-        if (item != "delayq-redis" && item != "delayq-sqlite" && item != "seeds-P1000" &&
-            item != "seeds-P10")
-          usage_error("unknown design '" + item + "'");
-        c.designs.push_back(item);
-      }
-    } else if (a == "--durable-lead-ms") {
-      c.durable_lead = milliseconds(parse_count(a, value()));
-      lead_set = true;
-    } else if (a == "--durable-spread-ms") {
-      c.durable_spread = milliseconds(parse_count(a, value()));
-      dspread_set = true;
-    } else if (a == "--recovery-tasks") {
-      c.recovery_tasks = parse_count(a, value());
-      recovery_set = true;
-    } else if (a == "--idle-tasks") {
-      c.idle_tasks = parse_count(a, value());
-      idle_tasks_set = true;
-    } else if (a == "--idle-seconds") {
-      c.idle_seconds = static_cast<double>(parse_count(a, value()));
-      idle_secs_set = true;
-    } else if (a == "--tick-ms") {
-      c.tick = milliseconds(parse_count(a, value()));
-    } else if (a == "memory" || a == "durable" || a == "lateness" || a == "recovery" ||
-               a == "idle") {
-      c.scenarios.push_back(a);
-    } else if (c.durable.take_flag(a, i, argc, argv)) {
-      // a --durable-* size of the durable scenario
-    } else {
-      usage_error("unknown argument '" + a + "'");
-    }
+  CLI::App app(
+      "End-to-end benchmark of delayq against the seeds' Redis sorted-set queue.\n"
+      "Long runs show a progress line on stderr (plain lines when it is not a\n"
+      "terminal). The tables go to stdout at the end.",
+      "delayq-bench");
+  app.add_option("scenario", c.scenarios,
+                 "memory, durable, lateness, recovery, idle (default: all five)")
+      ->check(CLI::IsMember({"memory", "durable", "lateness", "recovery", "idle"}));
+  app.add_flag("--quick", c.quick, "tiny sizes, a few seconds per scenario (the CI smoke run)");
+  app.add_option("--redis", c.redis_uri,
+                 "the redis-server to use (redis://HOST:PORT[/DB]); default\n"
+                 "$DELAYQ_BENCH_REDIS, else $DELAYQ_TEST_REDIS. lateness needs it,\n"
+                 "durable and recovery use it; scripts/with-redis.sh starts a private one")
+      ->type_name("URI");
+  app.add_option("--out", c.out_json, "write every figure and the lateness distributions")
+      ->type_name("FILE.json");
+  app.add_option("--tables", c.out_tables, "write the result tables (Markdown; also printed)")
+      ->type_name("FILE.md");
+  app.add_option("--plot-data", c.plot_dir, "write gnuplot inputs (lateness CDFs, throughput)")
+      ->type_name("DIR");
+  app.add_option("--sqlite-dir", c.sqlite_dir,
+                 "where the SQLite files go (default: a fresh temp dir)")
+      ->type_name("DIR");
+  add_count_option(
+      app, "--tasks", [&c](std::uint64_t v) { c.memory_tasks = v; },
+      "memory: tasks (default 1e6; quick 2000)");
+  add_count_option(
+      app, "--spread-ms", [&c](std::uint64_t v) { c.memory_spread = milliseconds(v); },
+      "memory: delays spread over [0, MS] (default 10000; quick 500)");
+  add_count_option(
+      app, "--durable-tasks", [&c](std::uint64_t v) { c.durable_tasks = v; },
+      "lateness: tasks per design and thread count (default 1e4; quick 200)");
+  add_count_list_option(
+      app, "--threads",
+      [&c](std::vector<std::uint64_t> v) { c.threads.assign(v.begin(), v.end()); },
+      "lateness: scheduling thread counts (default 1,8)");
+  app.add_option("--designs", c.designs,
+                 "lateness: some of delayq-redis, delayq-sqlite, seeds-P1000,\n"
+                 "seeds-P10 (default all)")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(CLI::IsMember({"delayq-redis", "delayq-sqlite", "seeds-P1000", "seeds-P10"}));
+  add_count_option(
+      app, "--durable-lead-ms", [&c](std::uint64_t v) { c.durable_lead = milliseconds(v); },
+      "lateness: shortest delay (default 500; quick 100)");
+  add_count_option(
+      app, "--durable-spread-ms", [&c](std::uint64_t v) { c.durable_spread = milliseconds(v); },
+      "lateness: delays in [lead, lead + MS] (default 5000; quick 400)");
+  add_count_option(
+      app, "--recovery-tasks", [&c](std::uint64_t v) { c.recovery_tasks = v; },
+      "recovery: stored tasks (default 1e6; quick 2000)");
+  add_count_option(
+      app, "--idle-tasks", [&c](std::uint64_t v) { c.idle_tasks = v; },
+      "idle: tasks due in an hour (default 1e6; quick 2000)");
+  add_count_option(
+      app, "--idle-seconds", [&c](std::uint64_t v) { c.idle_seconds = static_cast<double>(v); },
+      "idle: length of each measuring window (default 30; quick 1)");
+  add_count_option(
+      app, "--tick-ms", [&c](std::uint64_t v) { c.tick = milliseconds(v); },
+      "the engine's tick (default 10)");
+  c.durable.add_flags(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  const auto unset = [&](const char* flag) { return app.count(flag) == 0; };
   if (c.quick) {  // explicit sizes still win
-    if (!tasks_set) c.memory_tasks = 2000;
-    if (!spread_set) c.memory_spread = milliseconds(500);
-    if (!durable_set) c.durable_tasks = 200;
-    if (!lead_set) c.durable_lead = milliseconds(100);
-    if (!dspread_set) c.durable_spread = milliseconds(400);
-    if (!recovery_set) c.recovery_tasks = 2000;
-    if (!idle_tasks_set) c.idle_tasks = 2000;
-    if (!idle_secs_set) c.idle_seconds = 1;
+    if (unset("--tasks")) c.memory_tasks = 2000;
+    if (unset("--spread-ms")) c.memory_spread = milliseconds(500);
+    if (unset("--durable-tasks")) c.durable_tasks = 200;
+    if (unset("--durable-lead-ms")) c.durable_lead = milliseconds(100);
+    if (unset("--durable-spread-ms")) c.durable_spread = milliseconds(400);
+    if (unset("--recovery-tasks")) c.recovery_tasks = 2000;
+    if (unset("--idle-tasks")) c.idle_tasks = 2000;
+    if (unset("--idle-seconds")) c.idle_seconds = 1;
+    c.durable.apply_quick(app);
   }
-  if (c.quick) c.durable.apply_quick();
   c.durable.tick = c.tick;
   c.durable.workers = c.workers;
   c.durable.sqlite_dir = c.sqlite_dir;
@@ -820,75 +773,61 @@ void scenario_idle(const config& c, report& rep, const redis_options* server,
 
 // ------------------------------------------------------------ output
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      o += buf;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
-std::string json_num(double v) {
-  if (!(v == v)) return "null";  // NaN
+using json = nlohmann::ordered_json;
+
+// Six significant digits: the rest is noise. NaN becomes null.
+json json_num(double v) {
+  if (!(v == v)) return nullptr;
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
+  return std::strtod(buf, nullptr);
 }
-std::string json_opt(const std::optional<double>& v) { return v ? json_num(*v) : "null"; }
+json json_opt(const std::optional<double>& v) { return v ? json_num(*v) : json(nullptr); }
 
-std::string json_distribution(const distribution& d) {
-  std::ostringstream o;
-  o << "{\"count\": " << d.count << ", \"mean_us\": " << json_num(d.mean_us)
-    << ", \"min_us\": " << d.min_us << ", \"p50_us\": " << d.p50_us << ", \"p90_us\": " << d.p90_us
-    << ", \"p99_us\": " << d.p99_us << ", \"p999_us\": " << d.p999_us
-    << ", \"max_us\": " << d.max_us << ",\n        \"percentiles_us\": [";
-  for (std::size_t i = 0; i < d.percentiles_us.size(); ++i)
-    o << (i ? ", " : "") << d.percentiles_us[i];
-  o << "]}";
-  return o.str();
-}
-
-std::string json_server(const server_cost& s, std::uint64_t tasks) {
-  if (!s.measured) return "null";
-  std::ostringstream o;
-  o << "{\"commands\": " << s.commands << ", \"commands_per_task\": "
-    << json_num(tasks ? static_cast<double>(s.commands) / static_cast<double>(tasks) : 0)
-    << ", \"cpu_s\": " << json_opt(s.cpu_s) << ", \"by_command\": {";
-  bool first = true;
-  for (const auto& [cmd, n] : s.by_command) {
-    o << (first ? "" : ", ") << json_str(cmd) << ": " << n;
-    first = false;
-  }
-  o << "}}";
-  return o.str();
+json json_distribution(const distribution& d) {
+  return {{"count", d.count},
+          {"mean_us", json_num(d.mean_us)},
+          {"min_us", d.min_us},
+          {"p50_us", d.p50_us},
+          {"p90_us", d.p90_us},
+          {"p99_us", d.p99_us},
+          {"p999_us", d.p999_us},
+          {"max_us", d.max_us},
+          {"percentiles_us", d.percentiles_us}};
 }
 
-std::string json_run(const run_result& r) {
-  std::ostringstream o;
-  o << "{\"design\": " << json_str(r.design) << ", \"store\": " << json_str(r.store)
-    << ", \"threads\": " << r.threads << ", \"tasks\": " << r.tasks
-    << ",\n      \"schedule_s\": " << json_num(r.schedule_s)
-    << ", \"schedule_per_s\": " << json_num(r.schedule_rate())
-    << ", \"wall_s\": " << json_num(r.wall_s) << ", \"cpu_s\": " << json_num(r.cpu_s)
-    << ",\n      \"redis\": " << json_server(r.server, r.tasks);
+json json_server(const server_cost& s, std::uint64_t tasks) {
+  if (!s.measured) return nullptr;
+  json by_command = json::object();
+  for (const auto& [cmd, n] : s.by_command) by_command[cmd] = n;
+  return {{"commands", s.commands},
+          {"commands_per_task",
+           json_num(tasks ? static_cast<double>(s.commands) / static_cast<double>(tasks) : 0)},
+          {"cpu_s", json_opt(s.cpu_s)},
+          {"by_command", std::move(by_command)}};
+}
+
+json json_run(const run_result& r) {
+  json j = {{"design", r.design},
+            {"store", r.store},
+            {"threads", r.threads},
+            {"tasks", r.tasks},
+            {"schedule_s", json_num(r.schedule_s)},
+            {"schedule_per_s", json_num(r.schedule_rate())},
+            {"wall_s", json_num(r.wall_s)},
+            {"cpu_s", json_num(r.cpu_s)},
+            {"redis", json_server(r.server, r.tasks)}};
   if (r.engine)
-    o << ",\n      \"engine\": {\"wakeups\": " << r.engine->wakeups
-      << ", \"fired\": " << r.engine->fired << ", \"succeeded\": " << r.engine->succeeded
-      << ", \"lateness_p50_us\": " << r.engine->lateness_p50.count()
-      << ", \"lateness_p99_us\": " << r.engine->lateness_p99.count()
-      << ", \"lateness_max_us\": " << r.engine->lateness_max.count() << "}";
+    j["engine"] = {{"wakeups", r.engine->wakeups},
+                   {"fired", r.engine->fired},
+                   {"succeeded", r.engine->succeeded},
+                   {"lateness_p50_us", r.engine->lateness_p50.count()},
+                   {"lateness_p99_us", r.engine->lateness_p99.count()},
+                   {"lateness_max_us", r.engine->lateness_max.count()}};
   else
-    o << ",\n      \"polls\": " << r.polls;
-  o << ",\n      \"lateness\": " << json_distribution(r.lateness) << "}";
-  return o.str();
+    j["polls"] = r.polls;
+  j["lateness"] = json_distribution(r.lateness);
+  return j;
 }
 
 std::string iso_now() {
@@ -898,79 +837,74 @@ std::string iso_now() {
   return buf;
 }
 
-std::string to_json(const config& c, const report& rep, const server_monitor* m, double total_s) {
-  std::ostringstream o;
+json to_json(const config& c, const report& rep, const server_monitor* m, double total_s) {
   utsname u{};
   uname(&u);
-  o << "{\n  \"schema\": \"delayq-bench-e2e/2\",\n  \"date\": " << json_str(iso_now())
-    << ",\n  \"total_s\": " << json_num(total_s)
-    << ",\n  \"machine\": {\"nproc\": " << std::thread::hardware_concurrency()
-    << ", \"kernel\": " << json_str(std::string(u.sysname) + " " + u.release) << "}";
-  o << ",\n  \"config\": {\"quick\": " << (c.quick ? "true" : "false")
-    << ", \"tick_ms\": " << c.tick.count() << ", \"workers\": " << c.workers
-    << ", \"memory_tasks\": " << c.memory_tasks
-    << ", \"memory_spread_ms\": " << c.memory_spread.count()
-    << ", \"durable_tasks\": " << c.durable_tasks << ", \"durable_delay_ms\": ["
-    << c.durable_lead.count() << ", " << (c.durable_lead + c.durable_spread).count()
-    << "], \"threads\": [";
-  for (std::size_t i = 0; i < c.threads.size(); ++i) o << (i ? ", " : "") << c.threads[i];
-  o << "], \"recovery_tasks\": " << c.recovery_tasks << ", \"idle_tasks\": " << c.idle_tasks
-    << ", \"idle_seconds\": " << json_num(c.idle_seconds) << ",\n    \"why_sizes\": "
-    << json_str(
-           "memory and recovery and idle at the sizes the issue asks for (1e6); lateness at "
-           "--durable-tasks per design and thread count: Redis here fsyncs every write "
-           "(appendfsync always), so one scheduling thread manages a few thousand schedules "
-           "per second, and 8 runs must fit the ~10 minute budget of a shared 2-core machine")
-    << "}";
+  json doc = {
+      {"schema", "delayq-bench-e2e/2"},
+      {"date", iso_now()},
+      {"total_s", json_num(total_s)},
+      {"machine",
+       {{"nproc", std::thread::hardware_concurrency()},
+        {"kernel", std::string(u.sysname) + " " + u.release}}},
+      {"config",
+       {{"quick", c.quick},
+        {"tick_ms", c.tick.count()},
+        {"workers", c.workers},
+        {"memory_tasks", c.memory_tasks},
+        {"memory_spread_ms", c.memory_spread.count()},
+        {"durable_tasks", c.durable_tasks},
+        {"durable_delay_ms", {c.durable_lead.count(), (c.durable_lead + c.durable_spread).count()}},
+        {"threads", c.threads},
+        {"recovery_tasks", c.recovery_tasks},
+        {"idle_tasks", c.idle_tasks},
+        {"idle_seconds", json_num(c.idle_seconds)},
+        {"why_sizes",
+         "memory and recovery and idle at the sizes the issue asks for (1e6); lateness at "
+         "--durable-tasks per design and thread count: Redis here fsyncs every write "
+         "(appendfsync always), so one scheduling thread manages a few thousand schedules "
+         "per second, and 8 runs must fit the ~10 minute budget of a shared 2-core machine"}}}};
   if (m != nullptr) {
-    o << ",\n  \"redis\": {\"version\": " << json_str(m->version())
-      << ", \"pid_measured\": " << (m->pid() ? "true" : "false");
-    for (const auto& [k, v] : m->server_config()) o << ", " << json_str(k) << ": " << json_str(v);
-    o << "}";
+    json redis = {{"version", m->version()}, {"pid_measured", m->pid().has_value()}};
+    for (const auto& [k, v] : m->server_config()) redis[k] = v;
+    doc["redis"] = std::move(redis);
   } else {
-    o << ",\n  \"redis\": null";
+    doc["redis"] = nullptr;
   }
-  o << ",\n  \"skipped\": [";
-  for (std::size_t i = 0; i < rep.skipped.size(); ++i)
-    o << (i ? ", " : "") << json_str(rep.skipped[i]);
-  o << "]";
-  o << ",\n  \"memory\": " << (rep.memory ? json_run(*rep.memory) : "null");
-  o << ",\n  \"lateness\": [";
-  for (std::size_t i = 0; i < rep.durable.size(); ++i)
-    o << (i ? ",\n    " : "\n    ") << json_run(rep.durable[i]);
-  o << "]";
-  o << ",\n  \"durable\": "
-    << (rep.durable_path ? durable_json(c.durable, *rep.durable_path) : std::string("null"));
-  o << ",\n  \"recovery\": [";
-  for (std::size_t i = 0; i < rep.recovery.size(); ++i) {
-    const auto& r = rep.recovery[i];
-    o << (i ? ",\n    " : "\n    ") << "{\"backend\": " << json_str(r.backend)
-      << ", \"tasks\": " << r.tasks << ", \"fill_s\": " << json_num(r.fill_s)
-      << ", \"start_s\": " << json_num(r.start_s) << ", \"tasks_per_s\": "
-      << json_num(r.start_s > 0 ? static_cast<double>(r.tasks) / r.start_s : 0)
-      << ", \"cpu_s\": " << json_num(r.cpu_s) << ", \"redis_cpu_s\": " << json_opt(r.server_cpu_s)
-      << ", \"loaded\": " << r.loaded << ", \"pending\": " << r.pending << "}";
-  }
-  o << "]";
-  o << ",\n  \"idle\": [";
-  for (std::size_t i = 0; i < rep.idle.size(); ++i) {
-    const auto& r = rep.idle[i];
-    o << (i ? ",\n    " : "\n    ") << "{\"what\": " << json_str(r.what)
-      << ", \"pending\": " << r.pending << ", \"window_s\": " << json_num(r.window_s)
-      << ", \"wakeups\": " << r.wakeups
-      << ", \"wakeups_per_min\": " << json_num(r.per_minute(static_cast<double>(r.wakeups)))
-      << ", \"cpu_s\": " << json_num(r.cpu_s)
-      << ", \"cpu_s_per_min\": " << json_num(r.per_minute(r.cpu_s))
-      << ", \"redis\": " << json_server(r.server, 0) << ", \"redis_cpu_s_per_min\": "
-      << json_opt(r.server.cpu_s ? std::optional<double>(r.per_minute(*r.server.cpu_s))
-                                 : std::nullopt)
-      << ", \"redis_commands_per_min\": "
-      << (r.server.measured ? json_num(r.per_minute(static_cast<double>(r.server.commands)))
-                            : "null")
-      << "}";
-  }
-  o << "]\n}\n";
-  return o.str();
+  doc["skipped"] = rep.skipped;
+  doc["memory"] = rep.memory ? json_run(*rep.memory) : json(nullptr);
+  doc["lateness"] = json::array();
+  for (const auto& r : rep.durable) doc["lateness"].push_back(json_run(r));
+  doc["durable"] = rep.durable_path ? durable_json(c.durable, *rep.durable_path) : json(nullptr);
+  doc["recovery"] = json::array();
+  for (const auto& r : rep.recovery)
+    doc["recovery"].push_back(
+        {{"backend", r.backend},
+         {"tasks", r.tasks},
+         {"fill_s", json_num(r.fill_s)},
+         {"start_s", json_num(r.start_s)},
+         {"tasks_per_s", json_num(r.start_s > 0 ? static_cast<double>(r.tasks) / r.start_s : 0)},
+         {"cpu_s", json_num(r.cpu_s)},
+         {"redis_cpu_s", json_opt(r.server_cpu_s)},
+         {"loaded", r.loaded},
+         {"pending", r.pending}});
+  doc["idle"] = json::array();
+  for (const auto& r : rep.idle)
+    doc["idle"].push_back(
+        {{"what", r.what},
+         {"pending", r.pending},
+         {"window_s", json_num(r.window_s)},
+         {"wakeups", r.wakeups},
+         {"wakeups_per_min", json_num(r.per_minute(static_cast<double>(r.wakeups)))},
+         {"cpu_s", json_num(r.cpu_s)},
+         {"cpu_s_per_min", json_num(r.per_minute(r.cpu_s))},
+         {"redis", json_server(r.server, 0)},
+         {"redis_cpu_s_per_min",
+          r.server.cpu_s ? json_num(r.per_minute(*r.server.cpu_s)) : json(nullptr)},
+         {"redis_commands_per_min",
+          r.server.measured ? json_num(r.per_minute(static_cast<double>(r.server.commands)))
+                            : json(nullptr)}});
+  return doc;
 }
 
 std::string opt_cell(const std::optional<double>& v, int prec) { return v ? fmt(*v, prec) : "n/a"; }
@@ -1121,7 +1055,12 @@ int run(int argc, char** argv) {
   const std::string tables = to_tables(c, rep, monitor.get());
   std::printf("\n%s\ntotal %.1f s\n", tables.c_str(), total);
   if (!c.out_tables.empty()) std::ofstream(c.out_tables) << tables;
-  if (!c.out_json.empty()) std::ofstream(c.out_json) << to_json(c, rep, monitor.get(), total);
+  // Strings from the server (its version, its settings) are not ours to vouch
+  // for: invalid UTF-8 is replaced rather than thrown on.
+  if (!c.out_json.empty())
+    std::ofstream(c.out_json)
+        << to_json(c, rep, monitor.get(), total).dump(2, ' ', false, json::error_handler_t::replace)
+        << '\n';
   if (!c.plot_dir.empty()) {
     write_plot_data(c.plot_dir, rep);
     if (rep.durable_path)

@@ -72,6 +72,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bench_cli.hpp"
 #include "engine_bench.hpp"
 
@@ -251,6 +253,10 @@ struct target {
   std::string text;
 };
 
+const char* status(const target& t) {
+  return !t.measured ? "not measured" : t.met ? "met" : "MISSED";
+}
+
 std::string tables(const config& c, const results& res, std::vector<target>& targets) {
   std::ostringstream o;
   const std::size_t head = std::find(c.sizes.begin(), c.sizes.end(), 1'000'000) != c.sizes.end()
@@ -380,30 +386,23 @@ std::string tables(const config& c, const results& res, std::vector<target>& tar
                            " tasks due within 1 s: " + fmt(p99) + " ms"});
   }
   o << "\n#### targets (issue 10)\n\n";
-  for (const auto& t : targets)
-    o << "- **"
-      << (!t.measured ? "not measured"
-          : t.met     ? "met"
-                      : "MISSED")
-      << "** " << t.text << "\n";
+  for (const auto& t : targets) o << "- **" << status(t) << "** " << t.text << "\n";
   return o.str();
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') o += '\\';
-    o += ch;
-  }
-  return o;
-}
+// The text of a TSV cell: 6 significant digits, n/a as "null".
 std::string num(double x) {
   if (std::isnan(x)) return "null";
   char b[64];
   std::snprintf(b, sizeof b, "%.6g", x);
   return b;
 }
-
+// The same 6 significant digits in the JSON, so its numbers read like the
+// TSV's (the rest is noise); NaN becomes null.
+nlohmann::ordered_json json_num(double x) {
+  if (std::isnan(x)) return nullptr;
+  return std::strtod(num(x).c_str(), nullptr);
+}
 void write_files(const config& c, const results& res, const std::vector<target>& targets,
                  const std::string& md) {
   if (!c.out_tables.empty()) {
@@ -422,51 +421,55 @@ void write_files(const config& c, const results& res, const std::vector<target>&
     if (!f) die("cannot write the TSV file");
   }
   if (!c.out_json.empty()) {
-    std::ofstream f(c.out_json);
-    f << "{\n  \"config\": {\"quick\": " << (c.quick ? "true" : "false")
-      << ", \"full\": " << (c.full ? "true" : "false") << ", \"sizes\": [";
-    for (std::size_t i = 0; i < c.sizes.size(); ++i) f << (i ? ", " : "") << c.sizes[i];
-    f << "], \"rounds\": " << c.rounds << ", \"ops_per_round\": " << c.ops_per_round
-      << ", \"thread_pending\": " << c.thread_pending << ", \"thread_rounds\": " << c.thread_rounds
-      << ", \"thread_seconds\": " << num(c.thread_seconds) << ", \"memory_n\": " << c.memory_n
-      << ", \"wheel_n\": " << c.wheel_n << ", \"wheel_rounds\": " << c.wheel_rounds
-      << ", \"fire_n\": " << c.fire_n << ", \"fire_rounds\": " << c.fire_rounds
-      << ", \"fire_lead_s\": " << num(c.fire_lead_s) << ", \"id_bytes\": " << id_len
-      << ", \"type_bytes\": " << task_type.size() << ", \"payload_bytes\": 0},\n";
-    f << "  \"medians\": [\n";
-    const auto keys = res.keys();
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const auto& [section, op, impl, pending, threads] = keys[i];
+    using json = nlohmann::ordered_json;
+    json medians = json::array();
+    for (const auto& [section, op, impl, pending, threads] : res.keys()) {
       const summary s = res.get(section, op, impl, pending, threads);
-      f << "    {\"section\": \"" << section << "\", \"op\": \"" << op << "\", \"impl\": \"" << impl
-        << "\", \"pending\": " << pending << ", \"threads\": " << threads
-        << ", \"rounds\": " << s.rounds << ", \"median\": " << num(s.median)
-        << ", \"min\": " << num(s.min) << ", \"max\": " << num(s.max) << "}"
-        << (i + 1 < keys.size() ? ",\n" : "\n");
+      medians.push_back({{"section", section},
+                         {"op", op},
+                         {"impl", impl},
+                         {"pending", pending},
+                         {"threads", threads},
+                         {"rounds", s.rounds},
+                         {"median", json_num(s.median)},
+                         {"min", json_num(s.min)},
+                         {"max", json_num(s.max)}});
     }
-    f << "  ],\n  \"targets\": [\n";
-    for (std::size_t i = 0; i < targets.size(); ++i)
-      f << "    {\"status\": \""
-        << (!targets[i].measured ? "not measured"
-            : targets[i].met     ? "met"
-                                 : "MISSED")
-        << "\", \"text\": \"" << json_escape(targets[i].text) << "\"}"
-        << (i + 1 < targets.size() ? ",\n" : "\n");
-    f << "  ],\n  \"rows\": [\n";
-    const auto& rows = res.rows();
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const row& r = rows[i];
-      f << "    [\"" << r.section << "\", \"" << r.op << "\", \"" << r.impl << "\", " << r.pending
-        << ", " << r.threads << ", " << r.round << ", " << num(r.value) << "]"
-        << (i + 1 < rows.size() ? ",\n" : "\n");
-    }
-    f << "  ]\n}\n";
+    json verdicts = json::array();
+    for (const auto& t : targets) verdicts.push_back({{"status", status(t)}, {"text", t.text}});
+    json rows = json::array();
+    for (const row& r : res.rows())
+      rows.push_back(
+          json::array({r.section, r.op, r.impl, r.pending, r.threads, r.round, json_num(r.value)}));
+    const json doc = {{"config",
+                       {{"quick", c.quick},
+                        {"full", c.full},
+                        {"sizes", c.sizes},
+                        {"rounds", c.rounds},
+                        {"ops_per_round", c.ops_per_round},
+                        {"thread_pending", c.thread_pending},
+                        {"thread_rounds", c.thread_rounds},
+                        {"thread_seconds", json_num(c.thread_seconds)},
+                        {"memory_n", c.memory_n},
+                        {"wheel_n", c.wheel_n},
+                        {"wheel_rounds", c.wheel_rounds},
+                        {"fire_n", c.fire_n},
+                        {"fire_rounds", c.fire_rounds},
+                        {"fire_lead_s", json_num(c.fire_lead_s)},
+                        {"id_bytes", id_len},
+                        {"type_bytes", task_type.size()},
+                        {"payload_bytes", 0}}},
+                      {"medians", medians},
+                      {"targets", verdicts},
+                      {"rows", rows}};
+    std::ofstream f(c.out_json);
+    f << doc.dump(2) << '\n';
     if (!f) die("cannot write the JSON file");
   }
 }
 
-int child_main(int argc, char** argv) {
-  const std::vector<std::string> a(argv + 2, argv + argc);
+// `a`: the scenario and its arguments, as run_child() passes them.
+int child_main(const std::vector<std::string>& a) {
   const auto z = [&](std::size_t i) { return static_cast<std::size_t>(std::stod(a.at(i))); };
   const auto i32 = [&](std::size_t i) { return std::stoi(a.at(i)); };
   const std::string& kind = a.at(0);
@@ -486,64 +489,44 @@ int child_main(int argc, char** argv) {
   std::_Exit(0);  // nothing left to tear down that matters: the process ends
 }
 
-[[noreturn]] void usage(const char* bad) {
-  std::fprintf(stderr,
-               "delayq-bench-engine: bad argument '%s'\n"
-               "usage: delayq-bench-engine [--quick | --full] [--sizes=1e3,1e6] [--rounds N]\n"
-               "         [--scenarios ops,threads,memory,wheel,fire]\n"
-               "         [--out FILE.json] [--tsv FILE.tsv] [--tables FILE.md]\n",
-               bad);
-  std::exit(2);
-}
-
 }  // namespace
 }  // namespace delayq::bench
 
 int main(int argc, char** argv) {
   using namespace delayq::bench;
-  if (argc >= 3 && std::string_view(argv[1]) == "--child") return child_main(argc, argv);
-
   config c;
-  std::vector<std::size_t> sizes;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view s = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(argv[i]);
-      return argv[++i];
-    };
-    if (s == "--quick") {
-      c.quick = true;
-    } else if (s == "--full") {
-      c.full = true;
-    } else if (s.substr(0, 8) == "--sizes=") {
-      std::string list(s.substr(8));
-      for (std::size_t p = 0; p <= list.size();) {
-        std::size_t q = list.find(',', p);
-        if (q == std::string::npos) q = list.size();
-        char* end = nullptr;
-        const std::string item = list.substr(p, q - p);
-        const double v = std::strtod(item.c_str(), &end);
-        if (item.empty() || *end != '\0' || v < 10) usage(argv[i]);
-        sizes.push_back(static_cast<std::size_t>(v));
-        p = q + 1;
-      }
-    } else if (s == "--rounds") {
-      c.rounds = std::atoi(value().c_str());
-      if (c.rounds < 1) usage(argv[i]);
-    } else if (s == "--scenarios") {
-      c.scenarios.clear();
-      std::istringstream in(value());
-      for (std::string x; std::getline(in, x, ',');) c.scenarios.push_back(x);
-    } else if (s == "--out") {
-      c.out_json = value();
-    } else if (s == "--tsv") {
-      c.out_tsv = value();
-    } else if (s == "--tables") {
-      c.out_tables = value();
-    } else {
-      usage(argv[i]);
-    }
+  std::vector<double> size_list;
+  std::vector<std::string> child;
+  CLI::App app(
+      "delayq-bench-engine: the engine's public API against one Asio steady_timer per\n"
+      "task, each scenario in fresh child processes; prints the tables and the target\n"
+      "check, and writes the files asked for.",
+      "delayq-bench-engine");
+  app.add_flag("--quick", c.quick, "tiny sizes, one or three rounds (the CI smoke run)");
+  app.add_flag("--full", c.full, "add 1e7 pending to the ops scenario");
+  add_sizes_option(app, size_list, 10);
+  app.add_option("--rounds", c.rounds, "rounds of the ops scenario (default 9; --quick 3)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--scenarios", c.scenarios, "the scenarios to run")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ops", "threads", "memory", "wheel", "fire"}))
+      ->allow_extra_args(false)
+      ->capture_default_str();
+  app.add_option("--out", c.out_json, "write config, rounds, medians and targets as JSON")
+      ->type_name("FILE.json");
+  app.add_option("--tsv", c.out_tsv, "write one row per figure (median, min, max)")
+      ->type_name("FILE.tsv");
+  app.add_option("--tables", c.out_tables, "write the Markdown tables (also printed)")
+      ->type_name("FILE.md");
+  // How the parent starts a scenario in a child (run_child): the scenario's
+  // name and its arguments.
+  app.add_option("--child", child)->group("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
+  if (!child.empty()) return child_main(child);
   if (c.quick) {
     c.sizes = {1000, 10000};
     if (c.rounds == 0) c.rounds = 3;
@@ -572,7 +555,10 @@ int main(int argc, char** argv) {
     c.fire_rounds = 3;
     c.fire_lead_s = 3.0;
   }
-  if (!sizes.empty()) c.sizes = sizes;
+  if (!size_list.empty()) {
+    c.sizes.clear();
+    for (const double v : size_list) c.sizes.push_back(static_cast<std::size_t>(v));
+  }
   std::sort(c.sizes.begin(), c.sizes.end());
 
   results res;

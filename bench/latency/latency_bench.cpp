@@ -79,7 +79,11 @@ void bm_steady_clock_now(benchmark::State& st) {
 
 int main(int argc, char** argv) {
   using namespace delayq::bench;
-  const cli c = take_cli(argc, argv);
+  const cli c = take_cli(argc, argv,
+                         "delayq-bench-latency: one dependent random memory access per\n"
+                         "working-set size (--sizes in bytes), the floor under the micro\n"
+                         "benchmarks.",
+                         benchmark::PrintDefaultHelp);
   std::vector<std::int64_t> sizes = c.sizes;
   if (sizes.empty())
     sizes = c.quick ? std::vector<std::int64_t>{32 << 10, 1 << 20}

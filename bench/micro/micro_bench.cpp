@@ -265,7 +265,12 @@ void register_structure(const std::vector<std::int64_t>& sizes, bool quick) {
 
 int main(int argc, char** argv) {
   using namespace delayq::bench;
-  const cli c = take_cli(argc, argv);
+  const cli c =
+      take_cli(argc, argv,
+               "delayq-bench-micro: the wheel against a sorted set, a lazy heap and Asio\n"
+               "timers, single thread, across pending sizes (default 1e3-1e6; --full\n"
+               "adds 1e7).",
+               benchmark::PrintDefaultHelp);
   std::vector<std::int64_t> sizes = c.sizes;
   if (sizes.empty()) {
     sizes = c.quick ? std::vector<std::int64_t>{64, 512}

@@ -25,6 +25,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include <CLI/CLI.hpp>
+
 #include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
 
@@ -47,30 +49,32 @@ args parse(int argc, char** argv) {
   args a;
   if (const char* env = std::getenv("DELAYQ_TEST_REDIS")) a.uri = env;
   if (a.uri.empty()) a.uri = "redis://127.0.0.1:6379";
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view s = argv[i];
-    if (s.starts_with("--uri="))
-      a.uri = std::string(s.substr(6));
-    else if (s.starts_with("--tasks="))
-      a.tasks = std::stoul(std::string(s.substr(8)));
-    else if (s.starts_with("--async-batch="))
-      a.async_batch = std::stoul(std::string(s.substr(14)));
-    else if (s == "--quick")
-      a.quick = true;
-    else if (s.starts_with("--prefix="))
-      a.prefix = std::string(s.substr(9));
-    else if (s == "--only=list")
-      a.only_list = true;
-    else if (s == "--keep")
-      a.keep = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--uri=URI] [--tasks=N] [--async-batch=N] [--quick] "
-                   "[--prefix=NAME] [--only=list] [--keep]\n",
-                   argv[0]);
-      std::exit(2);
-    }
+  CLI::App app(
+      "redis_store alone at the server's speed: write() batches, pipelined\n"
+      "async_write(), single writes, list() of --tasks, raw MULTI batches.",
+      "delayq-bench-store");
+  app.add_option("--uri", a.uri, "the Redis (default: $DELAYQ_TEST_REDIS, else local 6379)")
+      ->type_name("URI")
+      ->capture_default_str();
+  app.add_option("--tasks", a.tasks, "tasks stored and listed back (--quick: 20000)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--async-batch", a.async_batch, "saves per async_write()")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--quick", a.quick, "tiny sizes (the CI smoke run)");
+  app.add_option("--prefix", a.prefix,
+                 "a fixed key prefix (with --only=list, an existing set); default: a fresh one");
+  std::string only;
+  app.add_option("--only", only, "list: only the list() of what the prefix holds")
+      ->check(CLI::IsMember({"list"}));
+  app.add_flag("--keep", a.keep, "keep the keys afterwards");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
+  a.only_list = only == "list";
   if (a.quick) {
     a.tasks = 20'000;
     a.single = 200;

@@ -75,6 +75,11 @@ std::vector<std::string> engine::schedule_many(std::vector<task_spec> tasks) {
 }
 
 std::vector<std::string> engine::schedule_many(std::vector<task_spec> tasks,
+                                               boost::system::error_code& ec, std::size_t& bad) {
+  return core_->schedule(tasks, ec, bad);
+}
+
+std::vector<std::string> engine::schedule_many(std::vector<task_spec> tasks,
                                                boost::system::error_code& ec) {
   std::size_t bad = 0;
   return core_->schedule(tasks, ec, bad);

@@ -33,6 +33,9 @@ class category final : public boost::system::error_category {
         return "the task store did not answer in time: the write may or may not have been applied";
       case errc::busy: return "too many store writes are queued; try again later";
       case errc::type_full: return "the task type holds its most pending tasks already";
+      case errc::attempt_ended:
+        return "the attempt had ended already (timed out or reported before); the report was "
+               "ignored";
     }
     return "unknown delayq error " + std::to_string(value);
   }

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -84,53 +85,42 @@ std::function<void()> drop_keys;  // deletes this test's Redis keys, when it has
   std::exit(1);
 }
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "delayq-crash-driver: %s\n"
-               "usage: delayq-crash-driver --backend sqlite|redis --worker PATH --work-dir DIR\n"
-               "         [--tasks N] [--span-ms S] [--kills K] [--seed X] [--in-flight W]\n"
-               "         [--keep]\n",
-               why.c_str());
-  std::exit(64);
-}
-
 options parse_args(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--keep") {
-      o.keep = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage("missing value after " + std::string(arg));
-    const std::string_view value = argv[++i];
-    auto number = [&]() -> std::uint64_t {
-      auto v = crash::parse_number<std::uint64_t>(value);
-      if (!v) usage("not a number: " + std::string(arg) + " " + std::string(value));
-      return *v;
-    };
-    if (arg == "--backend")
-      o.backend = value;
-    else if (arg == "--worker")
-      o.worker = value;
-    else if (arg == "--work-dir")
-      o.work_dir = value;
-    else if (arg == "--tasks")
-      o.tasks = number();
-    else if (arg == "--span-ms")
-      o.span_ms = number();
-    else if (arg == "--kills")
-      o.kills = static_cast<unsigned>(number());
-    else if (arg == "--seed")
-      o.seed = number();
-    else if (arg == "--in-flight")
-      o.in_flight = number();
-    else
-      usage("unknown option " + std::string(arg));
+  CLI::App app(
+      "Runs delayq-crash-worker against one store, kills it with SIGKILL at seeded\n"
+      "random moments, restarts it, lets a last run drain everything, then checks\n"
+      "that nothing acknowledged was lost. Exits 0 when every check passed.",
+      "delayq-crash-driver");
+  app.add_option("--backend", o.backend, "the store")
+      ->required()
+      ->check(CLI::IsMember({"sqlite", "redis"}));
+  app.add_option("--worker", o.worker, "the delayq-crash-worker binary")
+      ->required()
+      ->type_name("PATH");
+  app.add_option("--work-dir", o.work_dir, "where each test's directory goes")
+      ->required()
+      ->type_name("DIR");
+  app.add_option("--tasks", o.tasks, "tasks in all, at least 2")->capture_default_str();
+  app.add_option("--span-ms", o.span_ms, "delays are seeded random in [0, S] ms")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--kills", o.kills, "SIGKILLs before the last run")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "the seed (default: $DELAYQ_CRASH_SEED, else random)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--in-flight", o.in_flight,
+                 "the workers' async schedules at once (1: blocking schedule())")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--keep", o.keep, "keep the directory and the Redis keys even on success");
+  try {
+    app.parse(argc, argv);
+    if (o.tasks < 2) throw CLI::ValidationError("--tasks", "must be at least 2");
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 64);  // 64: EX_USAGE
   }
-  if (o.backend != "sqlite" && o.backend != "redis") usage("--backend must be sqlite or redis");
-  if (o.worker.empty() || o.work_dir.empty()) usage("--worker and --work-dir are required");
-  if (o.tasks < 2) usage("--tasks must be at least 2");
   return o;
 }
 
@@ -538,7 +528,10 @@ std::uint64_t pick_seed(const options& o) {
   if (o.seed) return *o.seed;
   if (const char* env = std::getenv("DELAYQ_CRASH_SEED"); env && *env) {
     auto v = crash::parse_number<std::uint64_t>(env);
-    if (!v) usage("DELAYQ_CRASH_SEED is not a number");
+    if (!v) {
+      std::fprintf(stderr, "delayq-crash-driver: DELAYQ_CRASH_SEED is not a number\n");
+      std::exit(64);
+    }
     return *v;
   }
   return (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^

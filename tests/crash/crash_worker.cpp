@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
@@ -66,49 +67,35 @@ unsigned run_number = 0;  // this process's run, for messages
   std::_Exit(2);
 }
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "delayq-crash-worker: %s\n"
-               "usage: delayq-crash-worker --store URI --dir DIR --tasks N --span-ms S --seed X "
-               "[--in-flight W] [--drain] [--timeout-s T]\n",
-               why.c_str());
-  std::_Exit(64);
-}
-
 options parse_args(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--drain") {
-      o.drain = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage("missing value after " + std::string(arg));
-    const std::string_view value = argv[++i];
-    auto number = [&]() -> std::uint64_t {
-      auto v = crash::parse_number<std::uint64_t>(value);
-      if (!v) usage("not a number: " + std::string(arg) + " " + std::string(value));
-      return *v;
-    };
-    if (arg == "--store")
-      o.store = value;
-    else if (arg == "--dir")
-      o.dir = value;
-    else if (arg == "--tasks")
-      o.tasks = number();
-    else if (arg == "--span-ms")
-      o.span_ms = number();
-    else if (arg == "--seed")
-      o.seed = number();
-    else if (arg == "--in-flight")
-      o.in_flight = std::max<std::uint64_t>(1, number());
-    else if (arg == "--timeout-s")
-      o.timeout = std::chrono::seconds{number()};
-    else
-      usage("unknown option " + std::string(arg));
+  CLI::App app(
+      "The process delayq-crash-driver kills: an engine on STORE scheduling tasks\n"
+      "c-0 .. c-(N-1), recording in DIR what it did.",
+      "delayq-crash-worker");
+  app.add_option("--store", o.store, "the store's URI")->required()->type_name("URI");
+  app.add_option("--dir", o.dir, "the directory of the run's files")->required()->type_name("DIR");
+  app.add_option("--tasks", o.tasks, "tasks in all")->required()->check(CLI::PositiveNumber);
+  app.add_option("--span-ms", o.span_ms, "delays are seeded random in [0, S] ms")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "the seed of the delays")->check(CLI::NonNegativeNumber);
+  app.add_option("--in-flight", o.in_flight,
+                 "async schedules outstanding at once (0 or 1: blocking schedule())")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--drain", o.drain,
+               "schedule what is left, wait until the engine holds nothing, check, exit");
+  std::uint64_t timeout_s = static_cast<std::uint64_t>(o.timeout.count());
+  app.add_option("--timeout-s", timeout_s, "--drain: most seconds to wait for the engine to empty")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 64);  // 64: EX_USAGE
   }
-  if (o.store.empty() || o.dir.empty() || o.tasks == 0)
-    usage("--store, --dir and --tasks are required");
+  o.in_flight = std::max<std::size_t>(1, o.in_flight);
+  o.timeout = std::chrono::seconds{timeout_s};
   return o;
 }
 

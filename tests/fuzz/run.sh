@@ -28,9 +28,11 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # The sources of each target, relative to the repository root.
 wheel_sources=(tests/fuzz/fuzz_wheel.cpp engine/src/timer_wheel.cpp)
 codec_sources=(persistence/common/record_codec.cpp engine/src/error.cpp engine/src/log.cpp)
+server_sources=(server/src/api/request_codec.cpp server/src/api/api_error.cpp engine/src/error.cpp)
 declare -A target_sources=(
   [fuzz_wheel]="${wheel_sources[*]}"
   [fuzz_record_decode]="tests/fuzz/fuzz_record_decode.cpp ${codec_sources[*]}"
+  [fuzz_server_request]="tests/fuzz/fuzz_server_request.cpp ${server_sources[*]}"
 )
 # Extra compiler flags. The wheel's input is a program, never compared with
 # constants as such, while tracing every comparison of the reference model
@@ -38,14 +40,16 @@ declare -A target_sources=(
 declare -A target_cxxflags=(
   [fuzz_wheel]="-fno-sanitize-coverage=trace-cmp"
   [fuzz_record_decode]=""
+  [fuzz_server_request]=""
 )
 # Extra libFuzzer flags. Long wheel programs reach states short ones do not,
 # so let its inputs grow to -max_len at once.
 declare -A target_flags=(
   [fuzz_wheel]="-len_control=0"
   [fuzz_record_decode]=""
+  [fuzz_server_request]=""
 )
-all_targets=(fuzz_record_decode fuzz_wheel)
+all_targets=(fuzz_record_decode fuzz_wheel fuzz_server_request)
 read -r -a targets <<<"${DELAYQ_FUZZ_TARGETS:-${all_targets[*]}}"
 for t in "${targets[@]}"; do
   [[ -n "${target_sources[$t]:-}" ]] || die "unknown target '$t' (targets: ${all_targets[*]})"
@@ -55,7 +59,7 @@ done
 common_flags=(
   -std=c++20 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
   -D_GLIBCXX_ASSERTIONS
-  -I"$root/engine/include" -I"$root/persistence/include" -I"$here"
+  -I"$root/engine/include" -I"$root/persistence/include" -I"$root/server/src" -I"$here"
 )
 # shellcheck disable=SC2054 # the commas belong to one flag
 fuzz_flags=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all)
@@ -74,7 +78,7 @@ build() {
   local stamp="$bin.cmdline" cmdline
   cmdline="$cxx ${flags[*]} ${srcs[*]}"
   if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$cmdline" ]] &&
-    [[ -z "$(find "${srcs[@]/#/$root/}" "$root/engine/include" "$root/persistence/include" \
+    [[ -z "$(find "${srcs[@]/#/$root/}" "$root/engine/include" "$root/persistence/include" "$root/server/src/api" \
       "$here" -name '*.[ch]pp' -newer "$bin" -print -quit)" ]]; then
     return 0
   fi

@@ -20,6 +20,7 @@
 //     inconsistency.
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
@@ -54,18 +55,6 @@ namespace soak = delayq::soak;
 using steady = std::chrono::steady_clock;
 using system_clock = std::chrono::system_clock;
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "delayq-soak: %s\n"
-               "usage: delayq-soak run --store URI --dir DIR --run N --load-until EPOCH_MS\n"
-               "                       [--seed X] [--schedulers T] [--rate R] [--workers W]\n"
-               "                       [--drain-timeout-s S]\n"
-               "       delayq-soak check --store URI --dir DIR [--label NAME] [--schedulers T]\n"
-               "                         [--outage-ms MS]\n",
-               why.c_str());
-  std::exit(64);
-}
-
 struct options {
   std::string mode;
   std::string store;
@@ -82,49 +71,55 @@ struct options {
 };
 
 options parse_args(int argc, char** argv) {
-  if (argc < 2) usage("no mode");
   options o;
-  o.mode = argv[1];
-  if (o.mode != "run" && o.mode != "check") usage("unknown mode " + o.mode);
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (i + 1 >= argc) usage("missing value after " + std::string(arg));
-    const std::string_view value = argv[++i];
-    auto number = [&]() -> std::uint64_t {
-      auto v = soak::parse_number<std::uint64_t>(value);
-      if (!v) usage("not a number: " + std::string(arg) + " " + std::string(value));
-      return *v;
-    };
-    if (arg == "--store")
-      o.store = value;
-    else if (arg == "--dir")
-      o.dir = value;
-    else if (arg == "--label")
-      o.label = value;
-    else if (arg == "--run")
-      o.run = static_cast<unsigned>(number());
-    else if (arg == "--load-until")
-      o.load_until_ms = static_cast<std::int64_t>(number());
-    else if (arg == "--seed")
-      o.seed = number();
-    else if (arg == "--schedulers")
-      o.schedulers = static_cast<unsigned>(number());
-    else if (arg == "--rate")
-      o.rate = static_cast<unsigned>(number());
-    else if (arg == "--workers")
-      o.workers = static_cast<unsigned>(number());
-    else if (arg == "--drain-timeout-s")
-      o.drain_timeout = std::chrono::seconds{number()};
-    else if (arg == "--outage-ms")
-      o.outage_ms = number();
-    else
-      usage("unknown option " + std::string(arg));
+  CLI::App app("The soak test's worker and checker, driven by scripts/soak.sh.", "delayq-soak");
+  app.require_subcommand(1);
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "An engine on STORE under mixed load until EPOCH_MS, then drained; exits 0, or 3\n"
+      "when the drain timed out");
+  CLI::App* check = app.add_subcommand(
+      "check",
+      "After the last run drained: checks that every acknowledged id succeeded, is a\n"
+      "dead letter in the store, or was cancelled; exits 1 on any loss");
+  for (CLI::App* mode : {run, check}) {
+    mode->add_option("--store", o.store, "the store's URI")->required()->type_name("URI");
+    mode->add_option("--dir", o.dir, "the directory of the runs' logs")
+        ->required()
+        ->type_name("DIR");
+    mode->add_option("--schedulers", o.schedulers, "scheduling threads per run")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
   }
-  if (o.store.empty() || o.dir.empty()) usage("--store and --dir are required");
-  if (o.mode == "run" && (o.run == 0 || o.load_until_ms == 0))
-    usage("run needs --run and --load-until");
-  if (o.schedulers == 0 || o.rate == 0 || o.workers == 0)
-    usage("--schedulers, --rate and --workers must be positive");
+  run->add_option("--run", o.run, "this run's number, from 1")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--load-until", o.load_until_ms, "schedule until this time (ms since the epoch)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--seed", o.seed, "the seed of the load")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run->add_option("--rate", o.rate, "schedules per second per scheduling thread")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run->add_option("--workers", o.workers, "the engine's worker threads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  std::uint64_t drain_timeout_s = static_cast<std::uint64_t>(o.drain_timeout.count());
+  run->add_option("--drain-timeout-s", drain_timeout_s, "most seconds to wait for the drain")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  check->add_option("--label", o.label, "the name in the summary (default: the URI's scheme)");
+  check->add_option("--outage-ms", o.outage_ms, "the store's outage, for the summary")
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 64);  // 64: EX_USAGE
+  }
+  o.mode = run->parsed() ? "run" : "check";
+  o.drain_timeout = std::chrono::seconds{drain_timeout_s};
   if (o.label.empty()) o.label = o.store.substr(0, o.store.find(':'));
   return o;
 }

@@ -311,6 +311,9 @@ class engine {
   std::vector<std::string> schedule_many(std::vector<task_spec> tasks);
   std::vector<std::string> schedule_many(std::vector<task_spec> tasks,
                                          boost::system::error_code& ec);
+  /// Same, and on an error that one task caused, sets `bad` to its index.
+  std::vector<std::string> schedule_many(std::vector<task_spec> tasks,
+                                         boost::system::error_code& ec, std::size_t& bad);
 
   /// Schedules like schedule_at() without blocking the caller's thread: the
   /// task goes into the store's next write, and `token` completes with

@@ -60,6 +60,10 @@ enum class errc {
   /// The task type holds its most pending tasks already
   /// (engine_options::type_capacity).
   type_full = 19,
+  /// An asynchronous attempt reported its end after it had ended already
+  /// (its timeout passed first, or it was reported before); the report was
+  /// ignored. See attempt_completion.
+  attempt_ended = 20,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

@@ -1,6 +1,7 @@
 // delayq/executor.hpp - what runs a task, and the factory that picks it by type.
 #pragma once
 
+#include <boost/system/error_code.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,49 @@ class executor {
   virtual void execute(const task& t) = 0;
 };
 
+namespace detail {
+class dispatcher;
+}
+
+/// How an asynchronous attempt reports its end: call it once, with an empty
+/// string for success or the reason it failed.
+///
+/// The two-argument form also says when the outcome is in the store:
+/// `on_stored` is called once what the outcome changes there is durable
+/// (a success: the task's removal; a failure: the retry's attempt count and
+/// due time, or the dead letter), with an empty error_code; or with the
+/// store's error (errc::store_unavailable, ...) when that write failed: the
+/// engine keeps the change and writes it again until it lands, and a crash
+/// before then runs the task once more; or with errc::attempt_ended when the
+/// attempt had ended already (its timeout passed first) and the report was
+/// ignored. It runs on the engine's writer thread or on the caller's, with
+/// no lock of the engine held; it must not block. delayq-server answers a
+/// consumer's finish only from it, so a 204 means the task is gone for good.
+///
+/// Copies share one attempt. Thread safety: call from any thread; one call
+/// in all per attempt (a second one is ignored, and its on_stored gets
+/// errc::attempt_ended).
+class attempt_completion {
+ public:
+  using stored_handler = std::function<void(boost::system::error_code)>;
+
+  attempt_completion() = default;
+  /// Ends the attempt: success when `failure` is empty.
+  void operator()(std::string failure) const { report_(std::move(failure), nullptr); }
+  /// Ends the attempt, and calls `on_stored` once its outcome is durable.
+  void operator()(std::string failure, stored_handler on_stored) const {
+    report_(std::move(failure), std::move(on_stored));
+  }
+  /// Whether this completion belongs to an attempt.
+  explicit operator bool() const noexcept { return static_cast<bool>(report_); }
+
+ private:
+  friend class detail::dispatcher;
+  using report_fn = std::function<void(std::string, stored_handler)>;
+  explicit attempt_completion(report_fn f) : report_(std::move(f)) {}
+  report_fn report_;
+};
+
 /// Runs one attempt of a task and reports its end later, through a callback,
 /// so an attempt that waits on I/O does not hold a worker thread.
 ///
@@ -55,7 +99,7 @@ class executor {
 /// Thread safety: one executor per attempt, as for executor.
 class async_executor {
  public:
-  using completion = std::function<void(std::string failure)>;
+  using completion = attempt_completion;
   virtual ~async_executor() = default;
   /// Begins one attempt; call `done` when it ends.
   virtual void start(const task& t, completion done) = 0;

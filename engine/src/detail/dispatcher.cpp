@@ -53,10 +53,15 @@ struct dispatcher::attempt {
   std::unique_ptr<async_executor> exec;
   std::shared_ptr<boost::asio::steady_timer> timer;
 
-  void settle(outcome::what w, std::string failure) {
-    if (settled.exchange(true, std::memory_order_acq_rel)) return;
+  void settle(outcome::what w, std::string failure,
+              attempt_completion::stored_handler on_stored = nullptr) {
+    if (settled.exchange(true, std::memory_order_acq_rel)) {
+      if (on_stored) on_stored(errc::attempt_ended);
+      return;
+    }
     if (timer) boost::asio::post(d->strand_, [timer = timer] { timer->cancel(); });
-    d->report(outcome{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)});
+    d->report(outcome{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure),
+                      std::move(on_stored)});
   }
 };
 
@@ -284,11 +289,12 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
     }
     auto guard = std::make_shared<completion_guard<attempt>>();
     guard->a = a;
-    async_executor::completion done = [guard](std::string failure) {
-      // Decided before the string moves: argument order is unspecified.
-      const auto result = failure.empty() ? outcome::what::succeeded : outcome::what::failed;
-      guard->a->settle(result, std::move(failure));
-    };
+    async_executor::completion done{
+        [guard](std::string failure, attempt_completion::stored_handler on_stored) {
+          // Decided before the string moves: argument order is unspecified.
+          const auto result = failure.empty() ? outcome::what::succeeded : outcome::what::failed;
+          guard->a->settle(result, std::move(failure), std::move(on_stored));
+        }};
     guard.reset();  // only `done` and its copies hold it now
     if (a->exec)
       a->exec->start(a->t, std::move(done));

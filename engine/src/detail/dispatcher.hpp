@@ -58,6 +58,8 @@ struct outcome {
   std::uint32_t tag = 0;  // the word as the dispatcher left it
   std::uint16_t kind = 0;
   std::string failure;
+  /// An asynchronous attempt's wish to hear when its outcome is durable.
+  attempt_completion::stored_handler on_stored;
 };
 
 /// Thread safety: every member is safe from any thread.

@@ -132,6 +132,10 @@ class engine_core final : public dispatcher::owner,
     std::vector<ready_ref> requeue;                  // due references to queue again
     std::vector<alert> alerts;
     std::vector<std::string> deferred;  // ids whose deferred async calls may run now
+    // attempt_completion's on_stored handlers and what to tell them
+    std::vector<
+        std::pair<std::function<void(boost::system::error_code)>, boost::system::error_code>>
+        stored;
   };
   // One task of a schedule call, as views into the caller's arguments, and
   // what checking it found.

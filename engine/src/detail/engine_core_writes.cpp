@@ -49,10 +49,12 @@ bool engine_core::submit_locked(std::span<write_op> ops, const std::shared_ptr<c
   // Settled on this thread, before anyone else could see the records'
   // transitional states.
   if (call) call->remaining = 0;
-  for (write_op& op : ops)
+  for (write_op& op : ops) {
+    if (op.on_stored) after.stored.emplace_back(std::move(op.on_stored), op.ec);
     settle_locked(change{static_cast<purpose>(op.purpose), op.handle, op.aux,
                          static_cast<op_ctx*>(op.ctx.get()), op.ec, op.t.id},
                   inline_call, after);
+  }
   return false;
 }
 
@@ -64,6 +66,7 @@ void engine_core::on_written(std::span<write_op> ops) {
     for (write_op& op : ops) {
       auto* ctx = static_cast<op_ctx*>(op.ctx.get());
       call_state& call = ctx ? *ctx->call : none;
+      if (op.on_stored) after.stored.emplace_back(std::move(op.on_stored), op.ec);
       settle_locked(
           change{static_cast<purpose>(op.purpose), op.handle, op.aux, ctx, op.ec, op.t.id}, call,
           after);
@@ -197,8 +200,9 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
 
 void engine_core::run_after(after_lock& after) {
   if (after.calls.empty() && after.async.empty() && after.requeue.empty() && after.alerts.empty() &&
-      after.deferred.empty())
+      after.deferred.empty() && after.stored.empty())
     return;  // the usual case: a call settled in place, nothing to wake
+  for (auto& [handler, ec] : after.stored) handler(ec);
   for (call_state* c : after.calls) c->done.release();  // the last touch: the caller owns it
   for (auto& c : after.async)
     c->async->complete(c->ec, c->ec || c->ids.empty() ? std::string{} : c->ids[0]);
@@ -244,6 +248,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       }
       if (!wheel_.is_indexed(h)) {
         // Replaced while it ran: the new version owns the id and the store.
+        if (o.on_stored) after.stored.emplace_back(std::move(o.on_stored), errc::ok);
         erase_locked(h);
         continue;
       }
@@ -262,6 +267,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         // the removal; a crash before it lands runs the task once more.
         write_op op = make_op(change_kind::remove, p_none, h, false);
         op.must_land = true;
+        op.on_stored = std::move(o.on_stored);
         ops.push_back(std::move(op));
         erase_locked(h);
         continue;
@@ -274,6 +280,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         op.error = o.failure;
         op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
         op.must_land = true;
+        op.on_stored = std::move(o.on_stored);
         log(log_level::error, describe_task(op.t.id, type.name) + " is a dead letter after " +
                                   std::to_string(attempts) + " attempts: " + o.failure);
         ++died_;
@@ -299,6 +306,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       op.t.due = from_epoch_ms(due);
       op.aux = static_cast<std::uint64_t>(due);
       op.must_land = true;
+      op.on_stored = std::move(o.on_stored);
       ops.push_back(std::move(op));
     }
     for (write_op& op : ops) submit_locked(std::span(&op, 1), nullptr, none, after);

@@ -81,6 +81,9 @@ struct write_op {
   std::uint32_t tag = 0;
   std::uint64_t aux = 0;
   std::unique_ptr<op_context> ctx;
+  /// Called (by the engine, outside its lock) with the first outcome; a
+  /// kept copy does not carry it.
+  std::function<void(boost::system::error_code)> on_stored;
 
   // The writer's.
   std::uint32_t group = 1;  // the first op of a group: how many go in one batch with it

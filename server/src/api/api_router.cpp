@@ -1,0 +1,506 @@
+#include "api/api_router.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/beast/http/verb.hpp>
+#include <charconv>
+
+#include "api/metrics_text.hpp"
+#include "api/request_codec.hpp"
+#include "api/task_json.hpp"
+
+namespace delayq::server {
+namespace {
+
+namespace bhttp = boost::beast::http;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::system_clock;
+
+// Constant time in the token's length, so timing does not reveal how much of
+// a guess was right.
+bool same_token(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+http_answer no_content() {
+  http_answer a;
+  a.status = 204;
+  return a;
+}
+
+const char* state_name(task_state s) {
+  switch (s) {
+    case task_state::delayed: return "delayed";
+    case task_state::ready: return "ready";
+    case task_state::running: return "running";
+  }
+  return "running";
+}
+
+// How many times a cancel or reschedule chases a task that the engine keeps
+// handing to the broker between our two steps (give back, then act).
+constexpr int chase_rounds = 8;
+
+std::optional<std::size_t> parse_size(const std::optional<std::string>& s, std::size_t dflt,
+                                      std::size_t max) {
+  if (!s) return dflt;
+  std::size_t v = 0;
+  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
+  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+http_answer json_answer(unsigned status, const json& body) {
+  http_answer a;
+  a.status = status;
+  a.body = dump_json(body);
+  return a;
+}
+
+http_answer error_answer(const api_error& e) {
+  http_answer a = json_answer(e.status, json{{"error", e.name}, {"message", e.message}});
+  if (e.status == 503) a.headers.emplace_back("Retry-After", "1");
+  return a;
+}
+
+// One request: its parts, split once, and the way to answer it.
+struct api_router::call {
+  http_request req;
+  http_respond respond;
+  std::string path;  // percent-encoded, without the query
+  std::string query;
+  std::vector<std::string> seg;  // decoded path segments
+  json body;
+
+  void answer(http_answer a) { std::exchange(respond, nullptr)(std::move(a)); }
+  void fail(const api_error& e) { answer(error_answer(e)); }
+  // Parses the body; false (and answered) when it is not JSON.
+  bool parse_body(bool empty_is_object = false) {
+    if (auto e = parse_json(req.body(), body, empty_is_object)) {
+      fail(*e);
+      return false;
+    }
+    return true;
+  }
+};
+
+api_router::api_router(api_parts parts, std::size_t blocking_threads)
+    : parts_(std::move(parts)), pool_(blocking_threads), settings_(pool_.get_executor()) {}
+
+api_router::~api_router() { join(); }
+
+void api_router::join() { pool_.join(); }
+
+bool api_router::is_long_poll(const http_request& req) {
+  const std::string_view target(req.target().data(), req.target().size());
+  return req.method() == bhttp::verb::post && target.starts_with("/v1/reserve");
+}
+
+void api_router::blocking(http_respond respond, std::function<http_answer()> fn) {
+  boost::asio::post(pool_, [respond = std::move(respond), fn = std::move(fn)] { respond(fn()); });
+}
+
+void api_router::settings(http_respond respond, std::function<http_answer()> fn) {
+  boost::asio::post(settings_,
+                    [respond = std::move(respond), fn = std::move(fn)] { respond(fn()); });
+}
+
+void api_router::handle(http_request&& req, http_respond respond) {
+  call c;
+  c.req = std::move(req);
+  c.respond = std::move(respond);
+  const std::string_view target(c.req.target().data(), c.req.target().size());
+  const std::size_t q = target.find('?');
+  c.path = std::string(target.substr(0, q));
+  if (q != std::string_view::npos) c.query = std::string(target.substr(q + 1));
+  if (c.path.empty() || c.path[0] != '/') return c.fail(bad_request("the target must be a path"));
+  for (std::size_t i = 1; i <= c.path.size();) {
+    const std::size_t slash = std::min(c.path.find('/', i), c.path.size());
+    std::string s;
+    if (!percent_decode(std::string_view(c.path).substr(i, slash - i), s))
+      return c.fail(bad_request("malformed %-escape in the path"));
+    c.seg.push_back(std::move(s));
+    i = slash + 1;
+  }
+  try {
+    route(c);
+  } catch (const std::exception& e) {
+    // A bug, not the client's fault; the server keeps serving.
+    if (c.respond) c.answer(error_answer({500, "internal_error", e.what()}));
+  }
+}
+
+void api_router::route(call& c) {
+  const auto m = c.req.method();
+  const auto& s = c.seg;
+  const auto method_not_allowed = [&] {
+    c.fail({405, "method_not_allowed",
+            std::string(c.req.method_string()) + " is not allowed on " + c.path});
+  };
+  if (s.size() == 1 && s[0] == "healthz")
+    return m == bhttp::verb::get ? healthz(c) : method_not_allowed();
+  if (s.size() == 1 && s[0] == "metrics")
+    return m == bhttp::verb::get ? metrics(c) : method_not_allowed();
+  if (s.empty() || s[0] != "v1") return c.fail(not_found("no such path: " + c.path));
+
+  if (!parts_.token.empty()) {
+    const auto field = c.req[bhttp::field::authorization];
+    const std::string_view auth(field.data(), field.size());
+    constexpr std::string_view bearer = "Bearer ";
+    if (!auth.starts_with(bearer) || !same_token(auth.substr(bearer.size()), parts_.token))
+      return c.fail({401, "unauthorized", "missing or wrong Authorization: Bearer token"});
+  }
+
+  const std::size_t n = s.size();
+  if (n == 2 && s[1] == "tasks") return m == bhttp::verb::post ? add_task(c) : method_not_allowed();
+  if (n == 2 && s[1] == "tasks:batch")
+    return m == bhttp::verb::post ? add_batch(c) : method_not_allowed();
+  if (n == 3 && s[1] == "tasks") {
+    if (m == bhttp::verb::get) return get_task(c, s[2]);
+    if (m == bhttp::verb::delete_) return cancel_task(c, s[2]);
+    return method_not_allowed();
+  }
+  if (n == 4 && s[1] == "tasks") {
+    const std::string& verb = s[3];
+    if (verb != "reschedule" && verb != "finish" && verb != "fail" && verb != "touch")
+      return c.fail(not_found("no such path: " + c.path));
+    if (m != bhttp::verb::post) return method_not_allowed();
+    if (verb == "reschedule") return reschedule_task(c, s[2]);
+    return end_lease(c, s[2], verb);
+  }
+  if (n == 2 && s[1] == "reserve")
+    return m == bhttp::verb::post ? reserve(c) : method_not_allowed();
+  if (n == 2 && s[1] == "types") return m == bhttp::verb::get ? get_types(c) : method_not_allowed();
+  if (n == 3 && s[1] == "types") {
+    if (m == bhttp::verb::put) return put_type(c, s[2]);
+    if (m == bhttp::verb::get) return get_type(c, s[2]);
+    if (m == bhttp::verb::delete_) return delete_type(c, s[2]);
+    return method_not_allowed();
+  }
+  if (n == 2 && s[1] == "dead") return m == bhttp::verb::get ? list_dead(c) : method_not_allowed();
+  if (n == 3 && s[1] == "dead")
+    return m == bhttp::verb::delete_ ? purge_dead(c, s[2]) : method_not_allowed();
+  if (n == 4 && s[1] == "dead" && s[3] == "requeue")
+    return m == bhttp::verb::post ? requeue_dead(c, s[2]) : method_not_allowed();
+  if (n == 2 && s[1] == "stats") return m == bhttp::verb::get ? stats(c) : method_not_allowed();
+  c.fail(not_found("no such path: " + c.path));
+}
+
+// ------------------------------------------------------------------ tasks
+
+void api_router::add_task(call& c) {
+  if (!c.parse_body()) return;
+  add_request r;
+  if (auto e = parse_add(c.body, r)) return c.fail(*e);
+  schedule_options opts;
+  opts.id = std::move(r.id);
+  opts.conflict = r.conflict;
+  // Answered from the store writer's completion: 201 only once durable.
+  parts_.engine->async_schedule_at(
+      std::move(r.type), std::move(r.payload), r.when.due(system_clock::now()), std::move(opts),
+      [respond = std::move(c.respond)](boost::system::error_code ec, std::string id) {
+        respond(ec ? error_answer(from_error_code(ec)) : json_answer(201, json{{"id", id}}));
+      });
+}
+
+void api_router::add_batch(call& c) {
+  if (!c.parse_body()) return;
+  std::vector<add_request> rs;
+  if (auto e = parse_batch(c.body, rs)) return c.fail(*e);
+  std::vector<task_spec> specs;
+  specs.reserve(rs.size());
+  const auto now = system_clock::now();
+  for (add_request& r : rs) {
+    task_spec t;
+    t.type = std::move(r.type);
+    t.payload = std::move(r.payload);
+    t.due = r.when.due(now);
+    t.options.id = std::move(r.id);
+    t.options.conflict = r.conflict;
+    specs.push_back(std::move(t));
+  }
+  blocking(std::move(c.respond), [this, specs = std::move(specs)]() mutable {
+    boost::system::error_code ec;
+    std::size_t bad = 0;
+    auto ids = parts_.engine->schedule_many(std::move(specs), ec, bad);
+    if (ec) {
+      api_error e = from_error_code(ec);
+      // Errors of one task name it; the store's concern the whole batch.
+      if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
+      return error_answer(e);
+    }
+    return json_answer(201, json{{"ids", ids}});
+  });
+}
+
+void api_router::get_task(call& c, const std::string& id) {
+  auto st = parts_.engine->status(id);
+  if (!st) return c.fail(not_found("no pending task with id " + id));
+  json j = task_json(st->task);
+  std::string state = state_name(st->state);
+  if (st->state == task_state::running) {
+    switch (parts_.broker->state_of(id)) {
+      case lease_broker::held::ready: state = "ready"; break;
+      case lease_broker::held::reserved: state = "reserved"; break;
+      case lease_broker::held::none: break;  // pushed now
+    }
+  }
+  j["state"] = state;
+  c.answer(json_answer(200, j));
+}
+
+void api_router::cancel_task(call& c, const std::string& id) {
+  blocking(std::move(c.respond), [this, id] {
+    for (int round = 0; round < chase_rounds; ++round) {
+      boost::system::error_code ec;
+      if (parts_.engine->cancel(id, ec)) return no_content();
+      if (ec) return error_answer(from_error_code(ec));
+      auto st = parts_.engine->status(id);
+      if (!st) return error_answer(not_found("no pending task with id " + id));
+      if (st->state != task_state::running) continue;  // moved between the two calls
+      // Due and waiting for a consumer here: give it back to the engine,
+      // where the cancel can reach it.
+      if (!parts_.broker->release_ready(id))
+        return error_answer(conflict("conflict", "task " + id +
+                                                     " is reserved or running; it can be "
+                                                     "cancelled once its attempt ends"));
+    }
+    return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
+  });
+}
+
+void api_router::reschedule_task(call& c, const std::string& id) {
+  if (!c.parse_body()) return;
+  when_spec w;
+  if (auto e = parse_when(c.body, w)) return c.fail(*e);
+  blocking(std::move(c.respond), [this, id, w] {
+    const auto due = w.due(system_clock::now());
+    for (int round = 0; round < chase_rounds; ++round) {
+      boost::system::error_code ec;
+      if (parts_.engine->reschedule(id, due, ec)) return no_content();
+      if (ec) return error_answer(from_error_code(ec));
+      auto st = parts_.engine->status(id);
+      if (!st) return error_answer(not_found("no pending task with id " + id));
+      if (st->state != task_state::running) continue;
+      if (!parts_.broker->release_ready(id))
+        return error_answer(conflict("conflict", "task " + id +
+                                                     " is reserved or running; it can be "
+                                                     "rescheduled once its attempt ends"));
+    }
+    return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
+  });
+}
+
+// ------------------------------------------------------------------ pull
+
+void api_router::reserve(call& c) {
+  if (!c.parse_body(true)) return;
+  reserve_request r;
+  if (auto e = parse_reserve(c.body, r)) return c.fail(*e);
+  parts_.broker->reserve(
+      r, [broker = parts_.broker, respond = std::move(c.respond)](std::vector<leased_task> tasks) {
+        json list = json::array();
+        for (const leased_task& lt : tasks) {
+          json j = task_json(lt.t);
+          j["lease"] = lt.lease;
+          list.push_back(std::move(j));
+        }
+        http_answer a = json_answer(200, json{{"tasks", std::move(list)}});
+        if (!tasks.empty())
+          a.after_write = [broker, tasks = std::move(tasks)](bool written) {
+            if (!written) broker->give_back(tasks);
+          };
+        respond(std::move(a));
+      });
+}
+
+void api_router::end_lease(call& c, const std::string& id, const std::string& verb) {
+  if (!c.parse_body()) return;
+  lease_request r;
+  std::optional<api_error> e;
+  if (verb == "finish")
+    e = parse_finish(c.body, r);
+  else if (verb == "fail")
+    e = parse_fail(c.body, r);
+  else
+    e = parse_touch(c.body, r);
+  if (e) return c.fail(*e);
+  const auto stale = [&] {
+    c.fail(conflict("stale_lease", "lease " + r.lease + " is not the current lease of task " + id +
+                                       " (it ended, was replaced, or never existed)"));
+  };
+  if (verb == "touch") {
+    if (parts_.broker->touch(id, r.lease, r.ttr) == lease_broker::lease_result::stale)
+      return stale();
+    return c.answer(no_content());
+  }
+  // Answered once the outcome is durable (attempt_completion's on_stored).
+  auto respond = std::make_shared<http_respond>(std::move(c.respond));
+  auto on_stored = [respond, id, verb](boost::system::error_code ec) {
+    if (!ec) return (*respond)(no_content());
+    if (ec == errc::attempt_ended)
+      return (*respond)(error_answer(conflict("stale_lease", "the attempt had ended already")));
+    api_error err = from_error_code(ec);
+    err.message =
+        "the " + verb + " of task " + id +
+        " was taken but is not durable yet (it is retried; the task may run again): " + err.message;
+    (*respond)(error_answer(err));
+  };
+  const auto result =
+      verb == "finish" ? parts_.broker->finish(id, r.lease, std::move(on_stored))
+                       : parts_.broker->fail(id, r.lease, std::move(r.error), std::move(on_stored));
+  if (result == lease_broker::lease_result::stale) {
+    c.respond = std::move(*respond);
+    stale();
+  }
+}
+
+// ------------------------------------------------------------------ push targets
+
+void api_router::put_type(call& c, const std::string& type) {
+  if (!c.parse_body()) return;
+  std::string why;
+  auto target = push_target_from_json(c.body, why);
+  if (!target) return c.fail(bad_request(why));
+  settings(std::move(c.respond), [this, type, t = *target] {
+    boost::system::error_code ec;
+    parts_.registry->put(type, t, ec);
+    if (ec == boost::system::errc::invalid_argument) return error_answer(bad_request(ec.message()));
+    if (ec) return error_answer(from_error_code(ec));
+    return no_content();
+  });
+}
+
+void api_router::get_type(call& c, const std::string& type) {
+  auto t = parts_.registry->find(type);
+  if (!t) return c.fail(not_found("no push target for type " + type));
+  c.answer(json_answer(200, to_json(*t)));
+}
+
+void api_router::get_types(call& c) {
+  json all = json::object();
+  for (const auto& [type, t] : parts_.registry->all()) all[type] = to_json(t);
+  c.answer(json_answer(200, json{{"types", std::move(all)}}));
+}
+
+void api_router::delete_type(call& c, const std::string& type) {
+  settings(std::move(c.respond), [this, type] {
+    boost::system::error_code ec;
+    const bool had = parts_.registry->erase(type, ec);
+    if (ec) return error_answer(from_error_code(ec));
+    if (!had) return error_answer(not_found("no push target for type " + type));
+    return no_content();
+  });
+}
+
+// ------------------------------------------------------------------ dead letters
+
+void api_router::list_dead(call& c) {
+  const auto offset = parse_size(query_param(c.query, "offset"), 0, SIZE_MAX);
+  const auto limit = parse_size(query_param(c.query, "limit"), 100, 1000);
+  if (!offset || !limit)
+    return c.fail(bad_request("offset must be a non-negative integer, limit one from 0 to 1000"));
+  blocking(std::move(c.respond), [this, offset = *offset, limit = *limit] {
+    boost::system::error_code ec;
+    auto letters = parts_.engine->dead_letters(offset, limit, ec);
+    if (ec) return error_answer(from_error_code(ec));
+    json list = json::array();
+    for (const dead_letter& d : letters) {
+      json j = task_json(d.task);
+      j["error"] = d.error;
+      j["died_ms"] = to_epoch_ms(d.died_at);
+      list.push_back(std::move(j));
+    }
+    return json_answer(200,
+                       json{{"dead", std::move(list)}, {"total", parts_.engine->stats().dead}});
+  });
+}
+
+void api_router::requeue_dead(call& c, const std::string& id) {
+  if (!c.parse_body(true)) return;
+  milliseconds delay{0};
+  if (auto e = parse_requeue(c.body, delay)) return c.fail(*e);
+  blocking(std::move(c.respond), [this, id, delay] {
+    when_spec w;
+    w.delay_ms = delay.count();
+    boost::system::error_code ec;
+    const bool found = parts_.engine->requeue(id, w.due(system_clock::now()), ec);
+    if (ec) return error_answer(from_error_code(ec));
+    if (!found) return error_answer(not_found("no dead letter with id " + id));
+    return no_content();
+  });
+}
+
+void api_router::purge_dead(call& c, const std::string& id) {
+  blocking(std::move(c.respond), [this, id] {
+    boost::system::error_code ec;
+    const bool found = parts_.engine->purge(id, ec);
+    if (ec) return error_answer(from_error_code(ec));
+    if (!found) return error_answer(not_found("no dead letter with id " + id));
+    return no_content();
+  });
+}
+
+// ------------------------------------------------------------------ operations
+
+void api_router::stats(call& c) {
+  const engine_stats s = parts_.engine->stats();
+  const lease_broker::counters b = parts_.broker->stats();
+  json j = {
+      {"pending", s.pending},
+      {"ready", s.ready},
+      {"running", s.running},
+      {"scheduled", s.scheduled},
+      {"loaded", s.loaded},
+      {"fired", s.fired},
+      {"succeeded", s.succeeded},
+      {"failed", s.failed},
+      {"cancelled", s.cancelled},
+      {"quarantined", s.quarantined},
+      {"retried", s.retried},
+      {"timed_out", s.timed_out},
+      {"died", s.died},
+      {"dead", s.dead},
+      {"writes_queued", s.writes_queued},
+      {"writes_kept", s.writes_kept},
+      {"lateness_p50_us", s.lateness_p50.count()},
+      {"lateness_p90_us", s.lateness_p90.count()},
+      {"lateness_p99_us", s.lateness_p99.count()},
+      {"lateness_max_us", s.lateness_max.count()},
+      {"server",
+       {{"ready_for_consumers", b.ready},
+        {"reserved", b.reserved},
+        {"waiting_consumers", b.waiting_consumers},
+        {"leases_granted", b.reserved_total},
+        {"finished", b.finished},
+        {"failed_by_consumers", b.failed},
+        {"leases_expired", b.expired},
+        {"given_back", b.given_back},
+        {"pushes_in_flight", parts_.pusher->in_flight()},
+        {"pushes_queued", parts_.pusher->queued()},
+        {"pushes_sent", parts_.pusher->sent()},
+        {"pushes_failed", parts_.pusher->failed()}}},
+  };
+  c.answer(json_answer(200, j));
+}
+
+void api_router::healthz(call& c) {
+  settings(std::move(c.respond), [this] {
+    const bool ok = parts_.store_healthy();
+    return json_answer(ok ? 200 : 503, json{{"status", ok ? "ok" : "store_unavailable"}});
+  });
+}
+
+void api_router::metrics(call& c) {
+  http_answer a;
+  a.content_type = "text/plain; version=0.0.4";
+  a.body = render_metrics(parts_.engine->stats(), parts_.broker->stats(), *parts_.pusher);
+  c.answer(std::move(a));
+}
+
+}  // namespace delayq::server

@@ -1,0 +1,87 @@
+// api_router: the HTTP API of docs/server.md, request by request. It checks
+// the token, parses the body (request_codec), and calls the engine, the
+// lease broker or the push registry; calls that wait on the store run on a
+// small pool of threads, never on the I/O threads.
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <functional>
+#include <string>
+
+#include "api/api_error.hpp"
+#include "delayq/engine.hpp"
+#include "http/http_server.hpp"
+#include "pull/lease_broker.hpp"
+#include "push/push_client.hpp"
+#include "push/push_registry.hpp"
+
+namespace delayq::server {
+
+/// What the router reaches. Everything must outlive the router.
+struct api_parts {
+  delayq::engine* engine = nullptr;
+  lease_broker* broker = nullptr;
+  push_registry* registry = nullptr;
+  push_client* pusher = nullptr;
+  /// Answers whether the store is reachable (blocking; run on the pool).
+  std::function<bool()> store_healthy;
+  std::string token;  ///< Empty: no auth.
+};
+
+/// Thread safety: handle() may be called from any thread, concurrently.
+class api_router {
+ public:
+  /// `blocking_threads` threads run the calls that wait for the store.
+  api_router(api_parts parts, std::size_t blocking_threads);
+  ~api_router();
+  api_router(const api_router&) = delete;
+  api_router& operator=(const api_router&) = delete;
+
+  /// Answers one request through `respond` (exactly once).
+  void handle(http_request&& req, http_respond respond);
+
+  /// Waits for the calls running on the pool to end (after a drain).
+  void join();
+
+  /// Whether a request is a long poll (the HTTP layer watches its socket).
+  static bool is_long_poll(const http_request& req);
+
+ private:
+  struct call;  // one request being answered (api_router.cpp)
+  void route(call& c);
+  void blocking(http_respond respond, std::function<http_answer()> fn);
+  void settings(http_respond respond, std::function<http_answer()> fn);
+
+  void add_task(call& c);
+  void add_batch(call& c);
+  void get_task(call& c, const std::string& id);
+  void cancel_task(call& c, const std::string& id);
+  void reschedule_task(call& c, const std::string& id);
+  void reserve(call& c);
+  void end_lease(call& c, const std::string& id, const std::string& verb);
+  void put_type(call& c, const std::string& type);
+  void get_type(call& c, const std::string& type);
+  void get_types(call& c);
+  void delete_type(call& c, const std::string& type);
+  void list_dead(call& c);
+  void requeue_dead(call& c, const std::string& id);
+  void purge_dead(call& c, const std::string& id);
+  void stats(call& c);
+  void healthz(call& c);
+  void metrics(call& c);
+
+  api_parts parts_;
+  boost::asio::thread_pool pool_;
+  // Settings calls and health probes share one store connection: one at a time.
+  boost::asio::strand<boost::asio::thread_pool::executor_type> settings_;
+};
+
+/// An answer with a JSON body (dump_json).
+http_answer json_answer(unsigned status, const nlohmann::json& body);
+/// An answer for an api_error.
+http_answer error_answer(const api_error& e);
+
+}  // namespace delayq::server

@@ -1,0 +1,246 @@
+#include "api/request_codec.hpp"
+
+#include <algorithm>
+#include <initializer_list>
+#include <limits>
+
+namespace delayq::server {
+namespace {
+
+using nlohmann::json;
+using std::chrono::system_clock;
+
+std::string prefixed(const std::string& where, std::string message) {
+  return where.empty() ? message : where + ": " + message;
+}
+
+std::optional<api_error> check_object(const json& j, const std::string& where,
+                                      std::initializer_list<std::string_view> allowed) {
+  if (!j.is_object()) return bad_request(prefixed(where, "expected a JSON object"));
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string names;
+    for (std::string_view a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
+    return bad_request(prefixed(where, "unknown field \"" + key + "\" (allowed: " + names + ")"));
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> get_string(const json& j, const char* key, const std::string& where,
+                                    std::string& out, bool required) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    if (required) return bad_request(prefixed(where, std::string("missing field \"") + key + "\""));
+    return std::nullopt;
+  }
+  if (!it->is_string())
+    return bad_request(prefixed(where, std::string("field \"") + key + "\" must be a string"));
+  out = it->get_ref<const std::string&>();
+  return std::nullopt;
+}
+
+std::optional<api_error> get_int(const json& j, const char* key, const std::string& where,
+                                 std::int64_t lo, std::int64_t hi,
+                                 std::optional<std::int64_t>& out) {
+  auto it = j.find(key);
+  if (it == j.end()) return std::nullopt;
+  const auto range = [&] {
+    return bad_request(prefixed(where, std::string("field \"") + key +
+                                           "\" must be an integer from " + std::to_string(lo) +
+                                           " to " + std::to_string(hi)));
+  };
+  std::int64_t v = 0;
+  if (it->is_number_unsigned()) {
+    const auto u = it->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return range();
+    v = static_cast<std::int64_t>(u);
+  } else if (it->is_number_integer()) {
+    v = it->get<std::int64_t>();
+  } else {
+    return range();
+  }
+  if (v < lo || v > hi) return range();
+  out = v;
+  return std::nullopt;
+}
+
+constexpr std::int64_t any_int_lo = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t any_int_hi = std::numeric_limits<std::int64_t>::max();
+
+std::optional<api_error> read_when(const json& j, const std::string& where, when_spec& out) {
+  if (auto e = get_int(j, "delay_ms", where, any_int_lo, any_int_hi, out.delay_ms)) return e;
+  if (auto e = get_int(j, "due_ms", where, any_int_lo, any_int_hi, out.due_ms)) return e;
+  if (out.delay_ms.has_value() == out.due_ms.has_value())
+    return bad_request(prefixed(where, "give exactly one of \"delay_ms\" and \"due_ms\""));
+  return std::nullopt;
+}
+
+std::optional<api_error> read_lease(const json& j, lease_request& out) {
+  return get_string(j, "lease", {}, out.lease, true);
+}
+
+}  // namespace
+
+system_clock::time_point when_spec::due(system_clock::time_point now) const {
+  // Out of range on either side maps to an instant the engine refuses with
+  // the error the caller would expect, without overflowing on the way.
+  const auto before_epoch = system_clock::time_point{} - milliseconds{1};
+  const std::int64_t now_ms = to_epoch_ms(now);
+  // system_clock counts nanoseconds in 64 bits: about 292 years either way.
+  constexpr std::int64_t max_ms = std::numeric_limits<std::int64_t>::max() / 1'000'000 - 1;
+  std::int64_t ms = 0;
+  if (delay_ms) {
+    if (*delay_ms < 0) return before_epoch;
+    if (*delay_ms > max_ms - now_ms) return system_clock::time_point::max();
+    ms = now_ms + *delay_ms;
+  } else {
+    if (!due_ms || *due_ms < 0) return before_epoch;
+    if (*due_ms > max_ms) return system_clock::time_point::max();
+    ms = *due_ms;
+  }
+  return from_epoch_ms(ms);
+}
+
+std::optional<api_error> parse_json(std::string_view body, json& out, bool empty_is_object) {
+  if (body.empty() && empty_is_object) {
+    out = json::object();
+    return std::nullopt;
+  }
+  out = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) return bad_request("the body is not valid JSON");
+  return std::nullopt;
+}
+
+std::optional<api_error> parse_add(const json& j, add_request& out, const std::string& where) {
+  if (auto e = check_object(j, where, {"type", "payload", "delay_ms", "due_ms", "id", "conflict"}))
+    return e;
+  if (auto e = get_string(j, "type", where, out.type, true)) return e;
+  if (auto e = get_string(j, "payload", where, out.payload, false)) return e;
+  if (auto e = get_string(j, "id", where, out.id, false)) return e;
+  if (j.contains("id") && out.id.empty())
+    return bad_request(prefixed(where, "field \"id\" must not be empty (leave it out to get one)"));
+  std::string conflict;
+  if (auto e = get_string(j, "conflict", where, conflict, false)) return e;
+  if (conflict.empty() || conflict == "reject")
+    out.conflict = on_conflict::reject;
+  else if (conflict == "replace")
+    out.conflict = on_conflict::replace;
+  else if (conflict == "keep")
+    out.conflict = on_conflict::keep;
+  else
+    return bad_request(
+        prefixed(where, "field \"conflict\" must be \"reject\", \"replace\" or \"keep\""));
+  return read_when(j, where, out.when);
+}
+
+std::optional<api_error> parse_batch(const json& j, std::vector<add_request>& out) {
+  if (auto e = check_object(j, {}, {"tasks"})) return e;
+  auto it = j.find("tasks");
+  if (it == j.end() || !it->is_array()) return bad_request("field \"tasks\" must be an array");
+  if (it->empty()) return bad_request("field \"tasks\" must not be empty");
+  if (it->size() > max_batch)
+    return api_error{413, "payload_too_large",
+                     "a batch holds at most " + std::to_string(max_batch) + " tasks"};
+  out.clear();
+  out.reserve(it->size());
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    add_request r;
+    if (auto e = parse_add((*it)[i], r, "tasks[" + std::to_string(i) + "]")) return e;
+    out.push_back(std::move(r));
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> parse_when(const json& j, when_spec& out) {
+  if (auto e = check_object(j, {}, {"delay_ms", "due_ms"})) return e;
+  return read_when(j, {}, out);
+}
+
+std::optional<api_error> parse_reserve(const json& j, reserve_request& out) {
+  if (auto e = check_object(j, {}, {"types", "max", "wait_ms", "ttr_ms"})) return e;
+  if (auto it = j.find("types"); it != j.end()) {
+    if (!it->is_array()) return bad_request("field \"types\" must be an array of strings");
+    for (const json& t : *it) {
+      if (!t.is_string() || t.get_ref<const std::string&>().empty())
+        return bad_request("field \"types\" must be an array of non-empty strings");
+      out.types.push_back(t.get<std::string>());
+    }
+  }
+  std::optional<std::int64_t> max, wait, ttr;
+  if (auto e = get_int(j, "max", {}, 1, static_cast<std::int64_t>(max_reserve), max)) return e;
+  if (auto e = get_int(j, "wait_ms", {}, 0, max_wait.count(), wait)) return e;
+  if (auto e = get_int(j, "ttr_ms", {}, min_ttr.count(), max_ttr.count(), ttr)) return e;
+  if (max) out.max = static_cast<std::size_t>(*max);
+  if (wait) out.wait = milliseconds{*wait};
+  if (ttr) out.ttr = milliseconds{*ttr};
+  return std::nullopt;
+}
+
+std::optional<api_error> parse_finish(const json& j, lease_request& out) {
+  if (auto e = check_object(j, {}, {"lease"})) return e;
+  return read_lease(j, out);
+}
+
+std::optional<api_error> parse_fail(const json& j, lease_request& out) {
+  if (auto e = check_object(j, {}, {"lease", "error"})) return e;
+  if (auto e = read_lease(j, out)) return e;
+  return get_string(j, "error", {}, out.error, false);
+}
+
+std::optional<api_error> parse_touch(const json& j, lease_request& out) {
+  if (auto e = check_object(j, {}, {"lease", "ttr_ms"})) return e;
+  if (auto e = read_lease(j, out)) return e;
+  std::optional<std::int64_t> ttr;
+  if (auto e = get_int(j, "ttr_ms", {}, min_ttr.count(), max_ttr.count(), ttr)) return e;
+  if (ttr) out.ttr = milliseconds{*ttr};
+  return std::nullopt;
+}
+
+std::optional<api_error> parse_requeue(const json& j, milliseconds& delay) {
+  if (auto e = check_object(j, {}, {"delay_ms"})) return e;
+  std::optional<std::int64_t> d;
+  if (auto e = get_int(j, "delay_ms", {}, 0, any_int_hi, d)) return e;
+  delay = milliseconds{d.value_or(0)};
+  return std::nullopt;
+}
+
+bool percent_decode(std::string_view in, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out += in[i];
+      continue;
+    }
+    if (i + 2 >= in.size()) return false;
+    const int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
+std::optional<std::string> query_param(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const std::size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    std::string value;
+    if (!percent_decode(eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1),
+                        value))
+      return std::nullopt;
+    return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace delayq::server

@@ -1,0 +1,90 @@
+// request_codec: the JSON bodies of the API, checked and turned into plain
+// structs. Pure functions with no engine and no I/O, so the fuzz target
+// (tests/fuzz/fuzz_server_request.cpp) can drive every one of them.
+//
+// Every parser refuses what docs/server.md does not allow: a body that is not
+// an object, a field of the wrong type, an unknown field (named, so a
+// misspelt "dealy_ms" never schedules a task for now), a number out of range.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/api_error.hpp"
+#include "delayq/engine.hpp"
+
+namespace delayq::server {
+
+using std::chrono::milliseconds;
+
+/// When a task should run: exactly one of the two is set.
+struct when_spec {
+  std::optional<std::int64_t> delay_ms;
+  std::optional<std::int64_t> due_ms;
+  /// The wall-clock instant, with the engine's errors kept: a negative delay
+  /// or due time maps to an instant before the epoch (errc::invalid_delay), a
+  /// due time past what the clock holds to time_point::max()
+  /// (errc::due_too_far). Never overflows.
+  std::chrono::system_clock::time_point due(std::chrono::system_clock::time_point now) const;
+};
+
+/// POST /v1/tasks and each task of a batch.
+struct add_request {
+  std::string type;
+  std::string payload;
+  std::string id;
+  on_conflict conflict = on_conflict::reject;
+  when_spec when;
+};
+
+/// POST /v1/reserve.
+struct reserve_request {
+  std::vector<std::string> types;  ///< Empty: any type.
+  std::size_t max = 1;
+  milliseconds wait{0};
+  milliseconds ttr{30'000};
+};
+
+/// finish, fail and touch.
+struct lease_request {
+  std::string lease;
+  std::string error;                ///< fail: why (may be empty).
+  std::optional<milliseconds> ttr;  ///< touch: the new lease length.
+};
+
+/// Limits the parsers enforce (docs/server.md).
+inline constexpr std::size_t max_batch = 10'000;
+inline constexpr std::size_t max_reserve = 1'000;
+inline constexpr milliseconds max_wait{60'000};
+inline constexpr milliseconds min_ttr{1'000};
+inline constexpr milliseconds max_ttr{12 * 3'600'000};
+inline constexpr milliseconds default_ttr{30'000};
+
+/// Parses `body` as JSON into `out`. An empty body is an empty object when
+/// `empty_is_object` (for calls whose fields are all optional).
+std::optional<api_error> parse_json(std::string_view body, nlohmann::json& out,
+                                    bool empty_is_object = false);
+
+std::optional<api_error> parse_add(const nlohmann::json& j, add_request& out,
+                                   const std::string& where = {});
+std::optional<api_error> parse_batch(const nlohmann::json& j, std::vector<add_request>& out);
+std::optional<api_error> parse_when(const nlohmann::json& j, when_spec& out);
+std::optional<api_error> parse_reserve(const nlohmann::json& j, reserve_request& out);
+std::optional<api_error> parse_finish(const nlohmann::json& j, lease_request& out);
+std::optional<api_error> parse_fail(const nlohmann::json& j, lease_request& out);
+std::optional<api_error> parse_touch(const nlohmann::json& j, lease_request& out);
+/// POST /v1/dead/{id}/requeue: `{"delay_ms"?}` (default 0).
+std::optional<api_error> parse_requeue(const nlohmann::json& j, milliseconds& delay);
+
+/// Decodes %XX escapes of a path segment; false when one is malformed.
+bool percent_decode(std::string_view in, std::string& out);
+
+/// The value of `name` in a query string ("a=1&b=2"), percent-decoded.
+std::optional<std::string> query_param(std::string_view query, std::string_view name);
+
+}  // namespace delayq::server

@@ -1,0 +1,17 @@
+#include "api/task_json.hpp"
+
+namespace delayq::server {
+
+nlohmann::json task_json(const delayq::task& t) {
+  return nlohmann::json{{"id", t.id},
+                        {"type", t.type},
+                        {"payload", t.payload},
+                        {"due_ms", delayq::to_epoch_ms(t.due)},
+                        {"attempts", t.attempts}};
+}
+
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace delayq::server

@@ -1,0 +1,245 @@
+#include "http/http_server.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "delayq/log.hpp"
+
+namespace delayq::server {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+http_answer error_answer(unsigned status, const std::string& name, const std::string& message) {
+  http_answer a;
+  a.status = status;
+  a.body = nlohmann::json{{"error", name}, {"message", message}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return a;
+}
+
+struct http_server::session : std::enable_shared_from_this<session> {
+  session(http_server& s, tcp::socket&& socket) : server(s), stream(std::move(socket)) {}
+
+  http_server& server;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser;
+  bhttp::response<bhttp::string_body> res;
+  std::function<void(bool)> after_write;
+  bool keep_alive = false;
+  bool counted = false;  // this request is in server.in_flight_
+  // Watching the socket while a long poll is handled.
+  bool watching = false;
+  bool peer_gone = false;
+  std::optional<http_answer> pending;  // an answer that waits for the watch to end
+
+  void read() {
+    parser.emplace();
+    parser->header_limit(static_cast<std::uint32_t>(server.limits_.max_header));
+    parser->body_limit(server.limits_.max_body);
+    stream.expires_after(server.limits_.header_timeout);
+    bhttp::async_read_header(
+        stream, buffer, *parser,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    if (parser->is_done()) return on_read({});
+    stream.expires_after(server.limits_.body_timeout);
+    bhttp::async_read(
+        stream, buffer, *parser,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec) return read_failed(ec);
+    http_request req = parser->release();
+    parser.reset();
+    keep_alive = req.keep_alive();
+    stream.expires_never();  // handling may take a long poll's time
+    server.in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    counted = true;
+    if (server.draining_.load(std::memory_order_acquire)) {
+      keep_alive = false;
+      return write(error_answer(503, "draining", "the server is shutting down"));
+    }
+    if (server.limits_.watch_disconnect && server.limits_.watch_disconnect(req)) watch();
+    auto self = shared_from_this();
+    http_respond respond = [self](http_answer a) {
+      boost::asio::dispatch(self->stream.get_executor(),
+                            [self, a = std::move(a)]() mutable { self->answered(std::move(a)); });
+    };
+    server.handler_(std::move(req), std::move(respond));
+  }
+
+  // Reads while a request is handled: an end of stream says the client went
+  // away; bytes (a pipelined next request) stay in the buffer for read().
+  void watch() {
+    watching = true;
+    stream.socket().async_read_some(
+        buffer.prepare(4096), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+          self->buffer.commit(n);
+          self->watching = false;
+          if (ec && ec != boost::asio::error::operation_aborted) self->peer_gone = true;
+          if (self->pending) {
+            http_answer a = std::move(*self->pending);
+            self->pending.reset();
+            self->answered(std::move(a));
+          } else if (!ec && !self->peer_gone) {
+            // Data but no answer yet: stop watching; the answer is written
+            // when it comes, the data parsed after it.
+          }
+        });
+  }
+
+  void answered(http_answer a) {
+    if (watching) {
+      // Let the watch end first: a read and the next read() must not overlap.
+      pending = std::move(a);
+      beast::error_code ignored;
+      stream.socket().cancel(ignored);
+      return;
+    }
+    if (peer_gone) {
+      if (a.after_write) a.after_write(false);
+      done_with_request();
+      return close();
+    }
+    write(std::move(a));
+  }
+
+  void write(http_answer a) {
+    res = {};
+    res.version(11);
+    res.result(a.status);
+    res.set(bhttp::field::server, "delayq-server/" DELAYQ_VERSION);
+    if (!a.body.empty() || a.status != 204) res.set(bhttp::field::content_type, a.content_type);
+    for (auto& [name, value] : a.headers) res.set(name, value);
+    if (server.draining_.load(std::memory_order_acquire)) keep_alive = false;
+    res.keep_alive(keep_alive);
+    res.body() = std::move(a.body);
+    res.prepare_payload();
+    after_write = std::move(a.after_write);
+    stream.expires_after(server.limits_.write_timeout);
+    bhttp::async_write(stream, res, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_write(ec);
+    });
+  }
+
+  void on_write(beast::error_code ec) {
+    if (after_write) std::exchange(after_write, nullptr)(!ec);
+    done_with_request();
+    if (ec || !keep_alive) return close();
+    read();
+  }
+
+  void done_with_request() {
+    if (counted) server.in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    counted = false;
+  }
+
+  // The request did not arrive whole: answer what went wrong when it can
+  // still be told, then close.
+  void read_failed(beast::error_code ec) {
+    keep_alive = false;
+    if (ec == bhttp::error::end_of_stream || ec == boost::asio::error::operation_aborted ||
+        ec == boost::asio::error::connection_reset || ec == boost::asio::error::eof)
+      return close();
+    if (ec == beast::error::timeout) {
+      // Nothing of a next request arrived: an idle keep-alive connection.
+      if (buffer.size() == 0 && !parser->got_some()) return close();
+      return write(error_answer(408, "request_timeout", "the request did not arrive in time"));
+    }
+    if (ec == bhttp::error::body_limit)
+      return write(error_answer(
+          413, "payload_too_large",
+          "the body is larger than " + std::to_string(server.limits_.max_body) + " bytes"));
+    if (ec == bhttp::error::header_limit)
+      return write(error_answer(
+          431, "headers_too_large",
+          "the headers are larger than " + std::to_string(server.limits_.max_header) + " bytes"));
+    write(error_answer(400, "bad_request", "malformed HTTP request: " + ec.message()));
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream.close();
+  }
+};
+
+http_server::http_server(boost::asio::io_context& io, http_handler handler, http_limits limits)
+    : io_(io),
+      handler_(std::move(handler)),
+      limits_(std::move(limits)),
+      acceptor_(boost::asio::make_strand(io)) {}
+
+http_server::~http_server() = default;
+
+tcp::endpoint http_server::listen(const tcp::endpoint& at) {
+  acceptor_.open(at.protocol());
+  acceptor_.set_option(boost::asio::socket_base::reuse_address(true));
+  acceptor_.bind(at);
+  acceptor_.listen(boost::asio::socket_base::max_listen_connections);
+  return acceptor_.local_endpoint();
+}
+
+void http_server::start() {
+  boost::asio::dispatch(acceptor_.get_executor(), [this] { accept(); });
+}
+
+void http_server::accept() {
+  acceptor_.async_accept(boost::asio::make_strand(io_),
+                         [this](beast::error_code ec, tcp::socket socket) {
+                           if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open())
+                             return;
+                           if (ec) {
+                             // Out of descriptors and the like: keep serving the others.
+                             log(log_level::warning, "accept: " + ec.message());
+                           } else {
+                             beast::error_code ignored;
+                             socket.set_option(tcp::no_delay(true), ignored);
+                             auto s = std::make_shared<session>(*this, std::move(socket));
+                             {
+                               std::lock_guard lock(sessions_mutex_);
+                               std::erase_if(sessions_, [](auto& w) { return w.expired(); });
+                               sessions_.push_back(s);
+                             }
+                             s->read();
+                           }
+                           accept();
+                         });
+}
+
+void http_server::drain() {
+  draining_.store(true, std::memory_order_release);
+  boost::asio::dispatch(acceptor_.get_executor(), [this] {
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+  });
+}
+
+void http_server::close_all() {
+  std::vector<std::shared_ptr<session>> live;
+  {
+    std::lock_guard lock(sessions_mutex_);
+    for (auto& w : sessions_)
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    sessions_.clear();
+  }
+  for (auto& s : live) boost::asio::dispatch(s->stream.get_executor(), [s] { s->close(); });
+}
+
+}  // namespace delayq::server

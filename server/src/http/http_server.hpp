@@ -1,0 +1,98 @@
+// http_server: HTTP/1.1 with keep-alive on Boost.Beast, on the caller's
+// io_context: an acceptor and one session object per connection, each on a
+// strand, with no thread per connection. It knows nothing of the API: every
+// request goes to one handler, which answers through a callback, from any
+// thread, when it is ready (a durable write, a long poll).
+//
+// It enforces the transport limits of docs/server.md: header size (431),
+// body size (413), the time a request may take to arrive (408, against
+// slow-drip clients), and during a drain it answers 503 and closes.
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace delayq::server {
+
+using http_request = boost::beast::http::request<boost::beast::http::string_body>;
+
+/// What a handler answers.
+struct http_answer {
+  unsigned status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  /// Called once the answer was written (true) or could not be (false: the
+  /// client went away), on the session's strand.
+  std::function<void(bool written)> after_write;
+};
+
+/// Thread safety: call exactly once, from any thread.
+using http_respond = std::function<void(http_answer)>;
+/// Called on a session's strand for each request.
+using http_handler = std::function<void(http_request&&, http_respond)>;
+
+struct http_limits {
+  std::size_t max_body = 8 << 20;
+  std::size_t max_header = 8 << 10;
+  std::chrono::milliseconds header_timeout{10'000};  ///< Also the keep-alive idle time.
+  std::chrono::milliseconds body_timeout{30'000};
+  std::chrono::milliseconds write_timeout{30'000};
+  /// Requests during which the session watches the socket, so a client that
+  /// goes away is noticed before the answer is written (long polls).
+  std::function<bool(const http_request&)> watch_disconnect;
+};
+
+/// Thread safety: listen() and start() before running the io_context; the
+/// rest from any thread.
+class http_server {
+ public:
+  http_server(boost::asio::io_context& io, http_handler handler, http_limits limits);
+  ~http_server();
+  http_server(const http_server&) = delete;
+  http_server& operator=(const http_server&) = delete;
+
+  /// Binds and listens; returns the bound endpoint (port 0 picks one).
+  /// Throws boost::system::system_error.
+  boost::asio::ip::tcp::endpoint listen(const boost::asio::ip::tcp::endpoint& at);
+  /// Starts accepting connections.
+  void start();
+  /// Stops accepting; later requests on open connections get 503 draining.
+  void drain();
+  /// Requests being handled (read, not yet answered and written).
+  std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
+  /// Closes every connection (after a drain).
+  void close_all();
+
+  struct session;  // one connection (http_server.cpp)
+
+ private:
+  friend struct session;
+  void accept();
+  void forget(session* s);
+
+  boost::asio::io_context& io_;
+  http_handler handler_;
+  http_limits limits_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::atomic<bool> draining_{false};
+  std::atomic<std::size_t> in_flight_{0};
+  std::mutex sessions_mutex_;
+  std::vector<std::weak_ptr<session>> sessions_;
+};
+
+/// `{"error": name, "message": message}` as an answer.
+http_answer error_answer(unsigned status, const std::string& name, const std::string& message);
+
+}  // namespace delayq::server

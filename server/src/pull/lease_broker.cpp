@@ -1,0 +1,328 @@
+#include "pull/lease_broker.hpp"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdio>
+
+namespace delayq::server {
+
+lease_broker::lease_broker(boost::asio::any_io_executor ex)
+    : ex_(boost::asio::make_strand(ex)), sweep_timer_(ex_), rng_(std::random_device{}()) {}
+
+// Handlers hold `this`: the owner stops the io_context before destroying us.
+lease_broker::~lease_broker() = default;
+
+std::string lease_broker::new_lease() {
+  // Random bits make leases unguessable across restarts; the counter makes
+  // them unique within one run however the random draws fall.
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx-%llx", static_cast<unsigned long long>(rng_()),
+                static_cast<unsigned long long>(rng_()),
+                static_cast<unsigned long long>(++lease_counter_));
+  return buf;
+}
+
+void lease_broker::offer(const task& t, attempt_completion done) {
+  std::vector<leased_task> out;
+  reserve_handler handler;
+  std::unique_lock lock(mutex_);
+  if (closed_) {
+    lock.unlock();
+    return;  // `done` is dropped on return: the engine keeps the task
+  }
+  entry e;
+  e.t = t;
+  e.done = std::move(done);
+  e.seq = ++seq_;
+  const std::string id = t.id;
+  // Replaced ids: the engine ended the old attempt before it offers a new one,
+  // but a late offer must never orphan a held completion.
+  std::optional<entry> old;  // dropped after the lock, like every completion
+  if (auto it = held_.find(id); it != held_.end()) {
+    old = std::move(it->second);
+    if (!old->lease.empty()) deadlines_.erase({old->deadline, id});
+    old->lease.empty() ? --counters_.ready : --counters_.reserved;
+    held_.erase(it);
+  }
+  held_.emplace(id, std::move(e));
+  ++counters_.ready;
+  ready_[t.type].emplace_back(seq_, id);
+  // The oldest waiting consumer that asked for this type gets it (and
+  // whatever else is ready for it).
+  for (auto w = waiters_.begin(); w != waiters_.end(); ++w) {
+    const auto& types = w->r.types;
+    if (!types.empty() && std::find(types.begin(), types.end(), t.type) == types.end()) continue;
+    out = take_locked(types, w->r.max, w->r.ttr, clock::now());
+    if (out.empty()) continue;
+    handler = std::move(w->handler);
+    boost::asio::post(ex_, [timer = w->timer] { timer->cancel(); });
+    waiters_.erase(w);
+    break;
+  }
+  lock.unlock();
+  if (handler) answer(std::move(handler), std::move(out));
+}
+
+void lease_broker::reserve(const reserve_request& r, reserve_handler handler) {
+  std::unique_lock lock(mutex_);
+  std::vector<leased_task> out;
+  if (!closed_) out = take_locked(r.types, r.max, r.ttr, clock::now());
+  if (!out.empty() || r.wait.count() == 0 || closed_ || no_wait_) {
+    lock.unlock();
+    answer(std::move(handler), std::move(out));
+    return;
+  }
+  waiter w;
+  w.n = ++waiter_seq_;
+  w.r = r;
+  w.handler = std::move(handler);
+  w.timer = std::make_shared<boost::asio::steady_timer>(ex_);
+  const std::uint64_t n = w.n;
+  auto timer = w.timer;
+  waiters_.push_back(std::move(w));
+  lock.unlock();
+  // Timers are only touched on the strand: this wait is posted before any
+  // cancel of it can be.
+  boost::asio::post(ex_, [this, timer, n, wait = r.wait] {
+    timer->expires_after(wait);
+    timer->async_wait([this, n](const boost::system::error_code& ec) {
+      if (ec) return;
+      reserve_handler h;
+      {
+        std::lock_guard lock(mutex_);
+        for (auto w = waiters_.begin(); w != waiters_.end(); ++w) {
+          if (w->n != n) continue;
+          h = std::move(w->handler);
+          waiters_.erase(w);
+          break;
+        }
+      }
+      if (h) h({});
+    });
+  });
+}
+
+std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string>& types,
+                                                   std::size_t max, std::chrono::milliseconds ttr,
+                                                   clock::time_point now) {
+  std::vector<leased_task> out;
+  // The front of a queue is valid when its entry is still held, ready, and
+  // the same offer (seq); anything else is dropped on the way.
+  const auto valid_front = [this](std::deque<std::pair<std::uint64_t, std::string>>& q) {
+    while (!q.empty()) {
+      auto it = held_.find(q.front().second);
+      if (it != held_.end() && it->second.seq == q.front().first && it->second.lease.empty())
+        return true;
+      q.pop_front();
+    }
+    return false;
+  };
+  while (out.size() < max) {
+    std::deque<std::pair<std::uint64_t, std::string>>* best = nullptr;
+    const auto consider = [&](std::deque<std::pair<std::uint64_t, std::string>>& q) {
+      if (valid_front(q) && (!best || q.front().first < best->front().first)) best = &q;
+    };
+    if (types.empty()) {
+      for (auto& [type, q] : ready_) consider(q);
+    } else {
+      for (const std::string& type : types)
+        if (auto it = ready_.find(type); it != ready_.end()) consider(it->second);
+    }
+    if (!best) break;
+    const std::string id = std::move(best->front().second);
+    best->pop_front();
+    lease_locked(id, ttr, now, out);
+  }
+  return out;
+}
+
+bool lease_broker::lease_locked(const std::string& id, std::chrono::milliseconds ttr,
+                                clock::time_point now, std::vector<leased_task>& out) {
+  auto it = held_.find(id);
+  if (it == held_.end()) return false;
+  entry& e = it->second;
+  e.lease = new_lease();
+  e.ttr = ttr;
+  e.deadline = now + ttr;
+  deadlines_.emplace(e.deadline, id);
+  --counters_.ready;
+  ++counters_.reserved;
+  ++counters_.reserved_total;
+  out.push_back({e.t, e.lease});
+  arm_sweep_locked(e.deadline);
+  return true;
+}
+
+void lease_broker::arm_sweep_locked(clock::time_point when) {
+  if (when >= sweep_at_) return;
+  sweep_at_ = when;
+  boost::asio::post(ex_, [this, when] {
+    sweep_timer_.expires_at(when);
+    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) sweep();
+    });
+  });
+}
+
+void lease_broker::sweep() {
+  std::vector<std::pair<attempt_completion, std::string>> expired;
+  {
+    std::lock_guard lock(mutex_);
+    const auto now = clock::now();
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      const std::string id = deadlines_.begin()->second;
+      deadlines_.erase(deadlines_.begin());
+      auto it = held_.find(id);
+      if (it == held_.end() || it->second.lease.empty()) continue;
+      expired.emplace_back(std::move(it->second.done),
+                           "lease expired after " + std::to_string(it->second.ttr.count()) + " ms");
+      held_.erase(it);
+      --counters_.reserved;
+      ++counters_.expired;
+    }
+    sweep_at_ = clock::time_point::max();
+    if (!deadlines_.empty()) arm_sweep_locked(deadlines_.begin()->first);
+  }
+  for (auto& [done, why] : expired) done(std::move(why));
+}
+
+void lease_broker::answer(reserve_handler h, std::vector<leased_task> tasks) {
+  boost::asio::post(
+      ex_, [h = std::move(h), tasks = std::move(tasks)]() mutable { h(std::move(tasks)); });
+}
+
+void lease_broker::give_back(const std::vector<leased_task>& tasks) {
+  std::vector<attempt_completion> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    for (const leased_task& lt : tasks) {
+      if (auto e = end_lease_locked(lt.t.id, lt.lease)) {
+        dropped.push_back(std::move(e->done));
+        ++counters_.given_back;
+      }
+    }
+  }
+  // Dropped here, outside the lock: each drop ends its attempt uncounted.
+}
+
+std::optional<lease_broker::entry> lease_broker::end_lease_locked(const std::string& id,
+                                                                  const std::string& lease) {
+  auto it = held_.find(id);
+  if (it == held_.end() || it->second.lease.empty() || it->second.lease != lease)
+    return std::nullopt;
+  entry e = std::move(it->second);
+  held_.erase(it);
+  deadlines_.erase({e.deadline, id});
+  --counters_.reserved;
+  return e;
+}
+
+lease_broker::lease_result lease_broker::finish(const std::string& id, const std::string& lease,
+                                                attempt_completion::stored_handler on_stored) {
+  std::optional<entry> e;
+  {
+    std::lock_guard lock(mutex_);
+    e = end_lease_locked(id, lease);
+    if (!e) return lease_result::stale;
+    ++counters_.finished;
+  }
+  e->done(std::string{}, std::move(on_stored));
+  return lease_result::ok;
+}
+
+lease_broker::lease_result lease_broker::fail(const std::string& id, const std::string& lease,
+                                              std::string error,
+                                              attempt_completion::stored_handler on_stored) {
+  std::optional<entry> e;
+  {
+    std::lock_guard lock(mutex_);
+    e = end_lease_locked(id, lease);
+    if (!e) return lease_result::stale;
+    ++counters_.failed;
+  }
+  // An empty reason would read as success to the engine.
+  if (error.empty()) error = "failed by the consumer";
+  e->done(std::move(error), std::move(on_stored));
+  return lease_result::ok;
+}
+
+lease_broker::lease_result lease_broker::touch(const std::string& id, const std::string& lease,
+                                               std::optional<std::chrono::milliseconds> ttr) {
+  std::lock_guard lock(mutex_);
+  auto it = held_.find(id);
+  if (it == held_.end() || it->second.lease.empty() || it->second.lease != lease)
+    return lease_result::stale;
+  entry& e = it->second;
+  deadlines_.erase({e.deadline, id});
+  if (ttr) e.ttr = *ttr;
+  e.deadline = clock::now() + e.ttr;
+  deadlines_.emplace(e.deadline, id);
+  arm_sweep_locked(e.deadline);
+  return lease_result::ok;
+}
+
+lease_broker::held lease_broker::state_of(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = held_.find(id);
+  if (it == held_.end()) return held::none;
+  return it->second.lease.empty() ? held::ready : held::reserved;
+}
+
+bool lease_broker::release_ready(const std::string& id) {
+  attempt_completion dropped;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = held_.find(id);
+    if (it == held_.end() || !it->second.lease.empty()) return false;
+    dropped = std::move(it->second.done);
+    held_.erase(it);
+    --counters_.ready;
+    ++counters_.given_back;
+  }
+  return true;  // `dropped` goes here, outside the lock
+}
+
+void lease_broker::stop_waiting() {
+  std::vector<reserve_handler> answers;
+  {
+    std::lock_guard lock(mutex_);
+    no_wait_ = true;
+    for (waiter& w : waiters_) {
+      answers.push_back(std::move(w.handler));
+      boost::asio::post(ex_, [timer = w.timer] { timer->cancel(); });
+    }
+    waiters_.clear();
+  }
+  for (reserve_handler& h : answers) answer(std::move(h), {});
+}
+
+void lease_broker::close() {
+  std::vector<attempt_completion> dropped;
+  std::vector<reserve_handler> answers;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    for (auto& [id, e] : held_) dropped.push_back(std::move(e.done));
+    counters_.given_back += held_.size();
+    held_.clear();
+    ready_.clear();
+    deadlines_.clear();
+    counters_.ready = counters_.reserved = 0;
+    for (waiter& w : waiters_) {
+      answers.push_back(std::move(w.handler));
+      boost::asio::post(ex_, [timer = w.timer] { timer->cancel(); });
+    }
+    waiters_.clear();
+  }
+  for (reserve_handler& h : answers) answer(std::move(h), {});
+}
+
+lease_broker::counters lease_broker::stats() const {
+  std::lock_guard lock(mutex_);
+  counters c = counters_;
+  c.waiting_consumers = waiters_.size();
+  return c;
+}
+
+}  // namespace delayq::server

@@ -1,0 +1,164 @@
+// lease_broker: hands due tasks of pull types to remote consumers under
+// leases (POST /v1/reserve, finish, fail, touch in docs/server.md).
+//
+// To the engine, a pulled task is one asynchronous attempt (async_executor):
+// it fires as usual, and the server's fallback executor offers it here with
+// its completion. The task stays in the store all along, so a crash of the
+// server delivers it again after a restart. Here it is first *ready*
+// (waiting for a consumer), then *reserved* under a lease: an opaque token
+// unique to this attempt, with a deadline. Whatever ends the attempt calls
+// the completion exactly once:
+// - finish: success; the consumer is answered once the removal is durable;
+// - fail: failure; answered once the retry or dead letter is durable;
+// - the deadline passing: failure "lease expired after N ms";
+// - a reserve answer that could not be written, a drain, or a cancel of a
+//   ready task: the completion is dropped, which gives the task back to the
+//   engine with its attempt not counted (async_executor's "abandon").
+// A finish, fail or touch carrying any other lease gets stale_lease, so a
+// slow consumer can never end the attempt that replaced its own.
+//
+// Consumers long-poll: a reserve that finds nothing waits (a timer per
+// waiter) and is answered by the first offer of a type it asked for.
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "api/request_codec.hpp"
+#include "delayq/executor.hpp"
+#include "delayq/task.hpp"
+
+namespace delayq::server {
+
+/// A task handed to a consumer, with its lease.
+struct leased_task {
+  task t;
+  std::string lease;
+};
+
+/// Thread safety: every member is safe to call from any thread. Handlers
+/// (reserve answers, on_stored) run on the broker's executor or on the
+/// engine's threads, never under the broker's lock.
+class lease_broker {
+ public:
+  using clock = std::chrono::steady_clock;
+  using reserve_handler = std::function<void(std::vector<leased_task>)>;
+
+  explicit lease_broker(boost::asio::any_io_executor ex);
+  ~lease_broker();
+  lease_broker(const lease_broker&) = delete;
+  lease_broker& operator=(const lease_broker&) = delete;
+
+  /// The engine's side: a due task of a pull type, and its attempt's
+  /// completion. After close() the completion is dropped at once.
+  void offer(const task& t, attempt_completion done);
+
+  /// Answers `handler` (once, on the executor) with up to `r.max` leased
+  /// tasks of the types asked for, as soon as at least one is ready, or
+  /// with none after `r.wait`.
+  void reserve(const reserve_request& r, reserve_handler handler);
+
+  /// Gives tasks back whose reserve answer never reached the consumer: their
+  /// attempts end uncounted and the engine offers them again.
+  void give_back(const std::vector<leased_task>& tasks);
+
+  enum class lease_result { ok, stale };
+  /// Ends the attempt as a success; `on_stored` as attempt_completion says.
+  lease_result finish(const std::string& id, const std::string& lease,
+                      attempt_completion::stored_handler on_stored);
+  /// Ends the attempt as a failure with `error`.
+  lease_result fail(const std::string& id, const std::string& lease, std::string error,
+                    attempt_completion::stored_handler on_stored);
+  /// Moves the lease's deadline to now + `ttr` (or its length at reserve).
+  lease_result touch(const std::string& id, const std::string& lease,
+                     std::optional<std::chrono::milliseconds> ttr);
+
+  enum class held { none, ready, reserved };
+  /// Where the task is here (none: not held, e.g. being pushed).
+  held state_of(const std::string& id) const;
+
+  /// Gives a ready (not reserved) task back to the engine uncounted, so a
+  /// cancel or reschedule can reach it; false when it is not ready here.
+  bool release_ready(const std::string& id);
+
+  /// Answers waiting consumers with nothing, and later reserves at once.
+  /// The drain's first step: long polls must not hold it up.
+  void stop_waiting();
+  /// Gives every held task back, answers waiting consumers with nothing, and
+  /// drops later offers. The drain's last step.
+  void close();
+
+  struct counters {
+    std::size_t ready = 0;
+    std::size_t reserved = 0;
+    std::size_t waiting_consumers = 0;
+    std::uint64_t reserved_total = 0;  ///< Leases granted.
+    std::uint64_t finished = 0;
+    std::uint64_t failed = 0;
+    std::uint64_t expired = 0;  ///< Leases that ended by their deadline.
+    std::uint64_t given_back = 0;
+  };
+  counters stats() const;
+
+ private:
+  struct entry {
+    task t;
+    attempt_completion done;
+    std::uint64_t seq = 0;  // the order it was offered in
+    std::string lease;      // empty while ready
+    std::chrono::milliseconds ttr{0};
+    clock::time_point deadline{};
+  };
+  struct waiter {
+    std::uint64_t n = 0;
+    reserve_request r;
+    reserve_handler handler;
+    std::shared_ptr<boost::asio::steady_timer> timer;
+  };
+
+  // Under mutex_: leases up to `max` ready tasks of `types` (empty: any).
+  std::vector<leased_task> take_locked(const std::vector<std::string>& types, std::size_t max,
+                                       std::chrono::milliseconds ttr, clock::time_point now);
+  bool lease_locked(const std::string& id, std::chrono::milliseconds ttr, clock::time_point now,
+                    std::vector<leased_task>& out);
+  // Under mutex_: the attempt's entry if `lease` is its current one; removes it.
+  std::optional<entry> end_lease_locked(const std::string& id, const std::string& lease);
+  void arm_sweep_locked(clock::time_point when);
+  void sweep();
+  void answer(reserve_handler h, std::vector<leased_task> tasks);
+  std::string new_lease();
+
+  boost::asio::any_io_executor ex_;
+  mutable std::mutex mutex_;
+  bool closed_ = false;
+  bool no_wait_ = false;
+  std::uint64_t seq_ = 0;
+  std::unordered_map<std::string, entry> held_;
+  // Ready ids per type in offer order; ids no longer ready are skipped lazily.
+  std::map<std::string, std::deque<std::pair<std::uint64_t, std::string>>, std::less<>> ready_;
+  std::set<std::pair<clock::time_point, std::string>> deadlines_;
+  std::list<waiter> waiters_;
+  std::uint64_t waiter_seq_ = 0;
+  boost::asio::steady_timer sweep_timer_;
+  clock::time_point sweep_at_ = clock::time_point::max();
+  std::mt19937_64 rng_;
+  std::uint64_t lease_counter_ = 0;
+  counters counters_;
+};
+
+}  // namespace delayq::server

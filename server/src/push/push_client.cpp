@@ -1,0 +1,469 @@
+#include "push/push_client.hpp"
+
+#include <utility>
+
+#include <atomic>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "api/task_json.hpp"
+#include "delayq/log.hpp"
+
+namespace delayq::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using strand_type = asio::strand<asio::any_io_executor>;
+using clock_type = std::chrono::steady_clock;
+
+#ifndef DELAYQ_VERSION
+#define DELAYQ_VERSION "unknown"
+#endif
+constexpr char user_agent[] = "delayq-server/" DELAYQ_VERSION;
+
+// One TCP connection to a host:port. It keeps the strand it was made with for
+// its whole life: the stream's internal timer may still have a handler queued
+// on that strand when the connection goes back to the pool, and the next
+// request on it must run on the same strand to stay ordered after it.
+struct connection {
+  explicit connection(const strand_type& s) : strand(s), stream(asio::any_io_executor{s}) {}
+  strand_type strand;
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  clock_type::time_point idle_since{};
+};
+
+// A failure on a reused connection before any byte of a response: the peer
+// closed it while it sat idle in our pool.
+bool peer_closed(const boost::system::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::connection_aborted ||
+         ec == asio::error::broken_pipe;
+}
+
+// A delivery not yet started.
+struct pending_delivery {
+  std::string type;
+  push_target target;
+  delayq::task task;
+  push_client::completion done;
+};
+
+// A connection is only ever touched on its strand (see above), closing it
+// included.
+void close_on_strand(std::unique_ptr<connection> c) {
+  std::shared_ptr<connection> shared{std::move(c)};
+  const strand_type strand = shared->strand;
+  asio::post(strand, [shared = std::move(shared)] { shared->stream.close(); });
+}
+
+}  // namespace
+
+struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
+  struct request;
+
+  struct type_state {
+    std::size_t in_flight = 0;
+    std::size_t limit = 1;
+    std::deque<pending_delivery> queue;
+  };
+
+  impl(asio::any_io_executor e, push_client_options o) : ex(std::move(e)), options(o) {}
+
+  void deliver(pending_delivery p);
+  void start(pending_delivery p);
+  void complete(request& r, std::string result);
+  std::unique_ptr<connection> take_idle(const std::string& key);
+  void put_idle(const std::string& key, std::unique_ptr<connection> c);
+  void stop();
+
+  const asio::any_io_executor ex;
+  const push_client_options options;
+
+  // Read without the lock by requests deciding whether to go on; written
+  // under it, so complete() sees a consistent answer with the queues.
+  std::atomic<bool> stopped_flag{false};
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> failed{0};
+
+  mutable std::mutex mutex;
+  bool stopped = false;
+  std::map<std::string, type_state, std::less<>> types;
+  std::size_t in_flight = 0;
+  std::size_t queued = 0;
+  std::uint64_t next_id = 0;
+  std::map<std::uint64_t, std::weak_ptr<request>> live;
+  std::map<std::string, std::vector<std::unique_ptr<connection>>, std::less<>> idle;
+};
+
+// One delivery in flight. Everything it does runs on its strand.
+struct push_client::impl::request : std::enable_shared_from_this<request> {
+  request(std::shared_ptr<impl> o, std::uint64_t i, pending_delivery p, strand_type s,
+          std::unique_ptr<connection> c)
+      : owner(std::move(o)),
+        id(i),
+        delivery(std::move(p)),
+        strand(std::move(s)),
+        conn(std::move(c)),
+        reused(conn != nullptr),
+        resolver(asio::any_io_executor{strand}),
+        timer(asio::any_io_executor{strand}) {}
+
+  void run() {
+    if (owner->stopped_flag) return finish({});
+    if (!url) return finish(fail(url_error));
+    deadline = clock_type::now() + delivery.target.timeout;
+    build_request();
+    if (conn) return send();
+    resolve();
+  }
+
+  void build_request() {
+    req.method(http::verb::post);
+    req.target(url->target);
+    req.version(11);
+    req.set(http::field::host, url->host_header());
+    req.set(http::field::user_agent, user_agent);
+    req.set(http::field::content_type, "application/json");
+    req.set("X-Delayq-Task-Id", delivery.task.id);
+    req.set("X-Delayq-Attempt", std::to_string(std::uint64_t{delivery.task.attempts} + 1));
+    req.keep_alive(true);
+    req.body() = dump_json(task_json(delivery.task));
+    req.prepare_payload();
+  }
+
+  // tcp_stream's expiry covers connect, write and read; resolving is not a
+  // stream operation, so a timer of our own bounds it against the same
+  // deadline.
+  void resolve() {
+    conn = std::make_unique<connection>(strand);
+    resolve_timed_out = false;
+    timer.expires_at(deadline);
+    timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec) return;
+      self->resolve_timed_out = true;
+      self->resolver.cancel();
+    });
+    resolver.async_resolve(
+        url->host, url->port,
+        [self = shared_from_this()](boost::system::error_code ec, tcp::resolver::results_type r) {
+          self->timer.cancel();
+          if (self->owner->stopped_flag) return self->finish({});
+          if (self->resolve_timed_out) return self->finish(self->timed_out());
+          if (ec)
+            return self->finish(self->fail("resolve " + self->url->host + ": " + ec.message()));
+          self->connect(r);
+        });
+  }
+
+  void connect(const tcp::resolver::results_type& endpoints) {
+    conn->stream.expires_at(deadline);
+    conn->stream.async_connect(
+        endpoints, [self = shared_from_this()](boost::system::error_code ec, tcp::endpoint) {
+          if (self->owner->stopped_flag) return self->finish({});
+          if (ec == beast::error::timeout) return self->finish(self->timed_out());
+          if (ec) return self->finish(self->fail("connect: " + ec.message()));
+          self->send();
+        });
+  }
+
+  void send() {
+    conn->stream.expires_at(deadline);
+    http::async_write(conn->stream, req,
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        if (self->owner->stopped_flag) return self->finish({});
+                        if (ec == beast::error::timeout) return self->finish(self->timed_out());
+                        if (ec && self->reused && peer_closed(ec)) return self->retry();
+                        if (ec) return self->finish(self->fail("write: " + ec.message()));
+                        self->read();
+                      });
+  }
+
+  // The header first: Boost 1.74's parser does not apply body_limit to a
+  // Content-Length it has just read (only to chunks and bodies that run to
+  // the end of the connection), so that case is checked here.
+  void read() {
+    parser.emplace();
+    parser->body_limit(owner->options.max_response_body);
+    http::async_read_header(
+        conn->stream, conn->buffer, *parser,
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+          if (!ec) {
+            const auto length = self->parser->content_length();
+            if (length && *length > self->owner->options.max_response_body) {
+              ec = http::error::body_limit;
+            }
+          }
+          if (ec || self->parser->is_done()) return self->on_read(ec);
+          http::async_read(
+              self->conn->stream, self->conn->buffer, *self->parser,
+              [self](boost::system::error_code ec2, std::size_t) { self->on_read(ec2); });
+        });
+  }
+
+  void on_read(boost::system::error_code ec) {
+    if (owner->stopped_flag) return finish({});
+    if (ec == beast::error::timeout) return finish(timed_out());
+    if (ec && reused && !parser->got_some() && conn->buffer.size() == 0 && peer_closed(ec)) {
+      return retry();
+    }
+    bool reusable = !ec;
+    if (ec == http::error::body_limit && parser->is_header_done()) {
+      // The answer is known from its status line; the rest of a body we
+      // will not read makes the connection useless, not the push a failure.
+      ec = {};
+    }
+    if (ec == http::error::end_of_stream) {
+      return finish(fail("read: connection closed before a response"));
+    }
+    if (ec) return finish(fail("read: " + ec.message()));
+    const auto& res = parser->get();
+    reusable = reusable && res.keep_alive() && conn->buffer.size() == 0;
+    const unsigned status = res.result_int();
+    if (reusable) {
+      owner->put_idle(url->host + ":" + url->port, std::move(conn));
+    }
+    if (status >= 200 && status < 300) return finish({});
+    finish(fail("HTTP " + std::to_string(status)));
+  }
+
+  // Once only, and only on a connection from the pool: a fresh one failing
+  // the same way is the target's doing.
+  void retry() {
+    reused = false;
+    boost::system::error_code ignored;
+    conn->stream.socket().close(ignored);
+    conn.reset();
+    resolve();
+  }
+
+  // Posted by stop(): ends whatever is pending; the handlers then see
+  // stopped_flag and drop the completion.
+  void cancel() {
+    resolver.cancel();
+    timer.cancel();
+    if (conn) conn->stream.close();
+  }
+
+  std::string fail(const std::string& what) const {
+    return "push to " + delivery.target.url + ": " + what;
+  }
+  std::string timed_out() const {
+    return fail("timed out after " + std::to_string(delivery.target.timeout.count()) + " ms");
+  }
+
+  void finish(std::string result) {
+    if (finished) return;
+    finished = true;
+    if (conn) {
+      boost::system::error_code ignored;
+      conn->stream.socket().close(ignored);
+    }
+    owner->complete(*this, std::move(result));
+  }
+
+  const std::shared_ptr<impl> owner;
+  const std::uint64_t id;
+  pending_delivery delivery;
+  const strand_type strand;
+  std::optional<http_url> url;
+  std::string url_error;
+  std::unique_ptr<connection> conn;
+  bool reused;
+  bool finished = false;
+  bool resolve_timed_out = false;
+  clock_type::time_point deadline{};
+  tcp::resolver resolver;
+  asio::steady_timer timer;
+  http::request<http::string_body> req;
+  std::optional<http::response_parser<http::string_body>> parser;
+};
+
+void push_client::impl::deliver(pending_delivery p) {
+  std::optional<pending_delivery> to_start;
+  {
+    std::unique_lock lock{mutex};
+    if (!stopped) {
+      auto& st = types[p.type];
+      st.limit = std::max<std::size_t>(1, p.target.concurrency);
+      if (st.in_flight < st.limit) {
+        ++st.in_flight;
+        ++in_flight;
+        to_start.emplace(std::move(p));
+      } else {
+        st.queue.push_back(std::move(p));
+        ++queued;
+      }
+    }
+  }
+  // After stop() `p` still holds the completion: it is destroyed on return,
+  // outside the lock, since destroying it runs the engine's code.
+  if (to_start) start(std::move(*to_start));
+}
+
+void push_client::impl::start(pending_delivery p) {
+  std::string why;
+  auto url = parse_http_url(p.target.url, why);
+  std::unique_ptr<connection> conn;
+  if (url) conn = take_idle(url->host + ":" + url->port);
+  const strand_type strand = conn ? conn->strand : asio::make_strand(ex);
+  std::shared_ptr<request> r;
+  {
+    std::lock_guard lock{mutex};
+    const auto id = next_id++;
+    r = std::make_shared<request>(shared_from_this(), id, std::move(p), strand, std::move(conn));
+    live.emplace(id, r);
+  }
+  r->url = std::move(url);
+  r->url_error = std::move(why);
+  // The last reference travels with the handler, so the request is
+  // destroyed on its strand, never here.
+  asio::post(strand, [r = std::move(r)] { r->run(); });
+}
+
+void push_client::impl::complete(request& r, std::string result) {
+  std::vector<pending_delivery> next;
+  bool drop = false;
+  {
+    std::lock_guard lock{mutex};
+    live.erase(r.id);
+    drop = stopped;
+    --in_flight;
+    const auto it = types.find(r.delivery.type);
+    if (it != types.end()) {
+      auto& st = it->second;
+      --st.in_flight;
+      while (!stopped && st.in_flight < st.limit && !st.queue.empty()) {
+        next.push_back(std::move(st.queue.front()));
+        st.queue.pop_front();
+        --queued;
+        ++st.in_flight;
+        ++in_flight;
+      }
+      if (st.in_flight == 0 && st.queue.empty()) types.erase(it);
+    }
+  }
+  // Callbacks and starts run outside the lock: `done` may well call
+  // deliver() again (the engine's next attempt).
+  auto done = std::move(r.delivery.done);
+  if (!drop && done) {
+    (result.empty() ? sent : failed).fetch_add(1, std::memory_order_relaxed);
+    try {
+      done(std::move(result));
+    } catch (const std::exception& e) {
+      delayq::log(delayq::log_level::error,
+                  std::string("delayq-server: a push completion threw: ") + e.what());
+    } catch (...) {
+      delayq::log(delayq::log_level::error, "delayq-server: a push completion threw");
+    }
+  }
+  done = nullptr;
+  for (auto& p : next) start(std::move(p));
+}
+
+std::unique_ptr<connection> push_client::impl::take_idle(const std::string& key) {
+  std::vector<std::unique_ptr<connection>> stale;
+  std::unique_ptr<connection> found;
+  {
+    std::lock_guard lock{mutex};
+    const auto it = idle.find(key);
+    if (it == idle.end()) return nullptr;
+    auto& pool = it->second;
+    const auto now = clock_type::now();
+    // Most recently used first: the least likely to have been closed by the peer.
+    while (!pool.empty() && !found) {
+      auto c = std::move(pool.back());
+      pool.pop_back();
+      if (now - c->idle_since < options.idle_timeout) {
+        found = std::move(c);
+      } else {
+        stale.push_back(std::move(c));
+      }
+    }
+    if (pool.empty()) idle.erase(it);
+  }
+  for (auto& c : stale) close_on_strand(std::move(c));
+  return found;
+}
+
+void push_client::impl::put_idle(const std::string& key, std::unique_ptr<connection> c) {
+  c->idle_since = clock_type::now();
+  c->buffer.clear();
+  std::lock_guard lock{mutex};
+  if (stopped) return;
+  auto& pool = idle[key];
+  if (pool.size() < options.max_idle_per_host) pool.push_back(std::move(c));
+}
+
+void push_client::impl::stop() {
+  std::vector<pending_delivery> dropped;
+  std::vector<std::shared_ptr<request>> cancelling;
+  std::map<std::string, std::vector<std::unique_ptr<connection>>, std::less<>> closing;
+  {
+    std::lock_guard lock{mutex};
+    if (stopped) return;
+    stopped = true;
+    stopped_flag = true;
+    for (auto& [type, st] : types) {
+      for (auto& p : st.queue) dropped.push_back(std::move(p));
+      st.queue.clear();
+    }
+    queued = 0;
+    for (auto& [id, weak] : live) {
+      if (auto r = weak.lock()) cancelling.push_back(std::move(r));
+    }
+    closing.swap(idle);
+  }
+  for (auto& r : cancelling) {
+    const strand_type strand = r->strand;
+    asio::post(strand, [r = std::move(r)] { r->cancel(); });
+  }
+  for (auto& [key, pool] : closing) {
+    for (auto& c : pool) close_on_strand(std::move(c));
+  }
+  // `dropped` goes out of scope here, outside the lock: its completions are
+  // destroyed without a call.
+}
+
+push_client::push_client(boost::asio::any_io_executor ex, push_client_options options)
+    : impl_(std::make_shared<impl>(std::move(ex), options)) {}
+
+push_client::~push_client() { impl_->stop(); }
+
+void push_client::deliver(const std::string& type, const push_target& target, const delayq::task& t,
+                          completion done) {
+  impl_->deliver(pending_delivery{type, target, t, std::move(done)});
+}
+
+void push_client::stop() { impl_->stop(); }
+
+std::size_t push_client::in_flight() const {
+  std::lock_guard lock{impl_->mutex};
+  return impl_->in_flight;
+}
+
+std::size_t push_client::queued() const {
+  std::lock_guard lock{impl_->mutex};
+  return impl_->queued;
+}
+
+std::uint64_t push_client::sent() const { return impl_->sent.load(std::memory_order_relaxed); }
+
+std::uint64_t push_client::failed() const { return impl_->failed.load(std::memory_order_relaxed); }
+
+}  // namespace delayq::server

@@ -1,0 +1,110 @@
+#include "push/push_registry.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "api/task_json.hpp"
+#include "delayq/error.hpp"
+#include "delayq/log.hpp"
+
+namespace delayq::server {
+namespace {
+
+// Settings keys are at most 256 bytes, and the engine's own type rule.
+constexpr std::size_t max_type_size = 256 - push_registry::key_prefix.size();
+
+bool valid_type(std::string_view type) {
+  return !type.empty() && type.size() <= max_type_size &&
+         std::all_of(type.begin(), type.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' ||
+                  c == '-';
+         });
+}
+
+std::string key_of(std::string_view type) {
+  std::string key{push_registry::key_prefix};
+  key += type;
+  return key;
+}
+
+}  // namespace
+
+push_registry::push_registry(delayq::task_store& store) : store_(store) {}
+
+void push_registry::load(boost::system::error_code& ec) {
+  ec.clear();
+  std::lock_guard write_lock{write_mutex_};
+  auto settings = store_.load_settings(ec);
+  if (ec) return;
+  std::map<std::string, push_target, std::less<>> loaded;
+  for (auto& [key, value] : settings) {
+    if (!key.starts_with(key_prefix)) continue;
+    std::string type = key.substr(key_prefix.size());
+    std::string why;
+    auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    std::optional<push_target> target;
+    if (j.is_discarded()) {
+      why = "not JSON";
+    } else {
+      target = push_target_from_json(j, why);
+    }
+    if (!target) {
+      // One bad record (a hand edit, a newer server's format) must not keep
+      // the server from starting or drop the other targets.
+      delayq::log(delayq::log_level::warning,
+                  "delayq-server: skipping the stored push target of type \"" + type + "\" (" +
+                      why + "); PUT /v1/types/" + type + " again to replace it");
+      continue;
+    }
+    loaded.emplace(std::move(type), std::move(*target));
+  }
+  std::unique_lock lock{mutex_};
+  targets_ = std::move(loaded);
+}
+
+void push_registry::put(const std::string& type, const push_target& target,
+                        boost::system::error_code& ec) {
+  ec.clear();
+  if (!valid_type(type)) {
+    ec = delayq::errc::invalid_type;
+    return;
+  }
+  // What is stored must load again: validate through the same JSON reader.
+  std::string why;
+  const auto json = to_json(target);
+  if (!push_target_from_json(json, why)) {
+    ec = make_error_code(boost::system::errc::invalid_argument);
+    return;
+  }
+  std::lock_guard write_lock{write_mutex_};
+  store_.save_setting(key_of(type), dump_json(json), ec);
+  if (ec) return;
+  std::unique_lock lock{mutex_};
+  targets_.insert_or_assign(type, target);
+}
+
+bool push_registry::erase(std::string_view type, boost::system::error_code& ec) {
+  ec.clear();
+  std::lock_guard write_lock{write_mutex_};
+  store_.erase_setting(key_of(type), ec);
+  if (ec) return false;
+  std::unique_lock lock{mutex_};
+  const auto it = targets_.find(type);
+  if (it == targets_.end()) return false;
+  targets_.erase(it);
+  return true;
+}
+
+std::optional<push_target> push_registry::find(std::string_view type) const {
+  std::shared_lock lock{mutex_};
+  const auto it = targets_.find(type);
+  if (it == targets_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::map<std::string, push_target> push_registry::all() const {
+  std::shared_lock lock{mutex_};
+  return {targets_.begin(), targets_.end()};
+}
+
+}  // namespace delayq::server

@@ -1,0 +1,65 @@
+// server_app: one delayq-server: the engine on its store, the lease broker,
+// the push client, the API and the HTTP listener, wired together, with the
+// start-up and the drain (docs/server.md, "Running it").
+#pragma once
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "delayq/engine.hpp"
+
+namespace delayq::server {
+
+/// What the command line sets.
+struct server_options {
+  std::string listen = "127.0.0.1:7700";
+  std::string store;  ///< Empty: delayq::default_store_uri().
+  std::string token;  ///< Empty: no auth (loopback only).
+  std::chrono::milliseconds tick{10};
+  std::size_t workers = 2;
+  std::size_t io_threads = 2;
+  std::vector<std::string> push;  ///< TYPE=URL
+  std::size_t max_body = 8 << 20;
+  retry_policy retry;
+};
+
+/// Parses "ADDR:PORT" ("[::1]:7700" for IPv6, "localhost:7700"); throws
+/// std::invalid_argument with a message for the user.
+boost::asio::ip::tcp::endpoint parse_listen(const std::string& text);
+
+/// Thread safety: start() and run() from one thread; drain() from any
+/// thread, once.
+class server_app {
+ public:
+  explicit server_app(server_options options);
+  ~server_app();
+  server_app(const server_app&) = delete;
+  server_app& operator=(const server_app&) = delete;
+
+  /// Opens the store, registers the --push targets, starts the engine and
+  /// listens. Returns where it listens. Throws std::runtime_error (or
+  /// std::invalid_argument for a bad option) with a message for the user.
+  boost::asio::ip::tcp::endpoint start();
+
+  /// Serves on `io_threads` threads (this one among them) until drain() ends.
+  void run();
+
+  /// Stops gracefully: no new connections, 503 to new requests, waits (at
+  /// most `grace`) for requests in flight, gives back the tasks waiting for
+  /// consumers or reserved, stops the engine, then ends run().
+  void drain(std::chrono::milliseconds grace = std::chrono::seconds{30});
+
+ private:
+  struct parts;  // server_app.cpp
+  server_options options_;
+  boost::asio::io_context io_;
+  std::unique_ptr<parts> p_;
+};
+
+}  // namespace delayq::server

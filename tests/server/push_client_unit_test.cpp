@@ -1,0 +1,551 @@
+// push_client_unit_test.cpp - the push client against a real HTTP receiver.
+//
+// The receiver is a small Beast server on 127.0.0.1:0 inside the test, run
+// by a thread of its own; what it does depends on the request's path:
+//   /ok             200, keep-alive
+//   /fail           500, keep-alive
+//   /hang           reads the request and never answers
+//   /close          reads the request and closes the connection
+//   /ok-then-close  200 (announcing keep-alive), then closes the connection
+//   /hold           holds the request until release_held()
+//   /big            200 with a body larger than the client reads
+// The client runs on two threads. Tests wait on events (condition variables,
+// with a generous bound only so that a bug fails instead of hanging); no test
+// sleeps or measures time.
+#include <doctest/doctest.h>
+
+#include <utility>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "api/task_json.hpp"
+#include "push/push_client.hpp"
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using delayq::server::push_client;
+using delayq::server::push_target;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Bounds every wait, so that a lost callback fails the test instead of hanging it.
+constexpr auto wait_bound = 60s;
+
+class receiver {
+ public:
+  struct seen_request {
+    std::string method;
+    std::string target;
+    std::map<std::string, std::string> headers;
+    std::string body;
+  };
+
+  receiver() : acceptor_(io_, tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}) {
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~receiver() {
+    io_.stop();
+    thread_.join();
+  }
+
+  std::string url(std::string_view path) const {
+    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()) +
+           std::string(path);
+  }
+  std::string host() const {
+    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+
+  std::vector<seen_request> requests() const {
+    std::lock_guard lock{mutex_};
+    return requests_;
+  }
+  std::size_t connections() const {
+    std::lock_guard lock{mutex_};
+    return connections_;
+  }
+  std::size_t max_held() const {
+    std::lock_guard lock{mutex_};
+    return max_held_;
+  }
+  // Waits until `total` /hold requests have arrived since the start.
+  bool wait_held_total(std::size_t total) {
+    std::unique_lock lock{mutex_};
+    return cv_.wait_for(lock, wait_bound, [&] { return held_total_ >= total; });
+  }
+  // Answers every held request 200.
+  void release_held() {
+    asio::post(io_, [this] {
+      auto sessions = std::move(held_sessions_);
+      held_sessions_.clear();
+      {
+        std::lock_guard lock{mutex_};
+        held_now_ -= sessions.size();
+      }
+      for (auto& s : sessions) s->respond(200, false, "released");
+    });
+  }
+
+ private:
+  struct session : std::enable_shared_from_this<session> {
+    session(receiver& r, tcp::socket s) : owner(r), socket(std::move(s)) {}
+
+    void read() {
+      req = {};
+      http::async_read(socket, buffer, req,
+                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                         if (!ec) self->on_request();
+                       });
+    }
+
+    void on_request() {
+      seen_request seen{
+          std::string(req.method_string()), std::string(req.target()), {}, req.body()};
+      for (const auto& f : req) seen.headers[std::string(f.name_string())] = std::string(f.value());
+      {
+        std::lock_guard lock{owner.mutex_};
+        owner.requests_.push_back(std::move(seen));
+      }
+      const std::string target{req.target()};
+      const std::string path = target.substr(0, target.find('?'));
+      if (path == "/ok") return respond(200, false, "ok");
+      if (path == "/fail") return respond(500, false, "no");
+      if (path == "/ok-then-close") return respond(200, true, "ok");
+      if (path == "/big") return respond(200, false, std::string(200 * 1024, 'x'));
+      if (path == "/close") {
+        beast::error_code ignored;
+        socket.shutdown(tcp::socket::shutdown_both, ignored);
+        socket.close(ignored);
+        return;
+      }
+      if (path == "/hang") {
+        owner.hung_sessions_.push_back(shared_from_this());
+        return;
+      }
+      if (path == "/hold") {
+        owner.held_sessions_.push_back(shared_from_this());
+        {
+          std::lock_guard lock{owner.mutex_};
+          ++owner.held_total_;
+          ++owner.held_now_;
+          owner.max_held_ = std::max(owner.max_held_, owner.held_now_);
+        }
+        owner.cv_.notify_all();
+        return;
+      }
+      respond(404, false, "unknown path");
+    }
+
+    void respond(unsigned status, bool close_after, std::string body) {
+      res = {};
+      res.version(11);
+      res.result(status);
+      res.keep_alive(true);
+      res.set(http::field::content_type, "text/plain");
+      res.body() = std::move(body);
+      res.prepare_payload();
+      http::async_write(
+          socket, res, [self = shared_from_this(), close_after](beast::error_code ec, std::size_t) {
+            if (ec) return;
+            if (close_after) {
+              beast::error_code ignored;
+              self->socket.close(ignored);
+              return;
+            }
+            self->read();
+          });
+    }
+
+    receiver& owner;
+    tcp::socket socket;
+    beast::flat_buffer buffer;
+    http::request<http::string_body> req;
+    http::response<http::string_body> res;
+  };
+
+  void accept() {
+    acceptor_.async_accept([this](beast::error_code ec, tcp::socket s) {
+      if (ec) return;
+      {
+        std::lock_guard lock{mutex_};
+        ++connections_;
+      }
+      std::make_shared<session>(*this, std::move(s))->read();
+      accept();
+    });
+  }
+
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  // Touched on the receiver's thread only.
+  std::vector<std::shared_ptr<session>> hung_sessions_;
+  std::vector<std::shared_ptr<session>> held_sessions_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<seen_request> requests_;
+  std::size_t connections_ = 0;
+  std::size_t held_total_ = 0;
+  std::size_t held_now_ = 0;
+  std::size_t max_held_ = 0;
+  std::thread thread_;
+};
+
+// What became of each delivery: the failures `done` was called with, and
+// whether its last copy was destroyed without a call.
+class outcomes {
+ public:
+  push_client::completion completion_for(const std::string& id) {
+    // The token's destructor runs when the last copy of the completion goes:
+    // that is how a dropped delivery shows.
+    struct token {
+      token(outcomes* o, std::string i) : owner(o), id(std::move(i)) {}
+      token(const token&) = delete;
+      token& operator=(const token&) = delete;
+      ~token() {
+        if (!called) owner->record_drop(id);
+      }
+      outcomes* owner;
+      std::string id;
+      bool called = false;
+    };
+    auto t = std::make_shared<token>(this, id);
+    return [t](std::string failure) {
+      t->called = true;
+      t->owner->record_call(t->id, std::move(failure));
+    };
+  }
+
+  bool wait_ended(std::size_t n) {
+    std::unique_lock lock{mutex_};
+    return cv_.wait_for(lock, wait_bound, [&] { return calls_ + drops_ >= n; });
+  }
+  std::vector<std::string> calls(const std::string& id) const {
+    std::lock_guard lock{mutex_};
+    const auto it = results_.find(id);
+    return it == results_.end() ? std::vector<std::string>{} : it->second;
+  }
+  std::string only(const std::string& id) const {
+    const auto c = calls(id);
+    REQUIRE(c.size() == 1);
+    return c.front();
+  }
+  std::size_t call_count() const {
+    std::lock_guard lock{mutex_};
+    return calls_;
+  }
+  std::size_t drop_count() const {
+    std::lock_guard lock{mutex_};
+    return drops_;
+  }
+  std::map<std::string, std::vector<std::string>> all() const {
+    std::lock_guard lock{mutex_};
+    return results_;
+  }
+
+ private:
+  void record_call(const std::string& id, std::string failure) {
+    {
+      std::lock_guard lock{mutex_};
+      results_[id].push_back(std::move(failure));
+      ++calls_;
+    }
+    cv_.notify_all();
+  }
+  void record_drop(const std::string&) {
+    {
+      std::lock_guard lock{mutex_};
+      ++drops_;
+    }
+    cv_.notify_all();
+  }
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::string, std::vector<std::string>> results_;
+  std::size_t calls_ = 0;
+  std::size_t drops_ = 0;
+};
+
+// A push client on an io_context run by two threads.
+struct client_fixture {
+  client_fixture() : work(io.get_executor()) {
+    client.emplace(io.get_executor());
+    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
+  }
+  ~client_fixture() { shutdown(); }
+
+  // Destroys the client and lets its threads finish whatever remains.
+  void shutdown() {
+    client.reset();
+    work.reset();
+    for (auto& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  delayq::task make_task(const std::string& id, std::uint32_t attempts = 0) {
+    delayq::task t;
+    t.id = id;
+    t.type = "hook";
+    t.payload = "payload of " + id;
+    t.due = delayq::from_epoch_ms(1700000000000);
+    t.attempts = attempts;
+    return t;
+  }
+  void deliver(const push_target& target, const std::string& id, const std::string& type = "hook") {
+    client->deliver(type, target, make_task(id), results.completion_for(id));
+  }
+
+  // Declared first, destroyed last: outlives every callback.
+  outcomes results;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::optional<push_client> client;
+  std::vector<std::thread> threads;
+};
+
+push_target target_of(std::string url, std::chrono::milliseconds timeout = 10s,
+                      std::size_t concurrency = 64) {
+  return push_target{std::move(url), timeout, concurrency};
+}
+
+}  // namespace
+
+TEST_CASE("push client: a 2xx answer is success; request as documented") {
+  receiver rx;
+  client_fixture f;
+  delayq::task t = f.make_task("task-1", 2);
+  t.payload = std::string("caf\xc3\xa9 \xff", 7);
+  f.client->deliver("hook", target_of(rx.url("/ok?from=test")), t,
+                    f.results.completion_for("task-1"));
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.only("task-1") == "");
+  CHECK(f.client->sent() == 1);
+  CHECK(f.client->failed() == 0);
+  CHECK(f.client->in_flight() == 0);
+
+  const auto reqs = rx.requests();
+  REQUIRE(reqs.size() == 1);
+  const auto& r = reqs[0];
+  CHECK(r.method == "POST");
+  CHECK(r.target == "/ok?from=test");
+  CHECK(r.headers.at("Content-Type") == "application/json");
+  CHECK(r.headers.at("X-Delayq-Task-Id") == "task-1");
+  CHECK(r.headers.at("X-Delayq-Attempt") == "3");
+  CHECK(r.headers.at("Host") == rx.host());
+  CHECK(r.headers.at("User-Agent").rfind("delayq-server/", 0) == 0);
+  CHECK(r.body == delayq::server::dump_json(delayq::server::task_json(t)));
+  const auto body = nlohmann::json::parse(r.body);
+  CHECK(body.at("payload") == "caf\xc3\xa9 \xef\xbf\xbd");
+  CHECK(body.at("attempts") == 2);
+  CHECK(body.at("due_ms") == 1700000000000);
+}
+
+TEST_CASE("push client: a non-2xx answer is a failure naming the status") {
+  receiver rx;
+  client_fixture f;
+  f.deliver(target_of(rx.url("/fail")), "a");
+  f.deliver(target_of(rx.url("/nowhere")), "b");
+  REQUIRE(f.results.wait_ended(2));
+  CHECK(f.results.only("a") == "push to " + rx.url("/fail") + ": HTTP 500");
+  CHECK(f.results.only("b") == "push to " + rx.url("/nowhere") + ": HTTP 404");
+  CHECK(f.client->failed() == 2);
+  CHECK(f.client->sent() == 0);
+}
+
+TEST_CASE("push client: a target that does not answer times out") {
+  receiver rx;
+  client_fixture f;
+  f.deliver(target_of(rx.url("/hang"), 200ms), "slow");
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.only("slow") == "push to " + rx.url("/hang") + ": timed out after 200 ms");
+  CHECK(f.client->failed() == 1);
+}
+
+TEST_CASE("push client: a refused connection is a failure") {
+  // A port that was just free: bound, then closed, so nothing listens on it.
+  asio::io_context scratch;
+  tcp::acceptor a{scratch, tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}};
+  const auto port = a.local_endpoint().port();
+  a.close();
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/x";
+
+  client_fixture f;
+  f.deliver(target_of(url), "r");
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.only("r") == "push to " + url + ": connect: Connection refused");
+}
+
+TEST_CASE("push client: a connection closed without an answer is a failure, not retried") {
+  receiver rx;
+  client_fixture f;
+  f.deliver(target_of(rx.url("/close")), "c");
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.only("c") ==
+        "push to " + rx.url("/close") + ": read: connection closed before a response");
+  // A fresh connection is not retried: the target saw one request.
+  CHECK(rx.requests().size() == 1);
+}
+
+TEST_CASE("push client: a URL it cannot use fails the delivery") {
+  client_fixture f;
+  f.deliver(target_of("https://example.com/hook"), "tls");
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.only("tls") ==
+        "push to https://example.com/hook: only http:// push targets are supported; put a "
+        "local proxy in front for https");
+}
+
+TEST_CASE("push client: a large response body is read up to the limit; its status counts") {
+  receiver rx;
+  client_fixture f;
+  f.deliver(target_of(rx.url("/big")), "big");
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.only("big") == "");
+  // The connection with the unread rest is not reused.
+  f.deliver(target_of(rx.url("/ok")), "after");
+  REQUIRE(f.results.wait_ended(2));
+  CHECK(f.results.only("after") == "");
+  CHECK(rx.connections() == 2);
+}
+
+TEST_CASE("push client: keep-alive connections are reused") {
+  receiver rx;
+  client_fixture f;
+  for (int i = 0; i < 5; ++i) {
+    f.deliver(target_of(rx.url(i % 2 ? "/fail" : "/ok")), "k" + std::to_string(i));
+    REQUIRE(f.results.wait_ended(static_cast<std::size_t>(i) + 1));
+  }
+  CHECK(rx.requests().size() == 5);
+  CHECK(rx.connections() == 1);
+  CHECK(f.client->sent() == 3);
+  CHECK(f.client->failed() == 2);
+}
+
+TEST_CASE("push client: a pooled connection the peer closed is retried once on a fresh one") {
+  receiver rx;
+  client_fixture f;
+  // The receiver answers with keep-alive and then closes: the client pools a
+  // connection that is dead by the time the next request is written on it.
+  f.deliver(target_of(rx.url("/ok-then-close")), "first");
+  REQUIRE(f.results.wait_ended(1));
+  f.deliver(target_of(rx.url("/ok-then-close")), "second");
+  REQUIRE(f.results.wait_ended(2));
+  CHECK(f.results.only("first") == "");
+  CHECK(f.results.only("second") == "");
+  CHECK(rx.connections() == 2);
+  CHECK(rx.requests().size() == 2);
+}
+
+TEST_CASE("push client: at most `concurrency` requests per type in flight, FIFO") {
+  receiver rx;
+  client_fixture f;
+  const auto held = target_of(rx.url("/hold"), 600000ms, 2);
+  for (int i = 0; i < 6; ++i) f.deliver(held, "h" + std::to_string(i));
+  // Another type is not held up by this one's queue.
+  f.deliver(target_of(rx.url("/ok"), 10s, 1), "other", "other-type");
+  for (std::size_t round = 0; round < 3; ++round) {
+    REQUIRE(rx.wait_held_total(2 * (round + 1)));
+    // The two in flight are the ones the receiver holds; the others wait.
+    // (`other` may still be counted in flight until its answer is read.)
+    CHECK(f.client->queued() == 6 - 2 * (round + 1));
+    if (round == 0) {
+      REQUIRE(f.results.wait_ended(1));
+      CHECK(f.results.only("other") == "");
+    }
+    CHECK(f.client->in_flight() == 2);
+    rx.release_held();
+  }
+  REQUIRE(f.results.wait_ended(7));
+  CHECK(rx.max_held() == 2);
+  CHECK(f.client->in_flight() == 0);
+  CHECK(f.client->queued() == 0);
+  // FIFO: the holds arrived in the order they were delivered.
+  std::vector<std::string> order;
+  for (const auto& r : rx.requests()) {
+    if (r.target == "/hold") order.push_back(r.headers.at("X-Delayq-Task-Id"));
+  }
+  REQUIRE(order.size() == 6);
+  // Within a round the two requests race each other; across rounds the order holds.
+  for (std::size_t round = 0; round < 3; ++round) {
+    std::vector<std::string> got{order[2 * round], order[2 * round + 1]};
+    std::sort(got.begin(), got.end());
+    CHECK(got == std::vector<std::string>{"h" + std::to_string(2 * round),
+                                          "h" + std::to_string(2 * round + 1)});
+  }
+}
+
+TEST_CASE("push client: stop() drops queued and in-flight deliveries without calling them") {
+  receiver rx;
+  client_fixture f;
+  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
+  f.deliver(held, "in-flight");
+  f.deliver(held, "queued-1");
+  f.deliver(held, "queued-2");
+  REQUIRE(rx.wait_held_total(1));
+  CHECK(f.client->in_flight() == 1);
+  CHECK(f.client->queued() == 2);
+
+  f.client->stop();
+  REQUIRE(f.results.wait_ended(3));
+  CHECK(f.results.drop_count() == 3);
+  CHECK(f.results.call_count() == 0);
+  CHECK(f.client->queued() == 0);
+  CHECK(f.client->in_flight() == 0);
+
+  // After stop(), a delivery is dropped too.
+  f.deliver(target_of(rx.url("/ok")), "late");
+  REQUIRE(f.results.wait_ended(4));
+  CHECK(f.results.drop_count() == 4);
+  CHECK(f.results.call_count() == 0);
+  CHECK(f.client->sent() == 0);
+  CHECK(f.client->failed() == 0);
+}
+
+TEST_CASE("push client: done is called exactly once for every delivery") {
+  receiver rx;
+  client_fixture f;
+  const std::vector<std::pair<std::string, std::string>> paths{
+      {"/ok", ""},
+      {"/fail", ": HTTP 500"},
+      {"/close", ": read: connection closed before a response"},
+      {"/hang", ": timed out after 200 ms"},
+      {"/ok-then-close", ""}};
+  constexpr std::size_t n = 60;
+  std::map<std::string, std::vector<std::string>> expected;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& [path, suffix] = paths[i % paths.size()];
+    const std::string id = "e" + std::to_string(i);
+    expected[id] = {suffix.empty() ? "" : "push to " + rx.url(path) + suffix};
+    f.deliver(target_of(rx.url(path), 200ms, 3), id, i % 2 ? "odd" : "even");
+  }
+  REQUIRE(f.results.wait_ended(n));
+  CHECK(f.client->sent() + f.client->failed() == n);
+  // Everything has ended: tearing the client and its threads down must not
+  // bring a late second call, nor a drop.
+  f.shutdown();
+  CHECK(f.results.drop_count() == 0);
+  CHECK(f.results.call_count() == n);
+  CHECK(f.results.all() == expected);
+}
