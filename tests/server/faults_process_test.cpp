@@ -39,38 +39,39 @@ struct acked_task {
 
 TEST_CASE("server: a consumer that disconnects during a long poll loses no task") {
   DELAYQ_FOR_EACH_STORE(kind);
-  bool reset = false;
-  SUBCASE("closed (FIN)") { reset = false; }
-  SUBCASE("reset (RST)") { reset = true; }
-  INFO("the consumer's socket is ", reset ? "reset" : "closed");
   test_store store(kind);
   auto server = server_process::start(store);
   INFO(server->output_tail());
   http_client c(server->port());
-  const std::string type = unique_name("gone");
 
-  // The consumer asks for a task with a long wait and a short lease, then
-  // goes away while it waits.
-  raw_connection consumer(server->port());
-  consumer.send(raw_request("POST", "/v1/reserve",
-                            json{{"types", {type}}, {"wait_ms", 60000}, {"ttr_ms", 1000}}.dump()));
-  REQUIRE(eventually([&] { return waiting_consumers(c) >= 1; }));
-  consumer.close(reset);
+  for (const bool reset : {false, true}) {
+    INFO("the consumer's socket is ", (reset ? "reset (RST)" : "closed (FIN)"));
+    const std::string type = unique_name("gone");
+    // The consumer asks for a task with a long wait and a short lease, then
+    // goes away while it waits.
+    raw_connection consumer(server->port());
+    consumer.send(
+        raw_request("POST", "/v1/reserve",
+                    json{{"types", {type}}, {"wait_ms", 60000}, {"ttr_ms", 1000}}.dump()));
+    REQUIRE(eventually([&] { return waiting_consumers(c) >= 1; }));
+    consumer.close(reset);
 
-  // A task becomes due after that. The server must not count the vanished
-  // consumer's poll as an attempt: the next consumer gets it with attempts 0
-  // (had it been handed to the dead connection, its 1 s lease would expire
-  // and it would come back with attempts 1).
-  auto r = add_task(c, type, "not lost", 200);
-  REQUIRE_MESSAGE(r.status == 201, r.describe());
-  const std::string id = id_of(r);
-  auto task = reserve_one(c, {type});
-  REQUIRE(task.is_object());
-  CHECK(task["id"] == id);
-  CHECK(task["payload"] == "not lost");
-  CHECK_MESSAGE(task["attempts"] == 0, "the vanished consumer's poll counted as an attempt");
-  auto x = c.post(task_path(id) + "/finish", json{{"lease", task["lease"]}});
-  CHECK_MESSAGE(x.status == 204, x.describe());
+    // A task becomes due after that, while the vanished consumer may still be
+    // the oldest waiter. The server must not count that poll as an attempt:
+    // the next consumer gets the task with attempts 0 (had it been leased to
+    // the dead connection, its 1 s lease would expire and it would come back
+    // with attempts 1).
+    auto r = add_task(c, type, "not lost", 200);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    const std::string id = id_of(r);
+    auto task = reserve_one(c, {type});
+    REQUIRE(task.is_object());
+    CHECK(task["id"] == id);
+    CHECK(task["payload"] == "not lost");
+    CHECK_MESSAGE(task["attempts"] == 0, "the vanished consumer's poll counted as an attempt");
+    auto x = c.post(task_path(id) + "/finish", json{{"lease", task["lease"]}});
+    CHECK_MESSAGE(x.status == 204, x.describe());
+  }
   auto s = c.get("/v1/stats");
   REQUIRE(s.status == 200);
   CHECK(find_number(s.body_json, "leases_expired") == std::optional<double>(0));
@@ -106,7 +107,8 @@ TEST_CASE("server: a consumer that disconnects while holding leases loses nothin
   CHECK(again == held);
 }
 
-TEST_CASE("server: SIGKILL loses no acknowledged task; reserved tasks come back after a restart") {
+TEST_CASE(
+    "server: SIGKILL loses no acknowledged task and reserved tasks come back after a restart") {
   DELAYQ_FOR_EACH_STORE(kind);
   test_store store(kind);
   const std::string type = unique_name("kill");
@@ -182,7 +184,7 @@ TEST_CASE("server: SIGKILL loses no acknowledged task; reserved tasks come back 
   CHECK(reserved_tasks(none).empty());
 }
 
-TEST_CASE("server: SIGTERM drains and exits 0; acknowledged tasks survive") {
+TEST_CASE("server: SIGTERM drains and exits 0 and acknowledged tasks survive") {
   DELAYQ_FOR_EACH_STORE(kind);
   test_store store(kind);
   const std::string type = unique_name("term");
@@ -241,7 +243,28 @@ TEST_CASE("server: SIGTERM drains and exits 0; acknowledged tasks survive") {
   CHECK(t["payload"] == "held at shutdown");
 }
 
-TEST_CASE("server: with Redis unreachable, healthz and writes answer 503, then it recovers") {
+namespace {
+
+// A redis-server of the test's own on `port`, data in `dir` (append-only file,
+// fsync always, so a SIGKILL loses nothing acknowledged); returns once it
+// accepts connections.
+std::unique_ptr<server_process> start_redis(std::uint16_t port, const std::string& dir) {
+  auto redis = std::make_unique<server_process>(
+      std::vector<std::string>{"--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "yes", "--appendfsync", "always", "--dir", dir},
+      "redis-server");
+  if (!eventually([&] {
+        return redis->exited() ||
+               redis->output().find("Ready to accept connections") != std::string::npos;
+      }) ||
+      redis->exited())
+    throw std::runtime_error("redis-server did not start:\n" + redis->output_tail());
+  return redis;
+}
+
+}  // namespace
+
+TEST_CASE("server: started on an unreachable Redis, healthz and writes answer 503, then recover") {
   const std::uint16_t port = unused_port();
   const std::string uri =
       "redis://127.0.0.1:" + std::to_string(port) + "?prefix=" + unique_name("down").substr(0, 60);
@@ -259,16 +282,48 @@ TEST_CASE("server: with Redis unreachable, healthz and writes answer 503, then i
   CHECK_MESSAGE(r.status == 503, r.describe());
   const std::set<std::string> store_errors{"store_unavailable", "store_error", "outcome_unknown"};
   CHECK_MESSAGE(store_errors.count(r.error()) == 1, r.describe());
-  auto b = c.post("/v1/tasks:batch", json{{"tasks", {{{"type", "t"}, {"delay_ms", 0}}}}});
-  CHECK_MESSAGE(b.status == 503, b.describe());
 
   // Redis comes up on that port: the server notices by itself.
   temp_dir redis_dir;
-  server_process redis({"--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", "--dir", redis_dir.path()},
-                       "redis-server");
+  auto redis = start_redis(port, redis_dir.path());
   CHECK(eventually([&] { return c.get("/healthz").status == 200; }));
   r = add_task(c, unique_name("up"), "x", 3600000);
   CHECK_MESSAGE(r.status == 201, r.describe());
   if (r.status == 201) CHECK(c.get(task_path(id_of(r))).status == 200);
+}
+
+TEST_CASE("server: Redis going away answers 503, and the server recovers by itself") {
+  const std::uint16_t port = unused_port();
+  temp_dir redis_dir;
+  auto redis = start_redis(port, redis_dir.path());
+  const std::string uri =
+      "redis://127.0.0.1:" + std::to_string(port) + "?prefix=" + unique_name("away").substr(0, 60);
+  auto server = std::make_unique<server_process>(std::vector<std::string>{
+      "--listen", "127.0.0.1:0", "--store", uri, "--token", test_token, "--tick", "10"});
+  server->wait_listening();
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("away");
+
+  auto before = add_task(c, type, "acknowledged before", 3600000);
+  REQUIRE_MESSAGE(before.status == 201, before.describe());
+  CHECK(c.get("/healthz").status == 200);
+
+  redis->kill_now();
+  CHECK(eventually([&] { return c.get("/healthz").status == 503; }));
+  auto h = c.get("/healthz");
+  CHECK(h.body_json.value("status", "") == "store_unavailable");
+  auto r = add_task(c, type, "while down", 3600000);
+  CHECK_MESSAGE(r.status == 503, r.describe());
+  const std::set<std::string> store_errors{"store_unavailable", "store_error", "outcome_unknown"};
+  CHECK_MESSAGE(store_errors.count(r.error()) == 1, r.describe());
+  CHECK(!server->exited());
+
+  redis = start_redis(port, redis_dir.path());
+  CHECK(eventually([&] { return c.get("/healthz").status == 200; }));
+  r = add_task(c, type, "after", 3600000);
+  CHECK_MESSAGE(r.status == 201, r.describe());
+  auto g = c.get(task_path(id_of(before)));
+  CHECK_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["payload"] == "acknowledged before");
 }

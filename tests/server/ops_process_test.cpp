@@ -200,7 +200,7 @@ TEST_CASE("server: metrics are valid Prometheus text") {
   CHECK(some("pending", 1));
 }
 
-TEST_CASE("server: with a token, /v1/ needs it; healthz and metrics stay open") {
+TEST_CASE("server: with a token /v1/ needs it, healthz and metrics stay open") {
   test_store store(store_kind::sqlite);
   auto server = server_process::start(store);  // --token test_token
   INFO(server->output_tail());

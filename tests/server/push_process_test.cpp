@@ -2,6 +2,8 @@
 // real HTTP receiver in the test process, on Redis and on SQLite.
 #include <doctest/doctest.h>
 
+#include <tuple>
+
 #include "server_test_support.hpp"
 
 namespace {
@@ -87,38 +89,44 @@ TEST_CASE("server: push to a receiver that always fails makes a dead letter") {
   DELAYQ_FOR_EACH_STORE(kind);
   push_receiver receiver([](const push_call&, std::size_t) { return 503u; });
   test_store store(kind);
-  auto server = server_process::start(store);
+  auto server = server_process::start(store, {"--retry-base", "100"});
   INFO(server->output_tail());
   http_client c(server->port());
   const std::string type = unique_name("pushdead");
 
-  std::string url;
-  SUBCASE("answers 503") { url = receiver.url(); }
-  SUBCASE("refuses the connection") {
-    url = "http://127.0.0.1:" + std::to_string(unused_port()) + "/hook";
-  }
-  auto p = c.put(type_path(type), json{{"push_url", url}});
+  // Two types: one pushed to the failing receiver, one to a port where
+  // nothing listens (a refused connection).
+  const std::string refused_type = unique_name("pushrefused");
+  const std::string refused_url = "http://127.0.0.1:" + std::to_string(unused_port()) + "/hook";
+  auto p = c.put(type_path(type), json{{"push_url", receiver.url()}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  p = c.put(type_path(refused_type), json{{"push_url", refused_url}});
   REQUIRE_MESSAGE(p.status == 204, p.describe());
   auto r = add_task(c, type, "never", 0);
   REQUIRE_MESSAGE(r.status == 201, r.describe());
   const std::string id = id_of(r);
+  r = add_task(c, refused_type, "refused", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string refused_id = id_of(r);
 
-  json letter;
-  CHECK(eventually([&] { return !(letter = dead_letter(c, id)).is_null(); }));
-  REQUIRE(letter.is_object());
-  CHECK(letter["attempts"] == 3);
-  CHECK(letter["type"] == type);
-  CHECK(letter["payload"] == "never");
-  CHECK(!str(letter, "error").empty());
-  CHECK(c.get(task_path(id)).status == 404);
-  if (url == receiver.url()) {
-    const auto calls = receiver.calls();
-    CHECK(calls.size() == 3);
-    for (const auto& call : calls) CHECK(call.task_id == id);
+  for (const auto& [t, i, payload] :
+       {std::tuple{type, id, "never"}, std::tuple{refused_type, refused_id, "refused"}}) {
+    INFO("type ", t);
+    json letter;
+    CHECK(eventually([&] { return !(letter = dead_letter(c, i)).is_null(); }));
+    REQUIRE(letter.is_object());
+    CHECK(letter["attempts"] == 3);
+    CHECK(letter["type"] == t);
+    CHECK(letter["payload"] == payload);
+    CHECK(!str(letter, "error").empty());
+    CHECK(c.get(task_path(i)).status == 404);
   }
+  const auto calls = receiver.calls();
+  CHECK(calls.size() == 3);
+  for (const auto& call : calls) CHECK(call.task_id == id);
 }
 
-TEST_CASE("server: a push target survives a restart; --push registers one; delete pulls again") {
+TEST_CASE("server: a push target survives a restart, --push registers one, delete pulls again") {
   DELAYQ_FOR_EACH_STORE(kind);
   test_store store(kind);
   const std::string type = unique_name("kept");

@@ -95,7 +95,7 @@ TEST_CASE("server: add with an id that is pending: conflict reject, replace, kee
   auto r = add_task(c, type, "first", 3600000, id);
   REQUIRE_MESSAGE(r.status == 201, r.describe());
 
-  SUBCASE("reject (the default)") {
+  {  // reject (the default): nothing changes
     r = add_task(c, type, "second", 3600000, id);
     CHECK_MESSAGE(r.status == 409, r.describe());
     CHECK(r.error() == "duplicate_id");
@@ -111,7 +111,20 @@ TEST_CASE("server: add with an id that is pending: conflict reject, replace, kee
     REQUIRE_MESSAGE(g.status == 200, g.describe());
     CHECK(g.body_json["payload"] == "first");
   }
-  SUBCASE("replace") {
+  {  // keep: the pending task stays as it was
+    r = c.post("/v1/tasks", json{{"type", type},
+                                 {"payload", "second"},
+                                 {"delay_ms", 5},
+                                 {"id", id},
+                                 {"conflict", "keep"}});
+    CHECK_MESSAGE(r.status == 201, r.describe());
+    CHECK(id_of(r) == id);
+    auto g = c.get(task_path(id));
+    REQUIRE_MESSAGE(g.status == 200, g.describe());
+    CHECK(g.body_json["payload"] == "first");
+    CHECK(g.body_json["state"] == "delayed");
+  }
+  {  // replace: the new task takes its place
     const std::int64_t due_at = now_ms() + 9000000;
     r = c.post("/v1/tasks", json{{"type", type},
                                  {"payload", "second"},
@@ -125,19 +138,6 @@ TEST_CASE("server: add with an id that is pending: conflict reject, replace, kee
     CHECK(g.body_json["payload"] == "second");
     CHECK(g.body_json["due_ms"] == due_at);
   }
-  SUBCASE("keep") {
-    r = c.post("/v1/tasks", json{{"type", type},
-                                 {"payload", "second"},
-                                 {"delay_ms", 5},
-                                 {"id", id},
-                                 {"conflict", "keep"}});
-    CHECK_MESSAGE(r.status == 201, r.describe());
-    CHECK(id_of(r) == id);
-    auto g = c.get(task_path(id));
-    REQUIRE_MESSAGE(g.status == 200, g.describe());
-    CHECK(g.body_json["payload"] == "first");
-    CHECK(g.body_json["state"] == "delayed");
-  }
 }
 
 TEST_CASE("server: batch stores all tasks or none") {
@@ -147,26 +147,7 @@ TEST_CASE("server: batch stores all tasks or none") {
   auto& c = f.client;
   const std::string type = unique_name("batch");
 
-  SUBCASE("all good: 201 with every id, in order") {
-    json tasks = json::array();
-    tasks.push_back({{"type", type}, {"payload", "a"}, {"delay_ms", 3600000}});
-    tasks.push_back({{"type", type}, {"payload", "b"}, {"due_ms", now_ms() + 3600000}});
-    tasks.push_back({{"type", type}, {"payload", "c"}, {"delay_ms", 3600000}, {"id", "b-own"}});
-    auto r = c.post("/v1/tasks:batch", json{{"tasks", tasks}});
-    REQUIRE_MESSAGE(r.status == 201, r.describe());
-    REQUIRE(r.body_json["ids"].is_array());
-    REQUIRE(r.body_json["ids"].size() == 3);
-    CHECK(r.body_json["ids"][2] == "b-own");
-    const char* payloads[] = {"a", "b", "c"};
-    for (std::size_t i = 0; i < 3; ++i) {
-      auto g = c.get(task_path(r.body_json["ids"][i].get<std::string>()));
-      REQUIRE_MESSAGE(g.status == 200, g.describe());
-      CHECK(g.body_json["payload"] == payloads[i]);
-      CHECK(g.body_json["type"] == type);
-    }
-  }
-
-  SUBCASE("one bad task: 400 naming tasks[i], none stored") {
+  {  // one bad task: 400 naming tasks[i], none stored
     const std::string a = unique_name("ba"), b = unique_name("bb"), d = unique_name("bd");
     // Each bad task at index 1 or 2, with the good ones around it carrying
     // ids, so that none of them may be found afterwards.
@@ -212,7 +193,40 @@ TEST_CASE("server: batch stores all tasks or none") {
     CHECK(*pending == 0);
   }
 
-  SUBCASE("a batch with two tasks of one id and reject") {
+  {  // not a list, or over 10000 tasks
+    auto r = c.post("/v1/tasks:batch", json{{"tasks", "nope"}});
+    CHECK_MESSAGE(r.status == 400, r.describe());
+    CHECK(r.error() == "bad_request");
+    json many = json::array();
+    for (int i = 0; i < 10001; ++i) many.push_back({{"type", type}, {"delay_ms", 3600000}});
+    r = c.post("/v1/tasks:batch", json{{"tasks", many}});
+    // docs/server.md does not name the status; 413 payload_too_large is what
+    // the server answers, 400 would do as well.
+    CHECK_MESSAGE((r.status == 400 || r.status == 413), r.describe());
+    auto s = c.get("/v1/stats");
+    REQUIRE(s.status == 200);
+    CHECK(find_number(s.body_json, "pending") == std::optional<double>(0));
+  }
+  {  // all good: 201 with every id, in order
+    json tasks = json::array();
+    tasks.push_back({{"type", type}, {"payload", "a"}, {"delay_ms", 3600000}});
+    tasks.push_back({{"type", type}, {"payload", "b"}, {"due_ms", now_ms() + 3600000}});
+    tasks.push_back({{"type", type}, {"payload", "c"}, {"delay_ms", 3600000}, {"id", "b-own"}});
+    auto r = c.post("/v1/tasks:batch", json{{"tasks", tasks}});
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    REQUIRE(r.body_json["ids"].is_array());
+    REQUIRE(r.body_json["ids"].size() == 3);
+    CHECK(r.body_json["ids"][2] == "b-own");
+    const char* payloads[] = {"a", "b", "c"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto g = c.get(task_path(r.body_json["ids"][i].get<std::string>()));
+      REQUIRE_MESSAGE(g.status == 200, g.describe());
+      CHECK(g.body_json["payload"] == payloads[i]);
+      CHECK(g.body_json["type"] == type);
+    }
+  }
+
+  {  // a batch with an id that is pending (reject): 409, none stored
     const std::string id = unique_name("dup");
     json tasks = json::array();
     tasks.push_back({{"type", type}, {"delay_ms", 3600000}, {"id", id}});
@@ -227,19 +241,6 @@ TEST_CASE("server: batch stores all tasks or none") {
     auto g = c.get(task_path(id));
     REQUIRE(g.status == 200);
     CHECK(g.body_json["payload"] == "there");
-  }
-
-  SUBCASE("not a list, or empty, or over 10000") {
-    auto r = c.post("/v1/tasks:batch", json{{"tasks", "nope"}});
-    CHECK_MESSAGE(r.status == 400, r.describe());
-    CHECK(r.error() == "bad_request");
-    json many = json::array();
-    for (int i = 0; i < 10001; ++i) many.push_back({{"type", type}, {"delay_ms", 3600000}});
-    r = c.post("/v1/tasks:batch", json{{"tasks", many}});
-    CHECK_MESSAGE(r.status == 400, r.describe());
-    auto s = c.get("/v1/stats");
-    REQUIRE(s.status == 200);
-    CHECK(find_number(s.body_json, "pending") == std::optional<double>(0));
   }
 }
 
