@@ -203,3 +203,28 @@ TEST_CASE("server: bad push targets are refused") {
   CHECK(c.get(type_path(type)).status == 404);
   CHECK(c.get(type_path(unique_name("never-set"))).status == 404);
 }
+
+TEST_CASE("server: a push the receiver never answers times out and is retried") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // Silent on the first call, then 200.
+  push_receiver receiver([](const push_call&, std::size_t index) { return index < 1 ? 0u : 200u; });
+  test_store store(kind);
+  auto server = server_process::start(store, {"--retry-base", "100"});
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("silent");
+  auto p = c.put(type_path(type), json{{"push_url", receiver.url()}, {"timeout_ms", 300}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  auto r = add_task(c, type, "slow", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  REQUIRE(receiver.wait_for_calls(2));
+  CHECK(eventually([&] { return c.get(task_path(id)).status == 404; }));
+  CHECK(dead_letter(c, id).is_null());
+  const auto calls = receiver.calls();
+  REQUIRE(calls.size() >= 2);
+  CHECK(calls[0].attempt == "1");
+  CHECK(calls[1].attempt == "2");
+  CHECK(calls[1].body["attempts"] == 1);
+}

@@ -662,7 +662,8 @@ struct push_call {
 
 /// An HTTP server on 127.0.0.1 (a free port) in the test process, on a thread
 /// of its own. Every POST is recorded and answered with the status that
-/// `answer(call, index)` returns (index counts from 0 over all calls).
+/// `answer(call, index)` returns (index counts from 0 over all calls); 0
+/// means no answer at all (the connection stays open and silent).
 class push_receiver {
  public:
   using answer_fn = std::function<unsigned(const push_call&, std::size_t)>;
@@ -719,6 +720,15 @@ class push_receiver {
         index = owner.next_index_++;
       }
       c.answered = owner.answer_(c, index);
+      if (c.answered == 0) {
+        // Never answered: the connection is kept open, silent, until the
+        // receiver goes (a push that must time out).
+        std::lock_guard lock(owner.mu_);
+        owner.calls_.push_back(std::move(c));
+        owner.silent_.push_back(shared_from_this());
+        owner.cv_.notify_all();
+        return;
+      }
       res = http::response<http::string_body>(static_cast<http::status>(c.answered), 11);
       res.set(http::field::content_type, "text/plain");
       res.body() = c.answered / 100 == 2 ? "ok" : "failing on purpose";
@@ -758,6 +768,7 @@ class push_receiver {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<push_call> calls_;
+  std::vector<std::shared_ptr<void>> silent_;  // sessions never answered
   std::size_t next_index_ = 0;
 };
 
