@@ -1,0 +1,329 @@
+// delayq-server process tests: faults (issue 12, "Bad input and faults"). A
+// consumer that goes away during a long poll, SIGKILL and SIGTERM of the
+// server with tasks reserved, and a Redis that cannot be reached.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <set>
+
+#include "server_test_support.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+std::string id_of(const http_response& r) {
+  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
+    return r.body_json["id"].get<std::string>();
+  return {};
+}
+
+std::string str(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+double waiting_consumers(http_client& c) {
+  auto s = c.get("/v1/stats");
+  if (s.status != 200) return -1;
+  return find_number(s.body_json, "waiting_consumers").value_or(-1);
+}
+
+// Tasks acknowledged before a crash, to be found again after it.
+struct acked_task {
+  std::string id;
+  std::string payload;
+  std::int64_t due_ms = 0;
+};
+
+}  // namespace
+
+TEST_CASE("server: a consumer that disconnects during a long poll loses no task") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+
+  for (const bool reset : {false, true}) {
+    INFO("the consumer's socket is ", (reset ? "reset (RST)" : "closed (FIN)"));
+    const std::string type = unique_name("gone");
+    // The consumer asks for a task with a long wait and a short lease, then
+    // goes away while it waits.
+    raw_connection consumer(server->port());
+    consumer.send(
+        raw_request("POST", "/v1/reserve",
+                    json{{"types", {type}}, {"wait_ms", 60000}, {"ttr_ms", 1000}}.dump()));
+    REQUIRE(eventually([&] { return waiting_consumers(c) >= 1; }));
+    consumer.close(reset);
+
+    // A task becomes due after that, while the vanished consumer may still be
+    // the oldest waiter. The server must not count that poll as an attempt:
+    // the next consumer gets the task with attempts 0 (had it been leased to
+    // the dead connection, its 1 s lease would expire and it would come back
+    // with attempts 1).
+    auto r = add_task(c, type, "not lost", 200);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    const std::string id = id_of(r);
+    auto task = reserve_one(c, {type});
+    REQUIRE(task.is_object());
+    CHECK(task["id"] == id);
+    CHECK(task["payload"] == "not lost");
+    CHECK_MESSAGE(task["attempts"] == 0, "the vanished consumer's poll counted as an attempt");
+    auto x = c.post(task_path(id) + "/finish", json{{"lease", task["lease"]}});
+    CHECK_MESSAGE(x.status == 204, x.describe());
+  }
+  auto s = c.get("/v1/stats");
+  REQUIRE(s.status == 200);
+  CHECK(find_number(s.body_json, "leases_expired") == std::optional<double>(0));
+}
+
+TEST_CASE("server: a consumer that disconnects while holding leases loses nothing") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("holder");
+  for (int i = 0; i < 3; ++i) REQUIRE(add_task(c, type, "held", 0).status == 201);
+  std::set<std::string> held;
+  {
+    http_client consumer(server->port());
+    while (held.size() < 3) {
+      auto t = reserve_one(consumer, {type}, 1000);
+      REQUIRE(t.is_object());
+      held.insert(str(t, "id"));
+    }
+  }  // the consumer's connection closes with 3 leases held
+  // Each comes back once its lease ends, as a failed attempt.
+  std::set<std::string> again;
+  while (again.size() < 3) {
+    auto t = reserve_one(c, {type});
+    REQUIRE(t.is_object());
+    // 1 when the lease ran out; 0 if the server gave it back at the close.
+    CHECK(t["attempts"].get<int>() <= 1);
+    again.insert(str(t, "id"));
+    CHECK(c.post(task_path(str(t, "id")) + "/finish", json{{"lease", t["lease"]}}).status == 204);
+  }
+  CHECK(again == held);
+}
+
+TEST_CASE(
+    "server: SIGKILL loses no acknowledged task and reserved tasks come back after a restart") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  const std::string type = unique_name("kill");
+  std::vector<acked_task> waiting;  // delayed, must survive as they were
+  std::set<std::string> reserved;   // reserved at the kill, must come back
+  std::string finished;             // finished before the kill, must stay gone
+  {
+    auto server = server_process::start(store);
+    INFO(server->output_tail());
+    http_client c(server->port());
+    for (int i = 0; i < 5; ++i) {
+      acked_task t{"", "delayed " + std::to_string(i), now_ms() + 3600000 + i};
+      auto r =
+          c.post("/v1/tasks", json{{"type", type}, {"payload", t.payload}, {"due_ms", t.due_ms}});
+      REQUIRE_MESSAGE(r.status == 201, r.describe());
+      t.id = id_of(r);
+      waiting.push_back(t);
+    }
+    json batch = json::array();
+    for (int i = 0; i < 3; ++i)
+      batch.push_back({{"type", type},
+                       {"payload", "batched " + std::to_string(i)},
+                       {"due_ms", now_ms() + 7200000}});
+    auto b = c.post("/v1/tasks:batch", json{{"tasks", batch}});
+    REQUIRE_MESSAGE(b.status == 201, b.describe());
+    for (std::size_t i = 0; i < 3; ++i)
+      waiting.push_back({b.body_json["ids"][i].get<std::string>(),
+                         batch[i]["payload"].get<std::string>(),
+                         batch[i]["due_ms"].get<std::int64_t>()});
+
+    for (int i = 0; i < 4; ++i) REQUIRE(add_task(c, type, "due", 0).status == 201);
+    std::vector<json> leased;
+    while (leased.size() < 4) {
+      auto t = reserve_one(c, {type}, 600000);  // a lease far longer than the test
+      REQUIRE(t.is_object());
+      leased.push_back(t);
+    }
+    finished = str(leased[0], "id");
+    auto x = c.post(task_path(finished) + "/finish", json{{"lease", leased[0]["lease"]}});
+    REQUIRE_MESSAGE(x.status == 204, x.describe());
+    for (std::size_t i = 1; i < leased.size(); ++i) reserved.insert(str(leased[i], "id"));
+
+    server->signal(SIGKILL);
+    const int status = server->wait();
+    CHECK(WIFSIGNALED(status));
+  }
+
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  for (const auto& t : waiting) {
+    INFO("task ", t.id, " (", t.payload, ")");
+    auto g = c.get(task_path(t.id));
+    REQUIRE_MESSAGE(g.status == 200, g.describe());
+    CHECK(g.body_json["payload"] == t.payload);
+    CHECK(g.body_json["due_ms"] == t.due_ms);
+    CHECK(g.body_json["state"] == "delayed");
+  }
+  CHECK(c.get(task_path(finished)).status == 404);
+  std::set<std::string> again;
+  while (again.size() < reserved.size()) {
+    auto t = reserve_one(c, {type});
+    REQUIRE(t.is_object());
+    const std::string id = str(t, "id");
+    CHECK_MESSAGE(reserved.count(id) == 1, "handed out after the restart: ", t.dump());
+    CHECK(again.insert(id).second);
+    CHECK(c.post(task_path(id) + "/finish", json{{"lease", t["lease"]}}).status == 204);
+  }
+  CHECK(again == reserved);
+  // The finished one never comes back.
+  auto none = reserve(c, {type}, 0, 100);
+  REQUIRE(none.status == 200);
+  CHECK(reserved_tasks(none).empty());
+}
+
+TEST_CASE("server: SIGTERM drains and exits 0 and acknowledged tasks survive") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  const std::string type = unique_name("term");
+  std::vector<acked_task> waiting;
+  std::string reserved_id;
+  {
+    auto server = server_process::start(store);
+    INFO(server->output_tail());
+    http_client c(server->port());
+    for (int i = 0; i < 3; ++i) {
+      acked_task t{"", "kept " + std::to_string(i), now_ms() + 3600000};
+      auto r =
+          c.post("/v1/tasks", json{{"type", type}, {"payload", t.payload}, {"due_ms", t.due_ms}});
+      REQUIRE_MESSAGE(r.status == 201, r.describe());
+      t.id = id_of(r);
+      waiting.push_back(t);
+    }
+    REQUIRE(add_task(c, type, "held at shutdown", 0).status == 201);
+    auto held = reserve_one(c, {type}, 600000);
+    REQUIRE(held.is_object());
+    reserved_id = str(held, "id");
+
+    // A consumer waits for another type while the server is told to stop:
+    // its poll is answered (empty, or 503 draining), not dropped.
+    const std::uint16_t port = server->port();
+    const std::string idle_type = unique_name("idle");
+    auto poll = std::async(std::launch::async, [port, idle_type] {
+      http_client mine(port);
+      return reserve(mine, {idle_type}, 60000, 1);
+    });
+    REQUIRE(eventually([&] { return waiting_consumers(c) >= 1; }));
+    // `c` stays connected, idle: the drain must not wait for it.
+    server->signal(SIGTERM);
+    http_response answer;
+    REQUIRE_NOTHROW(answer = poll.get());
+    CHECK_MESSAGE((answer.status == 200 || answer.status == 503), answer.describe());
+    if (answer.status == 200) CHECK(reserved_tasks(answer).empty());
+    if (answer.status == 503) CHECK(answer.error() == "draining");
+    const int status = server->wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe_status(status));
+  }
+
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  for (const auto& t : waiting) {
+    auto g = c.get(task_path(t.id));
+    REQUIRE_MESSAGE(g.status == 200, g.describe());
+    CHECK(g.body_json["payload"] == t.payload);
+    CHECK(g.body_json["due_ms"] == t.due_ms);
+  }
+  // The reserved task was given back: delivered again.
+  auto t = reserve_one(c, {type});
+  REQUIRE(t.is_object());
+  CHECK(t["id"] == reserved_id);
+  CHECK(t["payload"] == "held at shutdown");
+}
+
+namespace {
+
+// A redis-server of the test's own on `port`, data in `dir` (append-only file,
+// fsync always, so a SIGKILL loses nothing acknowledged); returns once it
+// accepts connections.
+std::unique_ptr<server_process> start_redis(std::uint16_t port, const std::string& dir) {
+  auto redis = std::make_unique<server_process>(
+      std::vector<std::string>{"--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "yes", "--appendfsync", "always", "--dir", dir},
+      "redis-server");
+  if (!eventually([&] {
+        return redis->exited() ||
+               redis->output().find("Ready to accept connections") != std::string::npos;
+      }) ||
+      redis->exited())
+    throw std::runtime_error("redis-server did not start:\n" + redis->output_tail());
+  return redis;
+}
+
+}  // namespace
+
+TEST_CASE("server: started on an unreachable Redis, healthz and writes answer 503, then recover") {
+  const std::uint16_t port = unused_port();
+  const std::string uri =
+      "redis://127.0.0.1:" + std::to_string(port) + "?prefix=" + unique_name("down").substr(0, 60);
+  // The server must come up and say the store is down, not exit.
+  auto server = std::make_unique<server_process>(std::vector<std::string>{
+      "--listen", "127.0.0.1:0", "--store", uri, "--token", test_token, "--tick", "10"});
+  server->wait_listening();
+  INFO(server->output_tail());
+  http_client c(server->port());
+
+  auto h = c.get("/healthz");
+  CHECK_MESSAGE(h.status == 503, h.describe());
+  CHECK(h.body_json.value("status", "") == "store_unavailable");
+  auto r = add_task(c, unique_name("down"), "x", 0);
+  CHECK_MESSAGE(r.status == 503, r.describe());
+  const std::set<std::string> store_errors{"store_unavailable", "store_error", "outcome_unknown"};
+  CHECK_MESSAGE(store_errors.count(r.error()) == 1, r.describe());
+
+  // Redis comes up on that port: the server notices by itself.
+  temp_dir redis_dir;
+  auto redis = start_redis(port, redis_dir.path());
+  CHECK(eventually([&] { return c.get("/healthz").status == 200; }));
+  r = add_task(c, unique_name("up"), "x", 3600000);
+  CHECK_MESSAGE(r.status == 201, r.describe());
+  if (r.status == 201) CHECK(c.get(task_path(id_of(r))).status == 200);
+}
+
+TEST_CASE("server: Redis going away answers 503, and the server recovers by itself") {
+  const std::uint16_t port = unused_port();
+  temp_dir redis_dir;
+  auto redis = start_redis(port, redis_dir.path());
+  const std::string uri =
+      "redis://127.0.0.1:" + std::to_string(port) + "?prefix=" + unique_name("away").substr(0, 60);
+  auto server = std::make_unique<server_process>(std::vector<std::string>{
+      "--listen", "127.0.0.1:0", "--store", uri, "--token", test_token, "--tick", "10"});
+  server->wait_listening();
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("away");
+
+  auto before = add_task(c, type, "acknowledged before", 3600000);
+  REQUIRE_MESSAGE(before.status == 201, before.describe());
+  CHECK(c.get("/healthz").status == 200);
+
+  redis->kill_now();
+  CHECK(eventually([&] { return c.get("/healthz").status == 503; }));
+  auto h = c.get("/healthz");
+  CHECK(h.body_json.value("status", "") == "store_unavailable");
+  auto r = add_task(c, type, "while down", 3600000);
+  CHECK_MESSAGE(r.status == 503, r.describe());
+  const std::set<std::string> store_errors{"store_unavailable", "store_error", "outcome_unknown"};
+  CHECK_MESSAGE(store_errors.count(r.error()) == 1, r.describe());
+  CHECK(!server->exited());
+
+  redis = start_redis(port, redis_dir.path());
+  CHECK(eventually([&] { return c.get("/healthz").status == 200; }));
+  r = add_task(c, type, "after", 3600000);
+  CHECK_MESSAGE(r.status == 201, r.describe());
+  auto g = c.get(task_path(id_of(before)));
+  CHECK_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["payload"] == "acknowledged before");
+}

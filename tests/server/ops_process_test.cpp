@@ -1,0 +1,282 @@
+// delayq-server process tests: operations (stats, health, metrics) and
+// authentication (docs/server.md, "Running it" and "Operations").
+#include <doctest/doctest.h>
+
+#include <limits>
+#include <regex>
+#include <set>
+
+#include "server_test_support.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+std::string id_of(const http_response& r) {
+  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
+    return r.body_json["id"].get<std::string>();
+  return {};
+}
+
+// One sample of the Prometheus text format.
+struct sample {
+  std::string name;
+  std::string labels;
+  double value = 0;
+};
+
+// Parses the Prometheus text exposition format line by line; every line must
+// be empty, a comment (`# ...`, with `# HELP name text` and `# TYPE name
+// kind` checked), or a sample `name{labels} value [timestamp]`. Returns the
+// samples; adds a message to `errors` for every line that is none of these.
+std::vector<sample> parse_prometheus(const std::string& text, std::vector<std::string>& errors,
+                                     std::set<std::string>& typed) {
+  static const std::regex name_re(R"([a-zA-Z_:][a-zA-Z0-9_:]*)");
+  static const std::regex help_re(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .*)");
+  static const std::regex type_re(
+      R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
+  // name, optional {label="value",...} (values with \\ \" \n escapes), value,
+  // optional integer timestamp.
+  static const std::regex sample_re(
+      R"re(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*,?\}|\{\})? ([^ ]+)( -?[0-9]+)?)re");
+  std::vector<sample> out;
+  std::size_t start = 0;
+  int line_no = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    std::smatch m;
+    if (line[0] == '#') {
+      if (line.starts_with("# HELP ") && !std::regex_match(line, help_re))
+        errors.push_back("line " + std::to_string(line_no) + ": bad HELP: " + line);
+      if (line.starts_with("# TYPE ")) {
+        if (std::regex_match(line, m, type_re))
+          typed.insert(m[1]);
+        else
+          errors.push_back("line " + std::to_string(line_no) + ": bad TYPE: " + line);
+      }
+      continue;
+    }
+    if (!std::regex_match(line, m, sample_re)) {
+      errors.push_back("line " + std::to_string(line_no) + ": not a sample: " + line);
+      continue;
+    }
+    sample s{m[1], m[2], 0};
+    const std::string v = m[3];
+    if (v == "+Inf" || v == "Inf") {
+      s.value = std::numeric_limits<double>::infinity();
+    } else if (v == "-Inf") {
+      s.value = -std::numeric_limits<double>::infinity();
+    } else if (v == "NaN") {
+      s.value = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      std::size_t used = 0;
+      try {
+        s.value = std::stod(v, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != v.size()) {
+        errors.push_back("line " + std::to_string(line_no) + ": bad value: " + line);
+        continue;
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("server: healthz answers ok without a token") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client anonymous(server->port(), "");
+  auto h = anonymous.get("/healthz");
+  CHECK_MESSAGE(h.status == 200, h.describe());
+  CHECK(h.body_json.value("status", "") == "ok");
+  CHECK(h.header("content-type").starts_with("application/json"));
+}
+
+TEST_CASE("server: stats count tasks, reservations and consumers") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("stats");
+
+  for (int i = 0; i < 3; ++i) REQUIRE(add_task(c, type, "s", 3600000).status == 201);
+  const std::string ready_id = id_of(add_task(c, type, "r", 0));
+  REQUIRE(!ready_id.empty());
+  auto task = reserve_one(c, {type});
+  REQUIRE(task.is_object());
+
+  auto s = c.get("/v1/stats");
+  REQUIRE_MESSAGE(s.status == 200, s.describe());
+  REQUIRE(s.body_json.is_object());
+  INFO("stats: ", s.body);
+  for (const char* key :
+       {"pending", "ready", "running", "scheduled", "fired", "succeeded", "failed", "died", "dead",
+        "reserved", "waiting_consumers", "leases_expired"}) {
+    INFO("key: ", key);
+    CHECK(find_number(s.body_json, key).has_value());
+  }
+  CHECK(find_number(s.body_json, "pending") == std::optional<double>(4));
+  CHECK(find_number(s.body_json, "scheduled") == std::optional<double>(4));
+  CHECK(find_number(s.body_json, "reserved") == std::optional<double>(1));
+  CHECK(find_number(s.body_json, "waiting_consumers") == std::optional<double>(0));
+  // Some counter about pushes is there ("pushes..."), whatever its name.
+  bool has_push_counter = false;
+  std::function<void(const json&)> walk = [&](const json& j) {
+    if (!j.is_object()) return;
+    for (const auto& [k, v] : j.items()) {
+      if (k.starts_with("push")) has_push_counter = true;
+      walk(v);
+    }
+  };
+  walk(s.body_json);
+  CHECK(has_push_counter);
+}
+
+TEST_CASE("server: metrics are valid Prometheus text") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("metrics");
+  // Something to count: a task done, one failed once, one waiting.
+  REQUIRE(add_task(c, type, "m", 0).status == 201);
+  REQUIRE(add_task(c, type, "m", 3600000).status == 201);
+  auto task = reserve_one(c, {type});
+  REQUIRE(task.is_object());
+  REQUIRE(
+      c.post(task_path(task["id"].get<std::string>()) + "/finish", json{{"lease", task["lease"]}})
+          .status == 204);
+
+  http_client anonymous(server->port(), "");
+  auto m = anonymous.get("/metrics");
+  REQUIRE_MESSAGE(m.status == 200, m.describe());
+  CHECK(m.header("content-type").starts_with("text/plain"));
+  std::vector<std::string> errors;
+  std::set<std::string> typed;
+  const auto samples = parse_prometheus(m.body, errors, typed);
+  INFO("metrics:\n", m.body.substr(0, 6000));
+  for (const auto& e : errors) FAIL_CHECK(e);
+  CHECK(errors.empty());
+  REQUIRE(!samples.empty());
+  // Every sample's family was declared with # TYPE (a histogram's or a
+  // summary's _bucket/_sum/_count belong to theirs).
+  for (const auto& s : samples) {
+    std::string family = s.name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (!typed.count(family) && family.ends_with(suffix))
+        family.resize(family.size() - std::strlen(suffix));
+    CHECK_MESSAGE(typed.count(family) == 1, "no # TYPE for ", s.name);
+  }
+  // At least what the issue asks for, by name.
+  for (const char* word :
+       {"pending", "ready", "reserved", "fired", "succeeded", "failed", "died", "lateness"}) {
+    const bool found = std::any_of(samples.begin(), samples.end(), [&](const sample& s) {
+      return s.name.find(word) != std::string::npos;
+    });
+    CHECK_MESSAGE(found, "no metric named after ", word);
+  }
+  // The counts agree with what happened: some `succeeded` sample is 1 and
+  // some `pending` sample is 1.
+  auto some = [&](const char* word, double v) {
+    return std::any_of(samples.begin(), samples.end(), [&](const sample& s) {
+      return s.name.find(word) != std::string::npos && s.value == v;
+    });
+  };
+  CHECK(some("succeeded", 1));
+  CHECK(some("pending", 1));
+}
+
+TEST_CASE("server: with a token /v1/ needs it, healthz and metrics stay open") {
+  test_store store(store_kind::sqlite);
+  auto server = server_process::start(store);  // --token test_token
+  INFO(server->output_tail());
+  http_client good(server->port());
+  http_client none(server->port(), "");
+  http_client wrong(server->port(), test_token + "x");
+  const std::string type = unique_name("auth");
+  auto r = add_task(good, type, "secret", 3600000);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  struct probe {
+    http::verb method;
+    std::string target;
+    std::optional<json> body;
+  };
+  const std::vector<probe> probes{
+      {http::verb::get, task_path(id), std::nullopt},
+      {http::verb::post, "/v1/tasks", json{{"type", type}, {"delay_ms", 0}}},
+      {http::verb::post, "/v1/tasks:batch", json{{"tasks", json::array()}}},
+      {http::verb::delete_, task_path(id), std::nullopt},
+      {http::verb::post, "/v1/reserve", json::object()},
+      {http::verb::get, "/v1/stats", std::nullopt},
+      {http::verb::get, "/v1/dead", std::nullopt},
+      {http::verb::get, "/v1/types", std::nullopt},
+      {http::verb::get, "/v1/no-such-path", std::nullopt},
+  };
+  for (auto* c : {&none, &wrong}) {
+    for (const auto& p : probes) {
+      INFO((c == &none ? "no token: " : "wrong token: "), http::to_string(p.method), " ", p.target);
+      auto a = c->request(p.method, p.target, p.body);
+      CHECK_MESSAGE(a.status == 401, a.describe());
+      CHECK(a.error() == "unauthorized");
+    }
+  }
+  // Other schemes and malformed headers are refused too.
+  for (const std::string& header :
+       std::vector<std::string>{"Basic " + test_token, "Bearer", "bearer" + test_token,
+                                "Bearer  " + test_token + " extra"}) {
+    INFO("Authorization: ", header);
+    auto a = none.request_text(http::verb::get, "/v1/stats", std::nullopt, "",
+                               {{"Authorization", header}});
+    CHECK_MESSAGE(a.status == 401, a.describe());
+  }
+  // Nothing the refused requests asked for happened.
+  auto g = good.get(task_path(id));
+  REQUIRE_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["payload"] == "secret");
+  auto s = good.get("/v1/stats");
+  REQUIRE(s.status == 200);
+  CHECK(find_number(s.body_json, "pending") == std::optional<double>(1));
+
+  auto h = none.get("/healthz");
+  CHECK_MESSAGE(h.status == 200, h.describe());
+  auto m = none.get("/metrics");
+  CHECK_MESSAGE(m.status == 200, m.describe());
+}
+
+TEST_CASE("server: no token is needed without --token on loopback") {
+  test_store store(store_kind::sqlite);
+  server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--tick", "10"});
+  server.wait_listening();
+  INFO(server.output_tail());
+  http_client anonymous(server.port(), "");
+  auto r = add_task(anonymous, unique_name("open"), "x", 1000);
+  CHECK_MESSAGE(r.status == 201, r.describe());
+}
+
+TEST_CASE("server: refuses a non-loopback address without a token") {
+  test_store store(store_kind::sqlite);
+  server_process server({"--listen", "0.0.0.0:0", "--store", store.uri(), "--tick", "10"});
+  const int status = server.wait();
+  const std::string err = server.stderr_after_exit();
+  INFO(server.output_tail());
+  CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 2), describe_status(status));
+  CHECK(!err.empty());
+  // It never said it listened.
+  CHECK(server.output().find("listening on") == std::string::npos);
+}

@@ -1,0 +1,411 @@
+// delayq-server process tests: consumers that pull (docs/server.md, "Pull:
+// reserve, finish, fail, touch" and "Dead letters"), on Redis and on SQLite.
+//
+// The default retry policy applies (3 attempts, full-jitter backoff from 1 s),
+// so a task dies after two retries that wait up to 1 s and 2 s; the dead
+// letter test shortens the backoff with --retry-base.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <set>
+
+#include "server_test_support.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+struct fixture {
+  explicit fixture(store_kind kind, std::vector<std::string> extra = {})
+      : store(kind),
+        server(server_process::start(store, std::move(extra))),
+        client(server->port()) {}
+  test_store store;
+  std::unique_ptr<server_process> server;
+  http_client client;
+};
+
+std::string id_of(const http_response& r) {
+  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
+    return r.body_json["id"].get<std::string>();
+  return {};
+}
+
+std::string str(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+http_response finish(http_client& c, const std::string& id, const std::string& lease) {
+  return c.post(task_path(id) + "/finish", json{{"lease", lease}});
+}
+
+http_response fail(http_client& c, const std::string& id, const std::string& lease,
+                   const std::string& error) {
+  return c.post(task_path(id) + "/fail", json{{"lease", lease}, {"error", error}});
+}
+
+// Reserves `id` (the only task of `type`) and fails it until it is a dead
+// letter: max_attempts (3) attempts. Returns false when a step went wrong.
+bool fail_until_dead(http_client& c, const std::string& type, const std::string& id) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto task = reserve_one(c, {type});
+    if (!task.is_object() || str(task, "id") != id || task["attempts"] != attempt) return false;
+    if (fail(c, id, str(task, "lease"), "boom " + std::to_string(attempt)).status != 204)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("server: reserve long-polls until a task is due") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("poll");
+
+  // The consumer waits first, on its own connection; the task is added
+  // afterwards, due a little later. The poll must answer with it, long
+  // before its 60 s wait is over, and never before the task was due.
+  const std::uint16_t port = f.server->port();
+  auto consumer = std::async(std::launch::async, [port, type] {
+    http_client mine(port);
+    auto r = reserve(mine, {type}, 60000, 1);
+    return std::make_pair(r, now_ms());
+  });
+  // Give the poll no head start assumption: the task is due 300 ms after
+  // being added, whether the poll arrived first or not.
+  auto r = c.post("/v1/tasks", json{{"type", type}, {"payload", "p"}, {"delay_ms", 300}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+  const auto [answer, answered_at] = consumer.get();
+  REQUIRE_MESSAGE(answer.status == 200, answer.describe());
+  auto tasks = reserved_tasks(answer);
+  REQUIRE_MESSAGE(tasks.size() == 1, answer.describe());
+  const auto& t = tasks[0];
+  CHECK(t["id"] == id);
+  CHECK(t["type"] == type);
+  CHECK(t["payload"] == "p");
+  CHECK(t["attempts"] == 0);
+  CHECK(!str(t, "lease").empty());
+  REQUIRE(t["due_ms"].is_number_integer());
+  CHECK(answered_at >= t["due_ms"].get<std::int64_t>());
+  CHECK(task_state(c, id) == "reserved");
+}
+
+TEST_CASE("server: reserve answers an empty list after wait_ms") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("empty");
+  // A task of another type is ready: a reserve for `type` must not take it.
+  auto r = add_task(c, unique_name("other"), "x", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+
+  const auto start = std::chrono::steady_clock::now();
+  auto res = reserve(c, {type}, 300, 5);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  REQUIRE_MESSAGE(res.status == 200, res.describe());
+  REQUIRE(res.body_json["tasks"].is_array());
+  CHECK(res.body_json["tasks"].empty());
+  // The answer cannot come before the wait is over (a lower bound only).
+  CHECK(waited >= std::chrono::milliseconds(300));
+
+  // wait_ms 0 (and absent) answers at once, also empty.
+  res = c.post("/v1/reserve", json{{"types", {type}}});
+  REQUIRE_MESSAGE(res.status == 200, res.describe());
+  CHECK(res.body_json["tasks"] == json::array());
+}
+
+TEST_CASE("server: reserve hands out at most max tasks, of the types asked") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string a = unique_name("ta"), b = unique_name("tb");
+
+  std::vector<std::string> ids_a, ids_b;
+  for (int i = 0; i < 5; ++i) {
+    auto r = add_task(c, a, "a" + std::to_string(i), 0);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    ids_a.push_back(id_of(r));
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto r = add_task(c, b, "b" + std::to_string(i), 0);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    ids_b.push_back(id_of(r));
+  }
+  // All 7 must be offered to consumers before the counts below are exact:
+  // GET says "ready" both for a due task the engine has not dispatched yet
+  // and for one waiting for a consumer, so wait for the engine's count of
+  // attempts started (a pull attempt runs until finish, fail or expiry).
+  REQUIRE(eventually([&] {
+    auto s = c.get("/v1/stats");
+    return s.status == 200 && find_number(s.body_json, "running") == std::optional<double>(7);
+  }));
+  for (const auto& id : ids_a) CHECK(task_state(c, id) == "ready");
+  for (const auto& id : ids_b) CHECK(task_state(c, id) == "ready");
+
+  // Only type b, max 10: exactly the 2 of b.
+  auto r = reserve(c, {b}, 0, 10);
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  auto tasks = reserved_tasks(r);
+  CHECK(tasks.size() == 2);
+  for (const auto& t : tasks) CHECK(t["type"] == b);
+
+  // Type a, max 3, then the 2 left.
+  r = reserve(c, {a}, 0, 3);
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  tasks = reserved_tasks(r);
+  CHECK(tasks.size() == 3);
+  std::set<std::string> seen;
+  for (const auto& t : tasks) {
+    CHECK(t["type"] == a);
+    seen.insert(str(t, "id"));
+  }
+  // Any type (no `types`): the rest of a.
+  r = c.post("/v1/reserve", json{{"max", 1000}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  tasks = reserved_tasks(r);
+  CHECK(tasks.size() == 2);
+  for (const auto& t : tasks) seen.insert(str(t, "id"));
+  CHECK(seen == std::set<std::string>(ids_a.begin(), ids_a.end()));
+  r = reserve(c, {}, 0, 10);
+  CHECK(reserved_tasks(r).empty());
+}
+
+TEST_CASE("server: finish removes a reserved task") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("fin");
+  auto r = add_task(c, type, "work", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  auto task = reserve_one(c, {type});
+  REQUIRE(task.is_object());
+  const std::string lease = str(task, "lease");
+  REQUIRE(!lease.empty());
+
+  // A lease that is not the task's: 409, and the task is still reserved.
+  auto x = finish(c, id, lease + "x");
+  CHECK_MESSAGE(x.status == 409, x.describe());
+  CHECK(x.error() == "stale_lease");
+  CHECK(task_state(c, id) == "reserved");
+
+  x = finish(c, id, lease);
+  CHECK_MESSAGE(x.status == 204, x.describe());
+  CHECK(x.body.empty());
+  auto g = c.get(task_path(id));
+  CHECK_MESSAGE(g.status == 404, g.describe());
+  // Finishing again: the lease ended.
+  x = finish(c, id, lease);
+  CHECK_MESSAGE((x.status == 409 || x.status == 404), x.describe());
+  auto none = reserve(c, {type}, 0, 10);
+  CHECK(reserved_tasks(none).empty());
+}
+
+TEST_CASE("server: fail retries with attempts+1, then makes a dead letter") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("fail");
+  auto r = add_task(c, type, "doomed", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    INFO("attempt ", attempt + 1);
+    auto task = reserve_one(c, {type});
+    REQUIRE(task.is_object());
+    CHECK(task["id"] == id);
+    CHECK(task["attempts"] == attempt);
+    CHECK(task["payload"] == "doomed");
+    auto x = fail(c, id, str(task, "lease"), "boom " + std::to_string(attempt));
+    REQUIRE_MESSAGE(x.status == 204, x.describe());
+    // The lease is gone with the attempt.
+    x = fail(c, id, str(task, "lease"), "again");
+    CHECK_MESSAGE(x.status == 409, x.describe());
+    CHECK(x.error() == "stale_lease");
+    if (attempt < 2) {
+      // Waiting for its retry: still known, one more attempt counted.
+      auto g = c.get(task_path(id));
+      REQUIRE_MESSAGE(g.status == 200, g.describe());
+      CHECK(g.body_json["attempts"] == attempt + 1);
+      CHECK((g.body_json["state"] == "delayed" || g.body_json["state"] == "ready"));
+    }
+  }
+  // The third failure made it a dead letter, durably, before the 204.
+  CHECK(c.get(task_path(id)).status == 404);
+  auto d = c.get("/v1/dead");
+  REQUIRE_MESSAGE(d.status == 200, d.describe());
+  REQUIRE(d.body_json["dead"].is_array());
+  REQUIRE(d.body_json["dead"].size() == 1);
+  const auto& letter = d.body_json["dead"][0];
+  CHECK(letter["id"] == id);
+  CHECK(letter["type"] == type);
+  CHECK(letter["payload"] == "doomed");
+  CHECK(letter["attempts"] == 3);
+  CHECK(str(letter, "error").find("boom 2") != std::string::npos);
+  CHECK(letter["died_ms"].is_number_integer());
+  CHECK(letter["due_ms"].is_number_integer());
+  CHECK(d.body_json["total"] == 1);
+  // Not handed out any more.
+  CHECK(reserved_tasks(reserve(c, {type}, 0, 10)).empty());
+}
+
+TEST_CASE("server: touch extends a lease") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("touch");
+  auto r = add_task(c, type, "long job", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  auto task = reserve_one(c, {type}, 3000);  // short, with room for a slow machine
+  REQUIRE(task.is_object());
+  const std::string lease = str(task, "lease");
+  auto t = c.post(task_path(id) + "/touch", json{{"lease", lease}, {"ttr_ms", 60000}});
+  CHECK_MESSAGE(t.status == 204, t.describe());
+
+  // Wait (on the server) well past the first lease's end: had it not been
+  // extended, the task would have come back for this poll.
+  auto again = reserve(c, {type}, 5000, 1);
+  REQUIRE_MESSAGE(again.status == 200, again.describe());
+  CHECK(reserved_tasks(again).empty());
+  CHECK(task_state(c, id) == "reserved");
+  // The original lease is still the task's, well after its first end.
+  auto x = finish(c, id, lease);
+  CHECK_MESSAGE(x.status == 204, x.describe());
+
+  // Touching an ended lease: 409.
+  t = c.post(task_path(id) + "/touch", json{{"lease", lease}});
+  CHECK_MESSAGE((t.status == 409 || t.status == 404), t.describe());
+
+  // Touch without ttr_ms takes the reserve's (here the default, 30 s).
+  r = add_task(c, type, "another", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  auto other = reserve_one(c, {type});
+  REQUIRE(other.is_object());
+  t = c.post(task_path(str(other, "id")) + "/touch", json{{"lease", other["lease"]}});
+  CHECK_MESSAGE(t.status == 204, t.describe());
+  x = finish(c, str(other, "id"), str(other, "lease"));
+  CHECK_MESSAGE(x.status == 204, x.describe());
+}
+
+TEST_CASE("server: a lease that expired is stale, the task comes back with attempts+1") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("stale");
+  auto r = add_task(c, type, "slow consumer", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  auto first = reserve_one(c, {type}, 1000);
+  REQUIRE(first.is_object());
+  CHECK(first["attempts"] == 0);
+  const std::string old_lease = str(first, "lease");
+
+  // The lease ends after 1 s; the attempt fails ("lease expired"), and after
+  // its backoff the task is handed out again.
+  auto second = reserve_one(c, {type}, 30000);
+  REQUIRE(second.is_object());
+  CHECK(second["id"] == id);
+  CHECK(second["attempts"] == 1);
+  const std::string new_lease = str(second, "lease");
+  CHECK(!new_lease.empty());
+  CHECK(new_lease != old_lease);
+
+  // The slow consumer can neither finish, fail nor touch the new attempt.
+  auto x = finish(c, id, old_lease);
+  CHECK_MESSAGE(x.status == 409, x.describe());
+  CHECK(x.error() == "stale_lease");
+  x = fail(c, id, old_lease, "late");
+  CHECK_MESSAGE(x.status == 409, x.describe());
+  CHECK(x.error() == "stale_lease");
+  x = c.post(task_path(id) + "/touch", json{{"lease", old_lease}});
+  CHECK_MESSAGE(x.status == 409, x.describe());
+  CHECK(x.error() == "stale_lease");
+  CHECK(task_state(c, id) == "reserved");
+
+  x = finish(c, id, new_lease);
+  CHECK_MESSAGE(x.status == 204, x.describe());
+  CHECK(c.get(task_path(id)).status == 404);
+
+  auto s = c.get("/v1/stats");
+  REQUIRE(s.status == 200);
+  auto expired = find_number(s.body_json, "leases_expired");
+  REQUIRE(expired.has_value());
+  CHECK(*expired >= 1);
+}
+
+TEST_CASE("server: dead letters can be listed, requeued and deleted") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // Short backoffs (--retry-base): six failed attempts to get through.
+  fixture f(kind, {"--retry-base", "100"});
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("dead");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    auto r = add_task(c, type, "d" + std::to_string(i), 0);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    ids.push_back(id_of(r));
+    REQUIRE(fail_until_dead(c, type, ids.back()));
+  }
+
+  auto d = c.get("/v1/dead?offset=0&limit=100");
+  REQUIRE_MESSAGE(d.status == 200, d.describe());
+  CHECK(d.body_json["total"] == 2);
+  REQUIRE(d.body_json["dead"].size() == 2);
+  std::set<std::string> listed;
+  for (const auto& l : d.body_json["dead"]) listed.insert(str(l, "id"));
+  CHECK(listed == std::set<std::string>(ids.begin(), ids.end()));
+
+  // Paging.
+  auto p0 = c.get("/v1/dead?offset=0&limit=1");
+  auto p1 = c.get("/v1/dead?offset=1&limit=1");
+  auto p2 = c.get("/v1/dead?offset=2&limit=1");
+  REQUIRE(p0.status == 200);
+  REQUIRE(p1.status == 200);
+  REQUIRE(p2.status == 200);
+  REQUIRE(p0.body_json["dead"].size() == 1);
+  REQUIRE(p1.body_json["dead"].size() == 1);
+  CHECK(p0.body_json["dead"][0]["id"] != p1.body_json["dead"][0]["id"]);
+  CHECK(p2.body_json["dead"].empty());
+  CHECK(p2.body_json["total"] == 2);
+
+  // Requeue the first: it runs again, its attempts reset.
+  auto q = c.post("/v1/dead/" + path_escape(ids[0]) + "/requeue", json::object());
+  CHECK_MESSAGE(q.status == 204, q.describe());
+  auto task = reserve_one(c, {type});
+  REQUIRE(task.is_object());
+  CHECK(task["id"] == ids[0]);
+  CHECK(task["attempts"] == 0);
+  CHECK(task["payload"] == "d0");
+  CHECK(finish(c, ids[0], str(task, "lease")).status == 204);
+  q = c.post("/v1/dead/" + path_escape(ids[0]) + "/requeue", json{{"delay_ms", 0}});
+  CHECK_MESSAGE(q.status == 404, q.describe());
+  CHECK(q.error() == "not_found");
+
+  // Delete the second.
+  auto x = c.del("/v1/dead/" + path_escape(ids[1]));
+  CHECK_MESSAGE(x.status == 204, x.describe());
+  x = c.del("/v1/dead/" + path_escape(ids[1]));
+  CHECK_MESSAGE(x.status == 404, x.describe());
+  CHECK(x.error() == "not_found");
+  d = c.get("/v1/dead");
+  REQUIRE(d.status == 200);
+  CHECK(d.body_json["total"] == 0);
+  CHECK(d.body_json["dead"].empty());
+  CHECK(c.get(task_path(ids[1])).status == 404);
+}

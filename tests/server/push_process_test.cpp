@@ -1,0 +1,230 @@
+// delayq-server process tests: push targets (docs/server.md, "Push"), with a
+// real HTTP receiver in the test process, on Redis and on SQLite.
+#include <doctest/doctest.h>
+
+#include <tuple>
+
+#include "server_test_support.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+std::string id_of(const http_response& r) {
+  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
+    return r.body_json["id"].get<std::string>();
+  return {};
+}
+
+std::string str(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+std::string type_path(const std::string& type) { return "/v1/types/" + path_escape(type); }
+
+// The dead letter of `id`, or null.
+json dead_letter(http_client& c, const std::string& id) {
+  auto d = c.get("/v1/dead?limit=1000");
+  if (d.status != 200 || !d.body_json.contains("dead")) return nullptr;
+  for (const auto& l : d.body_json["dead"])
+    if (str(l, "id") == id) return l;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("server: push retries a failing receiver until it answers 2xx") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // Fails the first two calls, then succeeds: the third and last attempt.
+  push_receiver receiver(
+      [](const push_call&, std::size_t index) { return index < 2 ? 500u : 200u; });
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("push");
+
+  auto p =
+      c.put(type_path(type), json{{"push_url", receiver.url("/hook/a")}, {"timeout_ms", 5000}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  auto g = c.get(type_path(type));
+  REQUIRE_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["push_url"] == receiver.url("/hook/a"));
+  auto all = c.get("/v1/types");
+  REQUIRE_MESSAGE(all.status == 200, all.describe());
+  REQUIRE(all.body_json["types"].is_object());
+  CHECK(all.body_json["types"].contains(type));
+
+  auto r = add_task(c, type, "{\"order\":7}", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  REQUIRE(receiver.wait_for_calls(3));
+  // Done once the success is recorded: the task is gone, no dead letter.
+  CHECK(eventually([&] { return c.get(task_path(id)).status == 404; }));
+  CHECK(dead_letter(c, id).is_null());
+
+  const auto calls = receiver.calls();
+  CHECK(calls.size() == 3);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    INFO("call ", i);
+    const auto& call = calls[i];
+    CHECK(call.target == "/hook/a");
+    CHECK(call.task_id == id);
+    CHECK(call.attempt == std::to_string(i + 1));
+    REQUIRE(call.body.is_object());
+    CHECK(call.body["id"] == id);
+    CHECK(call.body["type"] == type);
+    CHECK(call.body["payload"] == "{\"order\":7}");
+    CHECK(call.body["attempts"] == i);
+    CHECK(call.body["due_ms"].is_number_integer());
+  }
+  // A push type is not served to pulling consumers.
+  auto none = reserve(c, {type}, 0, 10);
+  REQUIRE(none.status == 200);
+  CHECK(reserved_tasks(none).empty());
+}
+
+TEST_CASE("server: push to a receiver that always fails makes a dead letter") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  push_receiver receiver([](const push_call&, std::size_t) { return 503u; });
+  test_store store(kind);
+  auto server = server_process::start(store, {"--retry-base", "100"});
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("pushdead");
+
+  // Two types: one pushed to the failing receiver, one to a port where
+  // nothing listens (a refused connection).
+  const std::string refused_type = unique_name("pushrefused");
+  const std::string refused_url = "http://127.0.0.1:" + std::to_string(unused_port()) + "/hook";
+  auto p = c.put(type_path(type), json{{"push_url", receiver.url()}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  p = c.put(type_path(refused_type), json{{"push_url", refused_url}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  auto r = add_task(c, type, "never", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+  r = add_task(c, refused_type, "refused", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string refused_id = id_of(r);
+
+  for (const auto& [t, i, payload] :
+       {std::tuple{type, id, "never"}, std::tuple{refused_type, refused_id, "refused"}}) {
+    INFO("type ", t);
+    json letter;
+    CHECK(eventually([&] { return !(letter = dead_letter(c, i)).is_null(); }));
+    REQUIRE(letter.is_object());
+    CHECK(letter["attempts"] == 3);
+    CHECK(letter["type"] == t);
+    CHECK(letter["payload"] == payload);
+    CHECK(!str(letter, "error").empty());
+    CHECK(c.get(task_path(i)).status == 404);
+  }
+  const auto calls = receiver.calls();
+  CHECK(calls.size() == 3);
+  for (const auto& call : calls) CHECK(call.task_id == id);
+}
+
+TEST_CASE("server: a push target survives a restart, --push registers one, delete pulls again") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  const std::string type = unique_name("kept");
+  const std::string flag_type = unique_name("flag");
+  const std::string url = "http://127.0.0.1:" + std::to_string(unused_port()) + "/kept";
+  const std::string flag_url = "http://127.0.0.1:" + std::to_string(unused_port()) + "/flag";
+  {
+    auto server = server_process::start(store, {"--push", flag_type + "=" + flag_url});
+    INFO(server->output_tail());
+    http_client c(server->port());
+    auto p =
+        c.put(type_path(type), json{{"push_url", url}, {"timeout_ms", 1234}, {"concurrency", 3}});
+    REQUIRE_MESSAGE(p.status == 204, p.describe());
+    auto g = c.get(type_path(flag_type));
+    REQUIRE_MESSAGE(g.status == 200, g.describe());
+    CHECK(g.body_json["push_url"] == flag_url);
+    c.close();
+    server->signal(SIGTERM);
+    const int status = server->wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe_status(status));
+  }
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  auto g = c.get(type_path(type));
+  REQUIRE_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["push_url"] == url);
+  CHECK(g.body_json["timeout_ms"] == 1234);
+  CHECK(g.body_json["concurrency"] == 3);
+  // The --push of the first run is kept in the store too.
+  g = c.get(type_path(flag_type));
+  CHECK_MESSAGE(g.status == 200, g.describe());
+
+  auto d = c.del(type_path(type));
+  CHECK_MESSAGE(d.status == 204, d.describe());
+  g = c.get(type_path(type));
+  CHECK_MESSAGE(g.status == 404, g.describe());
+  CHECK(g.error() == "not_found");
+  d = c.del(type_path(type));
+  CHECK_MESSAGE(d.status == 404, d.describe());
+
+  // Pulled again: a consumer gets its tasks.
+  auto r = add_task(c, type, "pull me", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  auto task = reserve_one(c, {type});
+  REQUIRE(task.is_object());
+  CHECK(task["id"] == id_of(r));
+}
+
+TEST_CASE("server: bad push targets are refused") {
+  test_store store(store_kind::sqlite);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("badpush");
+  const std::vector<json> bad{
+      json{{"push_url", "https://127.0.0.1:1/x"}},
+      json{{"push_url", "ftp://127.0.0.1/x"}},
+      json{{"push_url", "not a url"}},
+      json{{"push_url", 5}},
+      json::object(),
+      json{{"push_url", "http://127.0.0.1:1/x"}, {"timeout_ms", 0}},
+      json{{"push_url", "http://127.0.0.1:1/x"}, {"timeout_ms", 600001}},
+      json{{"push_url", "http://127.0.0.1:1/x"}, {"concurrency", 0}},
+      json{{"push_url", "http://127.0.0.1:1/x"}, {"concurrency", 10001}},
+      json{{"push_url", "http://127.0.0.1:1/x"}, {"pushurl", "x"}},
+  };
+  for (const auto& body : bad) {
+    INFO("body: ", body.dump());
+    auto p = c.put(type_path(type), body);
+    CHECK_MESSAGE(p.status == 400, p.describe());
+    CHECK(!p.error().empty());
+  }
+  CHECK(c.get(type_path(type)).status == 404);
+  CHECK(c.get(type_path(unique_name("never-set"))).status == 404);
+}
+
+TEST_CASE("server: a push the receiver never answers times out and is retried") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // Silent on the first call, then 200.
+  push_receiver receiver([](const push_call&, std::size_t index) { return index < 1 ? 0u : 200u; });
+  test_store store(kind);
+  auto server = server_process::start(store, {"--retry-base", "100"});
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("silent");
+  auto p = c.put(type_path(type), json{{"push_url", receiver.url()}, {"timeout_ms", 300}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  auto r = add_task(c, type, "slow", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+
+  REQUIRE(receiver.wait_for_calls(2));
+  CHECK(eventually([&] { return c.get(task_path(id)).status == 404; }));
+  CHECK(dead_letter(c, id).is_null());
+  const auto calls = receiver.calls();
+  REQUIRE(calls.size() >= 2);
+  CHECK(calls[0].attempt == "1");
+  CHECK(calls[1].attempt == "2");
+  CHECK(calls[1].body["attempts"] == 1);
+}
