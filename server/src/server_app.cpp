@@ -1,7 +1,10 @@
 #include "server_app.hpp"
 
+#include <atomic>
 #include <boost/asio/ip/address.hpp>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -49,15 +52,52 @@ struct server_app::parts {
   std::unique_ptr<delayq::engine> engine;
   std::unique_ptr<api_router> router;
   std::unique_ptr<http_server> http;
+  // Set once the store answered and everything above is built.
+  std::atomic<bool> ready{false};
+  // Retries bring_up() while the store is down at start.
+  std::thread starter;
+  std::mutex starter_mutex;
+  std::condition_variable starter_cv;
+  bool stopping = false;
 };
 
 server_app::server_app(server_options options)
     : options_(std::move(options)), p_(std::make_unique<parts>()) {}
 
 server_app::~server_app() {
+  stop_starter();
   if (p_->engine) p_->engine->stop(std::chrono::seconds{0});
   io_.stop();
 }
+
+void server_app::stop_starter() {
+  {
+    std::lock_guard lock(p_->starter_mutex);
+    p_->stopping = true;
+  }
+  p_->starter_cv.notify_all();
+  if (p_->starter.joinable()) p_->starter.join();
+}
+
+namespace {
+
+// Errors that mean "the store is not there yet": the server listens anyway,
+// answers 503, and keeps trying.
+bool store_down(const boost::system::error_code& ec) {
+  return ec == errc::store_unavailable || ec == errc::outcome_unknown;
+}
+
+class start_error : public std::runtime_error {
+ public:
+  start_error(boost::system::error_code ec, const std::string& what)
+      : std::runtime_error(what), ec_(ec) {}
+  boost::system::error_code code() const noexcept { return ec_; }
+
+ private:
+  boost::system::error_code ec_;
+};
+
+}  // namespace
 
 tcp::endpoint server_app::start() {
   const tcp::endpoint at = parse_listen(options_.listen);
@@ -65,21 +105,94 @@ tcp::endpoint server_app::start() {
     throw std::invalid_argument("refusing to listen on " + options_.listen +
                                 " without a token: anyone who reaches it could add and delete "
                                 "tasks. Give --token (or DELAYQ_TOKEN), or listen on loopback.");
-  const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
-
-  auto& p = *p_;
-  // The settings get a connection of their own, so a slow settings call
-  // never waits behind the engine's writes (and the other way round).
-  boost::system::error_code ec;
-  p.settings_store = open_store(uri, ec);
-  if (ec) throw std::runtime_error("store " + uri + ": " + ec.message());
-  p.registry = std::make_unique<push_registry>(*p.settings_store);
-  p.registry->load(ec);
-  if (ec) throw std::runtime_error("store " + uri + ": loading push targets: " + ec.message());
   for (const std::string& spec : options_.push) {
     const std::size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--push wants TYPE=URL, got \"" + spec + "\"");
+  }
+  auto& p = *p_;
+  p.pusher = std::make_unique<push_client>(io_.get_executor());
+  p.broker = std::make_unique<lease_broker>(io_.get_executor());
+
+  http_limits limits;
+  limits.max_body = options_.max_body;
+  limits.watch_disconnect = &api_router::is_long_poll;
+  // Until the store answered once, every request but the health check gets
+  // 503: the server listens first, so a store that is late (or down) is
+  // seen from outside, and comes up by itself once the store is there.
+  p.http = std::make_unique<http_server>(
+      io_,
+      [&p](http_request&& req, http_respond respond, std::shared_ptr<http_gone_signal> gone) {
+        if (p.ready.load(std::memory_order_acquire))
+          return p.router->handle(std::move(req), std::move(respond), std::move(gone));
+        const std::string_view target(req.target().data(), req.target().size());
+        if (target == "/healthz") {
+          http_answer h;
+          h.status = 503;
+          h.body = R"({"status":"store_unavailable"})";
+          return respond(std::move(h));
+        }
+        http_answer a = error_answer(503, "store_unavailable",
+                                     "the store cannot be reached yet; the server starts serving "
+                                     "as soon as it can load its tasks");
+        a.headers.emplace_back("Retry-After", "1");
+        respond(std::move(a));
+      },
+      limits);
+  tcp::endpoint bound;
+  try {
+    bound = p.http->listen(at);
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
+  }
+  try {
+    bring_up();
+  } catch (const start_error& e) {
+    if (!store_down(e.code())) throw;
+    log(log_level::warning, std::string(e.what()) + "; listening anyway, retrying every second");
+    p.starter = std::thread([this] {
+      for (;;) {
+        {
+          std::unique_lock lock(p_->starter_mutex);
+          if (p_->starter_cv.wait_for(lock, std::chrono::seconds{1},
+                                      [this] { return p_->stopping; }))
+            return;
+        }
+        try {
+          bring_up();
+          log(log_level::info, "the store answers: serving");
+          return;
+        } catch (const std::exception& e) {
+          // Reported once a minute would be kinder to logs; a failing
+          // start is rare enough to say every time.
+          log(log_level::warning, std::string(e.what()) + "; retrying in a second");
+        }
+      }
+    });
+  }
+  p.http->start();
+  return bound;
+}
+
+void server_app::bring_up() {
+  auto& p = *p_;
+  const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
+  const auto fail = [&](boost::system::error_code ec, const std::string& what) {
+    p.engine.reset();
+    p.registry.reset();
+    p.settings_store.reset();
+    throw start_error(ec, "store " + uri + ": " + what + ec.message());
+  };
+  // The settings get a connection of their own, so a slow settings call
+  // never waits behind the engine's writes (and the other way round).
+  boost::system::error_code ec;
+  p.settings_store = open_store(uri, ec);
+  if (ec) fail(ec, "");
+  p.registry = std::make_unique<push_registry>(*p.settings_store);
+  p.registry->load(ec);
+  if (ec) fail(ec, "loading push targets: ");
+  for (const std::string& spec : options_.push) {
+    const std::size_t eq = spec.find('=');
     const std::string type = spec.substr(0, eq);
     push_target t;
     t.url = spec.substr(eq + 1);
@@ -87,10 +200,10 @@ tcp::endpoint server_app::start() {
     // API survive a restart with the same command line.
     if (auto known = p.registry->find(type); known && known->url == t.url) continue;
     p.registry->put(type, t, ec);
-    if (ec) throw std::invalid_argument("--push " + spec + ": " + ec.message());
+    if (ec == boost::system::errc::invalid_argument || ec == errc::invalid_type)
+      throw std::invalid_argument("--push " + spec + ": " + ec.message());
+    if (ec) fail(ec, "saving --push " + spec + ": ");
   }
-  p.pusher = std::make_unique<push_client>(io_.get_executor());
-  p.broker = std::make_unique<lease_broker>(io_.get_executor());
 
   // Every type goes to the fallback: pushed when it has a target, else
   // offered to consumers. Both end the attempt through its completion.
@@ -108,10 +221,10 @@ tcp::endpoint server_app::start() {
   eo.workers = options_.workers;
   eo.retry = options_.retry;
   auto store = open_store(uri, ec);
-  if (ec) throw std::runtime_error("store " + uri + ": " + ec.message());
+  if (ec) fail(ec, "");
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   p.engine->start(ec);
-  if (ec) throw std::runtime_error("starting the engine on " + uri + ": " + ec.message());
+  if (ec) fail(ec, "starting the engine: ");
 
   api_parts ap;
   ap.engine = p.engine.get();
@@ -125,25 +238,7 @@ tcp::endpoint server_app::start() {
     return !probe;
   };
   p.router = std::make_unique<api_router>(std::move(ap), 8);
-
-  http_limits limits;
-  limits.max_body = options_.max_body;
-  limits.watch_disconnect = &api_router::is_long_poll;
-  p.http = std::make_unique<http_server>(
-      io_,
-      [router = p.router.get()](http_request&& req, http_respond respond,
-                                std::shared_ptr<http_gone_signal> gone) {
-        router->handle(std::move(req), std::move(respond), std::move(gone));
-      },
-      limits);
-  tcp::endpoint bound;
-  try {
-    bound = p.http->listen(at);
-  } catch (const boost::system::system_error& e) {
-    throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
-  }
-  p.http->start();
-  return bound;
+  p.ready.store(true, std::memory_order_release);
 }
 
 void server_app::run() {
@@ -155,11 +250,18 @@ void server_app::run() {
 
 void server_app::drain(std::chrono::milliseconds grace) {
   auto& p = *p_;
+  stop_starter();
   if (!p.http) {
     io_.stop();
     return;
   }
   p.http->drain();
+  if (!p.ready.load(std::memory_order_acquire)) {
+    // Never served: nothing to give back, no engine to stop.
+    p.http->close_all();
+    io_.stop();
+    return;
+  }
   // Long polls would hold the drain for up to a minute: answer them now.
   p.broker->stop_waiting();
   const auto until = std::chrono::steady_clock::now() + grace;

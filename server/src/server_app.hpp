@@ -42,9 +42,11 @@ class server_app {
   server_app(const server_app&) = delete;
   server_app& operator=(const server_app&) = delete;
 
-  /// Opens the store, registers the --push targets, starts the engine and
-  /// listens. Returns where it listens. Throws std::runtime_error (or
-  /// std::invalid_argument for a bad option) with a message for the user.
+  /// Listens, then opens the store, registers the --push targets and starts
+  /// the engine. Returns where it listens. When the store cannot be reached
+  /// it keeps listening (503 to every request) and retries every second in
+  /// the background. Throws std::runtime_error (or std::invalid_argument for
+  /// a bad option) with a message for the user.
   boost::asio::ip::tcp::endpoint start();
 
   /// Serves on `io_threads` threads (this one among them) until drain() ends.
@@ -57,6 +59,10 @@ class server_app {
 
  private:
   struct parts;  // server_app.cpp
+  // Opens the store and builds what needs it; throws (start_error for the
+  // store's errors) and leaves nothing half built.
+  void bring_up();
+  void stop_starter();
   server_options options_;
   boost::asio::io_context io_;
   std::unique_ptr<parts> p_;
