@@ -65,7 +65,8 @@ TEST_CASE("server: add a task with delay_ms, due_ms or an id of its own") {
   CHECK(g.body_json["payload"] == "");
   CHECK(g.body_json["state"] == "delayed");
 
-  const std::string odd_payload = std::string("nul\0byte \xC3\xA9 {\"json\":true}", 27);
+  static constexpr char odd_bytes[] = "nul\0byte \xC3\xA9 {\"json\":true}";
+  const std::string odd_payload(odd_bytes, sizeof odd_bytes - 1);
   r = add_task(c, type, odd_payload, 3600000);
   REQUIRE_MESSAGE(r.status == 201, r.describe());
   g = c.get(task_path(id_of(r)));
@@ -357,4 +358,68 @@ TEST_CASE("server: reschedule moves a task's due time") {
   s = c.post(task_path(back) + "/reschedule", json{{"delay_ms", -5}});
   CHECK_MESSAGE(s.status == 400, s.describe());
   CHECK(s.error() == "invalid_delay");
+}
+
+namespace {
+
+// Waits until the server holds `n` tasks for consumers (handed over by the
+// engine, not yet reserved).
+bool wait_ready_for_consumers(http_client& c, double n) {
+  return eventually([&] {
+    auto s = c.get("/v1/stats");
+    auto v = find_number(s.body_json, "ready_for_consumers");
+    return s.status == 200 && v && *v >= n;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("server: a replaced task that waited for a consumer is never delivered") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("repl");
+
+  auto r = add_task(c, type, "old", 0, "r1");
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  REQUIRE(wait_ready_for_consumers(c, 1));
+
+  // The new version is due in an hour: nothing of r1 is due now.
+  r = c.post("/v1/tasks", json{{"type", type},
+                               {"payload", "new"},
+                               {"delay_ms", 3600000},
+                               {"id", "r1"},
+                               {"conflict", "replace"}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  auto got = reserve(c, {type}, 0, 10);
+  REQUIRE_MESSAGE(got.status == 200, got.describe());
+  CHECK_MESSAGE(reserved_tasks(got).empty(), got.describe());
+  CHECK(task_state(c, "r1") == "delayed");
+
+  // And a cancel of it leaves nothing to deliver either.
+  auto d = c.del(task_path("r1"));
+  CHECK_MESSAGE(d.status == 204, d.describe());
+  got = reserve(c, {type}, 0, 10);
+  CHECK_MESSAGE(reserved_tasks(got).empty(), got.describe());
+  CHECK(c.get(task_path("r1")).status == 404);
+}
+
+TEST_CASE("server: registering a push target pushes the tasks already waiting for consumers") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("late-push");
+
+  auto r = add_task(c, type, "waiting", 0, "w1");
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  REQUIRE(wait_ready_for_consumers(c, 1));
+
+  push_receiver receiver([](const push_call&, std::size_t) { return 200u; });
+  auto p = c.put("/v1/types/" + path_escape(type), json{{"push_url", receiver.url()}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  REQUIRE(receiver.wait_for_calls(1));
+  CHECK(receiver.calls()[0].task_id == "w1");
+  CHECK(eventually([&] { return c.get(task_path("w1")).status == 404; }));
 }
