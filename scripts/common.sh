@@ -12,13 +12,16 @@ DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # fresh Debian 12. redis-server brings redis-cli (redis-tools); clang and
 # libclang-rt-14-dev are for fuzzing and clang sanitizer builds; g++'s own
 # sanitizer runtimes come with build-essential. nlohmann-json and CLI11 are
-# for delayq-server and the tools; beanstalkd and wrk for the server benchmark.
+# for delayq-server and the tools; beanstalkd and wrk for the server benchmark;
+# chromium runs the dashboard's browser tests, fonts-dejavu-core gives its
+# screenshots a font.
 DELAYQ_BUILD_DEPS=(
   build-essential cmake pkg-config
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
   clang libclang-rt-14-dev gnuplot-nox git ca-certificates
   nlohmann-json3-dev libcli11-dev beanstalkd wrk
+  chromium fonts-dejavu-core
 )
 
 # The configuration of build/: test.sh stage "build" and demo.sh share it.

@@ -3,8 +3,8 @@
 #
 # Installs the Debian build dependencies, then runs these stages in order:
 #   build  build/       RelWithDebInfo, -Werror, benchmarks on; ctest
-#   asan   build-asan/  ASan + UBSan at -O1; ctest
-#   tsan   build-tsan/  TSan at -O1; ctest
+#   asan   build-asan/  ASan + UBSan at -O1; ctest (not the browser tests: -LE browser)
+#   tsan   build-tsan/  TSan at -O1; ctest (not the browser tests)
 #   fuzz   build-fuzz/  tests/fuzz/run.sh: each libFuzzer target for 45 s (clang 14)
 #   bench  scripts/bench-smoke.sh (quick benchmark run), when it exists
 # Every ctest run has a private Redis server (scripts/with-redis.sh).
@@ -77,10 +77,11 @@ stage() {
   current=""
 }
 
-# run_ctest <builddir> : ctest under a private Redis; counts the results.
+# run_ctest <builddir> [ctest args...] : ctest under a private Redis; counts
+# the results.
 run_ctest() {
   local log="$log_dir/ctest-$current.log" rc=0
-  scripts/with-redis.sh ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 2>&1 | tee "$log" || rc=$?
+  scripts/with-redis.sh ctest --test-dir "$1" --output-on-failure --no-tests=error -j2 "${@:2}" 2>&1 | tee "$log" || rc=$?
   count_ctest "$log"
   return "$rc"
 }
@@ -94,12 +95,12 @@ stage_asan() {
   configure_and_build build-asan -DDELAYQ_SANITIZE=address,undefined "${sanitizer_args[@]}"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest build-asan
+    run_ctest build-asan -LE browser
 }
 
 stage_tsan() {
   configure_and_build build-tsan -DDELAYQ_SANITIZE=thread "${sanitizer_args[@]}"
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$DELAYQ_ROOT/tests/tsan.supp" run_ctest build-tsan
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$DELAYQ_ROOT/tests/tsan.supp" run_ctest build-tsan -LE browser
 }
 
 # Not a ctest run: a target that fails makes run.sh, so the stage, fail, and

@@ -8,6 +8,7 @@
 #include "api/metrics_text.hpp"
 #include "api/request_codec.hpp"
 #include "api/task_json.hpp"
+#include "web/static_files.hpp"
 
 namespace delayq::server {
 namespace {
@@ -150,6 +151,10 @@ void api_router::route(call& c) {
     return m == bhttp::verb::get ? healthz(c) : method_not_allowed();
   if (s.size() == 1 && s[0] == "metrics")
     return m == bhttp::verb::get ? metrics(c) : method_not_allowed();
+  // The dashboard's files (web/static_files.hpp): no token, the page asks for it.
+  if (c.path == "/" || (s.size() == 2 && s[0] == "ui"))
+    return m == bhttp::verb::get ? c.answer(web_file_answer(c.path == "/" ? "index.html" : s[1]))
+                                 : method_not_allowed();
   if (s.empty() || s[0] != "v1") return c.fail(not_found("no such path: " + c.path));
 
   if (!parts_.token.empty()) {

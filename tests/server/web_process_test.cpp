@@ -1,0 +1,67 @@
+// The dashboard's files as the server serves them (docs/server.md,
+// "Dashboard"): built into the binary, byte for byte the files of
+// server/web/, without the token, with their types and no-cache; the API
+// keeps its token. The page itself is tested in a browser (tests/dashboard).
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "server_test_support.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+std::string source_file(const std::string& name) {
+  std::ifstream in(std::string(DELAYQ_WEB_DIR) + "/" + name, std::ios::binary);
+  REQUIRE_MESSAGE(in, "cannot read server/web/" << name);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("dashboard files: served from the binary without the token, the API keeps it") {
+  test_store store(store_kind::sqlite);
+  auto server = server_process::start(store);
+  http_client c(server->port(), /*token=*/"");
+
+  struct expected {
+    std::string target, file, type;
+  };
+  for (const expected& e : {expected{"/", "index.html", "text/html; charset=utf-8"},
+                            expected{"/ui/index.html", "index.html", "text/html; charset=utf-8"},
+                            expected{"/ui/app.js", "app.js", "text/javascript; charset=utf-8"},
+                            expected{"/ui/style.css", "style.css", "text/css; charset=utf-8"}}) {
+    INFO("GET " << e.target);
+    auto r = c.get(e.target);
+    REQUIRE_MESSAGE(r.status == 200, r.describe());
+    CHECK(r.header("content-type") == e.type);
+    CHECK(r.header("cache-control") == "no-cache");
+    CHECK(r.header("content-security-policy").find("script-src 'self'") != std::string::npos);
+    CHECK(r.body == source_file(e.file));
+  }
+
+  for (const std::string target :
+       {"/ui/nope.js", "/ui/", "/ui/a/app.js", "/ui/..%2Fapp.js", "/index.html", "/ui"}) {
+    INFO("GET " << target);
+    auto r = c.get(target);
+    CHECK_MESSAGE(r.status == 404, r.describe());
+    CHECK(r.error() == "not_found");
+  }
+
+  for (auto m : {http::verb::post, http::verb::put, http::verb::delete_}) {
+    for (const std::string target : {"/", "/ui/app.js"}) {
+      INFO(http::to_string(m) << " " << target);
+      auto r = c.request(m, target);
+      CHECK_MESSAGE(r.status == 405, r.describe());
+      CHECK(r.error() == "method_not_allowed");
+    }
+  }
+
+  // The page holds no data; the API it calls still wants the token.
+  CHECK(c.get("/v1/stats").status == 401);
+  CHECK(c.request(http::verb::get, "/v1/stats", std::nullopt, test_token).status == 200);
+}
