@@ -171,8 +171,7 @@
     head.replaceChildren(element('th', 'type'), ...counters.map((c) => element('th', c, 'num')));
     const body = $('types-body');
     body.replaceChildren();
-    const has_types = s.types && typeof s.types === 'object';
-    $('types-note').hidden = has_types;
+    const has_types = !!s.types && typeof s.types === 'object';
     const rows = has_types ? Object.keys(s.types).sort().map((t) => [t, s.types[t]])
                            : [['(all types)', Object.fromEntries(counters.map((c) => [c, value(c)]))]];
     for (const [type, counts] of rows) {
@@ -182,7 +181,10 @@
       for (const c of counters) tr.append(element('td', counts && counts[c] !== undefined ? counts[c] : '-', 'num'));
       body.append(tr);
     }
-    if (has_types && rows.length === 0) $('types-note').hidden = false;
+    const note = $('types-note');
+    note.hidden = has_types && rows.length > 0;
+    note.textContent = has_types ? 'No task types yet.'
+                                 : 'This server reports totals only (no "types" in /v1/stats).';
 
     add_sample(s);
     draw_charts();
@@ -306,6 +308,7 @@
       body.append(tr);
     }
     $('upcoming-empty').hidden = r.tasks.length > 0;
+    $('upcoming').hidden = r.tasks.length === 0;
     $('upcoming-count').textContent = r.tasks.length ? '(first ' + r.tasks.length + ')' : '';
     mark_loaded('upcoming');
   }
@@ -326,6 +329,7 @@
       body.append(tr);
     }
     $('dead-empty').hidden = r.dead.length > 0;
+    $('dead').hidden = r.dead.length === 0;
     $('dead-count').textContent =
         r.total > r.dead.length ? '(' + r.dead.length + ' of ' + r.total + ')' : '(' + r.total + ')';
     mark_loaded('dead');

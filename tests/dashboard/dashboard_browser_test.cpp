@@ -250,6 +250,6 @@ TEST_CASE("dashboard: counts per type, charts from samples, and a screenshot on 
     REQUIRE(png.size() > 8);
     CHECK(png.substr(1, 3) == "PNG");
     std::ofstream(shot, std::ios::binary) << png;
-    MESSAGE("screenshot written to " << shot);
+    MESSAGE("screenshot written to " << std::string(shot));
   }
 }
