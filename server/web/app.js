@@ -309,7 +309,7 @@
     }
     $('upcoming-empty').hidden = r.tasks.length > 0;
     $('upcoming').hidden = r.tasks.length === 0;
-    $('upcoming-count').textContent = r.tasks.length ? '(first ' + r.tasks.length + ')' : '';
+    $('upcoming-count').textContent = r.tasks.length < 20 ? '(' + r.tasks.length + ')' : '(first 20)';
     mark_loaded('upcoming');
   }
 
@@ -366,6 +366,8 @@
       show_message(await act(id), false);
     } catch (e) {
       if (!(e instanceof unauthorized)) show_message(e.message, true);
+    } finally {
+      button.disabled = false;  // the lists are drawn again below, unless the server is gone
     }
     await refresh_all();
   }

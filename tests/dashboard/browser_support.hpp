@@ -100,33 +100,19 @@ class chromium_process {
     reader_ = std::thread([this, fd = err[0]] { read_stderr(fd); });
 
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, hang_guard, [&] { return !ws_url_.empty() || eof_; })) {
-      lock.unlock();
-      throw std::runtime_error("chromium did not print its DevTools line; stderr:\n" + tail());
-    }
-    if (ws_url_.empty()) {
-      lock.unlock();
-      throw std::runtime_error("chromium exited before it listened; stderr:\n" + tail());
+    const bool told = cv_.wait_for(lock, hang_guard, [&] { return !ws_url_.empty() || eof_; });
+    const bool listening = !ws_url_.empty();
+    lock.unlock();
+    if (!listening) {
+      // No destructor runs for an object whose constructor threw: end it here.
+      const std::string why =
+          told ? "exited before it listened" : "did not print its DevTools line";
+      stop();
+      throw std::runtime_error("chromium " + why + "; stderr:\n" + tail());
     }
   }
 
-  ~chromium_process() {
-    // SIGTERM first: the browser ends its helpers and reaps them; SIGKILL to
-    // the whole group if it has not gone within a few seconds.
-    ::kill(-pid_, SIGTERM);
-    int status = 0;
-    bool reaped = false;
-    for (int i = 0; i < 250 && !reaped; ++i) {
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      reaped = r == pid_ || (r < 0 && errno != EINTR);
-      if (!reaped) std::this_thread::sleep_for(20ms);
-    }
-    ::kill(-pid_, SIGKILL);  // stragglers of the group, if any
-    if (!reaped)
-      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-      }
-    if (reader_.joinable()) reader_.join();
-  }
+  ~chromium_process() { stop(); }
   chromium_process(const chromium_process&) = delete;
   chromium_process& operator=(const chromium_process&) = delete;
 
@@ -143,6 +129,25 @@ class chromium_process {
   }
 
  private:
+  void stop() {
+    // SIGTERM to the browser alone: it ends its helpers and reaps them (a
+    // signal to the whole group would leave them to init, as zombies);
+    // SIGKILL to the group if anything is left after a few seconds.
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    bool reaped = false;
+    for (int i = 0; i < 250 && !reaped; ++i) {
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      reaped = r == pid_ || (r < 0 && errno != EINTR);
+      if (!reaped) std::this_thread::sleep_for(20ms);
+    }
+    ::kill(-pid_, SIGKILL);  // stragglers of the group, if any
+    if (!reaped)
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    if (reader_.joinable()) reader_.join();  // EOF once the whole group is gone
+  }
+
   void read_stderr(int fd) {
     char buf[4096];
     for (;;) {

@@ -107,7 +107,7 @@ TEST_CASE("dashboard: asks for the token once, keeps it for the tab, shows a sch
   CHECK(c.get(task_path(id)).status == 404);
 }
 
-TEST_CASE("dashboard: requeue from the page moves a dead letter back; purge removes another") {
+TEST_CASE("dashboard: requeue from the page moves a dead letter back, purge removes another") {
   test_store store(store_kind::sqlite);
   auto server = server_process::start(store, {"--retry-max", "1"});
   http_client c(server->port());

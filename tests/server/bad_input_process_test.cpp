@@ -143,7 +143,8 @@ TEST_CASE("server: bad requests get their error and harm nothing") {
       {"unknown /v1/ path", v::get, "/v1/nothing", std::nullopt, 404, "not_found"},
       {"unknown top path", v::get, "/nothing", std::nullopt, 404, "not_found"},
       {"unknown task action", v::post, sentinel_path + "/explode", "{}", 404, "not_found"},
-      {"root", v::get, "/", std::nullopt, 404, "not_found"},
+      // GET / is the dashboard (web_process_test.cpp); unknown files are not.
+      {"unknown dashboard file", v::get, "/ui/no-such-file.js", std::nullopt, 404, "not_found"},
       // Known paths, other methods.
       {"PUT /v1/tasks", v::put, "/v1/tasks", "{}", 405, "method_not_allowed"},
       {"GET /v1/tasks:batch", v::get, "/v1/tasks:batch", std::nullopt, 405, "method_not_allowed"},
@@ -152,6 +153,7 @@ TEST_CASE("server: bad requests get their error and harm nothing") {
       {"GET finish", v::get, sentinel_path + "/finish", std::nullopt, 405, "method_not_allowed"},
       {"DELETE /v1/stats", v::delete_, "/v1/stats", std::nullopt, 405, "method_not_allowed"},
       {"POST /healthz", v::post, "/healthz", "{}", 405, "method_not_allowed"},
+      {"POST /", v::post, "/", "{}", 405, "method_not_allowed"},
   };
 
   for (const auto& bc : cases) {
