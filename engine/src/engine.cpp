@@ -150,6 +150,7 @@ std::vector<task> engine::upcoming(std::size_t limit, std::string_view type) con
 }
 std::size_t engine::pending() const { return core_->pending(); }
 engine_stats engine::stats() const { return core_->stats(); }
+engine_metrics engine::metrics() const { return core_->metrics(); }
 bool engine::stop(duration drain) { return core_->stop(drain); }
 const engine_options& engine::options() const noexcept { return core_->options(); }
 std::string engine::store() const { return core_->store_description(); }

@@ -231,6 +231,7 @@ void server_app::bring_up() {
   ap.broker = p.broker.get();
   ap.registry = p.registry.get();
   ap.pusher = p.pusher.get();
+  ap.http = p.http.get();
   ap.token = options_.token;
   ap.store_healthy = [store = p.settings_store.get()] {
     boost::system::error_code probe;

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "delayq/engine_metrics.hpp"
 #include "delayq/error.hpp"
 #include "delayq/executor.hpp"
 #include "delayq/task.hpp"
@@ -397,6 +398,12 @@ class engine {
 
   /// Counters and lateness percentiles.
   engine_stats stats() const;
+
+  /// Per-type counters, gauges and histograms (lateness, execution time),
+  /// and the store's (write latency and size, errors, outage): a snapshot
+  /// for monitoring. delayq/prometheus.hpp renders it as Prometheus text.
+  /// Costs a pass over the known types (not over the tasks).
+  engine_metrics metrics() const;
 
   /// Stops taking new work (calls fail with errc::not_running), stops the
   /// timer, and waits up to `drain` for running attempts to return, then for

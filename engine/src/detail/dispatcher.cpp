@@ -24,6 +24,13 @@ constexpr std::size_t burst_backlog = 256;
 // knows not to wait for itself.
 thread_local const dispatcher* current_attempt = nullptr;
 
+std::uint64_t micros_since(std::chrono::steady_clock::time_point t) noexcept {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t)
+          .count();
+  return us > 0 ? static_cast<std::uint64_t>(us) : 0;
+}
+
 std::string describe(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);
@@ -52,6 +59,8 @@ struct dispatcher::attempt {
   std::atomic<int> phase{starting};
   std::unique_ptr<async_executor> exec;
   std::shared_ptr<boost::asio::steady_timer> timer;
+  type_counters* counters = nullptr;  // the type's, for the execution time
+  std::chrono::steady_clock::time_point began{};
 
   void settle(outcome::what w, std::string failure,
               attempt_completion::stored_handler on_stored = nullptr) {
@@ -60,6 +69,8 @@ struct dispatcher::attempt {
       return;
     }
     if (timer) boost::asio::post(d->strand_, [timer = timer] { timer->cancel(); });
+    // An abandoned attempt is started again later: it has no end to time.
+    if (w != outcome::what::abandoned) counters->execution.record(micros_since(began));
     d->report(outcome{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure),
                       std::move(on_stored)});
   }
@@ -176,7 +187,8 @@ bool dispatcher::pop(ready_ref& r) {
                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
           if (g != gates_.end()) ++g->second.active;
           running_.fetch_add(1, std::memory_order_acq_rel);
-          count_ready(-1);
+          type_counters::add(types_.at(c.kind).counters.running, 1);
+          count_ready(c.kind, -1);
           r = c;
           return true;
         }
@@ -209,8 +221,12 @@ void dispatcher::run(const ready_ref& r, task& t) {
   t.due = from_epoch_ms(r.v.due_ms());
   t.attempts = r.v.attempts();
   const auto started = std::chrono::system_clock::now();
-  lateness_.record(std::chrono::duration_cast<std::chrono::microseconds>(started - t.due));
+  const auto late = std::chrono::duration_cast<std::chrono::microseconds>(started - t.due);
+  lateness_.record(late);
   fired_.fetch_add(1, std::memory_order_relaxed);
+  type_counters& tc = ti.counters;
+  type_counters::add(tc.fired);
+  tc.lateness.record(late.count() > 0 ? static_cast<std::uint64_t>(late.count()) : 0);
 
   const bool sync = ti.exec.fn != nullptr || ti.exec.make != nullptr;
   if (!ti.exec) {
@@ -224,6 +240,7 @@ void dispatcher::run(const ready_ref& r, task& t) {
     return;
   }
   std::string failure;
+  const auto began = std::chrono::steady_clock::now();
   current_attempt = this;
   try {
     if (ti.exec.fn) {
@@ -237,6 +254,7 @@ void dispatcher::run(const ready_ref& r, task& t) {
     failure = describe(std::current_exception());
   }
   current_attempt = nullptr;
+  tc.execution.record(micros_since(began));
   report(outcome{failure.empty() ? outcome::what::succeeded : outcome::what::failed, r.h,
                  tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)});
 }
@@ -247,6 +265,8 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
   a->keep = owner_.keep_alive();
   a->r = r;
   a->t = t;
+  a->counters = &ti.counters;
+  a->began = std::chrono::steady_clock::now();
   if (ti.timeout.count() > 0) {
     a->timer = std::make_shared<boost::asio::steady_timer>(strand_);
     // The timer is only touched on the strand.
@@ -255,6 +275,7 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
       a->timer->async_wait([a, after](const boost::system::error_code& ec) {
         if (ec || a->settled.load(std::memory_order_acquire)) return;
         a->d->timed_out_.fetch_add(1, std::memory_order_relaxed);
+        type_counters::add(a->counters->timed_out);
         a->settle(outcome::what::failed,
                   "timed out after " + std::to_string(after.count()) + " ms");
       });

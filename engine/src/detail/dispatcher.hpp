@@ -108,13 +108,18 @@ class dispatcher {
   /// (an executor calling back into the engine).
   bool in_attempt() const noexcept;
 
-  /// Called once an outcome was settled: the attempt no longer counts.
-  void attempt_done() noexcept { running_.fetch_sub(1, std::memory_order_acq_rel); }
+  /// Called once an outcome of a task of `kind` was settled: the attempt no
+  /// longer counts.
+  void attempt_done(std::uint16_t kind) noexcept {
+    type_counters::add(types_.at(kind).counters.running, -1);
+    running_.fetch_sub(1, std::memory_order_acq_rel);
+  }
 
-  /// Due tasks not started: the owner counts a task in when it queues it and
-  /// out when it takes it back (cancel, reschedule, replace); a worker counts
-  /// it out when it starts it.
-  void count_ready(std::ptrdiff_t delta) noexcept {
+  /// Due tasks not started: the owner counts a task of `kind` in when it
+  /// queues it and out when it takes it back (cancel, reschedule, replace); a
+  /// worker counts it out when it starts it.
+  void count_ready(std::uint16_t kind, std::ptrdiff_t delta) noexcept {
+    type_counters::add(types_.at(kind).counters.ready, delta);
     ready_count_.fetch_add(delta, std::memory_order_relaxed);
   }
   std::size_t ready() const noexcept {

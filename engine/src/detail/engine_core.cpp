@@ -307,7 +307,7 @@ void engine_core::on_tick() {
       }
     }
     armed_tick_ = wheel_.next_due_tick();
-    dispatcher_.count_ready(static_cast<std::ptrdiff_t>(due.size()));
+    for (const ready_ref& r : due) dispatcher_.count_ready(r.kind, 1);
   }
   dispatcher_.push(due);
   rearm();
@@ -409,6 +409,49 @@ engine_stats engine_core::stats() const {
   s.lateness_p99 = lateness_.quantile(0.99);
   s.lateness_max = lateness_.max();
   return s;
+}
+
+engine_metrics engine_core::metrics() const {
+  engine_metrics m;
+  // Types first: a type interned after this has nothing held yet.
+  const std::size_t n = types_.size();
+  m.types.resize(n);
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t k = 0; k < n && k < kind_pending_.size(); ++k)
+      m.types[k].pending = kind_pending_[k];
+    m.loaded = loaded_;
+    m.quarantined = quarantined_;
+    m.dead = dead_;
+  }
+  const auto gauge = [](const std::atomic<std::int64_t>& g) {
+    const std::int64_t v = g.load(std::memory_order_relaxed);
+    return v > 0 ? static_cast<std::size_t>(v) : std::size_t{0};
+  };
+  const auto counter = [](const std::atomic<std::uint64_t>& c) {
+    return c.load(std::memory_order_relaxed);
+  };
+  for (std::size_t k = 0; k < n; ++k) {
+    const type_registry::type_info& ti = types_.at(static_cast<type_registry::kind>(k));
+    const type_counters& c = ti.counters;
+    type_metrics& t = m.types[k];
+    t.type = ti.name;
+    t.ready = gauge(c.ready);
+    t.running = gauge(c.running);
+    t.scheduled = counter(c.scheduled);
+    t.fired = counter(c.fired);
+    t.succeeded = counter(c.succeeded);
+    t.failed = counter(c.failed);
+    t.retried = counter(c.retried);
+    t.died = counter(c.died);
+    t.cancelled = counter(c.cancelled);
+    t.timed_out = counter(c.timed_out);
+    c.lateness.snapshot(t.lateness_seconds, 1e-6);
+    c.execution.snapshot(t.execution_seconds, 1e-6);
+  }
+  writer_.metrics(m.store);
+  m.wakeups = wakeups_.load(std::memory_order_relaxed);
+  return m;
 }
 
 }  // namespace delayq::detail

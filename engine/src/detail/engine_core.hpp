@@ -77,6 +77,7 @@ class engine_core final : public dispatcher::owner,
   std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
   std::size_t pending() const;
   engine_stats stats() const;
+  engine_metrics metrics() const;
   bool stop(std::chrono::milliseconds drain);
   /// Stops and joins every thread the engine owns (for ~engine).
   void shutdown();
@@ -205,6 +206,10 @@ class engine_core final : public dispatcher::owner,
                                    std::uint32_t hash);
   std::size_t pending_locked() const noexcept { return wheel_.size() - unindexed_; }
   std::size_t& kind_pending(std::uint16_t kind);
+  // Counts one on the per-type counter `c` of record h's type.
+  void count(timer_wheel::handle h, std::atomic<std::uint64_t> type_counters::*c) const noexcept {
+    type_counters::add(types_.at(wheel_.kind(h)).counters.*c);
+  }
 
   // ---- the clock --------------------------------------------------------------
   void note_armed_locked(std::uint64_t tick);

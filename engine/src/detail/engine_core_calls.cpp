@@ -263,7 +263,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
         replaced = tsw::word(wheel_.tag(c.h))
                        .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
                                                 std::memory_order_acq_rel);
-        if (replaced) dispatcher_.count_ready(-1);
+        if (replaced) dispatcher_.count_ready(wheel_.kind(c.h), -1);
       }
       if (replaced) {
         c.why = p_replace;
@@ -432,7 +432,7 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
                    .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
                                             std::memory_order_acq_rel)) {
       // Taken from the ready queue: its reference there is stale now.
-      dispatcher_.count_ready(-1);
+      dispatcher_.count_ready(wheel_.kind(h), -1);
     } else {
       return false;  // running now
     }

@@ -97,6 +97,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
           if (dead_ > 0) --dead_;
         } else {
           ++scheduled_;
+          count(h, &type_counters::scheduled);
         }
       } else {
         erase_locked(h);
@@ -105,6 +106,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
     case p_replace:
       if (ok) {
         ++scheduled_;
+        count(h, &type_counters::scheduled);
       } else if (ctx) {
         --kind_pending(wheel_.kind(h));
         wheel_.assign(h, {{}, ctx->old_payload, ctx->old_kind, ctx->old_due_ms, ctx->old_attempts});
@@ -116,6 +118,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       if (ok) {
         arm_locked(h, wheel_.due_ms(h));
         ++scheduled_;
+        count(h, &type_counters::scheduled);
       } else {
         erase_locked(h);
         // Give the id back to the old version if it is still running.
@@ -129,6 +132,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       break;
     case p_cancel:
       if (ok) {
+        count(h, &type_counters::cancelled);
         erase_locked(h);
         ++cancelled_;
         call.found = true;
@@ -141,8 +145,9 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       std::uint32_t w = word.load(std::memory_order_acquire);
       if (ok) {
         ++cancelled_;
+        count(h, &type_counters::cancelled);
         call.found = true;
-        dispatcher_.count_ready(-1);
+        dispatcher_.count_ready(wheel_.kind(h), -1);
         --kind_pending(wheel_.kind(h));
         wheel_.unindex(h);
         ++unindexed_;
@@ -239,11 +244,12 @@ void engine_core::settle(std::span<outcome> outcomes) {
         erase_locked(h);  // cancelled while queued: its last reference let go
         continue;
       }
-      dispatcher_.attempt_done();
+      dispatcher_.attempt_done(o.kind);
       const type_registry::type_info& type = types_.at(o.kind);
       const bool ok = o.result == outcome::what::succeeded;
       if (o.result != outcome::what::abandoned) {
         ok ? ++succeeded_ : ++failed_;
+        type_counters::add(ok ? type.counters.succeeded : type.counters.failed);
         failures_.note_outcome(type.name, ok, after.alerts);
       }
       if (!wheel_.is_indexed(h)) {
@@ -285,6 +291,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
                                   std::to_string(attempts) + " attempts: " + o.failure);
         ++died_;
         ++dead_;
+        type_counters::add(type.counters.died);
         failures_.note_death(op.t, o.failure, after.alerts);
         ops.push_back(std::move(op));
         erase_locked(h);
@@ -293,6 +300,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       const milliseconds wait = failures_.backoff(policy, attempts);
       const std::int64_t due = now_ms() + wait.count();
       ++retried_;
+      type_counters::add(type.counters.retried);
       log(log_level::warning, describe_task(wheel_.id(h), type.name) + " attempt " +
                                   std::to_string(attempts) + " of " +
                                   std::to_string(policy.max_attempts) + " failed: " + o.failure +

@@ -86,7 +86,9 @@ void store_writer::write_inline(write_op& op) {
     }
     if (c.what == change_kind::revive) c.what = change_kind::purge;
   }
+  const auto sent = std::chrono::steady_clock::now();
   store_.write(std::span(&c, 1), op.ec);
+  note_write(1, sent, op.ec);
   if (op.ec)
     log(log_level::error, "store " + store_.describe() + ": writing task " + op.t.id +
                               " failed: " + op.ec.message() +
@@ -113,6 +115,31 @@ std::size_t store_writer::kept() const {
 std::size_t store_writer::queued() const {
   std::lock_guard lock(mutex_);
   return queue_.size();
+}
+
+void store_writer::note_write(std::size_t changes, std::chrono::steady_clock::time_point sent,
+                              const boost::system::error_code& ec) noexcept {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent)
+          .count();
+  write_latency_.record(us > 0 ? static_cast<std::uint64_t>(us) : 0);
+  batch_size_.record(changes);
+  if (ec) write_errors_.fetch_add(1, std::memory_order_relaxed);
+  // A change the store cannot make (a store without dead letters) is no
+  // sign of an outage: the next write would fail the same way.
+  last_failed_.store(ec && ec != errc::unsupported, std::memory_order_relaxed);
+}
+
+void store_writer::metrics(store_metrics& out) const {
+  write_latency_.snapshot(out.write_seconds, 1e-6);
+  batch_size_.snapshot(out.write_batch_size, 1.0);
+  out.write_errors = write_errors_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(mutex_);
+    out.writes_queued = queue_.size();
+    out.writes_kept = kept_.size();
+  }
+  out.outage = out.writes_kept > 0 || last_failed_.load(std::memory_order_relaxed);
 }
 
 void store_writer::stop() {
@@ -181,13 +208,17 @@ void store_writer::run() {
         // one round trip a lone caller pays. Nothing is in flight, so the
         // order of batches holds; what arrives meanwhile gathers.
         boost::system::error_code ec;
+        const auto sent = std::chrono::steady_clock::now();
         store_.write(raw->changes, ec);
+        note_write(raw->changes.size(), sent, ec);
         lock.lock();
         raw->ec = ec;
         raw->done = true;
         break;
       }
-      store_.async_write(raw->changes, [this, raw](boost::system::error_code ec) {
+      store_.async_write(raw->changes, [this, raw, sent = std::chrono::steady_clock::now()](
+                                           boost::system::error_code ec) {
+        note_write(raw->changes.size(), sent, ec);
         std::lock_guard g(mutex_);
         raw->ec = ec;
         raw->done = true;

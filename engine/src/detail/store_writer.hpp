@@ -36,6 +36,7 @@
 // caller's thread (a requeue becomes a purge), and there is no writer thread.
 #pragma once
 
+#include <atomic>
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -52,8 +53,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "delayq/engine_metrics.hpp"
 #include "delayq/task.hpp"
 #include "delayq/task_store.hpp"
+#include "detail/type_counters.hpp"
 
 namespace delayq::detail {
 
@@ -151,6 +154,9 @@ class store_writer {
   std::size_t kept() const;
   /// Ops queued and not yet sent.
   std::size_t queued() const;
+  /// Write latency and size histograms, errors, and whether the store is out
+  /// (ops kept for retry, or the last write failed).
+  void metrics(store_metrics& out) const;
 
  private:
   struct batch {
@@ -169,6 +175,9 @@ class store_writer {
   void finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock);
   void write_inline(write_op& op);
   void note_reported(const write_op& op);
+  // A write of `changes` changes that took from `sent` to now, and its outcome.
+  void note_write(std::size_t changes, std::chrono::steady_clock::time_point sent,
+                  const boost::system::error_code& ec) noexcept;
 
   task_store& store_;
   const options opts_;
@@ -194,6 +203,11 @@ class store_writer {
   bool stopping_ = false;
   bool stopped_ = false;
   bool retry_now_ = false;
+  // Metrics: atomics, since in-process stores write on the callers' threads.
+  fixed_histogram<15> write_latency_{store_write_us};
+  fixed_histogram<13> batch_size_{store_batch_changes};
+  std::atomic<std::uint64_t> write_errors_{0};
+  std::atomic<bool> last_failed_{false};
   std::thread thread_;  // last: started once everything above is set
 };
 

@@ -76,6 +76,7 @@ const type_registry::type_info* type_registry::intern(std::string_view name, std
   const type_info* raw = info.get();
   infos_.push_back(std::move(info));
   publish(raw, h);
+  size_.store(infos_.size(), std::memory_order_release);
   return raw;
 }
 

@@ -24,11 +24,12 @@
 
 #include "delayq/engine.hpp"
 #include "delayq/executor.hpp"
+#include "detail/type_counters.hpp"
 
 namespace delayq::detail {
 
-/// Thread safety: lookup() and at() are safe from any thread at any time;
-/// counters in type_info are the caller's to guard.
+/// Thread safety: lookup(), at() and size() are safe from any thread at any
+/// time; type_info::counters are atomics.
 class type_registry {
  public:
   using kind = std::uint16_t;
@@ -43,6 +44,8 @@ class type_registry {
     std::chrono::milliseconds timeout{0};  // 0: none
     std::size_t concurrency = 0;           // 0: no limit but the workers
     std::size_t capacity = 0;              // 0: no limit but max_pending
+    // Metrics, counted by whichever path already holds this record.
+    mutable type_counters counters;
   };
 
   /// `executors` and `options` must outlive the registry.
@@ -64,6 +67,9 @@ class type_registry {
   /// The type of kind `k` (as returned by lookup()).
   const type_info& at(kind k) const noexcept { return *kinds_.load(std::memory_order_acquire)[k]; }
 
+  /// Types interned so far: kinds 0 to size() - 1 are valid for at().
+  std::size_t size() const noexcept { return size_.load(std::memory_order_acquire); }
+
  private:
   struct table {
     std::size_t mask = 0;
@@ -83,6 +89,7 @@ class type_registry {
   std::vector<std::unique_ptr<const type_info*[]>> kind_arrays_;
   std::size_t kind_capacity_ = 0;
   std::vector<std::unique_ptr<type_info>> infos_;
+  std::atomic<std::size_t> size_{0};  // published after the kinds array holds the type
 };
 
 }  // namespace delayq::detail

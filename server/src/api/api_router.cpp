@@ -493,6 +493,24 @@ void api_router::purge_dead(call& c, const std::string& id) {
 void api_router::stats(call& c) {
   const engine_stats s = parts_.engine->stats();
   const lease_broker::counters b = parts_.broker->stats();
+  // Per type: the engine's counts, and the consumers' leases (0 for a type
+  // that was never reserved).
+  const auto broker_types = parts_.broker->type_stats();
+  json types = json::object();
+  for (const type_metrics& t : parts_.engine->metrics().types) {
+    const auto r = broker_types.find(t.type);
+    types[t.type] = {{"pending", t.pending},
+                     {"ready", t.ready},
+                     {"running", t.running},
+                     {"reserved", r == broker_types.end() ? std::size_t{0} : r->second.reserved},
+                     {"scheduled", t.scheduled},
+                     {"fired", t.fired},
+                     {"succeeded", t.succeeded},
+                     {"failed", t.failed},
+                     {"retried", t.retried},
+                     {"died", t.died},
+                     {"cancelled", t.cancelled}};
+  }
   json j = {
       {"pending", s.pending},
       {"ready", s.ready},
@@ -527,6 +545,7 @@ void api_router::stats(call& c) {
         {"pushes_queued", parts_.pusher->queued()},
         {"pushes_sent", parts_.pusher->sent()},
         {"pushes_failed", parts_.pusher->failed()}}},
+      {"types", std::move(types)},
   };
   c.answer(json_answer(200, j));
 }
@@ -553,7 +572,11 @@ void api_router::healthz(call& c) {
 void api_router::metrics(call& c) {
   http_answer a;
   a.content_type = "text/plain; version=0.0.4";
-  a.body = render_metrics(parts_.engine->stats(), parts_.broker->stats(), *parts_.pusher);
+  server_metrics m;
+  m.engine = parts_.engine->metrics();
+  m.broker = parts_.broker->stats();
+  m.broker_types = parts_.broker->type_stats();
+  a.body = render_metrics(m, *parts_.pusher, parts_.http);
   c.answer(std::move(a));
 }
 

@@ -26,6 +26,7 @@ struct api_parts {
   lease_broker* broker = nullptr;
   push_registry* registry = nullptr;
   push_client* pusher = nullptr;
+  const http_server* http = nullptr;  ///< For /metrics' request counts; may be null.
   /// Answers whether the store is reachable (blocking; run on the pool).
   std::function<bool()> store_healthy;
   std::string token;  ///< Empty: no auth.

@@ -1,18 +1,28 @@
-// metrics_text: the server's counters in the Prometheus text format (0.0.4).
-// Written by hand: the format is a few lines of text, and rendering it from
-// counters the engine keeps anyway costs nothing on the hot path.
+// metrics_text: GET /metrics, the engine's series (delayq/prometheus.hpp)
+// followed by the server's own (consumers, leases, pushes, HTTP answers), in
+// the Prometheus text format 0.0.4. docs/server.md ("Metrics") lists them.
 #pragma once
 
+#include <map>
 #include <string>
 
-#include "delayq/engine.hpp"
+#include "delayq/engine_metrics.hpp"
+#include "http/http_server.hpp"
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
 
 namespace delayq::server {
 
-/// Thread safety: a pure function of its arguments.
-std::string render_metrics(const engine_stats& s, const lease_broker::counters& b,
-                           const push_client& pusher);
+/// What /metrics renders, gathered from the server's parts.
+struct server_metrics {
+  engine_metrics engine;
+  lease_broker::counters broker;
+  std::map<std::string, lease_broker::type_counters, std::less<>> broker_types;
+};
+
+/// Thread safety: a pure function of its arguments (`pusher` and `http` are
+/// read through their thread-safe accessors; `http` may be null).
+std::string render_metrics(const server_metrics& m, const push_client& pusher,
+                           const http_server* http);
 
 }  // namespace delayq::server

@@ -174,6 +174,8 @@ struct http_server::session : std::enable_shared_from_this<session> {
     res = {};
     res.version(11);
     res.result(a.status);
+    if (const unsigned cls = a.status / 100; cls >= 1 && cls <= 5)
+      server.answered_[cls - 1].fetch_add(1, std::memory_order_relaxed);
     res.set(bhttp::field::server, "delayq-server/" DELAYQ_VERSION);
     if (!a.body.empty() || a.status != 204) res.set(bhttp::field::content_type, a.content_type);
     for (auto& [name, value] : a.headers) res.set(name, value);

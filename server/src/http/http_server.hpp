@@ -11,6 +11,7 @@
 
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
+#include <array>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -93,6 +94,10 @@ class http_server {
   void drain();
   /// Requests being handled (read, not yet answered and written).
   std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
+  /// Answers written with a status of class `cls` (1 to 5: 1xx to 5xx).
+  std::uint64_t answered(unsigned cls) const noexcept {
+    return cls >= 1 && cls <= 5 ? answered_[cls - 1].load(std::memory_order_relaxed) : 0;
+  }
   /// Closes every connection (after a drain).
   void close_all();
 
@@ -111,6 +116,7 @@ class http_server {
   std::chrono::steady_clock::time_point last_accept_log_{};
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
+  std::array<std::atomic<std::uint64_t>, 5> answered_{};  // by status class
   std::mutex sessions_mutex_;
   std::vector<std::weak_ptr<session>> sessions_;
 };

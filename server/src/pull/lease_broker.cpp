@@ -35,6 +35,7 @@ void lease_broker::offer(const task& t, attempt_completion done) {
   e.t = t;
   e.done = std::move(done);
   e.seq = ++seq_;
+  e.per_type = &per_type_[t.type];
   const std::string id = t.id;
   // Replaced ids: the engine ended the old attempt before it offers a new one,
   // but a late offer must never orphan a held completion.
@@ -43,8 +44,10 @@ void lease_broker::offer(const task& t, attempt_completion done) {
     old = std::move(it->second);
     if (!old->lease.empty()) deadlines_.erase({old->deadline, id});
     old->lease.empty() ? --counters_.ready : --counters_.reserved;
+    old->lease.empty() ? --old->per_type->ready : --old->per_type->reserved;
     held_.erase(it);
   }
+  ++e.per_type->ready;
   held_.emplace(id, std::move(e));
   ++counters_.ready;
   ready_[t.type].emplace_back(seq_, id);
@@ -166,6 +169,9 @@ bool lease_broker::lease_locked(const std::string& id, std::chrono::milliseconds
   --counters_.ready;
   ++counters_.reserved;
   ++counters_.reserved_total;
+  --e.per_type->ready;
+  ++e.per_type->reserved;
+  ++e.per_type->leased;
   out.push_back({e.t, e.lease});
   arm_sweep_locked(e.deadline);
   return true;
@@ -194,6 +200,8 @@ void lease_broker::sweep() {
       if (it == held_.end() || it->second.lease.empty()) continue;
       expired.emplace_back(std::move(it->second.done),
                            "lease expired after " + std::to_string(it->second.ttr.count()) + " ms");
+      --it->second.per_type->reserved;
+      ++it->second.per_type->expired;
       held_.erase(it);
       --counters_.reserved;
       ++counters_.expired;
@@ -232,6 +240,7 @@ std::optional<lease_broker::entry> lease_broker::end_lease_locked(const std::str
   held_.erase(it);
   deadlines_.erase({e.deadline, id});
   --counters_.reserved;
+  --e.per_type->reserved;
   return e;
 }
 
@@ -294,6 +303,7 @@ bool lease_broker::release_ready(const std::string& id) {
     if (it == held_.end() || !it->second.lease.empty()) return false;
     dropped = std::move(it->second.done);
     const std::string type = it->second.t.type;
+    --it->second.per_type->ready;
     held_.erase(it);
     --counters_.ready;
     ++counters_.given_back;
@@ -312,6 +322,7 @@ std::size_t lease_broker::release_type(const std::string& type) {
       auto it = held_.find(id);
       if (it == held_.end() || it->second.seq != seq || !it->second.lease.empty()) continue;
       dropped.push_back(std::move(it->second.done));
+      --it->second.per_type->ready;
       held_.erase(it);
       --counters_.ready;
       ++counters_.given_back;
@@ -359,6 +370,7 @@ void lease_broker::close() {
     ready_.clear();
     deadlines_.clear();
     counters_.ready = counters_.reserved = 0;
+    for (auto& [type, c] : per_type_) c.ready = c.reserved = 0;
     for (waiter& w : waiters_) {
       answers.push_back(std::move(w.handler));
       boost::asio::post(ex_, [timer = w.timer] { timer->cancel(); });
@@ -373,6 +385,11 @@ lease_broker::counters lease_broker::stats() const {
   counters c = counters_;
   c.waiting_consumers = waiters_.size();
   return c;
+}
+
+std::map<std::string, lease_broker::type_counters, std::less<>> lease_broker::type_stats() const {
+  std::lock_guard lock(mutex_);
+  return per_type_;
 }
 
 }  // namespace delayq::server

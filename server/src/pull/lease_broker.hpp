@@ -124,6 +124,16 @@ class lease_broker {
   };
   counters stats() const;
 
+  /// One type's share (types never offered here are absent).
+  struct type_counters {
+    std::size_t ready = 0;     ///< Waiting for a consumer.
+    std::size_t reserved = 0;  ///< Leased now.
+    std::uint64_t leased = 0;  ///< Leases granted.
+    std::uint64_t expired = 0;
+  };
+  /// Per type, by name.
+  std::map<std::string, type_counters, std::less<>> type_stats() const;
+
  private:
   struct entry {
     task t;
@@ -132,6 +142,7 @@ class lease_broker {
     std::string lease;      // empty while ready
     std::chrono::milliseconds ttr{0};
     clock::time_point deadline{};
+    type_counters* per_type = nullptr;  // in per_type_ (map nodes stay put)
   };
   struct waiter {
     std::uint64_t n = 0;
@@ -171,6 +182,7 @@ class lease_broker {
   std::mt19937_64 rng_;
   std::uint64_t lease_counter_ = 0;
   counters counters_;
+  std::map<std::string, type_counters, std::less<>> per_type_;  // never shrinks
 };
 
 }  // namespace delayq::server

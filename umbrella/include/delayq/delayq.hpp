@@ -10,6 +10,7 @@
 #include "delayq/log.hpp"
 #include "delayq/memory_store.hpp"
 #include "delayq/open_store.hpp"
+#include "delayq/prometheus.hpp"
 #include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
 #include "delayq/sqlite_store.hpp"
