@@ -108,8 +108,8 @@ std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
   const auto [p, ec] = std::from_chars(first, last, n);
   if (eq == std::string::npos || eq == 0 || first == last || ec != std::errc{} || p != last ||
       n == 0)
-    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got "" +
-                                spec + """);
+    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
+                                spec + "\"");
   return {spec.substr(0, eq), n};
 }
 
