@@ -79,6 +79,19 @@ TEST_CASE("server: a count-triggered task counts signals and runs on the Nth") {
   CHECK_MESSAGE(gone.status == 404, gone.describe());
   CHECK(gone.error() == "not_found");
 
+  // Fired by its deadline short of its count, and waiting for a consumer
+  // (ready) or leased (reserved): held by the lease broker, 409.
+  const std::string early = unique_name("deadline");
+  REQUIRE(add_counted(c, type, early, 5, 0).status == 201);
+  auto d = reserve_one(c, {type});
+  REQUIRE(d.is_object());
+  CHECK(d["id"] == early);
+  CHECK(d["signals"] == 0);  // < trigger_count: the deadline fired it
+  auto held = signal(c, early);
+  CHECK_MESSAGE(held.status == 409, held.describe());
+  CHECK(held.error() == "already_triggered");
+  REQUIRE(c.post(task_path(early) + "/finish", json{{"lease", d["lease"]}}).status == 204);
+
   // A task without a trigger count: 409 not_count_triggered.
   const std::string plain = unique_name("plain");
   REQUIRE(add_task(c, type, "", 3600000, plain).status == 201);
