@@ -112,6 +112,16 @@ bool engine::reschedule(std::string_view id, time_point due, boost::system::erro
   return core_->reschedule(id, due, ec);
 }
 
+signal_result engine::signal(std::string_view id, std::uint32_t n) {
+  boost::system::error_code ec;
+  const signal_result r = signal(id, n, ec);
+  detail::throw_if(ec, "delayq::engine::signal");
+  return r;
+}
+signal_result engine::signal(std::string_view id, std::uint32_t n, boost::system::error_code& ec) {
+  return core_->signal(id, n, ec);
+}
+
 std::vector<dead_letter> engine::dead_letters(std::size_t offset, std::size_t limit) const {
   boost::system::error_code ec;
   auto out = dead_letters(offset, limit, ec);

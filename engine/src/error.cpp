@@ -36,6 +36,12 @@ class category final : public boost::system::error_category {
       case errc::attempt_ended:
         return "the attempt had ended already (timed out or reported before); the report was "
                "ignored";
+      case errc::not_found:
+        return "no pending task has this id (unknown, finished, cancelled or dead)";
+      case errc::already_triggered:
+        return "the task is triggered already (count reached, or due, running or retrying)";
+      case errc::not_count_triggered: return "the task was scheduled without a trigger count";
+      case errc::invalid_signal: return "a signal must add at least 1";
     }
     return "unknown delayq error " + std::to_string(value);
   }

@@ -94,8 +94,8 @@ bool header_ok(std::string_view bytes, std::string& why) {
   return true;
 }
 
-// Writes the header and the fields of `version` (1 or 2; `error` and
-// `died_at` are used only by version 2).
+// Writes the header and the fields of `version` (1, 2 or 3; `error` and
+// `died_at` are used from version 2, the trigger fields from version 3).
 std::string encode(std::uint16_t version, const task& t, std::string_view error,
                    std::chrono::system_clock::time_point died_at) {
   std::string out;
@@ -117,6 +117,10 @@ std::string encode(std::uint16_t version, const task& t, std::string_view error,
     if (version >= 2) {
       put_bytes(ar, error);
       ar(static_cast<std::int64_t>(to_epoch_ms(died_at)));
+    }
+    if (version >= 3) {
+      ar(static_cast<std::uint32_t>(t.trigger_count));
+      ar(static_cast<std::uint32_t>(t.signals));
     }
   }
   return out;
@@ -153,6 +157,10 @@ std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why)
       ar(died_ms);
       out.died_at = checked_time(died_ms, "died_at out of range");
     }
+    if (version >= 3) {
+      ar(t.trigger_count);
+      ar(t.signals);
+    }
   } catch (const corrupt& c) {
     why = c.why;
     return 0;
@@ -169,7 +177,11 @@ std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why)
 
 }  // namespace
 
-std::string encode_task(const task& t) { return encode(task_record_version, t, {}, {}); }
+std::string encode_task(const task& t) {
+  // Only a count-triggered task needs version 3: every other task stays
+  // readable by builds that know version 1.
+  return encode(t.trigger_count != 0 ? trigger_record_version : task_record_version, t, {}, {});
+}
 
 task decode_task(std::string_view bytes, boost::system::error_code& ec, std::string* reason) {
   ec = {};
@@ -207,9 +219,10 @@ std::string cap_dead_letter_error(std::string_view error) {
 }
 
 std::string encode_dead_letter(const dead_letter& d) {
-  if (d.error.size() <= max_dead_letter_error)
-    return encode(dead_letter_record_version, d.task, d.error, d.died_at);
-  return encode(dead_letter_record_version, d.task, cap_dead_letter_error(d.error), d.died_at);
+  const std::uint16_t version =
+      d.task.trigger_count != 0 ? trigger_record_version : dead_letter_record_version;
+  if (d.error.size() <= max_dead_letter_error) return encode(version, d.task, d.error, d.died_at);
+  return encode(version, d.task, cap_dead_letter_error(d.error), d.died_at);
 }
 
 dead_letter decode_dead_letter(std::string_view bytes, boost::system::error_code& ec,

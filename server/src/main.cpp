@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   app.add_option("--push", o.push, "TYPE=URL push target (repeatable; kept in the store)");
+  app.add_option("--capacity", o.capacity,
+                 "TYPE=N: at most N pending tasks of TYPE; more get 429 type_full (repeatable)");
   app.add_option("--max-body", o.max_body, "largest request body in bytes (413 beyond)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));

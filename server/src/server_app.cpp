@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
+#include <charconv>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -97,6 +98,21 @@ class start_error : public std::runtime_error {
   boost::system::error_code ec_;
 };
 
+// "TYPE=N" of --capacity; throws std::invalid_argument with a message for
+// the user.
+std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
+  const std::size_t eq = spec.find('=');
+  std::size_t n = 0;
+  const char* first = spec.data() + (eq == std::string::npos ? spec.size() : eq + 1);
+  const char* last = spec.data() + spec.size();
+  const auto [p, ec] = std::from_chars(first, last, n);
+  if (eq == std::string::npos || eq == 0 || first == last || ec != std::errc{} || p != last ||
+      n == 0)
+    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
+                                spec + "\"");
+  return {spec.substr(0, eq), n};
+}
+
 }  // namespace
 
 tcp::endpoint server_app::start() {
@@ -110,6 +126,7 @@ tcp::endpoint server_app::start() {
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--push wants TYPE=URL, got \"" + spec + "\"");
   }
+  for (const std::string& spec : options_.capacity) parse_capacity(spec);
   auto& p = *p_;
   p.pusher = std::make_unique<push_client>(io_.get_executor());
   p.broker = std::make_unique<lease_broker>(io_.get_executor());
@@ -220,6 +237,7 @@ void server_app::bring_up() {
   eo.tick = options_.tick;
   eo.workers = options_.workers;
   eo.retry = options_.retry;
+  for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));
   auto store = open_store(uri, ec);
   if (ec) fail(ec, "");
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);

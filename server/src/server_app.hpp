@@ -24,7 +24,8 @@ struct server_options {
   std::chrono::milliseconds tick{1};
   std::size_t workers = 2;
   std::size_t io_threads = 2;
-  std::vector<std::string> push;  ///< TYPE=URL
+  std::vector<std::string> push;      ///< TYPE=URL
+  std::vector<std::string> capacity;  ///< TYPE=N: engine_options::type_capacity
   std::size_t max_body = 8 << 20;
   retry_policy retry;
 };

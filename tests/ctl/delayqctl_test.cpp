@@ -310,15 +310,17 @@ TEST_CASE("delayqctl: usage errors are exit 2") {
 TEST_CASE("delayqctl: --help on every verb and --version") {
   auto top = ctl_bare({"--help"});
   REQUIRE(top.exit_code == 0);
-  for (const char* verb : {"stats", "get", "add", "cancel", "reschedule", "upcoming", "dead",
-                           "types", "type", "health", "Exit status", "6 unauthorized"}) {
+  for (const char* verb :
+       {"stats", "get", "add", "cancel", "reschedule", "upcoming", "dead", "types", "type",
+        "health", "signal", "Exit status", "6 unauthorized", "7 the task type is full"}) {
     INFO(verb);
     CHECK(has(top.out, verb));
   }
   const std::vector<std::vector<std::string>> verbs = {
-      {"stats"},    {"get"},  {"add"},          {"cancel"},          {"reschedule"},
-      {"upcoming"}, {"dead"}, {"dead", "list"}, {"dead", "requeue"}, {"dead", "purge"},
-      {"types"},    {"type"}, {"type", "set"},  {"type", "rm"},      {"health"}};
+      {"stats"},           {"get"},           {"add"},    {"cancel"},
+      {"reschedule"},      {"upcoming"},      {"dead"},   {"dead", "list"},
+      {"dead", "requeue"}, {"dead", "purge"}, {"types"},  {"type"},
+      {"type", "set"},     {"type", "rm"},    {"health"}, {"signal"}};
   for (auto v : verbs) {
     v.push_back("--help");
     auto r = ctl_bare(v);
@@ -428,4 +430,52 @@ TEST_CASE("delayqctl: types, type set and type rm") {
   REQUIRE(rm.exit_code == 0);
   CHECK(ctl(s, {"type", "rm", "mail"}).exit_code == 3);
   CHECK(has(ctl(s, {"types"}).out, "no push targets"));
+}
+
+TEST_CASE("delayqctl: signal counts a count-triggered task; exit codes for unknown and fired") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  auto added = ctl(s, {"add", "join", "p", "--in", "1h", "--id", "j1", "--trigger", "3"});
+  INFO(show(added));
+  REQUIRE(added.exit_code == 0);
+  auto got = ctl(s, {"get", "j1"});
+  CHECK(has(got.out, "0 of 3"));
+
+  auto one = ctl(s, {"signal", "j1"});
+  INFO(show(one));
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.out == "j1: 1 of 3 signals\n");
+  CHECK(has(ctl(s, {"get", "j1"}).out, "1 of 3"));
+
+  auto as_json = ctl(s, {"signal", "j1", "--n", "2", "--json"});
+  INFO(show(as_json));
+  REQUIRE(as_json.exit_code == 0);
+  const json j = parse(as_json);
+  CHECK(j["signals"] == 3);
+  CHECK(j["trigger_count"] == 3);
+  CHECK(j["triggered"] == true);
+
+  // Fired (or gone once its attempt ended): 409 exit 4, or 404 exit 3.
+  auto late = ctl(s, {"signal", "j1"});
+  INFO(show(late));
+  CHECK((late.exit_code == 4 || late.exit_code == 3));
+  auto unknown = ctl(s, {"signal", "nobody"});
+  CHECK(unknown.exit_code == 3);
+  CHECK(has(unknown.err, "error: not_found: "));
+  REQUIRE(ctl(s, {"add", "t", "", "--in", "1h", "--id", "plain"}).exit_code == 0);
+  auto plain = ctl(s, {"signal", "plain"});
+  CHECK(plain.exit_code == 4);
+  CHECK(has(plain.err, "error: not_count_triggered: "));
+  // Usage errors: exit 2.
+  CHECK(ctl(s, {"signal", "j1", "--n", "0"}).exit_code == 2);
+  CHECK(ctl(s, {"signal"}).exit_code == 2);
+  CHECK(ctl(s, {"add", "t", "", "--in", "1h", "--trigger", "0"}).exit_code == 2);
+}
+
+TEST_CASE("delayqctl: a full type (--capacity) is exit 7") {
+  server_process s(DELAYQ_SERVER_PATH, token, {"--capacity", "topic=1"});
+  REQUIRE(ctl(s, {"add", "topic", "", "--in", "1h"}).exit_code == 0);
+  auto full = ctl(s, {"add", "topic", "", "--in", "1h"});
+  INFO(show(full));
+  CHECK(full.exit_code == 7);
+  CHECK(has(full.err, "error: type_full: "));
 }

@@ -77,6 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       e = parse_add(j, r);
       check_error(e);
       if (!e) check_when(r.when);  // the type and id are the engine's to check
+      if (!e) check(r.trigger_count <= max_trigger_count);
       break;
     }
     case 1: {
@@ -122,6 +123,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       e = parse_requeue(j, d);
       check_error(e);
       if (!e) check(d.count() >= 0);
+      std::uint32_t n = 0;
+      e = parse_signal(j, n);
+      check_error(e);
+      if (!e) check(n >= 1 && n <= max_trigger_count);
       break;
     }
     default: {

@@ -117,6 +117,13 @@ struct engine_options {
   double catch_up_rate = 10000;
   /// Most pending tasks per type: scheduling past it fails with
   /// errc::type_full and stores nothing (1 means "one job per topic").
+  /// Pending means held by the engine: delayed, due, running or waiting for
+  /// a retry. A replace of a pending task of the same type takes no second
+  /// place; on_conflict::keep takes none. The check and the insert happen
+  /// under one lock, so two calls racing for the last place cannot both
+  /// get it. A schedule_many() batch that would overfill a type fails as a
+  /// whole (nothing stored, `bad` names the first task past the capacity).
+  /// A requeue() of a dead letter into a full type fails with type_full too.
   std::map<std::string, std::size_t, std::less<>> type_capacity;
   /// Store writes queued and not yet sent before calls that wait for their
   /// write are refused: async_schedule() and, by default, every schedule call
@@ -143,6 +150,18 @@ struct schedule_options {
   /// 1-256 bytes with no spaces or control characters.
   std::string id;
   on_conflict conflict = on_conflict::reject;
+  /// Signals (engine::signal()) that make the task run before its due time;
+  /// 0 (the default): none, the task runs at its due time only. The task
+  /// runs when it has received this many signals or at its due time,
+  /// whichever comes first; its executor tells which from task::signals.
+  std::uint32_t trigger_count = 0;
+};
+
+/// What engine::signal() did.
+struct signal_result {
+  std::uint32_t signals = 0;        ///< Signals received now, this one included.
+  std::uint32_t trigger_count = 0;  ///< The task's trigger count.
+  bool triggered = false;           ///< The count is reached: the task is due now.
 };
 
 /// One task of a schedule_many() call.
@@ -360,6 +379,22 @@ class engine {
   /// (the task keeps its old due time).
   bool reschedule(std::string_view id, time_point due);
   bool reschedule(std::string_view id, time_point due, boost::system::error_code& ec);
+
+  /// Adds `n` signals to the count-triggered task `id` (scheduled with
+  /// schedule_options::trigger_count). Returns once the new count is durable
+  /// in the store, so a crash never loses an acknowledged signal. When the
+  /// count reaches the trigger count the task becomes due now (in the same
+  /// store write) and runs at the next tick; its executor sees
+  /// `signals >= trigger_count`. A count past the trigger count is kept as
+  /// it is (saturating at 2^32-1). Retries after a failed attempt follow the
+  /// retry policy; signals do not hasten them.
+  /// Errors: not_running; invalid_signal (n is 0); not_found (no pending task
+  /// has this id: unknown, finished, cancelled or dead); not_count_triggered
+  /// (scheduled without a trigger count); already_triggered (its count was
+  /// reached, or it is due, running or waiting for a retry: the signal is
+  /// not counted); and the store's errors (the count stays as it was).
+  signal_result signal(std::string_view id, std::uint32_t n = 1);
+  signal_result signal(std::string_view id, std::uint32_t n, boost::system::error_code& ec);
 
   /// Dead letters, oldest death first: skips `offset`, returns at most
   /// `limit`. Errors: not_running, the store's (errc::unsupported for a store

@@ -64,6 +64,17 @@ enum class errc {
   /// (its timeout passed first, or it was reported before); the report was
   /// ignored. See attempt_completion.
   attempt_ended = 20,
+  /// No pending task has this id: it never existed, or it finished, was
+  /// cancelled or became a dead letter (engine::signal()).
+  not_found = 21,
+  /// The task's trigger count was reached already, or it is due, running or
+  /// retrying: a signal changes nothing any more (engine::signal()).
+  already_triggered = 22,
+  /// The task was scheduled without a trigger count, so signals mean nothing
+  /// to it (engine::signal()).
+  not_count_triggered = 23,
+  /// A signal of 0 (engine::signal() takes n >= 1).
+  invalid_signal = 24,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

@@ -14,6 +14,13 @@ namespace delayq {
 /// restarts. `attempts` counts the executions that have started and failed
 /// so far; it is 0 for a task that never ran.
 ///
+/// A count-triggered task (`trigger_count` > 0, see
+/// schedule_options::trigger_count) runs when it has received
+/// `trigger_count` signals (engine::signal()) or at `due`, whichever comes
+/// first. Its executor tells which by `signals`: `signals >= trigger_count`
+/// means the count was reached (and `due` is then the instant it was
+/// reached), fewer means the deadline fired.
+///
 /// Thread safety: a plain value; distinct objects may be used concurrently.
 struct task {
   std::string id;
@@ -21,6 +28,10 @@ struct task {
   std::string payload;  ///< Opaque bytes; NUL bytes are allowed.
   std::chrono::system_clock::time_point due{};
   std::uint32_t attempts = 0;
+  /// Signals that make the task run early; 0: an ordinary task.
+  std::uint32_t trigger_count = 0;
+  /// Signals received so far (durable: each acknowledged signal is stored).
+  std::uint32_t signals = 0;
 
   friend bool operator==(const task&, const task&) = default;
 };

@@ -220,6 +220,8 @@ void dispatcher::run(const ready_ref& r, task& t) {
   t.payload.assign(r.v.payload());
   t.due = from_epoch_ms(r.v.due_ms());
   t.attempts = r.v.attempts();
+  t.trigger_count = r.trigger_count;
+  t.signals = r.signals;
   const auto started = std::chrono::system_clock::now();
   const auto late = std::chrono::duration_cast<std::chrono::microseconds>(started - t.due);
   lateness_.record(late);

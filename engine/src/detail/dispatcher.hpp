@@ -42,6 +42,7 @@ struct ready_ref {
   std::uint32_t tag = 0;
   std::uint16_t kind = 0;
   timer_wheel::record_view v;
+  std::uint32_t trigger_count = 0, signals = 0;  // a count-triggered task's, as it was queued
 };
 
 /// What became of a reference the dispatcher took.

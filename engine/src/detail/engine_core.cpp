@@ -73,6 +73,9 @@ task engine_core::task_of(timer_wheel::handle h) const {
   t.payload = std::string(wheel_.payload(h));
   t.due = from_epoch_ms(wheel_.due_ms(h));
   t.attempts = wheel_.attempts(h);
+  const trigger_counts tc = trigger_of(h);
+  t.trigger_count = tc.count;
+  t.signals = tc.signals;
   return t;
 }
 
@@ -87,6 +90,7 @@ void engine_core::erase_locked(timer_wheel::handle h) {
     --kind_pending(wheel_.kind(h));
   else
     --unindexed_;
+  if (!triggers_.empty()) triggers_.erase(h);
   wheel_.erase(h);
 }
 
@@ -136,6 +140,7 @@ void engine_core::start(boost::system::error_code& ec) {
           return;
         }
         set_tag(h, tsw::with_state(tag(h), tsw::armed));
+        if (t.trigger_count > 0) set_trigger_locked(h, t.trigger_count, t.signals);
         ++kind_pending(type->k);
         ++loaded;
         if (due <= now && options_.catch_up_rate > 0)
@@ -164,6 +169,7 @@ void engine_core::start(boost::system::error_code& ec) {
     wheel_.for_each([&](timer_wheel::handle h) { all.push_back(h); });
     for (timer_wheel::handle h : all) wheel_.erase(h);
     kind_pending_.clear();
+    triggers_.clear();
     return;
   }
   if (take && !taken.empty()) {
@@ -281,7 +287,7 @@ void engine_core::on_tick() {
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
       const std::uint32_t w = tsw::next_queued(tag(h));
       set_tag(h, w);
-      due.push_back(ready_ref{h, w, wheel_.kind(h), wheel_.view(h)});
+      due.push_back(ready_of(h, w));
     });
     // One tick may hold tasks due at different milliseconds, and a reload
     // puts many overdue tasks in one tick: hand them over in due order.

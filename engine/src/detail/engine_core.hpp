@@ -72,6 +72,7 @@ class engine_core final : public dispatcher::owner,
   bool requeue(std::string_view id, std::chrono::system_clock::time_point due,
                boost::system::error_code& ec);
   bool purge(std::string_view id, boost::system::error_code& ec);
+  signal_result signal(std::string_view id, std::uint32_t n, boost::system::error_code& ec);
   std::optional<task> find(std::string_view id) const;
   std::optional<task_status> status(std::string_view id) const;
   std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
@@ -104,6 +105,7 @@ class engine_core final : public dispatcher::owner,
     p_reschedule,       // arm at the new time, or back at the old one
     p_retry,            // a failed attempt's new count and due time: arm either way
     p_purge,            // a dead letter went
+    p_signal,           // a trigger's new count (and due time): arm either way, old ones on failure
   };
 
   // One API call's answer, filled in as its ops settle.
@@ -124,7 +126,8 @@ class engine_core final : public dispatcher::owner,
     std::int64_t old_due_ms = 0;
     std::uint32_t old_attempts = 0;
     std::uint16_t old_kind = 0;
-    std::uint32_t old_running_tag = 0;  // p_replace_running: the old record's word
+    std::uint32_t old_running_tag = 0;               // p_replace_running: the old record's word
+    std::uint32_t old_trigger = 0, old_signals = 0;  // p_replace, p_signal
   };
   // What settling found to do once the lock is let go.
   struct after_lock {
@@ -146,6 +149,7 @@ class engine_core final : public dispatcher::owner,
     const type_registry::type_info* type = nullptr;
     std::int64_t due_ms = 0;
     std::uint32_t hash = 0;
+    std::uint32_t trigger_count = 0;
   };
   // The engine's side of one change, whether or not the store writes it.
   struct change {
@@ -211,6 +215,16 @@ class engine_core final : public dispatcher::owner,
     type_counters::add(types_.at(wheel_.kind(h)).counters.*c);
   }
 
+  // Count-triggered tasks (engine_core_signal.cpp): their trigger count and
+  // signals, by record, beside the wheel (whose records stay small for the
+  // ordinary tasks). Under the lock; set_trigger_locked(h, 0, 0) forgets.
+  struct trigger_counts {
+    std::uint32_t count = 0, signals = 0;
+  };
+  trigger_counts trigger_of(timer_wheel::handle h) const;
+  void set_trigger_locked(timer_wheel::handle h, std::uint32_t count, std::uint32_t signals);
+  ready_ref ready_of(timer_wheel::handle h, std::uint32_t word) const;
+
   // ---- the clock --------------------------------------------------------------
   void note_armed_locked(std::uint64_t tick);
   void rearm();
@@ -234,6 +248,7 @@ class engine_core final : public dispatcher::owner,
   timer_wheel wheel_;
   std::size_t unindexed_ = 0;  // records held that find() cannot reach (dead, superseded)
   std::vector<std::size_t> kind_pending_;
+  std::unordered_map<timer_wheel::handle, trigger_counts> triggers_;
   std::uint64_t armed_tick_ = timer_wheel::no_tick;
   std::unordered_map<std::string, std::vector<deferred_call>>
       deferred_;  // async calls waiting for an id

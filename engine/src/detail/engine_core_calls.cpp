@@ -90,6 +90,7 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
   ec = {};
   if (!running_check(ec)) return {};
   spec_ref spec{type, payload, opts.id, opts.conflict};
+  spec.trigger_count = opts.trigger_count;
   spec.due_ms = due_after(delay, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
@@ -104,6 +105,7 @@ std::string engine_core::schedule_at(std::string_view type, std::string_view pay
   ec = {};
   if (!running_check(ec)) return {};
   spec_ref spec{type, payload, opts.id, opts.conflict};
+  spec.trigger_count = opts.trigger_count;
   spec.due_ms = due_at(due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
@@ -122,6 +124,7 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const task_spec& s = specs[i];
     refs[i] = spec_ref{s.type, s.payload, s.options.id, s.options.conflict};
+    refs[i].trigger_count = s.options.trigger_count;
     refs[i].due_ms = due_at(s.due, now, options_.max_delay, ec);
     if (ec || (ec = check_spec(refs[i]))) {
       bad = i;
@@ -272,10 +275,14 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
           ctx->old_due_ms = wheel_.due_ms(c.h);
           ctx->old_attempts = wheel_.attempts(c.h);
           ctx->old_kind = wheel_.kind(c.h);
+          const trigger_counts old = trigger_of(c.h);
+          ctx->old_trigger = old.count;
+          ctx->old_signals = old.signals;
         }
         --kind_pending(wheel_.kind(c.h));
         wheel_.disarm(c.h);
         wheel_.assign(c.h, it);
+        set_trigger_locked(c.h, spec.trigger_count, 0);
         ++kind_pending(it.kind);
       } else {
         // Its attempt is running: let it finish, but its outcome must neither
@@ -293,6 +300,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     if (c.h == timer_wheel::npos) {
       c.h = wheel_.insert_detached(it, spec.hash);
       set_tag(c.h, tsw::with_state(tag(c.h), tsw::persisting) | tsw::fresh);
+      if (spec.trigger_count > 0) set_trigger_locked(c.h, spec.trigger_count, 0);
       ++kind_pending(it.kind);
     }
     c.id = spec.id;
@@ -320,6 +328,7 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
   boost::system::error_code ec;
   if (!running_check(ec)) return done->complete(ec, {});
   spec_ref ref{spec.type, spec.payload, spec.options.id, spec.options.conflict};
+  ref.trigger_count = spec.options.trigger_count;
   ref.due_ms = due_at(spec.due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(ref))) return done->complete(ec, {});
   const bool durable = writes(change_kind::save);

@@ -110,6 +110,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       } else if (ctx) {
         --kind_pending(wheel_.kind(h));
         wheel_.assign(h, {{}, ctx->old_payload, ctx->old_kind, ctx->old_due_ms, ctx->old_attempts});
+        set_trigger_locked(h, ctx->old_trigger, ctx->old_signals);
         ++kind_pending(ctx->old_kind);
       }
       arm_locked(h, wheel_.due_ms(h));
@@ -166,7 +167,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         if (w & tsw::orphaned) {
           const std::uint32_t q = tsw::next_queued(w);
           word.store(q, std::memory_order_release);
-          after.requeue.push_back(ready_ref{h, q, wheel_.kind(h), wheel_.view(h)});
+          after.requeue.push_back(ready_of(h, q));
         }
       }
       break;
@@ -188,6 +189,15 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       } else {
         erase_locked(h);  // stopping: the store has it for the next start
       }
+      break;
+    case p_signal:
+      if (ok) {
+        call.found = true;
+      } else if (ctx) {
+        set_trigger_locked(h, trigger_of(h).count, ctx->old_signals);
+        wheel_.set_due_ms(h, ctx->old_due_ms);
+      }
+      arm_locked(h, wheel_.due_ms(h));
       break;
     case p_purge:
       settled_record = false;

@@ -10,7 +10,7 @@
 //   offset  size  field
 //   0       4     magic "DQTR"
 //   4       1     byte order flag, always 1 (little-endian)
-//   5       2     format version, uint16 (1 or 2): record_version() reads it
+//   5       2     format version, uint16 (1, 2 or 3): record_version() reads it
 //   7       ...   the fields of that version, in order:
 //     v1:   id       uint64 length + bytes
 //           type     uint64 length + bytes
@@ -19,6 +19,8 @@
 //           attempts uint32
 //     v2:   error    uint64 length + bytes (why the last attempt failed)
 //           died_at  int64 milliseconds since the Unix epoch
+//     v3:   trigger_count  uint32 (signals that make the task run early)
+//           signals        uint32 (signals received so far)
 //
 // Versioning rule: a later version appends its fields after those of the
 // earlier ones, so the decoder of version N reads the fields of every
@@ -30,9 +32,12 @@
 // Which version is written: a live task is written as version 1
 // (task_record_version), so a build that knows only version 1 keeps reading
 // every live task during a rolling upgrade; a dead letter is written as
-// version 2 (dead_letter_record_version). decode_task() reads both versions
-// (a version 2 record copied back by hand into the live area is a valid
-// task); decode_dead_letter() needs version 2 or later.
+// version 2 (dead_letter_record_version); either of them, when the task is
+// count-triggered (trigger_count > 0), as version 3 (trigger_record_version),
+// which a build older than count-triggered tasks quarantines rather than
+// misreads. decode_task() reads every version (a version 2 record copied back
+// by hand into the live area is a valid task); decode_dead_letter() needs
+// version 2 or later.
 //
 // Times are kept to the millisecond: a sub-millisecond part is dropped.
 //
@@ -67,7 +72,7 @@
 namespace delayq {
 
 /// The newest format version the decoders of this build accept.
-inline constexpr std::uint16_t record_format_version = 2;
+inline constexpr std::uint16_t record_format_version = 3;
 
 /// The version encode_task() writes (readers that know only version 1 must
 /// keep reading live tasks).
@@ -75,6 +80,11 @@ inline constexpr std::uint16_t task_record_version = 1;
 
 /// The version encode_dead_letter() writes: the first with error and died_at.
 inline constexpr std::uint16_t dead_letter_record_version = 2;
+/// The version both encoders write for a count-triggered task
+/// (task::trigger_count > 0): the first with trigger_count and signals. A
+/// live task written so has an empty error and died_at 0. Records of
+/// versions 1 and 2 decode with trigger_count and signals 0.
+inline constexpr std::uint16_t trigger_record_version = 3;
 
 /// Bytes before the fields: magic, byte order flag, version.
 inline constexpr std::size_t record_header_size = 7;

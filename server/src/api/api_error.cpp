@@ -22,7 +22,13 @@ api_error from_error_code(const boost::system::error_code& ec, const std::string
     case errc::due_too_far: return {400, "due_too_far", std::move(message)};
     case errc::payload_too_large: return {413, "payload_too_large", std::move(message)};
     case errc::duplicate_id: return {409, "duplicate_id", std::move(message)};
-    case errc::type_full: return {409, "type_full", std::move(message)};
+    // 429, not 409: 409 stays for conflicts about one id or lease; a full
+    // type is a rate of work the client must slow down to (try later).
+    case errc::type_full: return {429, "type_full", std::move(message)};
+    case errc::not_found: return {404, "not_found", std::move(message)};
+    case errc::already_triggered: return {409, "already_triggered", std::move(message)};
+    case errc::not_count_triggered: return {409, "not_count_triggered", std::move(message)};
+    case errc::invalid_signal: return {400, "bad_request", std::move(message)};
     case errc::queue_full: return {503, "queue_full", std::move(message)};
     case errc::busy: return {503, "busy", std::move(message)};
     case errc::not_running: return {503, "draining", std::move(message)};

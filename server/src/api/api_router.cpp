@@ -176,10 +176,12 @@ void api_router::route(call& c) {
   }
   if (n == 4 && s[1] == "tasks") {
     const std::string& verb = s[3];
-    if (verb != "reschedule" && verb != "finish" && verb != "fail" && verb != "touch")
+    if (verb != "reschedule" && verb != "finish" && verb != "fail" && verb != "touch" &&
+        verb != "signal")
       return c.fail(not_found("no such path: " + c.path));
     if (m != bhttp::verb::post) return method_not_allowed();
     if (verb == "reschedule") return reschedule_task(c, s[2]);
+    if (verb == "signal") return signal_task(c, s[2]);
     return end_lease(c, s[2], verb);
   }
   if (n == 2 && s[1] == "reserve")
@@ -211,6 +213,7 @@ void api_router::add_task(call& c) {
   schedule_options opts;
   opts.id = std::move(r.id);
   opts.conflict = r.conflict;
+  opts.trigger_count = r.trigger_count;
   // Answered from the store writer's completion: 201 only once durable.
   parts_.engine->async_schedule_at(
       std::move(r.type), std::move(r.payload), r.when.due(system_clock::now()), std::move(opts),
@@ -239,6 +242,7 @@ void api_router::add_batch(call& c) {
     t.due = r.when.due(now);
     t.options.id = std::move(r.id);
     t.options.conflict = r.conflict;
+    t.options.trigger_count = r.trigger_count;
     specs.push_back(std::move(t));
   }
   blocking(std::move(c.respond),
@@ -325,6 +329,25 @@ void api_router::reschedule_task(call& c, const std::string& id) {
     return chase(id, "rescheduled", [&](boost::system::error_code& ec) {
       return parts_.engine->reschedule(id, due, ec);
     });
+  });
+}
+
+void api_router::signal_task(call& c, const std::string& id) {
+  if (!c.parse_body(true)) return;
+  std::uint32_t n = 1;
+  if (auto e = parse_signal(c.body, n)) return c.fail(*e);
+  // Blocks until the new count is durable: off the I/O threads. A task that
+  // waits for a consumer or is reserved is running for the engine: 409
+  // already_triggered, like any task whose attempt started.
+  blocking(std::move(c.respond), [this, id, n] {
+    boost::system::error_code ec;
+    const signal_result r = parts_.engine->signal(id, n, ec);
+    if (ec == errc::not_found) return error_answer(not_found("no pending task with id " + id));
+    if (ec) return error_answer(from_error_code(ec, "task " + id));
+    return json_answer(200, json{{"id", id},
+                                 {"signals", r.signals},
+                                 {"trigger_count", r.trigger_count},
+                                 {"triggered", r.triggered}});
   });
 }
 

@@ -65,6 +65,7 @@ class api_router {
   void get_task(call& c, const std::string& id);
   void cancel_task(call& c, const std::string& id);
   void reschedule_task(call& c, const std::string& id);
+  void signal_task(call& c, const std::string& id);
   void reserve(call& c);
   void end_lease(call& c, const std::string& id, const std::string& verb);
   void put_type(call& c, const std::string& type);

@@ -112,8 +112,12 @@ std::optional<api_error> parse_json(std::string_view body, json& out, bool empty
 }
 
 std::optional<api_error> parse_add(const json& j, add_request& out, const std::string& where) {
-  if (auto e = check_object(j, where, {"type", "payload", "delay_ms", "due_ms", "id", "conflict"}))
+  if (auto e = check_object(
+          j, where, {"type", "payload", "delay_ms", "due_ms", "id", "conflict", "trigger_count"}))
     return e;
+  std::optional<std::int64_t> trigger;
+  if (auto e = get_int(j, "trigger_count", where, 0, max_trigger_count, trigger)) return e;
+  out.trigger_count = static_cast<std::uint32_t>(trigger.value_or(0));
   if (auto e = get_string(j, "type", where, out.type, true)) return e;
   if (auto e = get_string(j, "payload", where, out.payload, false)) return e;
   if (auto e = get_string(j, "id", where, out.id, false)) return e;
@@ -201,6 +205,14 @@ std::optional<api_error> parse_requeue(const json& j, milliseconds& delay) {
   std::optional<std::int64_t> d;
   if (auto e = get_int(j, "delay_ms", {}, 0, any_int_hi, d)) return e;
   delay = milliseconds{d.value_or(0)};
+  return std::nullopt;
+}
+
+std::optional<api_error> parse_signal(const json& j, std::uint32_t& n) {
+  if (auto e = check_object(j, {}, {"n"})) return e;
+  std::optional<std::int64_t> v;
+  if (auto e = get_int(j, "n", {}, 1, max_trigger_count, v)) return e;
+  n = static_cast<std::uint32_t>(v.value_or(1));
   return std::nullopt;
 }
 

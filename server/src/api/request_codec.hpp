@@ -40,6 +40,7 @@ struct add_request {
   std::string id;
   on_conflict conflict = on_conflict::reject;
   when_spec when;
+  std::uint32_t trigger_count = 0;  ///< "trigger_count": 0..max_trigger_count, 0 none
 };
 
 /// POST /v1/reserve.
@@ -80,6 +81,10 @@ std::optional<api_error> parse_fail(const nlohmann::json& j, lease_request& out)
 std::optional<api_error> parse_touch(const nlohmann::json& j, lease_request& out);
 /// POST /v1/dead/{id}/requeue: `{"delay_ms"?}` (default 0).
 std::optional<api_error> parse_requeue(const nlohmann::json& j, milliseconds& delay);
+/// Largest "trigger_count" of a task and "n" of a signal.
+inline constexpr std::uint32_t max_trigger_count = 1'000'000;
+/// POST /v1/tasks/{id}/signal: `{"n"?}`, 1..max_trigger_count (default 1).
+std::optional<api_error> parse_signal(const nlohmann::json& j, std::uint32_t& n);
 
 /// Decodes %XX escapes of a path segment; false when one is malformed.
 bool percent_decode(std::string_view in, std::string& out);

@@ -7,7 +7,9 @@ nlohmann::json task_json(const delayq::task& t) {
                         {"type", t.type},
                         {"payload", t.payload},
                         {"due_ms", delayq::to_epoch_ms(t.due)},
-                        {"attempts", t.attempts}};
+                        {"attempts", t.attempts},
+                        {"trigger_count", t.trigger_count},
+                        {"signals", t.signals}};
 }
 
 std::string dump_json(const nlohmann::json& j) {

@@ -32,11 +32,13 @@ enum exit_code : int {
   exit_conflict = 4,      // 409
   exit_unavailable = 5,   // cannot reach the server, timeout, or 503
   exit_unauthorized = 6,  // 401
+  exit_full = 7,          // 429: the task type is full (--capacity)
 };
 
 constexpr const char* exit_codes_help =
     "Exit status: 0 ok; 1 the server answered an error; 2 usage error; 3 not found (404);\n"
-    "4 conflict (409); 5 server unreachable, timeout or unavailable (503); 6 unauthorized (401).\n"
+    "4 conflict (409); 5 server unreachable, timeout or unavailable (503); 6 unauthorized (401);\n"
+    "7 the task type is full (429).\n"
     "Durations: 500ms, 30s, 5m, 2h, 1d, or a plain number of milliseconds.";
 
 struct globals {
@@ -115,6 +117,7 @@ class client {
         case 401: exit = exit_unauthorized; break;
         case 404: exit = exit_not_found; break;
         case 409: exit = exit_conflict; break;
+        case 429: exit = exit_full; break;
         case 503: exit = exit_unavailable; break;
         default: exit = exit_server_error;
       }
@@ -176,6 +179,9 @@ void print_task(const client& c, const json& t) {
       {"attempts", std::to_string(int_field(t, "attempts"))},
       {"payload", printable(string_field(t, "payload"))},
   };
+  if (int_field(t, "trigger_count") > 0)
+    rows.insert(rows.end() - 1, {"signals", std::to_string(int_field(t, "signals")) + " of " +
+                                                std::to_string(int_field(t, "trigger_count"))});
   c.say(render_table(rows));
 }
 
@@ -264,7 +270,8 @@ int main(int argc, char** argv) {
   std::function<int(client&)> run;
   std::string id, type, payload, conflict, url, in_text = "0s";
   std::optional<std::string> new_id;
-  std::optional<std::int64_t> limit, offset, push_timeout, push_concurrency;
+  std::optional<std::int64_t> limit, offset, push_timeout, push_concurrency, trigger;
+  std::int64_t signal_n = 1;
   when_args add_when, resched_when;
 
   auto* stats = app.add_subcommand("stats", "the engine's and the server's counters");
@@ -295,11 +302,15 @@ int main(int argc, char** argv) {
                   "when --id is pending already: reject (exit 4), "
                   "replace it, or keep it")
       ->check(CLI::IsMember({"reject", "replace", "keep"}));
+  add->add_option("--trigger", trigger,
+                  "run after N signals (delayqctl signal) or at the due time, whichever is first")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000}));
   add->callback([&] {
     run = [&](client& c) {
       json body = {{"type", type}, {"payload", payload}};
       add_when.fill(body);
       if (new_id) body["id"] = *new_id;
+      if (trigger) body["trigger_count"] = *trigger;
       if (!conflict.empty()) body["conflict"] = conflict;
       auto j = c.call("POST", "/v1/tasks", body);
       if (j) c.say(string_field(*j, "id") + "\n");
@@ -325,6 +336,26 @@ int main(int argc, char** argv) {
       resched_when.fill(body);
       if (c.call("POST", task_path(id) + "/reschedule", body))
         c.say("rescheduled " + printable(id) + "\n");
+      return c.exit;
+    };
+  });
+
+  auto* signal_cmd = app.add_subcommand(
+      "signal", "signal a count-triggered task (exit 3 unknown, 4 triggered already)");
+  signal_cmd->add_option("ID", id, "task id")->required();
+  signal_cmd->add_option("--n", signal_n, "signals to add")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1'000'000}));
+  signal_cmd->callback([&] {
+    run = [&](client& c) {
+      json body = {{"n", signal_n}};
+      auto j = c.call("POST", task_path(id) + "/signal", body);
+      if (j) {
+        const bool fired = j->value("triggered", false);
+        c.say(printable(id) + ": " + std::to_string(int_field(*j, "signals")) + " of " +
+              std::to_string(int_field(*j, "trigger_count")) + " signals" +
+              (fired ? ", triggered: it runs now" : "") + "\n");
+      }
       return c.exit;
     };
   });
@@ -439,8 +470,8 @@ int main(int argc, char** argv) {
   });
 
   // Every verb shows the global options and the exit codes in its --help too.
-  for (CLI::App* sub : {stats, get, add, cancel, resched, upcoming, dead, dead_list, dead_requeue,
-                        dead_purge, types, type_cmd, type_set, type_rm, health})
+  for (CLI::App* sub : {stats, get, add, cancel, resched, signal_cmd, upcoming, dead, dead_list,
+                        dead_requeue, dead_purge, types, type_cmd, type_set, type_rm, health})
     sub->footer(std::string("Global options (before or after the verb): --server URL, --token T, "
                             "--json, --timeout MS;\nsee delayqctl --help.\n") +
                 exit_codes_help);

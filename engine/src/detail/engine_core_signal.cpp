@@ -1,0 +1,111 @@
+// engine_core: count-triggered tasks. A task scheduled with a trigger count
+// runs when it has received that many signals or at its due time, whichever
+// comes first. Its count and signals live beside the wheel (triggers_, by
+// record), since the wheel's records are kept small for the ordinary tasks;
+// they travel with every write of the task (task_of()) and with its queue
+// reference to the executor (ready_of()).
+//
+// A signal is one store write of the whole task with its new count, like a
+// reschedule: the record is persisting while it is in flight (calls on the
+// id wait, no tick can fire it), and the signal is acknowledged only once the
+// write landed. The signal that reaches the count also moves the due time to
+// now in that same write, so a crash after the acknowledgement finds the task
+// due (it runs at once on start) and never loses a counted signal.
+#include <algorithm>
+#include <cstdint>
+
+#include "detail/engine_core.hpp"
+#include "detail/task_state.hpp"
+
+namespace delayq::detail {
+namespace {
+namespace tsw = task_state_word;
+}  // namespace
+
+engine_core::trigger_counts engine_core::trigger_of(timer_wheel::handle h) const {
+  if (triggers_.empty()) return {};  // the usual case: no count-triggered task held
+  const auto it = triggers_.find(h);
+  return it == triggers_.end() ? trigger_counts{} : it->second;
+}
+
+void engine_core::set_trigger_locked(timer_wheel::handle h, std::uint32_t count,
+                                     std::uint32_t signals) {
+  if (count == 0)
+    triggers_.erase(h);
+  else
+    triggers_[h] = trigger_counts{count, signals};
+}
+
+ready_ref engine_core::ready_of(timer_wheel::handle h, std::uint32_t word) const {
+  ready_ref r{h, word, wheel_.kind(h), wheel_.view(h)};
+  const trigger_counts tc = trigger_of(h);
+  r.trigger_count = tc.count;
+  r.signals = tc.signals;
+  return r;
+}
+
+signal_result engine_core::signal(std::string_view id, std::uint32_t n,
+                                  boost::system::error_code& ec) {
+  ec = {};
+  if (!running_check(ec)) return {};
+  if (n == 0) {
+    ec = errc::invalid_signal;
+    return {};
+  }
+  const std::uint32_t hash = wheel_.hash(id);
+  wheel_.prefetch(hash);
+  const bool durable = writes(change_kind::save);
+  const auto call = durable ? std::make_shared<call_state>() : nullptr;
+  call_state inline_result;
+  after_lock after;
+  bool queued = false;
+  signal_result result;
+  {
+    std::unique_lock lock(mutex_);
+    if (state_.load() != run_state::running) {
+      ec = errc::not_running;
+      return {};
+    }
+    const timer_wheel::handle h = find_settled(lock, id, hash);
+    if (h == timer_wheel::npos) {
+      ec = errc::not_found;
+      return {};
+    }
+    const std::uint32_t w = tag(h);
+    const trigger_counts tc = trigger_of(h);
+    if (tc.count == 0) {
+      ec = errc::not_count_triggered;
+      return {};
+    }
+    // Only a task waiting for its first attempt counts signals: one that is
+    // due (queued), running, or waiting for a retry has been triggered.
+    if (tsw::state_of(w) != tsw::armed || tc.signals >= tc.count || wheel_.attempts(h) > 0) {
+      ec = errc::already_triggered;
+      return {};
+    }
+    const std::uint32_t signals =
+        n > UINT32_MAX - tc.signals ? UINT32_MAX : tc.signals + n;  // saturates
+    result = signal_result{signals, tc.count, signals >= tc.count};
+    const std::int64_t old_due = wheel_.due_ms(h);
+    set_tag(h, tsw::with_state(w, tsw::persisting));
+    wheel_.disarm(h);
+    set_trigger_locked(h, tc.count, signals);
+    if (result.triggered) wheel_.set_due_ms(h, std::min(old_due, now_ms()));
+    if (!durable) {
+      settle_locked(change{p_signal, h, 0, nullptr, {}, id}, inline_result, after);
+    } else {
+      write_op op = make_op(change_kind::save, p_signal, h, true);
+      auto ctx = std::make_unique<op_ctx>();
+      ctx->call = call;
+      ctx->old_due_ms = old_due;
+      ctx->old_signals = tc.signals;
+      op.ctx = std::move(ctx);
+      queued = submit_locked(std::span(&op, 1), call, inline_result, after);
+    }
+  }
+  run_after(after);
+  wait_answer(call, queued, inline_result, ec);
+  return ec ? signal_result{} : result;
+}
+
+}  // namespace delayq::detail
