@@ -4,7 +4,7 @@
 
 #include <tuple>
 
-#include "server_test_support.hpp"
+#include "push_receiver.hpp"
 
 namespace {
 

@@ -8,8 +8,8 @@
 //   http_client     a small synchronous HTTP/1.1 client (keep-alive) on Beast
 //   raw_connection  a socket for requests no client would send (slowloris,
 //                   oversized headers, a consumer that goes away)
-//   push_receiver   an HTTP server in the test process that push targets point
-//                   to, answering each call as the test says
+//
+// push_receiver.hpp adds the HTTP server that push targets point to.
 //
 // Waiting: the tests wait on events (the server's "listening" line, an HTTP
 // answer, a long-poll reserve, a call reaching the receiver). Every wait has a
@@ -647,130 +647,6 @@ inline std::string raw_request(std::string_view method, std::string_view target,
   r += body;
   return r;
 }
-
-// ---------------------------------------------------------------------------
-// Push receiver
-
-/// One call the receiver got.
-struct push_call {
-  std::string target;
-  std::string task_id;  // X-Delayq-Task-Id
-  std::string attempt;  // X-Delayq-Attempt
-  json body;            // null when not JSON
-  unsigned answered = 0;
-};
-
-/// An HTTP server on 127.0.0.1 (a free port) in the test process, on a thread
-/// of its own. Every POST is recorded and answered with the status that
-/// `answer(call, index)` returns (index counts from 0 over all calls); 0
-/// means no answer at all (the connection stays open and silent).
-class push_receiver {
- public:
-  using answer_fn = std::function<unsigned(const push_call&, std::size_t)>;
-
-  explicit push_receiver(answer_fn answer)
-      : answer_(std::move(answer)),
-        acceptor_(ioc_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-    accept();
-    thread_ = std::thread([this] { ioc_.run(); });
-  }
-  ~push_receiver() {
-    ioc_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  push_receiver(const push_receiver&) = delete;
-  push_receiver& operator=(const push_receiver&) = delete;
-
-  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
-  std::string url(std::string_view path = "/hook") const {
-    return "http://127.0.0.1:" + std::to_string(port()) + std::string(path);
-  }
-
-  std::vector<push_call> calls() const {
-    std::lock_guard lock(mu_);
-    return calls_;
-  }
-
-  /// Waits until at least `n` calls were answered; false on the guard.
-  bool wait_for_calls(std::size_t n, std::chrono::milliseconds guard = hang_guard) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, guard, [&] { return calls_.size() >= n; });
-  }
-
- private:
-  struct session : std::enable_shared_from_this<session> {
-    session(push_receiver& r, tcp::socket s) : owner(r), stream(std::move(s)) {}
-    void read() {
-      req = {};
-      http::async_read(stream, buffer, req,
-                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                         if (!ec) self->respond();
-                       });
-    }
-    void respond() {
-      push_call c;
-      c.target = std::string(req.target());
-      c.task_id = std::string(req["X-Delayq-Task-Id"]);
-      c.attempt = std::string(req["X-Delayq-Attempt"]);
-      c.body = json::parse(req.body(), nullptr, false);
-      if (c.body.is_discarded()) c.body = nullptr;
-      std::size_t index;
-      {
-        std::lock_guard lock(owner.mu_);
-        index = owner.next_index_++;
-      }
-      c.answered = owner.answer_(c, index);
-      if (c.answered == 0) {
-        // Never answered: the connection is kept open, silent, until the
-        // receiver goes (a push that must time out).
-        std::lock_guard lock(owner.mu_);
-        owner.calls_.push_back(std::move(c));
-        owner.silent_.push_back(shared_from_this());
-        owner.cv_.notify_all();
-        return;
-      }
-      res = http::response<http::string_body>(static_cast<http::status>(c.answered), 11);
-      res.set(http::field::content_type, "text/plain");
-      res.body() = c.answered / 100 == 2 ? "ok" : "failing on purpose";
-      res.keep_alive(req.keep_alive());
-      res.prepare_payload();
-      {
-        // Recorded before the answer is sent: a test that saw the call may
-        // then wait on the server for what the answer causes.
-        std::lock_guard lock(owner.mu_);
-        owner.calls_.push_back(std::move(c));
-        owner.cv_.notify_all();
-      }
-      http::async_write(stream, res,
-                        [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                          if (!ec && self->res.keep_alive()) self->read();
-                        });
-    }
-    push_receiver& owner;
-    beast::tcp_stream stream;
-    beast::flat_buffer buffer;
-    http::request<http::string_body> req;
-    http::response<http::string_body> res;
-  };
-
-  void accept() {
-    acceptor_.async_accept([this](beast::error_code ec, tcp::socket s) {
-      if (ec) return;
-      std::make_shared<session>(*this, std::move(s))->read();
-      accept();
-    });
-  }
-
-  answer_fn answer_;
-  asio::io_context ioc_;
-  tcp::acceptor acceptor_;
-  std::thread thread_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<push_call> calls_;
-  std::vector<std::shared_ptr<void>> silent_;  // sessions never answered
-  std::size_t next_index_ = 0;
-};
 
 // ---------------------------------------------------------------------------
 // Request bodies and common steps

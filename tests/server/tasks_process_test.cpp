@@ -2,7 +2,7 @@
 // tasks (docs/server.md, "Tasks"), on Redis and on SQLite.
 #include <doctest/doctest.h>
 
-#include "server_test_support.hpp"
+#include "push_receiver.hpp"
 
 namespace {
 
