@@ -41,9 +41,12 @@
       headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body);
     }
+    const sent = token;
     const res = await fetch(path, init);
     if (res.status === 401) {
-      ask_token();
+      // A 401 to a request sent with an older token (a straggler after the
+      // right one was entered) must not ask again.
+      if (sent === token) ask_token();
       throw new unauthorized('unauthorized');
     }
     const text = await res.text();

@@ -119,7 +119,9 @@ TEST_CASE("signal: the deadline fires a task short of its count; the executor ca
   eng.start();
   delayq::schedule_options o{"late"};
   o.trigger_count = 5;
-  eng.schedule("t", "", 200ms, o);
+  // Due in 2 s: the signal must land before the deadline (a durable schedule
+  // on a loaded sanitizer build can take a good part of 200 ms).
+  eng.schedule("t", "", 2s, o);
   CHECK(eng.signal("late").signals == 1);
   REQUIRE(gate.wait_entered(1));
   const auto run = ran.snapshot().at(0);

@@ -404,7 +404,8 @@ class engine {
                                         boost::system::error_code& ec) const;
 
   /// Puts the dead letter `id` back in the wheel, due at `due`, with its
-  /// attempt count reset to 0. Returns false when there is no such dead
+  /// attempt count reset to 0; a count-triggered task comes back as an
+  /// ordinary one (its trigger count is dropped). Returns false when there is no such dead
   /// letter. Errors: not_running, invalid_delay, due_too_far, duplicate_id (a
   /// live task has that id), queue_full, and the store's.
   bool requeue(std::string_view id, time_point due);
