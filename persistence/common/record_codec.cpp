@@ -160,6 +160,9 @@ std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why)
     if (version >= 3) {
       ar(t.trigger_count);
       ar(t.signals);
+      // Version 3 is written only for count-triggered tasks: a 0 count
+      // there is damage, and would not re-encode to the same record.
+      if (t.trigger_count == 0) throw corrupt{"version 3 record without a trigger count"};
     }
   } catch (const corrupt& c) {
     why = c.why;

@@ -34,6 +34,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "delayq/error.hpp"
 #include "delayq/record_codec.hpp"
@@ -157,7 +158,13 @@ void check_decoder(const char* name, std::string_view bytes, DecodeEc decode_ec,
   // Same header (magic, byte order flag, version) as the encoder writes: the
   // input was in the current format, and there is one way to encode a value.
   const std::size_t header = delayq::record_header_size;
-  if (bytes.size() >= header && encoded.size() >= header &&
+  // Version 3 is shared by count-triggered live tasks and dead letters:
+  // decode_task() of a v3 dead letter keeps only the task, so the identity
+  // holds there for decode_dead_letter() alone.
+  boost::system::error_code vec;
+  const bool shared_v3 =
+      std::is_same_v<T, delayq::task> && delayq::record_version(bytes, vec, nullptr) == 3 && !vec;
+  if (!shared_v3 && bytes.size() >= header && encoded.size() >= header &&
       bytes.substr(0, header) == std::string_view(encoded).substr(0, header)) {
     DELAYQ_FUZZ_EXPECT(encoded == bytes, "a current-version record does not re-encode to itself");
   }
