@@ -50,7 +50,7 @@ fi
 mkdir -p "$out"
 
 if ((!report_only)); then
-  ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
+  ensure_packages "${DELAYQ_TEST_DEPS[@]}"
   build="build-bench"
   configure_and_build "$build" \
     -DCMAKE_BUILD_TYPE=Release \

@@ -86,12 +86,12 @@ fi
 # ($DELAYQ_BENCH_SERVER_INNER marks it).
 if [[ -z "${DELAYQ_BENCH_SERVER_INNER:-}" ]]; then
   if ((build_it)); then
-    ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
+    ensure_packages "${DELAYQ_TEST_DEPS[@]}"
     configure_and_build "$build" "${DELAYQ_MAIN_BUILD_ARGS[@]}"
   fi
   for tool in beanstalkd redis-server redis-cli gnuplot python3; do
     command -v "$tool" >/dev/null ||
-      delayq_die "$tool not found: install the packages of scripts/common.sh (DELAYQ_BUILD_DEPS)"
+      delayq_die "$tool not found: install the packages of scripts/common.sh (DELAYQ_TEST_DEPS)"
   done
   for bin in "$build/server/delayq-server" "$build/bench/server/delayq-bench-server"; do
     [[ -x "$bin" ]] || delayq_die "$bin was not built (configure $build with -DDELAYQ_BUILD_BENCH=ON and build it)"

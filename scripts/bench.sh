@@ -57,7 +57,7 @@ case "$only" in
   *) delayq_die "--only takes micro, engine, latency or report, not '$only'" ;;
 esac
 
-ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
+ensure_packages "${DELAYQ_TEST_DEPS[@]}"
 
 build="build-bench"
 configure_and_build "$build" \

@@ -2,26 +2,32 @@
 #
 #   ensure_packages pkg...              install the missing Debian packages
 #   configure_and_build <dir> [args...] configure (when needed) and build
-#   DELAYQ_BUILD_DEPS                   every package the scripts rely on
+#   DELAYQ_BUILD_DEPS                   the packages build/ and the demo need
+#   DELAYQ_TEST_DEPS                    those and what tests and benchmarks add
 #   DELAYQ_MAIN_BUILD_ARGS              cmake args of build/ (test.sh, demo.sh)
 #   delayq_machine <builddir>           the header of bench/results/*.machine.txt
 
 DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Everything the build, the tests, the benchmarks and their plots need on a
-# fresh Debian 12. redis-server brings redis-cli (redis-tools); clang and
-# libclang-rt-14-dev are for fuzzing and clang sanitizer builds; g++'s own
-# sanitizer runtimes come with build-essential. nlohmann-json and CLI11 are
-# for delayq-server and the tools; beanstalkd and wrk for the server benchmark;
-# chromium runs the dashboard's browser tests, fonts-dejavu-core gives its
-# screenshots a font.
+# What build/ needs to compile (the library, the server, the tools, the tests
+# and the benchmarks: DELAYQ_MAIN_BUILD_ARGS builds them all) and to run the
+# demo and the server: redis-server brings redis-cli (redis-tools).
+# demo.sh and server.sh install only these.
 DELAYQ_BUILD_DEPS=(
   build-essential cmake pkg-config
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev
+)
+# What the tests and benchmarks need on top: clang and libclang-rt-14-dev for
+# fuzzing (g++'s own sanitizer runtimes come with build-essential); gnuplot
+# for the plots; beanstalkd and wrk for the server benchmark; chromium runs
+# the dashboard's browser tests, fonts-dejavu-core gives its screenshots a
+# font; git names the commit in benchmark results.
+DELAYQ_TEST_DEPS=(
+  "${DELAYQ_BUILD_DEPS[@]}"
   clang libclang-rt-14-dev gnuplot-nox git ca-certificates
-  nlohmann-json3-dev libcli11-dev beanstalkd wrk
-  chromium fonts-dejavu-core
+  beanstalkd wrk chromium fonts-dejavu-core
 )
 
 # The configuration of build/: test.sh stage "build" and demo.sh share it.

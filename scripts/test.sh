@@ -121,7 +121,7 @@ stage_bench() {
 
 current=deps
 echo "==> stage deps"
-ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
+ensure_packages "${DELAYQ_TEST_DEPS[@]}"
 current=""
 
 for s in build asan tsan fuzz bench; do

@@ -6,7 +6,9 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "api/api_router.hpp"
@@ -110,7 +112,11 @@ std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
       n == 0)
     throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
                                 spec + "\"");
-  return {spec.substr(0, eq), n};
+  std::string type = spec.substr(0, eq);
+  if (!is_valid_type(type))
+    throw std::invalid_argument("--capacity: \"" + type +
+                                "\" is not a task type (1-128 bytes of A-Z a-z 0-9 . _ : -)");
+  return {std::move(type), n};
 }
 
 }  // namespace
@@ -126,7 +132,13 @@ tcp::endpoint server_app::start() {
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--push wants TYPE=URL, got \"" + spec + "\"");
   }
-  for (const std::string& spec : options_.capacity) parse_capacity(spec);
+  // Checked before anything starts: a bad or repeated --capacity is a usage
+  // error (exit 2), not a limit silently ignored or silently first-wins.
+  std::set<std::string> capped;
+  for (const std::string& spec : options_.capacity)
+    if (!capped.insert(parse_capacity(spec).first).second)
+      throw std::invalid_argument("--capacity names type \"" + parse_capacity(spec).first +
+                                  "\" twice");
   auto& p = *p_;
   p.pusher = std::make_unique<push_client>(io_.get_executor());
   p.broker = std::make_unique<lease_broker>(io_.get_executor());

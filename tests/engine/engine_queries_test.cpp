@@ -75,3 +75,43 @@ TEST_CASE("capacity: a type full of pending tasks refuses more with type_full, s
   CHECK(eng.schedule("topic", "", 1h, {"t5"}) == "t5");
   CHECK(eng.stop());
 }
+
+TEST_CASE("capacity: a batch that overfills a type names the first task past the cap") {
+  io_thread io;
+  recorder ran;
+  delayq::executor_factory f;
+  f.add("topic", std::ref(ran));
+  f.add("other", std::ref(ran));
+  auto opts = fast_options();
+  opts.type_capacity["topic"] = 3;
+  opts.type_capacity["other"] = 1;
+  f.add("third", std::ref(ran));
+  delayq::memory_store inner;
+  delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(inner), opts);
+  eng.start();
+  eng.schedule("topic", "", 1h, {"t1"});
+  const auto spec = [](const char* type, const char* id) {
+    return delayq::task_spec{type, "", clock_type::now() + 1h, {id}};
+  };
+  boost::system::error_code ec;
+  std::size_t bad = 99;
+  // "other" fills its cap at index 1; "topic" reaches 3 at index 3 and goes
+  // past it at index 4 (the error names it, not the batch's last task); a
+  // replace of t1 in between adds nothing.
+  CHECK(eng.schedule_many(
+               {spec("topic", "t2"), spec("other", "o1"),
+                delayq::task_spec{
+                    "topic", "", clock_type::now() + 1h, {"t1", delayq::on_conflict::replace}},
+                spec("topic", "t3"), spec("topic", "t4"), spec("third", "x1")},
+               ec, bad)
+            .empty());
+  CHECK(ec == delayq::errc::type_full);
+  CHECK(bad == 4);
+  CHECK(eng.pending() == 1);
+  // Without the last one the batch fits, exactly.
+  CHECK(eng.schedule_many({spec("topic", "t2"), spec("other", "o1"), spec("topic", "t3")}, ec, bad)
+            .size() == 3);
+  CHECK_FALSE(ec);
+  CHECK(eng.pending() == 4);
+  CHECK(eng.stop());
+}

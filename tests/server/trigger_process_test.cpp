@@ -170,10 +170,16 @@ TEST_CASE("server: --capacity TYPE=N refuses the N+1th pending task with 429 typ
 
 TEST_CASE("server: a bad --capacity is a usage error (exit 2)") {
   test_store store(store_kind::sqlite);
-  for (const std::string bad : {"topic", "=3", "topic=0", "topic=x", "topic=-1", "topic=1x"}) {
+  for (const std::string bad :
+       {"topic", "=3", "topic=0", "topic=x", "topic=-1", "topic=1x", "bad type=1", "t/x=2"}) {
     server_process p({"--listen", "127.0.0.1:0", "--store", store.uri(), "--capacity", bad});
     const int status = p.wait();
     CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 2), bad, ": ",
                   describe_status(status));
   }
+  // The same type twice is ambiguous (which limit?): refused, not first-wins.
+  server_process twice({"--listen", "127.0.0.1:0", "--store", store.uri(), "--capacity", "topic=1",
+                        "--capacity", "topic=2"});
+  const int status = twice.wait();
+  CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 2), describe_status(status));
 }

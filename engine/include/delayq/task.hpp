@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace delayq {
 
@@ -35,6 +36,11 @@ struct task {
 
   friend bool operator==(const task&, const task&) = default;
 };
+
+/// Whether `type` is a name a task type may have: 1-128 bytes of A-Z, a-z,
+/// 0-9, '.', '_', ':' and '-' (errc::invalid_type otherwise). For tools
+/// that take type names from users before an engine sees them.
+bool is_valid_type(std::string_view type) noexcept;
 
 /// A task that will not run again by itself: its last allowed attempt failed,
 /// or it could never run (no executor for its type). It stays in the store,

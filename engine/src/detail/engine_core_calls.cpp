@@ -4,6 +4,7 @@
 // store does not write) or hands a write_op to the store writer and settles
 // when the write landed (engine_core_writes.cpp).
 #include <array>
+#include <unordered_map>
 #include <vector>
 
 #include "detail/engine_core.hpp"
@@ -224,15 +225,17 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   }
   if (added > 0 && pending_locked() + added > options_.max_pending)
     return fail(errc::queue_full, n - 1);
+  // Per-type capacity: what the call adds to each capped type, counted in one
+  // pass (a batch may hold 10,000 tasks; this runs under the lock). The first
+  // task that takes its type past the cap is the one the error names.
+  std::unordered_map<type_registry::kind, std::size_t> adding;
   for (std::size_t i = 0; i < n; ++i) {
     const auto* type = specs[i].type;
     if (type->capacity == 0 || plan[i].what == action::keep) continue;
-    std::size_t want = 0;
-    for (std::size_t j = 0; j <= i; ++j)
-      if (specs[j].type == type &&
-          (plan[j].what == action::insert ||
-           (plan[j].what == action::replace && wheel_.kind(plan[j].h) != type->k)))
-        ++want;
+    std::size_t& want = adding[type->k];
+    if (plan[i].what == action::insert ||
+        (plan[i].what == action::replace && wheel_.kind(plan[i].h) != type->k))
+      ++want;
     if (want > 0 && kind_pending(type->k) + want > type->capacity) return fail(errc::type_full, i);
   }
 

@@ -147,3 +147,9 @@ std::string id_generator::next() {
 }
 
 }  // namespace delayq::detail
+
+namespace delayq {
+
+bool is_valid_type(std::string_view type) noexcept { return detail::valid_type(type); }
+
+}  // namespace delayq
