@@ -92,12 +92,14 @@ struct cluster {
     return out;
   }
 
-  // Every shard held by exactly one of `names`, matching Redis.
-  bool split_among(const std::vector<std::string>& names) {
+  // Every shard held by exactly one of `names`, the one rendezvous hashing
+  // picks among them, and Redis agrees.
+  bool split_among(std::vector<std::string> names) {
+    std::sort(names.begin(), names.end());
     std::map<std::uint32_t, std::string> seen;
     for (const std::string& n : names)
       for (const std::uint32_t s : members.at(n).held())
-        if (!seen.emplace(s, n).second) return false;
+        if (names[rendezvous_owner(s, names)] != n || !seen.emplace(s, n).second) return false;
     return seen.size() == shards && seen == owners();
   }
 
