@@ -42,6 +42,9 @@ class category final : public boost::system::error_category {
         return "the task is triggered already (count reached, or due, running or retrying)";
       case errc::not_count_triggered: return "the task was scheduled without a trigger count";
       case errc::invalid_signal: return "a signal must add at least 1";
+      case errc::invalid_cluster_options:
+        return "invalid cluster options (shards 1-16384, lease 200 ms to 10 min, instance name "
+               "up to 128 bytes of printable ASCII without spaces)";
     }
     return "unknown delayq error " + std::to_string(value);
   }

@@ -75,6 +75,10 @@ enum class errc {
   not_count_triggered = 23,
   /// A signal of 0 (engine::signal() takes n >= 1).
   invalid_signal = 24,
+  /// cluster_options out of range: shards not 1-16384, a lease not 200 ms
+  /// to 10 min, or an instance name not 1-128 bytes of printable ASCII
+  /// without spaces (delayq/shard_leases.hpp).
+  invalid_cluster_options = 25,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

@@ -1,0 +1,395 @@
+// The shard lease table against a real Redis: one instance takes every
+// shard, two and three converge to a split by rendezvous hashing, a silent
+// instance loses its shards once its lease lapses, tokens grow across
+// owners, a stale owner is fenced, release_all() hands shards over at once.
+//
+// Instances are driven by hand, round by round, in one thread. Time passes
+// only where a lease must lapse (300 ms leases, rounds paced by
+// next_round_in); such loops run until the condition holds, with a generous
+// deadline as the failure bound, never a timing threshold.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "delayq/redis_shard_leases.hpp"
+#include "freezing_proxy.hpp"
+#include "test_support.hpp"
+
+using namespace delayq;
+using namespace delayq::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// One instance under test and what its last round said.
+struct member {
+  std::unique_ptr<shard_leases> leases;
+  lease_round last;
+
+  lease_round round() {
+    boost::system::error_code ec;
+    last = leases->renew(ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    return last;
+  }
+  std::set<std::uint32_t> held() const {
+    std::set<std::uint32_t> out;
+    for (const shard_lease& l : last.held) out.insert(l.shard);
+    return out;
+  }
+  std::uint64_t token(std::uint32_t shard) const {
+    for (const shard_lease& l : last.held)
+      if (l.shard == shard) return l.token;
+    return 0;
+  }
+};
+
+struct cluster {
+  std::string prefix = unique_prefix("lease");
+  std::uint32_t shards = 64;
+  raw_redis raw;
+  std::map<std::string, member> members;
+
+  ~cluster() {
+    std::vector<std::string> keys{redis_members_key(prefix), "{" + prefix + "}:meta"};
+    for (std::uint32_t s = 0; s < shards; ++s) keys.push_back(redis_lease_key(prefix, s));
+    keys.insert(keys.begin(), "DEL");
+    raw.run(keys);
+  }
+
+  member& add(const std::string& name, std::chrono::milliseconds lease = 5s) {
+    cluster_options o;
+    o.shards = shards;
+    o.lease = lease;
+    o.instance = name;
+    member& m = members[name];
+    m.leases = make_redis_shard_leases(redis_test_options(prefix), o);
+    return m;
+  }
+
+  // Never two holders: the leases the instances believe valid are disjoint.
+  void check_exclusive() {
+    const auto now = steady::now();
+    std::map<std::uint32_t, std::string> holder;
+    for (const auto& [name, m] : members)
+      for (const shard_lease& l : m.last.held) {
+        if (l.valid_until <= now) continue;
+        const auto [it, fresh] = holder.emplace(l.shard, name);
+        CHECK_MESSAGE(fresh, "shard ", l.shard, " held by ", it->second, " and ", name);
+      }
+  }
+
+  // What Redis says: the owner of every shard with a live lease.
+  std::map<std::uint32_t, std::string> owners() {
+    std::map<std::uint32_t, std::string> out;
+    for (std::uint32_t s = 0; s < shards; ++s)
+      if (auto o = raw.get({"HGET", redis_lease_key(prefix, s), "owner"})) out[s] = *o;
+    return out;
+  }
+
+  // Every shard held by exactly one of `names`, the one rendezvous hashing
+  // picks among them, and Redis agrees.
+  bool split_among(std::vector<std::string> names) {
+    std::sort(names.begin(), names.end());
+    std::map<std::uint32_t, std::string> seen;
+    for (const std::string& n : names)
+      for (const std::uint32_t s : members.at(n).held())
+        if (names[rendezvous_owner(s, names)] != n || !seen.emplace(s, n).second) return false;
+    return seen.size() == shards && seen == owners();
+  }
+
+  // Rounds of every instance in `names`, in turn, until `done` holds; at
+  // most `max_rounds` each. Returns how many it took.
+  template <class Pred>
+  int rounds_until(const std::vector<std::string>& names, Pred done, int max_rounds = 10) {
+    for (int r = 1; r <= max_rounds; ++r) {
+      for (const std::string& n : names) {
+        members.at(n).round();
+        check_exclusive();
+      }
+      if (done()) return r;
+    }
+    FAIL("not converged after ", max_rounds, " rounds each");
+    return max_rounds;
+  }
+
+  // Rounds of `names` paced by next_round_in until `done` holds or
+  // `limit` passes (the failure bound, far above what is expected).
+  template <class Pred>
+  void paced_until(const std::vector<std::string>& names, Pred done,
+                   std::chrono::seconds limit = 30s) {
+    const auto give_up = steady::now() + limit;
+    while (!done()) {
+      REQUIRE_MESSAGE(steady::now() < give_up, "condition not reached within ", limit.count(),
+                      " s");
+      std::chrono::milliseconds wait = 1h;
+      for (const std::string& n : names) {
+        wait = std::min(wait, members.at(n).round().next_round_in);
+        check_exclusive();
+      }
+      std::this_thread::sleep_for(wait);
+    }
+  }
+
+  bool run_fence(std::uint32_t shard, std::uint64_t token) {
+    const std::string script = std::string(redis_fence_lua) +
+                               "if delayq_fence(KEYS[1], ARGV[1]) then return 1 end return 0";
+    return raw.integer(
+               {"EVAL", script, "1", redis_lease_key(prefix, shard), std::to_string(token)}) == 1;
+  }
+};
+
+std::set<std::uint32_t> all_shards(std::uint32_t n) {
+  std::set<std::uint32_t> out;
+  for (std::uint32_t s = 0; s < n; ++s) out.insert(s);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("shard leases: one instance takes every shard in one round") {
+  cluster c;
+  member& a = c.add("a");
+  const lease_round r = a.round();
+  CHECK(a.held() == all_shards(c.shards));
+  CHECK(r.gained.size() == c.shards);
+  CHECK(r.lost.empty());
+  CHECK(r.members == std::vector<std::string>{"a"});
+  CHECK(r.next_round_in <= 5000ms / 3);
+  for (const shard_lease& l : r.held) {
+    CHECK(l.token >= 1);
+    CHECK(l.valid_until > steady::now());
+  }
+  for (const auto& [s, owner] : c.owners()) CHECK(owner == "a");
+  CHECK(c.owners().size() == c.shards);
+
+  // The next round renews: same tokens, nothing gained or lost.
+  const auto tokens = r.held;
+  const lease_round again = a.round();
+  CHECK(again.gained.empty());
+  CHECK(again.lost.empty());
+  for (std::size_t i = 0; i < tokens.size(); ++i) CHECK(again.held[i].token == tokens[i].token);
+}
+
+TEST_CASE("shard leases: two instances converge to a split, a third takes its share") {
+  cluster c;
+  c.add("a");
+  c.add("b");
+  c.members.at("a").round();
+  const int rounds = c.rounds_until({"b", "a"}, [&] { return c.split_among({"a", "b"}); });
+  CHECK(rounds <= 3);
+  // Each holds about half, exactly the rendezvous split.
+  const std::vector<std::string> ab{"a", "b"};
+  for (const std::string& n : ab) {
+    CAPTURE(n);
+    CHECK(c.members.at(n).held().size() >= 20);
+    for (const std::uint32_t s : c.members.at(n).held()) CHECK(ab[rendezvous_owner(s, ab)] == n);
+  }
+  // Stable: another round changes nothing.
+  for (const std::string& n : ab) {
+    const lease_round r = c.members.at(n).round();
+    CHECK(r.gained.empty());
+    CHECK(r.lost.empty());
+    CHECK(r.members == ab);
+  }
+
+  const auto a_before = c.members.at("a").held();
+  const auto b_before = c.members.at("b").held();
+  c.add("c");
+  const std::vector<std::string> abc{"a", "b", "c"};
+  const int joined = c.rounds_until({"c", "a", "b"}, [&] { return c.split_among(abc); });
+  CHECK(joined <= 3);
+  CHECK(c.members.at("c").held().size() >= 12);
+  for (const std::string& n : abc)
+    for (const std::uint32_t s : c.members.at(n).held()) CHECK(abc[rendezvous_owner(s, abc)] == n);
+  // Only the joiner's share moved: a and b lost shards to c, none to each other.
+  for (const std::uint32_t s : c.members.at("a").held()) CHECK(a_before.contains(s));
+  for (const std::uint32_t s : c.members.at("b").held()) CHECK(b_before.contains(s));
+}
+
+TEST_CASE("shard leases: a silent instance loses its shards once its lease lapses") {
+  cluster c;
+  c.add("a", 300ms);
+  c.add("b", 300ms);
+  c.add("c", 300ms);
+  c.rounds_until({"a", "b", "c"}, [&] { return c.split_among({"a", "b", "c"}); });
+  const lease_round a_last = c.members.at("a").last;
+  REQUIRE_FALSE(a_last.held.empty());
+
+  // a stops calling renew(); b and c go on at the protocol's pace.
+  c.paced_until({"b", "c"}, [&] { return c.split_among({"b", "c"}); });
+  const std::vector<std::string> bc{"b", "c"};
+  for (const std::string& n : bc)
+    for (const std::uint32_t s : c.members.at(n).held()) CHECK(bc[rendezvous_owner(s, bc)] == n);
+
+  // Tokens grew across owners: each of a's shards has a larger token now.
+  for (const shard_lease& old : a_last.held) {
+    const std::uint64_t now_token =
+        std::max(c.members.at("b").token(old.shard), c.members.at("c").token(old.shard));
+    CHECK(now_token > old.token);
+  }
+
+  // a comes back: its renewals fail, it reports every shard lost and, being
+  // live again, takes its share back in the following rounds.
+  member& a = c.members.at("a");
+  const lease_round back = a.round();
+  std::vector<std::uint32_t> was;
+  for (const shard_lease& l : a_last.held) was.push_back(l.shard);
+  CHECK(back.lost == was);
+  CHECK(back.held.empty());
+  c.rounds_until({"b", "c", "a"}, [&] { return c.split_among({"a", "b", "c"}); });
+}
+
+TEST_CASE("shard leases: a stale owner is fenced out") {
+  cluster c;
+  c.shards = 8;
+  member& a = c.add("a", 300ms);
+  a.round();
+  REQUIRE(a.held().size() == 8);
+  const std::uint64_t old_token = a.token(0);
+  CHECK(c.run_fence(0, old_token));
+
+  // a stalls; b is started and takes over once a's lease and heartbeat lapse.
+  c.add("b", 300ms);
+  c.paced_until({"b"}, [&] { return c.members.at("b").held().size() == 8; });
+  const std::uint64_t new_token = c.members.at("b").token(0);
+  CHECK(new_token > old_token);
+
+  // The fence refuses the stale token and accepts the new one.
+  CHECK_FALSE(c.run_fence(0, old_token));
+  CHECK(c.run_fence(0, new_token));
+  CHECK_FALSE(c.run_fence(0, new_token + 1));
+
+  // a wakes up: its renewals fail, it holds nothing, and b keeps every shard.
+  const lease_round r = a.round();
+  CHECK(r.held.empty());
+  CHECK(r.lost.size() == 8);
+  for (const auto& [s, owner] : c.owners()) CHECK(owner == "b");
+  CHECK(c.run_fence(0, new_token));
+}
+
+TEST_CASE("shard leases: a new incarnation under the same name fences the old one") {
+  cluster c;
+  c.shards = 8;
+  cluster_options o{8, 5s, "a"};
+  auto first = make_redis_shard_leases(redis_test_options(c.prefix), o);
+  const lease_round r1 = first->renew();
+  REQUIRE(r1.held.size() == 8);
+
+  // A restart (or a duplicate) with the same name takes the shards at once,
+  // with new tokens: the old incarnation's renewals and writes are refused.
+  auto second = make_redis_shard_leases(redis_test_options(c.prefix), o);
+  const lease_round r2 = second->renew();
+  REQUIRE(r2.held.size() == 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(r2.held[i].token > r1.held[i].token);
+    CHECK_FALSE(c.run_fence(r1.held[i].shard, r1.held[i].token));
+  }
+  // The old one's renewals are refused; as "a" is the desired owner it takes
+  // the shards back at once with newer tokens still (a duplicate name
+  // ping-pongs, it never double-holds): every shard is both lost and gained.
+  const lease_round stale = first->renew();
+  CHECK(stale.lost.size() == 8);
+  CHECK(stale.gained.size() == 8);
+  REQUIRE(stale.held.size() == 8);
+  for (const shard_lease& l : stale.held) {
+    const auto it = std::find_if(r2.held.begin(), r2.held.end(),
+                                 [&](const shard_lease& x) { return x.shard == l.shard; });
+    CHECK(l.token > it->token);
+  }
+}
+
+TEST_CASE("shard leases: an expired lease nobody took is renewed with its token") {
+  cluster c;
+  c.shards = 4;
+  member& a = c.add("a");
+  a.round();
+  const std::uint64_t token = a.token(2);
+  // Let shard 2's lease expire behind a's back (expires_ms in the past).
+  c.raw.run({"HSET", redis_lease_key(c.prefix, 2), "expires_ms", "1"});
+  const lease_round r = a.round();
+  CHECK(r.lost.empty());
+  CHECK(a.token(2) == token);
+  CHECK(c.run_fence(2, token));
+  CHECK(std::stoll(*c.raw.get({"HGET", redis_lease_key(c.prefix, 2), "expires_ms"})) > 1);
+}
+
+TEST_CASE("shard leases: release_all hands every shard over at once") {
+  cluster c;
+  c.add("a");
+  c.add("b");
+  c.rounds_until({"a", "b"}, [&] { return c.split_among({"a", "b"}); });
+  const lease_round a_last = c.members.at("a").last;
+
+  c.members.at("a").leases->release_all();
+  c.members.at("a").last = {};
+  for (const shard_lease& l : a_last.held) {
+    CHECK_FALSE(c.raw.get({"HGET", redis_lease_key(c.prefix, l.shard), "owner"}));
+    CHECK(c.raw.get({"HGET", redis_lease_key(c.prefix, l.shard), "token"}) ==
+          std::to_string(l.token));
+  }
+  CHECK(c.raw.integer({"ZCARD", redis_members_key(c.prefix)}) == 1);
+
+  // b takes them in its very next round (5 s leases: nothing lapsed), each
+  // with a larger token than a had.
+  const lease_round r = c.members.at("b").round();
+  CHECK(c.members.at("b").held() == all_shards(c.shards));
+  CHECK(r.gained.size() == a_last.held.size());
+  CHECK(r.members == std::vector<std::string>{"b"});
+  for (const shard_lease& l : a_last.held) CHECK(c.members.at("b").token(l.shard) > l.token);
+}
+
+TEST_CASE("shard leases: a server that lost the scripts gets them again (NOSCRIPT)") {
+  cluster c;
+  member& a = c.add("a");
+  a.round();
+  c.raw.run({"SCRIPT", "FLUSH"});
+  const auto before = a.last.held;
+  const lease_round r = a.round();
+  CHECK(r.lost.empty());
+  CHECK(r.held == std::vector<shard_lease>(r.held));
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(r.held[i].token == before[i].token);
+  // And a fresh instance on the flushed server works too.
+  c.raw.run({"SCRIPT", "FLUSH"});
+  c.add("b");
+  c.rounds_until({"b", "a"}, [&] { return c.split_among({"a", "b"}); });
+}
+
+TEST_CASE("shard leases: a failed round keeps only the leases that surely last") {
+  cluster c;
+  c.shards = 4;
+  freezing_proxy proxy(redis_options::parse(redis_test_uri()).port);
+  redis_options ro = redis_test_options(c.prefix);
+  ro.port = proxy.port();
+
+  SUBCASE("within valid_until the leases stay held") {
+    auto a = make_redis_shard_leases(ro, cluster_options{4, 10s, "a"});
+    const lease_round first = a->renew();
+    REQUIRE(first.held.size() == 4);
+    proxy.sever();
+    boost::system::error_code ec;
+    const lease_round r = a->renew(ec);
+    CHECK(ec == errc::store_unavailable);
+    CHECK(r.held == first.held);
+    CHECK(r.lost.empty());
+    CHECK(r.members.empty());
+  }
+  SUBCASE("past valid_until they are lost") {
+    auto a = make_redis_shard_leases(ro, cluster_options{4, 200ms, "a"});
+    const lease_round first = a->renew();
+    REQUIRE(first.held.size() == 4);
+    proxy.sever();
+    std::this_thread::sleep_until(first.held.back().valid_until + 1ms);
+    boost::system::error_code ec;
+    const lease_round r = a->renew(ec);
+    CHECK(ec == errc::store_unavailable);
+    CHECK(r.held.empty());
+    CHECK(r.lost == std::vector<std::uint32_t>{0, 1, 2, 3});
+    CHECK_THROWS_AS(a->renew(), boost::system::system_error);
+  }
+}
