@@ -56,6 +56,17 @@ struct redis_failure {
 /// hiredis could not buffer a command (out of memory).
 struct append_failed {};
 
+/// A Redis Cluster redirect or "not now" reply, thrown by a connection in
+/// cluster mode once it read every reply it was asked for (see
+/// cluster_router.hpp). `retry`: TRYAGAIN or CLUSTERDOWN.
+struct cluster_redirect {
+  enum kind_t { none, moved, ask, retry } kind = none;
+  unsigned slot = 0;
+  std::string host;
+  unsigned port = 0;
+  std::string text;  // the reply, for messages
+};
+
 /// The names of every key of one store (docs/persistence.md, key layout).
 struct store_keys {
   explicit store_keys(const std::string& prefix);
@@ -142,6 +153,22 @@ class connection {
   std::vector<reply_ptr> read_replies(std::size_t n, bool write = false);
   std::vector<reply_ptr> exchange(const std::vector<command>& cmds, bool write = false);
 
+  /// Buffers a command (or one already in the wire format), behind an
+  /// ASKING when asking mode is on. Throws append_failed.
+  void append(const command& cmd);
+  /// `starts_command`: false for the rest of a command whose start was
+  /// appended already (no ASKING in between).
+  void append_formatted(std::string_view bytes, bool starts_command = true);
+  /// Asking mode (cluster_router, after an ASK redirect): every command is
+  /// sent behind an ASKING, whose reply read_replies() skips.
+  void set_asking(bool on) noexcept { asking_ = on; }
+
+  /// Writes the key layout version to `{PREFIX}:meta` unless there is one,
+  /// and checks it is this build's. Part of the handshake without cluster
+  /// mode; a cluster store runs it through its router, since the meta key
+  /// lives on one node only.
+  void check_layout();
+
   /// Runs `body` on a live connection; when the server had closed it,
   /// reconnects once and runs `body` again. Failures become `ec`, logged.
   template <class Body>
@@ -172,15 +199,17 @@ class connection {
 
   const redis_options& options() const noexcept { return opts_; }
 
- private:
-  void connect();
   void log_reconnecting(const std::string& why) const;
   void log_failed(const char* what, const std::string& why) const;
+
+ private:
+  void connect();
 
   const redis_options& opts_;
   std::string name_;
   std::string client_name_;
   bool load_write_script_;
+  bool asking_ = false;
   std::string key_meta_;
   context_ptr ctx_;
   std::string write_sha_;
