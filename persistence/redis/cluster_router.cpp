@@ -2,6 +2,7 @@
 // replies of Redis Cluster (see cluster_router.hpp).
 #include "cluster_router.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <thread>
 
@@ -100,7 +101,10 @@ cluster_router::cluster_router(const redis_options& opts, std::string store_name
       name_(std::move(store_name)),
       role_(std::move(role)),
       load_write_script_(load_write_script) {
-  if (!opts_.cluster)
+  // 128 KiB of map only in a cluster; list() makes a router per call.
+  if (opts_.cluster)
+    slots_.assign(cluster_slots, nullptr);
+  else
     single_ = std::make_unique<connection>(opts_, name_, role_, load_write_script_);
 }
 
@@ -169,7 +173,7 @@ void cluster_router::refresh() {
   for (const redis_options* where : candidates) {
     auto ranges = ask_slots(*where, why);
     if (!ranges) continue;
-    slots_.fill(nullptr);
+    std::fill(slots_.begin(), slots_.end(), nullptr);
     for (const slot_range& r : *ranges) {
       node_entry& e = entry(r.host, r.port);
       for (unsigned s = r.first; s <= r.last; ++s) slots_[s] = &e;

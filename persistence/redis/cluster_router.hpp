@@ -26,7 +26,6 @@
 
 #include <utility>
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -63,6 +62,10 @@ std::vector<slot_range> parse_cluster_slots(const redisReply* r, const std::stri
 /// `retry` for TRYAGAIN and CLUSTERDOWN, `none` for anything else.
 cluster_redirect parse_redirect(const redisReply* r);
 
+/// The connections of one user of a store (its calls, the writer, one
+/// list()) and, in a cluster, the slot map they route by.
+/// Thread safety: none; its owner serializes the calls (the store's mutex,
+/// the writer's thread, the list() call).
 class cluster_router {
  public:
   /// At most this many MOVED / ASK in one call.
@@ -201,8 +204,8 @@ class cluster_router {
   std::string role_;
   bool load_write_script_;
   std::map<std::string, std::unique_ptr<node_entry>> nodes_;  // by "host:port"
-  std::array<node_entry*, cluster_slots> slots_{};            // null: unknown
-  std::unique_ptr<connection> single_;                        // without cluster mode
+  std::vector<node_entry*> slots_;      // by slot, null: unknown (cluster mode only)
+  std::unique_ptr<connection> single_;  // without cluster mode
 };
 
 }  // namespace delayq::detail::redis

@@ -2,8 +2,8 @@
 // dialling with a backoff, the handshake, timeouts and the mapping of
 // hiredis failures and error replies onto delayq::errc. Internal.
 //
-// A call on a connection throws redis_failure; run() turns that into an
-// error_code at the store's boundary. What a failure means:
+// A call on a connection throws redis_failure; cluster_router::run() turns
+// that into an error_code at the store's boundary. What a failure means:
 // - the server closed the connection (EOF, reset, broken pipe): `retryable`,
 //   the call may be run once more on a fresh connection (every write of the
 //   store is idempotent, see scripts.hpp);
@@ -168,34 +168,6 @@ class connection {
   /// mode; a cluster store runs it through its router, since the meta key
   /// lives on one node only.
   void check_layout();
-
-  /// Runs `body` on a live connection; when the server had closed it,
-  /// reconnects once and runs `body` again. Failures become `ec`, logged.
-  template <class Body>
-  void run(const char* what, boost::system::error_code& ec, Body&& body) {
-    ec = {};
-    sigpipe_guard guard;
-    for (int attempt = 0;; ++attempt) {
-      try {
-        try {
-          ensure_connected();
-          body();
-          return;
-        } catch (const append_failed&) {
-          drop(false);
-          throw redis_failure{errc::store_error, "out of memory while buffering commands", true};
-        }
-      } catch (const redis_failure& f) {
-        if (f.retryable && attempt == 0) {
-          log_reconnecting(f.message);
-          continue;
-        }
-        ec = make_error_code(f.code);
-        log_failed(what, f.message);
-        return;
-      }
-    }
-  }
 
   const redis_options& options() const noexcept { return opts_; }
 

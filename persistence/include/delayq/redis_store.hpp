@@ -93,6 +93,15 @@ struct redis_options {
 /// at warning level, never with the password. list() reads on a connection
 /// of its own, opened for the call.
 ///
+/// Redis Cluster (redis-cluster://). Each of those connections goes to the
+/// master of the store's hash slot, found with CLUSTER SLOTS; MOVED and ASK
+/// are followed (at most 5 in one call, then errc::store_error), TRYAGAIN
+/// and CLUSTERDOWN waited out for up to command_timeout (then
+/// errc::store_unavailable), and the write pipeline sends redirected batches
+/// again, in order, to the new owner. Limits (one slot per store, no
+/// replica reads, writes lost by a failover to a lagging replica):
+/// docs/persistence.md, "Redis Cluster".
+///
 /// Example:
 /// \code
 ///   delayq::redis_store
