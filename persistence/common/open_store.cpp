@@ -17,6 +17,7 @@ constexpr const char* accepted_forms =
     "accepted store URIs: "
     "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME], "
     "unix:///PATH/TO/SOCKET[?db=N&prefix=NAME], "
+    "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=NAME], "
     "sqlite:PATH/TO/FILE.db or sqlite:///ABS/PATH/FILE.db "
     "[?synchronous=off|normal|full|extra&busy_timeout_ms=N], "
     "memory: (in-process, nothing persisted)";
@@ -95,7 +96,8 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
 
   if (uri == "memory:") {
     store = std::make_unique<memory_store>();
-  } else if (uri.starts_with("redis://") || uri.starts_with("unix://")) {
+  } else if (uri.starts_with("redis://") || uri.starts_with("unix://") ||
+             uri.starts_with("redis-cluster://")) {
     std::string parse_message;
     redis_options opts = redis_options::parse(uri, ec, &parse_message);
     if (ec) {

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <ctime>
 
+#include "cluster_router.hpp"
 #include "delayq/log.hpp"
 #include "scripts.hpp"
 
@@ -146,18 +147,58 @@ redis_failure connection::lost(int saved_errno, bool write) {
 std::vector<reply_ptr> connection::read_replies(std::size_t n, bool write) {
   std::vector<reply_ptr> replies;
   replies.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  const auto read_one = [&] {
     void* raw = nullptr;
     errno = 0;
     if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw lost(errno, write);
-    replies.emplace_back(static_cast<redisReply*>(raw));
+    return reply_ptr(static_cast<redisReply*>(raw));
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (asking_) read_one();  // the ASKING before it: OK, or an error the command repeats
+    replies.push_back(read_one());
+  }
+  if (opts_.cluster) {
+    // Every reply is read first, so the connection stays usable.
+    for (const reply_ptr& r : replies) {
+      cluster_redirect redirect = parse_redirect(r.get());
+      if (redirect.kind != cluster_redirect::none) throw redirect;
+    }
   }
   return replies;
 }
 
 std::vector<reply_ptr> connection::exchange(const std::vector<command>& cmds, bool write) {
-  for (const command& c : cmds) c.append_to(ctx_.get());
+  for (const command& c : cmds) append(c);
   return read_replies(cmds.size(), write);
+}
+
+namespace {
+const command asking_command = std::move(command().arg("ASKING"));
+}  // namespace
+
+void connection::append(const command& cmd) {
+  if (asking_) asking_command.append_to(ctx_.get());
+  cmd.append_to(ctx_.get());
+}
+
+void connection::append_formatted(std::string_view bytes, bool starts_command) {
+  if (asking_ && starts_command) asking_command.append_to(ctx_.get());
+  if (redisAppendFormattedCommand(ctx_.get(), bytes.data(), bytes.size()) != REDIS_OK)
+    throw append_failed{};
+}
+
+void connection::check_layout() {
+  const std::string layout = std::to_string(redis_store::layout_version);
+  auto replies = exchange({command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout),
+                           command().arg("HGET").arg(key_meta_).arg("layout")});
+  for (const reply_ptr& r : replies)
+    if (r->type == REDIS_REPLY_ERROR) throw_server_error("key layout check", r.get());
+  const std::string stored = reply_text(replies.back().get());
+  int stored_layout = 0;
+  std::from_chars(stored.data(), stored.data() + stored.size(), stored_layout);
+  if (stored_layout != redis_store::layout_version)
+    throw redis_failure{errc::store_error, "key layout version '" + stored + "' in " + key_meta_ +
+                                               " is not " + layout + ", the one this build uses"};
 }
 
 // Dials, authenticates, selects the database, names the connection (so
@@ -188,15 +229,18 @@ void connection::connect() {
   }
   const std::string db = std::to_string(opts_.db);
   const std::string layout = std::to_string(redis_store::layout_version);
-  if (opts_.db != 0) cmds.push_back(std::move(command().arg("SELECT").arg(db)));
+  if (opts_.db != 0 && !opts_.cluster) cmds.push_back(std::move(command().arg("SELECT").arg(db)));
   cmds.push_back(std::move(command().arg("CLIENT").arg("SETNAME").arg(client_name_)));
   cmds.push_back(std::move(command().arg("CLIENT").arg("ID")));
   cmds.push_back(std::move(command().arg("INFO").arg("server")));
   const std::size_t first_optional = cmds.size();
   if (load_write_script_)
     cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(write_script)));
-  cmds.push_back(std::move(command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout)));
-  cmds.push_back(std::move(command().arg("HGET").arg(key_meta_).arg("layout")));
+  // In a cluster the meta key lives on one node: the router checks it there.
+  if (!opts_.cluster) {
+    cmds.push_back(std::move(command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout)));
+    cmds.push_back(std::move(command().arg("HGET").arg(key_meta_).arg("layout")));
+  }
   std::vector<reply_ptr> replies;
   try {
     replies = exchange(cmds);
@@ -232,6 +276,7 @@ void connection::connect() {
     kill_id_ = -1;
   }
   if (load_write_script_) write_sha_ = reply_text(replies[++k].get());
+  if (opts_.cluster) return;
   const std::string stored = reply_text(replies.back().get());
   int stored_layout = 0;
   std::from_chars(stored.data(), stored.data() + stored.size(), stored_layout);

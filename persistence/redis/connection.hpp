@@ -2,8 +2,8 @@
 // dialling with a backoff, the handshake, timeouts and the mapping of
 // hiredis failures and error replies onto delayq::errc. Internal.
 //
-// A call on a connection throws redis_failure; run() turns that into an
-// error_code at the store's boundary. What a failure means:
+// A call on a connection throws redis_failure; cluster_router::run() turns
+// that into an error_code at the store's boundary. What a failure means:
 // - the server closed the connection (EOF, reset, broken pipe): `retryable`,
 //   the call may be run once more on a fresh connection (every write of the
 //   store is idempotent, see scripts.hpp);
@@ -55,6 +55,17 @@ struct redis_failure {
 
 /// hiredis could not buffer a command (out of memory).
 struct append_failed {};
+
+/// A Redis Cluster redirect or "not now" reply, thrown by a connection in
+/// cluster mode once it read every reply it was asked for (see
+/// cluster_router.hpp). `retry`: TRYAGAIN or CLUSTERDOWN.
+struct cluster_redirect {
+  enum kind_t { none, moved, ask, retry } kind = none;
+  unsigned slot = 0;
+  std::string host;
+  unsigned port = 0;
+  std::string text;  // the reply, for messages
+};
 
 /// The names of every key of one store (docs/persistence.md, key layout).
 struct store_keys {
@@ -142,45 +153,35 @@ class connection {
   std::vector<reply_ptr> read_replies(std::size_t n, bool write = false);
   std::vector<reply_ptr> exchange(const std::vector<command>& cmds, bool write = false);
 
-  /// Runs `body` on a live connection; when the server had closed it,
-  /// reconnects once and runs `body` again. Failures become `ec`, logged.
-  template <class Body>
-  void run(const char* what, boost::system::error_code& ec, Body&& body) {
-    ec = {};
-    sigpipe_guard guard;
-    for (int attempt = 0;; ++attempt) {
-      try {
-        try {
-          ensure_connected();
-          body();
-          return;
-        } catch (const append_failed&) {
-          drop(false);
-          throw redis_failure{errc::store_error, "out of memory while buffering commands", true};
-        }
-      } catch (const redis_failure& f) {
-        if (f.retryable && attempt == 0) {
-          log_reconnecting(f.message);
-          continue;
-        }
-        ec = make_error_code(f.code);
-        log_failed(what, f.message);
-        return;
-      }
-    }
-  }
+  /// Buffers a command (or one already in the wire format), behind an
+  /// ASKING when asking mode is on. Throws append_failed.
+  void append(const command& cmd);
+  /// `starts_command`: false for the rest of a command whose start was
+  /// appended already (no ASKING in between).
+  void append_formatted(std::string_view bytes, bool starts_command = true);
+  /// Asking mode (cluster_router, after an ASK redirect): every command is
+  /// sent behind an ASKING, whose reply read_replies() skips.
+  void set_asking(bool on) noexcept { asking_ = on; }
+
+  /// Writes the key layout version to `{PREFIX}:meta` unless there is one,
+  /// and checks it is this build's. Part of the handshake without cluster
+  /// mode; a cluster store runs it through its router, since the meta key
+  /// lives on one node only.
+  void check_layout();
 
   const redis_options& options() const noexcept { return opts_; }
 
- private:
-  void connect();
   void log_reconnecting(const std::string& why) const;
   void log_failed(const char* what, const std::string& why) const;
+
+ private:
+  void connect();
 
   const redis_options& opts_;
   std::string name_;
   std::string client_name_;
   bool load_write_script_;
+  bool asking_ = false;
   std::string key_meta_;
   context_ptr ctx_;
   std::string write_sha_;

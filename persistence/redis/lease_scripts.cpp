@@ -24,24 +24,33 @@ namespace {
   "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) " \
   "local function ms(x) return string.format('%.0f', x) end "
 
+// A live lease is never taken, not even by another process under the same
+// instance name (a restart while the old process is only stalled): that one
+// may still fire the shard's tasks. Only this very incarnation gets its live
+// lease back, with the same token: a retried acquire changes nothing.
 const char* const acquire_lua = DELAYQ_LEASE_PROLOGUE
-    "local l = redis.call('HMGET', KEYS[1], 'owner', 'expires_ms') "
-    "local expires = tonumber(l[2]) or 0 "
-    "if l[1] and l[1] ~= ARGV[1] and expires > now then return 0 end "
+    "local l = redis.call('HMGET', KEYS[1], 'owner', 'incarnation', 'expires_ms', 'token') "
+    "local expires = tonumber(l[3]) or 0 "
+    "if l[1] and expires > now then "
+    "  if l[1] ~= ARGV[1] or l[2] ~= ARGV[3] then return 0 end "
+    "  redis.call('HSET', KEYS[1], 'expires_ms', ms(now + tonumber(ARGV[2]))) "
+    "  return tonumber(l[4]) "
+    "end "
     "local token = redis.call('HINCRBY', KEYS[1], 'token', 1) "
-    "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'expires_ms', ms(now + tonumber(ARGV[2]))) "
+    "redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'incarnation', ARGV[3], "
+    "           'expires_ms', ms(now + tonumber(ARGV[2]))) "
     "return token";
 
 const char* const renew_lua = DELAYQ_LEASE_PROLOGUE
-    "local l = redis.call('HMGET', KEYS[1], 'owner', 'token') "
-    "if l[1] ~= ARGV[1] or l[2] ~= ARGV[2] then return 0 end "
+    "local l = redis.call('HMGET', KEYS[1], 'owner', 'token', 'incarnation') "
+    "if l[1] ~= ARGV[1] or l[2] ~= ARGV[2] or l[3] ~= ARGV[4] then return 0 end "
     "redis.call('HSET', KEYS[1], 'expires_ms', ms(now + tonumber(ARGV[3]))) "
     "return 1";
 
 const char* const release_lua =
-    "local l = redis.call('HMGET', KEYS[1], 'owner', 'token') "
-    "if l[1] ~= ARGV[1] or l[2] ~= ARGV[2] then return 0 end "
-    "redis.call('HDEL', KEYS[1], 'owner', 'expires_ms') "
+    "local l = redis.call('HMGET', KEYS[1], 'owner', 'token', 'incarnation') "
+    "if l[1] ~= ARGV[1] or l[2] ~= ARGV[2] or l[3] ~= ARGV[3] then return 0 end "
+    "redis.call('HDEL', KEYS[1], 'owner', 'incarnation', 'expires_ms') "
     "return 1";
 
 const char* const members_lua = DELAYQ_LEASE_PROLOGUE

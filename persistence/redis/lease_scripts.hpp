@@ -7,18 +7,22 @@
 // redis.replicate_commands(). Times are ms since the epoch; a lease or
 // membership entry is live while its expiry is > now.
 //
-//   acquire  KEYS[1] {P:s}:lease  ARGV instance, lease_ms
-//            Takes the lease when it is free, expired, or held under this
-//            instance's name (a restarted incarnation, or our own acquire
-//            whose reply was lost): token + 1 (HINCRBY), owner, expiry.
-//            Returns the new token, or 0 when another instance holds it.
-//   renew    KEYS[1] {P:s}:lease  ARGV instance, token, lease_ms
-//            Pushes the expiry when owner and token match (even if it
-//            expired meanwhile: the token did not change, so nobody took
-//            it). Returns 1, or 0 when the lease is not ours any more.
-//   release  KEYS[1] {P:s}:lease  ARGV instance, token
-//            Deletes owner and expiry when owner and token match; the token
-//            stays, so the next owner's is larger. Returns 1 or 0.
+//   acquire  KEYS[1] {P:s}:lease  ARGV instance, lease_ms, incarnation
+//            Takes the lease when it is free or expired: token + 1
+//            (HINCRBY), owner, incarnation, expiry; returns the new token.
+//            A live lease of this very incarnation (our own acquire whose
+//            reply was lost) gets its expiry pushed and keeps its token.
+//            Any other live lease, even one under our instance name (a
+//            restart while the old process is stalled), is not taken:
+//            returns 0. The incarnation is a random id per lease table.
+//   renew    KEYS[1] {P:s}:lease  ARGV instance, token, lease_ms, incarnation
+//            Pushes the expiry when owner, token and incarnation match (even
+//            if it expired meanwhile: the token did not change, so nobody
+//            took it). Returns 1, or 0 when the lease is not ours any more.
+//   release  KEYS[1] {P:s}:lease  ARGV instance, token, incarnation
+//            Deletes owner, incarnation and expiry when they and the token
+//            match; the token stays, so the next owner's is larger. Returns
+//            1 or 0.
 //   members  KEYS[1] {P}:members  ARGV instance, lease_ms
 //            Drops the expired entries, heartbeats ours (expiry now +
 //            lease_ms), returns the live names.

@@ -140,7 +140,8 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
   ec = {};
   impl& m = *impl_;
   list_summary summary;
-  connection conn(m.opts, m.name, ":list", false);
+  // A router of its own: in a cluster, the node of the store's slot.
+  detail::redis::cluster_router router(m.opts, m.name, ":list", false);
   seen_ids seen;
   std::vector<std::uint64_t> hashes;  // of one page's ids
   std::vector<quarantined> pending;   // quarantine scripts whose replies are due
@@ -148,7 +149,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
   std::size_t total = 0;
   std::size_t next_progress = progress_every;
 
-  const auto read_quarantined = [&] {
+  const auto read_quarantined = [&](connection& conn) {
     auto replies = conn.read_replies(pending.size(), true);
     for (std::size_t k = 0; k < replies.size(); ++k) {
       const redisReply* r = replies[k].get();
@@ -163,23 +164,21 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
     pending.clear();
   };
 
-  try {
+  // Runs on the node of the store's slot. After a cluster redirect (the
+  // slot moved, or is moving) the scan starts again from cursor 0 on the
+  // node the router picks: HSCAN cursors belong to one node. `seen` keeps
+  // the sink from getting a task twice.
+  const auto scan = [&](connection& conn) {
+    pending.clear();
     std::string cursor = "0";
     // Asks for the page at `cursor` without waiting for it: pages are read
     // one ahead, so the server scans while this thread decodes.
     const auto request_page = [&] {
-      command()
-          .arg("HSCAN")
-          .arg(m.keys.tasks)
-          .arg(cursor)
-          .arg("COUNT")
-          .arg(page_hint)
-          .append_to(conn.get());
+      conn.append(command().arg("HSCAN").arg(m.keys.tasks).arg(cursor).arg("COUNT").arg(page_hint));
       flush(conn);
     };
     {
       sigpipe_guard guard;
-      conn.ensure_connected();
       auto hlen = conn.exchange({command().arg("HLEN").arg(m.keys.tasks)});
       if (hlen[0]->type == REDIS_REPLY_INTEGER && hlen[0]->integer > 0)
         total = static_cast<std::size_t>(hlen[0]->integer);
@@ -191,7 +190,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       {
         sigpipe_guard guard;
         page = std::move(conn.read_replies(1)[0]);
-        read_quarantined();
+        read_quarantined(conn);
       }
       const redisReply* r = page.get();
       if (r->type == REDIS_REPLY_ERROR) detail::redis::throw_server_error("HSCAN", r);
@@ -220,18 +219,17 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         }
         if (dec) {
           // Sent behind the next page's request; the reply comes with it.
-          command()
-              .arg("EVAL")
-              .arg(detail::redis::quarantine_script)
-              .arg("4")
-              .arg(m.keys.tasks)
-              .arg(m.keys.due)
-              .arg(m.keys.quarantine)
-              .arg(m.keys.quarantine_reason)
-              .arg(id)
-              .arg(raw)
-              .arg(why)
-              .append_to(conn.get());
+          conn.append(command()
+                          .arg("EVAL")
+                          .arg(detail::redis::quarantine_script)
+                          .arg("4")
+                          .arg(m.keys.tasks)
+                          .arg(m.keys.due)
+                          .arg(m.keys.quarantine)
+                          .arg(m.keys.quarantine_reason)
+                          .arg(id)
+                          .arg(raw)
+                          .arg(why));
           pending.push_back({std::string(id), std::move(why)});
           continue;
         }
@@ -255,10 +253,21 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       if (!more) break;
     }
     sigpipe_guard guard;
-    read_quarantined();
-  } catch (const redis_failure& f) {
-    ec = make_error_code(f.code);
-    log(log_level::error, m.name + ": list failed: " + f.message);
+    read_quarantined(conn);
+  };
+
+  const auto failure = router.try_run(m.slot, [&](connection& conn) {
+    try {
+      scan(conn);
+    } catch (const detail::redis::cluster_redirect&) {
+      // Requests may still be on the wire (the next page, quarantines).
+      conn.drop(false);
+      throw;
+    }
+  });
+  if (failure) {
+    ec = make_error_code(failure->code);
+    log(log_level::error, m.name + ": list failed: " + failure->message);
   }
   return summary;
 }

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdint>
+#include <tuple>
 
 #include "delayq/redis_store.hpp"
 
@@ -100,17 +101,22 @@ void parse_query(std::string_view query, redis_options& o, bool allow_db) {
   }
 }
 
+std::pair<std::string, unsigned> parse_host_port(std::string_view authority);
+
 redis_options parse_uri(std::string_view uri) {
   redis_options o;
   std::string_view query;
   std::string_view rest;
   const bool is_unix = uri.starts_with("unix://");
+  const bool is_cluster = uri.starts_with("redis-cluster://");
   if (uri.starts_with("redis://"))
     rest = uri.substr(8);
   else if (is_unix)
     rest = uri.substr(7);
+  else if (is_cluster)
+    rest = uri.substr(16);
   else
-    throw uri_error{"not a redis:// or unix:// URI"};
+    throw uri_error{"not a redis://, unix:// or redis-cluster:// URI"};
   if (const auto q = rest.find('?'); q != std::string_view::npos) {
     query = rest.substr(q + 1);
     rest = rest.substr(0, q);
@@ -132,6 +138,7 @@ redis_options parse_uri(std::string_view uri) {
   }
 
   // redis://[userinfo@]host[:port][/db]
+  // redis-cluster://[userinfo@]host[:port][,host[:port]...]
   std::string_view authority = rest, path;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
     authority = rest.substr(0, slash);
@@ -141,6 +148,31 @@ redis_options parse_uri(std::string_view uri) {
     parse_userinfo(authority.substr(0, at), o);
     authority = authority.substr(at + 1);
   }
+  if (is_cluster) {
+    if (rest.find('/') != std::string_view::npos)
+      throw uri_error{"a Redis Cluster has only database 0: drop the '/DB' path"};
+    if (query.find("db=") == 0 || query.find("&db=") != std::string_view::npos)
+      throw uri_error{"a Redis Cluster has only database 0: drop the db option"};
+    o.cluster = true;
+    while (true) {
+      const auto comma = authority.find(',');
+      o.seeds.push_back(parse_host_port(authority.substr(0, comma)));
+      if (comma == std::string_view::npos) break;
+      authority = authority.substr(comma + 1);
+    }
+    o.host = o.seeds.front().first;
+    o.port = o.seeds.front().second;
+    parse_query(query, o, false);
+    return o;
+  }
+  std::tie(o.host, o.port) = parse_host_port(authority);
+  if (!path.empty()) o.db = parse_number<int>(path, 0, 1'000'000, "the database number");
+  parse_query(query, o, false);
+  return o;
+}
+
+// host[:port], the host a name, an IPv4 address or a bracketed IPv6 one.
+std::pair<std::string, unsigned> parse_host_port(std::string_view authority) {
   std::string_view host = authority, port;
   if (authority.starts_with('[')) {
     const auto close = authority.find(']');
@@ -158,11 +190,8 @@ redis_options parse_uri(std::string_view uri) {
     if (port.empty()) throw uri_error{"empty port"};
   }
   if (host.empty()) throw uri_error{"missing host"};
-  o.host = std::string(host);
-  if (!port.empty()) o.port = parse_number<unsigned>(port, 1, 65535, "the port");
-  if (!path.empty()) o.db = parse_number<int>(path, 0, 1'000'000, "the database number");
-  parse_query(query, o, false);
-  return o;
+  return {std::string(host),
+          port.empty() ? 6379u : parse_number<unsigned>(port, 1, 65535, "the port")};
 }
 
 }  // namespace
@@ -192,8 +221,14 @@ redis_options redis_options::parse(std::string_view uri) {
 
 std::string redis_options::address() const {
   if (!unix_socket.empty()) return unix_socket;
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  const auto one = [](const std::string& h, unsigned p) {
+    const bool v6 = h.find(':') != std::string::npos;
+    return (v6 ? "[" + h + "]" : h) + ":" + std::to_string(p);
+  };
+  if (seeds.empty()) return one(host, port);
+  std::string out;
+  for (const auto& [h, p] : seeds) out += (out.empty() ? "" : ",") + one(h, p);
+  return out;
 }
 
 std::string redis_options::describe() const {
@@ -216,6 +251,9 @@ std::string redis_options::describe() const {
   if (!unix_socket.empty()) {
     out = "unix://" + who + unix_socket + "?db=" + std::to_string(db);
     if (prefix != default_prefix) out += "&prefix=" + prefix;
+  } else if (cluster) {
+    out = "redis-cluster://" + who + address();
+    if (prefix != default_prefix) out += "?prefix=" + prefix;
   } else {
     out = "redis://" + who + address() + "/" + std::to_string(db);
     if (prefix != default_prefix) out += "?prefix=" + prefix;

@@ -26,20 +26,22 @@ using detail::redis::reply_text;
 using detail::redis::throw_server_error;
 
 redis_store::impl::impl(redis_options o)
-    : opts(std::move(o)), name(opts.describe()), keys(opts.prefix), conn(opts, name, "", true) {}
+    : opts(std::move(o)),
+      name(opts.describe()),
+      keys(opts.prefix),
+      slot(detail::redis::key_slot(keys.tasks)),
+      conn(opts, name, "", true) {}
 
 redis_store::impl::~impl() = default;
 
 // Sends one batch as EVALSHA (EVAL when the server lost the script) and
 // checks the reply. Runs inside conn.run(), under the mutex.
-void redis_store::impl::send(const detail::redis::write_batch& batch) {
+void redis_store::impl::send(detail::redis::connection& c,
+                             const detail::redis::write_batch& batch) {
   for (const bool eval : {false, true}) {
-    redisContext* c = conn.get();
-    const std::string head = eval ? batch.eval_head() : batch.head(conn.write_sha());
-    if (redisAppendFormattedCommand(c, head.data(), head.size()) != REDIS_OK ||
-        redisAppendFormattedCommand(c, batch.tail().data(), batch.tail().size()) != REDIS_OK)
-      throw detail::redis::append_failed{};
-    auto replies = conn.read_replies(1, true);
+    c.append_formatted(eval ? batch.eval_head() : batch.head(c.write_sha()));
+    c.append_formatted(batch.tail(), false);
+    auto replies = c.read_replies(1, true);
     const redisReply* r = replies[0].get();
     if (!eval && detail::redis::is_noscript(r)) {
       log(log_level::warning, name + ": the server lost the write script (NOSCRIPT); using EVAL");
@@ -50,8 +52,9 @@ void redis_store::impl::send(const detail::redis::write_batch& batch) {
   }
 }
 
-std::size_t redis_store::impl::quarantine(const std::string& hash, const std::string& index,
-                                          const std::string& q, const std::string& q_reason,
+std::size_t redis_store::impl::quarantine(detail::redis::connection& c, const std::string& hash,
+                                          const std::string& index, const std::string& q,
+                                          const std::string& q_reason,
                                           const std::vector<bad_record>& bad, const char* kind) {
   if (bad.empty()) return 0;
   std::vector<command> cmds;
@@ -68,7 +71,7 @@ std::size_t redis_store::impl::quarantine(const std::string& hash, const std::st
                                  .arg(b.id)
                                  .arg(b.raw)
                                  .arg(b.why)));
-  auto moved = conn.exchange(cmds);
+  auto moved = c.exchange(cmds);
   std::size_t n = 0;
   for (std::size_t k = 0; k < bad.size(); ++k) {
     const redisReply* r = moved[k].get();
@@ -94,9 +97,18 @@ std::optional<dead_letter> redis_store::impl::decode_dead(std::string_view id, s
   return d;
 }
 
+void redis_store::impl::connect() {
+  // Dials the node of the store's slot; in a cluster, checks the key layout
+  // there (the handshake does it without one).
+  if (auto f = conn.try_run(slot, [&](detail::redis::connection& c) {
+        if (opts.cluster) c.check_layout();
+      }))
+    throw *f;
+}
+
 detail::redis::write_pipeline& redis_store::impl::writer() {
   std::lock_guard lock(pipeline_mutex);
-  if (!pipeline) pipeline = std::make_unique<detail::redis::write_pipeline>(opts, name);
+  if (!pipeline) pipeline = std::make_unique<detail::redis::write_pipeline>(opts, name, slot);
   return *pipeline;
 }
 
@@ -106,7 +118,7 @@ redis_store::redis_store(redis_options options)
     : impl_(std::make_unique<impl>(std::move(options))) {
   detail::redis::sigpipe_guard guard;
   try {
-    impl_->conn.ensure_connected();
+    impl_->connect();
   } catch (const redis_failure& f) {
     throw boost::system::system_error(make_error_code(f.code),
                                       "delayq: " + impl_->name + ": " + f.message);
@@ -119,7 +131,7 @@ std::unique_ptr<redis_store> redis_store::open(redis_options options, boost::sys
   auto m = std::make_unique<impl>(std::move(options));
   detail::redis::sigpipe_guard guard;
   try {
-    m->conn.ensure_connected();
+    m->connect();
   } catch (const redis_failure& f) {
     ec = make_error_code(f.code);
     if (message) *message = f.message;
@@ -143,7 +155,7 @@ void redis_store::write(std::span<const store_change> changes, boost::system::er
   // Encoded once, outside the lock and the retry.
   const detail::redis::write_batch batch(m.keys, changes);
   std::lock_guard lock(m.mutex);
-  m.conn.run("write", ec, [&] { m.send(batch); });
+  m.conn.run(m.slot, "write", ec, [&](detail::redis::connection& c) { m.send(c, batch); });
 }
 
 void redis_store::async_write(std::span<const store_change> changes,
@@ -206,18 +218,18 @@ void redis_store::quarantine(std::string_view id, std::string_view reason,
                              boost::system::error_code& ec) {
   impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.conn.run("quarantine", ec, [&] {
-    auto replies = m.conn.exchange({command()
-                                        .arg("EVAL")
-                                        .arg(detail::redis::quarantine_id_script)
-                                        .arg("4")
-                                        .arg(m.keys.tasks)
-                                        .arg(m.keys.due)
-                                        .arg(m.keys.quarantine)
-                                        .arg(m.keys.quarantine_reason)
-                                        .arg(id)
-                                        .arg(reason)},
-                                   true);
+  m.conn.run(m.slot, "quarantine", ec, [&](detail::redis::connection& c) {
+    auto replies = c.exchange({command()
+                                   .arg("EVAL")
+                                   .arg(detail::redis::quarantine_id_script)
+                                   .arg("4")
+                                   .arg(m.keys.tasks)
+                                   .arg(m.keys.due)
+                                   .arg(m.keys.quarantine)
+                                   .arg(m.keys.quarantine_reason)
+                                   .arg(id)
+                                   .arg(reason)},
+                              true);
     const redisReply* r = replies[0].get();
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("quarantine", r);
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
@@ -231,9 +243,9 @@ std::vector<std::pair<std::string, std::string>> redis_store::load_settings(
   impl& m = *impl_;
   std::vector<std::pair<std::string, std::string>> out;
   std::lock_guard lock(m.mutex);
-  m.conn.run("load_settings", ec, [&] {
+  m.conn.run(m.slot, "load_settings", ec, [&](detail::redis::connection& c) {
     out.clear();
-    auto replies = m.conn.exchange({command().arg("HGETALL").arg(m.keys.settings)});
+    auto replies = c.exchange({command().arg("HGETALL").arg(m.keys.settings)});
     const redisReply* r = replies[0].get();
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("HGETALL", r);
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0)
@@ -251,9 +263,9 @@ void redis_store::save_setting(std::string_view key, std::string_view value,
                                boost::system::error_code& ec) {
   impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.conn.run("save_setting", ec, [&] {
+  m.conn.run(m.slot, "save_setting", ec, [&](detail::redis::connection& c) {
     auto replies =
-        m.conn.exchange({command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)}, true);
+        c.exchange({command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HSET", replies[0].get());
   });
 }
@@ -261,8 +273,8 @@ void redis_store::save_setting(std::string_view key, std::string_view value,
 void redis_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
   impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.conn.run("erase_setting", ec, [&] {
-    auto replies = m.conn.exchange({command().arg("HDEL").arg(m.keys.settings).arg(key)}, true);
+  m.conn.run(m.slot, "erase_setting", ec, [&](detail::redis::connection& c) {
+    auto replies = c.exchange({command().arg("HDEL").arg(m.keys.settings).arg(key)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HDEL", replies[0].get());
   });
 }
@@ -274,8 +286,8 @@ std::size_t redis_store::count_dead(boost::system::error_code& ec) {
   impl& m = *impl_;
   std::size_t n = 0;
   std::lock_guard lock(m.mutex);
-  m.conn.run("count_dead", ec, [&] {
-    auto replies = m.conn.exchange({command().arg("HLEN").arg(m.keys.dead)});
+  m.conn.run(m.slot, "count_dead", ec, [&](detail::redis::connection& c) {
+    auto replies = c.exchange({command().arg("HLEN").arg(m.keys.dead)});
     const redisReply* r = replies[0].get();
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("HLEN", r);
     if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
@@ -291,9 +303,9 @@ std::optional<dead_letter> redis_store::find_dead(std::string_view id,
   impl& m = *impl_;
   std::optional<dead_letter> found;
   std::lock_guard lock(m.mutex);
-  m.conn.run("find_dead", ec, [&] {
+  m.conn.run(m.slot, "find_dead", ec, [&](detail::redis::connection& c) {
     found.reset();
-    auto replies = m.conn.exchange({command().arg("HGET").arg(m.keys.dead).arg(id)});
+    auto replies = c.exchange({command().arg("HGET").arg(m.keys.dead).arg(id)});
     const redisReply* r = replies[0].get();
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("HGET", r);
     if (r->type == REDIS_REPLY_NIL) return;
@@ -303,7 +315,7 @@ std::optional<dead_letter> redis_store::find_dead(std::string_view id,
     std::string why;
     found = impl::decode_dead(id, raw, why);
     if (!found)
-      m.quarantine(m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
+      m.quarantine(c, m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
                    m.keys.dead_quarantine_reason, {{id, raw, std::move(why)}},
                    "dead-letter record of task");
   });
@@ -324,11 +336,11 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
       limit - 1 > max_rank - offset ? std::string("-1") : std::to_string(offset + limit - 1);
   impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.conn.run("list_dead", ec, [&] {
+  m.conn.run(m.slot, "list_dead", ec, [&](detail::redis::connection& c) {
     while (true) {
       out.clear();
       auto ranged =
-          m.conn.exchange({command().arg("ZRANGE").arg(m.keys.dead_by_time).arg(start).arg(stop)});
+          c.exchange({command().arg("ZRANGE").arg(m.keys.dead_by_time).arg(start).arg(stop)});
       const redisReply* ids = ranged[0].get();
       if (ids->type == REDIS_REPLY_ERROR) throw_server_error("ZRANGE", ids);
       if (ids->type != REDIS_REPLY_ARRAY)
@@ -338,7 +350,7 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
       hmget.arg("HMGET").arg(m.keys.dead);
       for (std::size_t i = 0; i < ids->elements; ++i)
         hmget.arg({ids->element[i]->str, ids->element[i]->len});
-      auto fetched = m.conn.exchange({std::move(hmget)});
+      auto fetched = c.exchange({std::move(hmget)});
       const redisReply* records = fetched[0].get();
       if (records->type == REDIS_REPLY_ERROR) throw_server_error("HMGET", records);
       if (records->type != REDIS_REPLY_ARRAY || records->elements != ids->elements)
@@ -363,7 +375,7 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
       }
       if (bad.empty() && dangling.empty()) return;
       std::size_t changed =
-          m.quarantine(m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
+          m.quarantine(c, m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
                        m.keys.dead_quarantine_reason, bad, "dead-letter record of task");
       if (!dangling.empty()) {
         std::vector<command> cmds;
@@ -375,7 +387,7 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
                                        .arg(m.keys.dead)
                                        .arg(m.keys.dead_by_time)
                                        .arg(id)));
-        auto dropped = m.conn.exchange(cmds);
+        auto dropped = c.exchange(cmds);
         for (std::size_t k = 0; k < dropped.size(); ++k) {
           const redisReply* r = dropped[k].get();
           if (r->type == REDIS_REPLY_ERROR) throw_server_error("drop index entry", r);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster_router.hpp"
 #include "connection.hpp"
 #include "delayq/redis_store.hpp"
 #include "scripts.hpp"
@@ -27,16 +28,24 @@ struct redis_store::impl {
   std::string name;  // describe(), computed once
   detail::redis::store_keys keys;
 
+  // The hash slot of every key of the store (one hash tag, `{PREFIX}`).
+  unsigned slot;
+
   std::mutex mutex;  // guards conn
-  detail::redis::connection conn;
+  // The store's connection: one, or one per cluster node, routed by slot.
+  detail::redis::cluster_router conn;
 
   std::mutex pipeline_mutex;  // guards the creation of pipeline
   // Declared last: destroyed first, so it drains before the rest goes.
   std::unique_ptr<detail::redis::write_pipeline> pipeline;
 
-  /// Sends one write batch on conn and checks its reply (under mutex, in
+  /// Sends one write batch on `c` and checks its reply (under mutex, in
   /// conn.run()).
-  void send(const detail::redis::write_batch& batch);
+  void send(detail::redis::connection& c, const detail::redis::write_batch& batch);
+
+  /// Connects to the node of `slot` (and checks the key layout). Throws
+  /// redis_failure. The caller holds a sigpipe_guard.
+  void connect();
 
   /// The pipeline, started on first use.
   detail::redis::write_pipeline& writer();
@@ -53,8 +62,9 @@ struct redis_store::impl {
   /// record, atomic, and only if the field still holds the bytes that were
   /// read (another process may have written a good record since). Returns
   /// how many moved; logs each as "quarantined undecodable KIND 'ID'".
-  /// On conn, under mutex.
-  std::size_t quarantine(const std::string& hash, const std::string& index, const std::string& q,
+  /// On `c`, under mutex.
+  std::size_t quarantine(detail::redis::connection& c, const std::string& hash,
+                         const std::string& index, const std::string& q,
                          const std::string& q_reason, const std::vector<bad_record>& bad,
                          const char* kind);
 

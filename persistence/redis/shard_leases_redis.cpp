@@ -11,11 +11,24 @@
 // never expires before the leases its last round wrote: when the others see
 // an instance gone, its leases have lapsed too and they can take them at
 // once (this is what keeps failover within lease + lease/3 + one round).
+//
+// On a Redis Cluster each shard's lease key has a hash tag of its own
+// ({PREFIX:s}), so the leases spread over the nodes: a trip is one pipeline
+// per node, sent node after node, the one holding the members key last (the
+// heartbeat still follows the lease writes). A redirect re-runs that node's
+// pipeline where the slot of its first call now lives (cluster_router.hpp;
+// every lease script may run twice: renew, release and the heartbeat are
+// idempotent, and an acquire by the same incarnation keeps its token). When
+// the calls of one pipeline end up on several nodes mid-reshard, the round
+// fails and the next one, grouped by the refreshed slot map, sorts it out.
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <random>
 
+#include "cluster_router.hpp"
 #include "connection.hpp"
 #include "delayq/log.hpp"
 #include "delayq/redis_shard_leases.hpp"
@@ -26,6 +39,14 @@ namespace detail::redis {
 namespace {
 
 using clock = std::chrono::steady_clock;
+
+// 128 random bits, in hex.
+std::string new_incarnation() {
+  std::random_device rd;
+  char out[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(out + 8 * i, 9, "%08x", static_cast<unsigned>(rd()));
+  return std::string(out, 32);
+}
 
 // One script call: its keys and arguments are owned here, since a command
 // only references the bytes.
@@ -43,7 +64,8 @@ class redis_shard_leases final : public shard_leases {
         name_(redis_.describe() + " leases of " + cluster_.instance),
         members_key_(redis_members_key(redis_.prefix)),
         lease_ms_(std::to_string(cluster_.lease.count())),
-        conn_(redis_, name_, ":leases", false) {
+        incarnation_(new_incarnation()),
+        router_(redis_, name_, ":leases", false) {
     lease_keys_.reserve(cluster_.shards);
     for (std::uint32_t s = 0; s < cluster_.shards; ++s)
       lease_keys_.push_back(redis_lease_key(redis_.prefix, s));
@@ -54,24 +76,32 @@ class redis_shard_leases final : public shard_leases {
   const cluster_options& options() const noexcept override { return cluster_; }
 
  private:
-  std::vector<reply_ptr> run_calls(const std::vector<call>& calls);
-  void load_scripts();
+  // One trip: every call, grouped into one pipeline per node. Replies by
+  // call; on failure `ec` is set (logged) and the replies are incomplete.
+  std::vector<reply_ptr> run_trip(const std::vector<call>& calls, const char* what,
+                                  boost::system::error_code& ec);
+  std::vector<reply_ptr> run_calls(connection& c, const std::vector<const call*>& calls);
+  void load_scripts(connection& c);
   void set_members(std::vector<std::string> members);
   lease_round finish(clock::time_point start, const std::map<std::uint32_t, shard_lease>& before,
                      bool failed);
   static std::vector<std::string> member_names(const redisReply* r);
 
-  // redis_ is declared before conn_, which keeps a reference to it.
+  // redis_ is declared before router_, which keeps a reference to it.
   redis_options redis_;
   cluster_options cluster_;
   std::string name_;
   std::string members_key_;
   std::string lease_ms_;
+  // This object's own id beside the instance name: two processes under one
+  // name (a restart while the old one is stalled, a duplicate) never hold a
+  // lease at once (lease_scripts.cpp).
+  std::string incarnation_;
   std::vector<std::string> lease_keys_;
 
   std::mutex mutex_;  // guards everything below
-  connection conn_;
-  std::vector<std::string> shas_;  // by lease_script, once SCRIPT LOAD answered
+  cluster_router router_;
+  std::vector<std::string> shas_;  // by lease_script, once SCRIPT LOAD answered (any node)
   std::map<std::uint32_t, shard_lease> held_;
   std::vector<std::string> members_;  // sorted, as of the last round
   std::vector<bool> mine_;            // by shard: this instance is the desired owner
@@ -79,12 +109,12 @@ class redis_shard_leases final : public shard_leases {
 
 // SCRIPT LOAD answers the SHA1 of a script, which depends on its text only:
 // asked once per object, it holds across reconnects and server restarts.
-void redis_shard_leases::load_scripts() {
+void redis_shard_leases::load_scripts(connection& c) {
   if (!shas_.empty()) return;
   std::vector<command> cmds(lease_script_count);
   for (int i = 0; i < lease_script_count; ++i)
     cmds[i].arg("SCRIPT").arg("LOAD").arg(lease_script_text(static_cast<lease_script>(i)));
-  auto replies = conn_.exchange(cmds);
+  auto replies = c.exchange(cmds);
   std::vector<std::string> shas;
   for (const auto& r : replies) {
     if (r->type != REDIS_REPLY_STRING) throw_server_error("loading the lease scripts", r.get());
@@ -93,11 +123,15 @@ void redis_shard_leases::load_scripts() {
   shas_ = std::move(shas);
 }
 
-// Sends every call as EVALSHA in one pipeline; the calls the server answers
-// NOSCRIPT (it restarted, or SCRIPT FLUSH) did not run and go again as EVAL.
-// Any other error reply fails the whole round. Runs inside conn_.run().
-std::vector<reply_ptr> redis_shard_leases::run_calls(const std::vector<call>& calls) {
-  load_scripts();
+// Sends every call as EVALSHA in one pipeline; from the first call the
+// server answers NOSCRIPT (it restarted, or SCRIPT FLUSH) on, they go again
+// as EVAL.
+// Any other error reply fails the whole round. Runs inside router_.run().
+// Another node of a cluster answers NOSCRIPT the first time: its EVAL
+// caches the script there.
+std::vector<reply_ptr> redis_shard_leases::run_calls(connection& conn,
+                                                     const std::vector<const call*>& calls) {
+  load_scripts(conn);
   auto build = [&](const call& c, bool eval) {
     command cmd;
     const auto i = static_cast<std::size_t>(c.script);
@@ -112,19 +146,69 @@ std::vector<reply_ptr> redis_shard_leases::run_calls(const std::vector<call>& ca
   };
   std::vector<command> cmds;
   cmds.reserve(calls.size());
-  for (const call& c : calls) cmds.push_back(build(c, false));
-  std::vector<reply_ptr> replies = conn_.exchange(cmds, true);
-  std::vector<std::size_t> again;
+  for (const call* c : calls) cmds.push_back(build(*c, false));
+  std::vector<reply_ptr> replies = conn.exchange(cmds, true);
+  // Everything from the first NOSCRIPT on goes again, in order, as EVAL
+  // (the calls after it ran before it: the heartbeat must not precede the
+  // lease writes of its trip). Every lease script may run twice: renew,
+  // release, members and leave are idempotent, and acquire by the same
+  // incarnation keeps the token.
+  std::size_t first = replies.size();
   for (std::size_t i = 0; i < replies.size(); ++i)
-    if (is_noscript(replies[i].get())) again.push_back(i);
-  if (!again.empty()) {
+    if (is_noscript(replies[i].get())) {
+      first = i;
+      break;
+    }
+  if (first < replies.size()) {
     std::vector<command> evals;
-    for (const std::size_t i : again) evals.push_back(build(calls[i], true));
-    auto second = conn_.exchange(evals, true);
-    for (std::size_t k = 0; k < again.size(); ++k) replies[again[k]] = std::move(second[k]);
+    for (std::size_t i = first; i < calls.size(); ++i) evals.push_back(build(*calls[i], true));
+    auto second = conn.exchange(evals, true);
+    for (std::size_t k = 0; k < second.size(); ++k) replies[first + k] = std::move(second[k]);
   }
   for (const auto& r : replies)
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("lease script", r.get());
+  return replies;
+}
+
+std::vector<reply_ptr> redis_shard_leases::run_trip(const std::vector<call>& calls,
+                                                    const char* what,
+                                                    boost::system::error_code& ec) {
+  ec = {};
+  std::vector<reply_ptr> replies(calls.size());
+  // Group by the node that serves each key's slot (one group without a
+  // cluster), in call order; the group of the last call (the heartbeat) runs
+  // last.
+  std::vector<std::pair<connection*, std::vector<std::size_t>>> groups;
+  std::vector<unsigned> slots(calls.size());
+  try {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      slots[i] = router_.cluster() ? key_slot(calls[i].key) : 0;
+      connection* node = &router_.owner(slots[i]);
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const auto& e) { return e.first == node; });
+      if (g == groups.end()) g = groups.insert(groups.end(), {node, {}});
+      g->second.push_back(i);
+    }
+  } catch (const redis_failure& f) {
+    ec = make_error_code(f.code);
+    log(log_level::warning, name_ + ": " + what + ": " + f.message);
+    return replies;
+  }
+  if (!calls.empty()) {
+    const auto last = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+      return g.second.back() == calls.size() - 1;
+    });
+    std::rotate(last, last + 1, groups.end());
+  }
+  for (const auto& [node, indices] : groups) {
+    std::vector<const call*> group;
+    for (const std::size_t i : indices) group.push_back(&calls[i]);
+    router_.run(slots[indices.front()], what, ec, [&](connection& c) {
+      auto got = run_calls(c, group);
+      for (std::size_t k = 0; k < indices.size(); ++k) replies[indices[k]] = std::move(got[k]);
+    });
+    if (ec) return replies;
+  }
   return replies;
 }
 
@@ -187,17 +271,21 @@ lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
   for (const auto& [s, l] : held_) {
     calls.push_back({lease_script::renew,
                      lease_keys_[s],
-                     {cluster_.instance, std::to_string(l.token), lease_ms_}});
+                     {cluster_.instance, std::to_string(l.token), lease_ms_, incarnation_}});
     renewed.push_back(s);
   }
   calls.push_back({lease_script::members, members_key_, {cluster_.instance, lease_ms_}});
   // Sent no earlier than this: the server's expiry is at least start + lease.
   const auto start = clock::now();
-  std::vector<reply_ptr> replies;
-  conn_.run("lease round", ec, [&] {
-    replies = run_calls(calls);
-    set_members(member_names(replies.back().get()));
-  });
+  std::vector<reply_ptr> replies = run_trip(calls, "lease round", ec);
+  if (!ec) {
+    try {
+      set_members(member_names(replies.back().get()));
+    } catch (const redis_failure& f) {
+      ec = make_error_code(f.code);
+      log(log_level::warning, name_ + ": lease round: " + f.message);
+    }
+  }
   if (ec) return finish(start, before, true);
   std::string refused;
   for (std::size_t i = 0; i < renewed.size(); ++i) {
@@ -229,23 +317,29 @@ lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
     }
     calls.push_back({lease_script::release,
                      lease_keys_[it->first],
-                     {cluster_.instance, std::to_string(it->second.token)}});
+                     {cluster_.instance, std::to_string(it->second.token), incarnation_}});
     it = held_.erase(it);
   }
   const std::size_t releases = calls.size();
   for (std::uint32_t s = 0; s < cluster_.shards; ++s) {
     if (!mine_[s] || held_.contains(s)) continue;
-    calls.push_back({lease_script::acquire, lease_keys_[s], {cluster_.instance, lease_ms_}});
+    calls.push_back(
+        {lease_script::acquire, lease_keys_[s], {cluster_.instance, lease_ms_, incarnation_}});
     acquiring.push_back(s);
   }
   if (calls.empty()) return finish(start, before, false);
   calls.push_back({lease_script::members, members_key_, {cluster_.instance, lease_ms_}});
   const auto start2 = clock::now();
-  conn_.run("lease round", ec, [&] {
-    replies = run_calls(calls);
-    // The live set may have changed since trip 1; the next round acts on it.
-    set_members(member_names(replies.back().get()));
-  });
+  replies = run_trip(calls, "lease round", ec);
+  if (!ec) {
+    try {
+      // The live set may have changed since trip 1; the next round acts on it.
+      set_members(member_names(replies.back().get()));
+    } catch (const redis_failure& f) {
+      ec = make_error_code(f.code);
+      log(log_level::warning, name_ + ": lease round: " + f.message);
+    }
+  }
   if (ec) return finish(start, before, true);
   for (std::size_t i = 0; i < acquiring.size(); ++i) {
     const redisReply* r = replies[releases + i].get();
@@ -260,13 +354,14 @@ void redis_shard_leases::release_all(boost::system::error_code& ec) {
   std::lock_guard lock(mutex_);
   std::vector<call> calls;
   for (const auto& [s, l] : held_)
-    calls.push_back(
-        {lease_script::release, lease_keys_[s], {cluster_.instance, std::to_string(l.token)}});
+    calls.push_back({lease_script::release,
+                     lease_keys_[s],
+                     {cluster_.instance, std::to_string(l.token), incarnation_}});
   calls.push_back({lease_script::leave, members_key_, {cluster_.instance}});
   held_.clear();
   members_.clear();
   mine_.clear();
-  conn_.run("leaving the cluster", ec, [&] { run_calls(calls); });
+  run_trip(calls, "leaving the cluster", ec);
 }
 
 }  // namespace

@@ -11,13 +11,17 @@
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+#include <thread>
 
 #include "delayq/log.hpp"
 
 namespace delayq::detail::redis {
 
-write_pipeline::write_pipeline(const redis_options& opts, std::string store_name)
-    : name_(std::move(store_name)), conn_(opts, name_, ":writer", true) {
+write_pipeline::write_pipeline(const redis_options& opts, std::string store_name, unsigned slot)
+    : opts_(opts),
+      name_(std::move(store_name)),
+      slot_(slot),
+      router_(opts, name_, ":writer", true) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0)
     throw std::system_error(errno, std::generic_category(), "delayq: redis write pipeline");
@@ -66,13 +70,12 @@ void write_pipeline::run() {
       continue;
     }
     flush();
-    if (!conn_.connected()) continue;
-    const auto deadline = last_progress_ + conn_.options().command_timeout;
+    if (!connected()) continue;
+    const auto deadline = last_progress_ + opts_.command_timeout;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      on_lost(
-          0, false, true,
-          "no answer within " + std::to_string(conn_.options().command_timeout.count()) + " ms");
+      on_lost(0, false, true,
+              "no answer within " + std::to_string(opts_.command_timeout.count()) + " ms");
       continue;
     }
     wait(static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
@@ -83,8 +86,8 @@ void write_pipeline::run() {
 void write_pipeline::wait(int timeout_ms) {
   pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}};
   nfds_t n = 1;
-  if (!open_.empty() && conn_.connected()) {
-    fds[1].fd = conn_.get()->fd;
+  if (!open_.empty() && connected()) {
+    fds[1].fd = conn().get()->fd;
     fds[1].events = static_cast<short>(POLLIN | (out_sent_ < out_.size() ? POLLOUT : 0));
     n = 2;
   }
@@ -94,15 +97,15 @@ void write_pipeline::wait(int timeout_ms) {
     [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof count);
   }
   if (n == 2 && (fds[1].revents & POLLOUT)) flush();
-  if (n == 2 && conn_.connected() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) read();
+  if (n == 2 && connected() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) read();
 }
 
 // Appends the fresh batches, dialling first when needed.
 void write_pipeline::start_fresh() {
   while (!fresh_.empty()) {
-    if (!conn_.connected()) {
+    if (!connected()) {
       try {
-        conn_.ensure_connected();
+        dial();
         out_.clear();
         out_sent_ = 0;
         stream_base_ = 0;
@@ -132,16 +135,20 @@ void write_pipeline::append(open_batch& b, bool eval) {
     out_sent_ = 0;
   }
   b.evaled = eval;
-  out_ += eval ? b.batch->eval_head() : b.batch->head(conn_.write_sha());
+  if (asking_) {
+    out_ += "*1\r\n$6\r\nASKING\r\n";
+    expected_.push_back({&b, true});  // its +OK
+  }
+  out_ += eval ? b.batch->eval_head() : b.batch->head(conn().write_sha());
   out_ += b.batch->tail();
   b.end = stream_base_ + out_.size();
   expected_.push_back({&b, false});
 }
 
 void write_pipeline::flush() {
-  if (!conn_.connected()) return;
+  if (!connected()) return;
   while (out_sent_ < out_.size()) {
-    const ssize_t n = ::send(conn_.get()->fd, out_.data() + out_sent_, out_.size() - out_sent_,
+    const ssize_t n = ::send(conn().get()->fd, out_.data() + out_sent_, out_.size() - out_sent_,
                              MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       out_sent_ += static_cast<std::size_t>(n);
@@ -162,22 +169,22 @@ void write_pipeline::flush() {
 void write_pipeline::read() {
   char buf[64 * 1024];
   for (;;) {
-    const ssize_t n = ::recv(conn_.get()->fd, buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t n = ::recv(conn().get()->fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       last_progress_ = std::chrono::steady_clock::now();
-      if (redisReaderFeed(conn_.get()->reader, buf, static_cast<std::size_t>(n)) != REDIS_OK) {
+      if (redisReaderFeed(conn().get()->reader, buf, static_cast<std::size_t>(n)) != REDIS_OK) {
         on_lost(0, false, false, "bad reply from the server");
         return;
       }
       for (;;) {
         void* raw = nullptr;
-        if (redisReaderGetReply(conn_.get()->reader, &raw) != REDIS_OK) {
+        if (redisReaderGetReply(conn().get()->reader, &raw) != REDIS_OK) {
           on_lost(0, false, false, "bad reply from the server");
           return;
         }
         if (!raw) break;
         on_reply(static_cast<redisReply*>(raw));
-        if (!conn_.connected()) return;
+        if (!connected()) return;
       }
       if (static_cast<std::size_t>(n) < sizeof buf) return;
       continue;
@@ -200,6 +207,13 @@ void write_pipeline::on_reply(redisReply* raw) {
   expected_.pop_front();
   if (e.discard) return;
   open_batch& b = *e.batch;
+  if (opts_.cluster) {
+    const cluster_redirect redirect = parse_redirect(r.get());
+    if (redirect.kind != cluster_redirect::none) {
+      on_redirect(redirect);
+      return;
+    }
+  }
   if (is_noscript(r.get()) && !b.evaled) {
     // The server lost the script: every open batch goes again as EVAL, in
     // order, and the replies still due for their first sending are dropped.
@@ -210,6 +224,8 @@ void write_pipeline::on_reply(redisReply* raw) {
     flush();
     return;
   }
+  unstable_since_.reset();
+  pause_ = std::chrono::milliseconds{10};
   boost::system::error_code ec;
   if (r->type == REDIS_REPLY_ERROR) {
     const redis_failure f = server_error("async write", r.get());
@@ -217,6 +233,14 @@ void write_pipeline::on_reply(redisReply* raw) {
     ec = make_error_code(f.code);
   }
   complete(ec);
+  if (ask_ && open_.empty()) {
+    // Every batch an ASK sent to the importing node has its answer: an ASK
+    // is good for the redirected commands only, so later batches go to the
+    // slot's owner again (its MOVED, once the migration ends, says where).
+    ask_ = nullptr;
+    asking_ = false;
+    cur_ = nullptr;
+  }
 }
 
 // Pops the oldest open batch and calls its `done`.
@@ -231,7 +255,8 @@ void write_pipeline::complete(boost::system::error_code ec) {
 }
 
 void write_pipeline::on_lost(int saved_errno, bool eof, bool timed_out, const std::string& why) {
-  conn_.drop(timed_out);
+  if (cur_) cur_->drop(timed_out);
+  ask_ = nullptr;
   expected_.clear();
   const bool retryable = eof || saved_errno == ECONNRESET || saved_errno == EPIPE ||
                          saved_errno == ECONNABORTED || saved_errno == ENOTCONN;
@@ -240,14 +265,38 @@ void write_pipeline::on_lost(int saved_errno, bool eof, bool timed_out, const st
   if (retryable && !retried) {
     log(log_level::warning, name_ + ": write connection lost (" + why + "); reconnecting and " +
                                 "sending " + std::to_string(open_.size()) + " batch(es) again");
-    if (resend_all()) return;
+    if (resend_all(true)) return;
   }
   fail_open(why, timed_out);
 }
 
-bool write_pipeline::resend_all() {
+// Dials the node the batches go to: the one an ASK named, else the owner of
+// the slot (the only node without cluster mode). Throws redis_failure.
+void write_pipeline::dial() {
+  cur_ = ask_ ? ask_ : &router_.owner(slot_);
+  asking_ = ask_ != nullptr;
   try {
-    conn_.ensure_connected();
+    cur_->ensure_connected();
+  } catch (const redis_failure& f) {
+    // A master that cannot be reached may have failed over, and a dead one
+    // never answers MOVED: read the slot map again and dial the slot's new
+    // owner, if it has one (as cluster_router::try_run does).
+    if (!opts_.cluster || ask_ || f.code != errc::store_unavailable) throw;
+    connection* now = nullptr;
+    try {
+      router_.refresh();
+      now = &router_.owner(slot_);
+    } catch (const redis_failure&) {
+    }
+    if (!now || now == cur_) throw;
+    cur_ = now;
+    cur_->ensure_connected();
+  }
+}
+
+bool write_pipeline::resend_all(bool retry) {
+  try {
+    dial();
   } catch (const redis_failure& f) {
     log(log_level::error, name_ + ": " + f.message);
     return false;
@@ -257,22 +306,64 @@ bool write_pipeline::resend_all() {
   stream_base_ = 0;
   last_progress_ = std::chrono::steady_clock::now();
   for (auto& b : open_) {
-    b->retried = true;
+    if (retry) b->retried = true;
     append(*b, b->evaled);
   }
   flush();
   return true;
 }
 
+// The oldest open batch got a redirect (or TRYAGAIN / CLUSTERDOWN): it did
+// not run (after TRYAGAIN / CLUSTERDOWN a later one may have: see the header).
+void write_pipeline::on_redirect(const cluster_redirect& r) {
+  cur_->drop(false);
+  expected_.clear();
+  open_batch& b = *open_.front();
+  if (r.kind == cluster_redirect::retry) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!unstable_since_) unstable_since_ = now;
+    if (now - *unstable_since_ >= opts_.command_timeout) {
+      fail_open("the cluster kept answering '" + r.text + "'", false);
+      return;
+    }
+    std::this_thread::sleep_for(pause_);
+    pause_ = std::min(pause_ * 2, std::chrono::milliseconds{200});
+  } else {
+    if (++b.redirects > cluster_router::max_redirects) {
+      log(log_level::error, name_ + ": async write failed: more than " +
+                                std::to_string(cluster_router::max_redirects) +
+                                " cluster redirects (last: '" + r.text + "')");
+      complete(make_error_code(errc::store_error));
+      if (open_.empty()) return;
+    }
+    if (r.kind == cluster_redirect::moved) {
+      ask_ = nullptr;
+      router_.moved(r.slot, r.host, r.port);
+    } else {
+      try {
+        ask_ = &router_.node(r.host, r.port);
+      } catch (const redis_failure& f) {
+        fail_open(f.message, false);
+        return;
+      }
+    }
+  }
+  log(log_level::info,
+      name_ + ": '" + r.text + "': sending " + std::to_string(open_.size()) + " batch(es) again");
+  if (!resend_all(false)) fail_open("cannot reach the node after '" + r.text + "'", false);
+}
+
 void write_pipeline::fail_open(const std::string& why, bool timed_out) {
-  conn_.drop(false);
+  if (cur_) cur_->drop(false);
+  ask_ = nullptr;
+  unstable_since_.reset();
   expected_.clear();
   out_.clear();
   out_sent_ = 0;
   stream_base_ = 0;
-  log(log_level::error, name_ + ": write connection to " + conn_.options().address() +
-                            " dropped (" + why + "); failing " + std::to_string(open_.size()) +
-                            " open batch(es)");
+  log(log_level::error, name_ + ": write connection to " +
+                            (cur_ ? cur_->options().address() : opts_.address()) + " dropped (" +
+                            why + "); failing " + std::to_string(open_.size()) + " open batch(es)");
   while (!open_.empty()) {
     // A batch whose every byte reached the socket may have run, whether the
     // answer then timed out or the connection was lost (the server may have

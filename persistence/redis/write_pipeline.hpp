@@ -25,6 +25,21 @@
 //   (the server may still run it) and errc::store_unavailable when not (an
 //   incomplete command never runs); the connection is dropped, and the next
 //   dial kills it on the server.
+// - in a Redis Cluster (cluster_router.hpp): MOVED for a batch drops the
+//   connection (with the replies still due on it: the old node runs none of
+//   the later batches either, since the slot left it) and sends that batch
+//   and every later open one again, in order, to the new owner; ASK does the
+//   same towards the node it names, each batch behind an ASKING, until
+//   every open batch has its answer (then the owner again); TRYAGAIN /
+//   CLUSTERDOWN send them again after a short pause, and fail them as above
+//   once that has gone on for command_timeout. After TRYAGAIN / CLUSTERDOWN
+//   a later batch may already have run on that node before its earlier one
+//   runs again: harmless, since the engine never has two batches about one
+//   id in flight and a batch's effect does not depend on what was stored
+//   (scripts.hpp). A master that cannot be dialled makes the pipeline read
+//   the slot map again (a failover) before it fails the batches. A batch redirected more than
+//   max_redirects times fails with errc::store_error. Each node's connection loads the write script
+//   at its handshake (NOSCRIPT is handled as above anyway).
 // The next batch dials again (with the store's backoff: within it, batches
 // fail at once with errc::store_unavailable).
 //
@@ -45,6 +60,9 @@
 #include <string>
 #include <thread>
 
+#include <optional>
+
+#include "cluster_router.hpp"
 #include "connection.hpp"
 #include "scripts.hpp"
 
@@ -54,9 +72,10 @@ class write_pipeline {
  public:
   using done_fn = std::function<void(boost::system::error_code)>;
 
-  /// `opts` must outlive the pipeline. The thread starts at once; the
-  /// connection is dialled with the first batch.
-  write_pipeline(const redis_options& opts, std::string store_name);
+  /// `opts` must outlive the pipeline. Every batch writes keys of hash
+  /// `slot`. The thread starts at once; the connection is dialled with the
+  /// first batch.
+  write_pipeline(const redis_options& opts, std::string store_name, unsigned slot);
   ~write_pipeline();
   write_pipeline(const write_pipeline&) = delete;
   write_pipeline& operator=(const write_pipeline&) = delete;
@@ -72,6 +91,7 @@ class write_pipeline {
     bool maybe_applied = false;  // all its bytes reached a socket once
     bool retried = false;        // sent again after a lost connection
     bool evaled = false;         // sent as EVAL (after NOSCRIPT)
+    int redirects = 0;           // MOVED / ASK replies it got
   };
   struct expected_reply {
     open_batch* batch;
@@ -79,19 +99,30 @@ class write_pipeline {
   };
 
   void run();
+  bool connected() const noexcept { return cur_ && cur_->connected(); }
+  connection& conn() noexcept { return *cur_; }
+  void dial();
+  void on_redirect(const cluster_redirect& r);
   void start_fresh();
   void append(open_batch& b, bool eval);
   void flush();
   void read();
   void on_reply(redisReply* r);
   void on_lost(int saved_errno, bool eof, bool timed_out, const std::string& why);
-  bool resend_all();
+  bool resend_all(bool retry);
   void fail_open(const std::string& why, bool timed_out);
   void complete(boost::system::error_code ec);
   void wait(int timeout_ms);
 
+  const redis_options& opts_;
   std::string name_;
-  connection conn_;
+  unsigned slot_;
+  cluster_router router_;
+  connection* cur_ = nullptr;  // the connection in use, of router_
+  connection* ask_ = nullptr;  // after an ASK: the node it named
+  bool asking_ = false;        // cur_ is ask_: each batch goes behind an ASKING
+  std::optional<std::chrono::steady_clock::time_point> unstable_since_;  // TRYAGAIN since
+  std::chrono::milliseconds pause_{10};
   int wake_fd_ = -1;
 
   std::mutex mutex_;

@@ -2,7 +2,7 @@
 // with SIGKILL at seeded random moments, restarts it, lets a last run drain
 // everything, then checks the files the runs left (crash_files.hpp):
 //
-//   delayq-crash-driver --backend sqlite|redis --worker PATH --work-dir DIR
+//   delayq-crash-driver --backend sqlite|redis|redis-cluster --worker PATH --work-dir DIR
 //                       [--tasks N] [--span-ms S] [--kills K] [--seed X]
 //                       [--in-flight W] [--keep]
 //
@@ -11,7 +11,8 @@
 //
 // The seed is --seed, else $DELAYQ_CRASH_SEED, else random; it is printed, so
 // a failure can be replayed (the kill moments, not the thread timing). The
-// Redis backend uses the server in $DELAYQ_TEST_REDIS under a fresh prefix
+// Redis backend uses the server in $DELAYQ_TEST_REDIS (redis-cluster: the
+// cluster in $DELAYQ_TEST_REDIS_CLUSTER) under a fresh prefix
 // and deletes its keys at the end. Exits 0 when every check passed.
 #include <utility>
 
@@ -94,7 +95,7 @@ options parse_args(int argc, char** argv) {
       "delayq-crash-driver");
   app.add_option("--backend", o.backend, "the store")
       ->required()
-      ->check(CLI::IsMember({"sqlite", "redis"}));
+      ->check(CLI::IsMember({"sqlite", "redis", "redis-cluster"}));
   app.add_option("--worker", o.worker, "the delayq-crash-worker binary")
       ->required()
       ->type_name("PATH");
@@ -272,8 +273,13 @@ struct redis_target {
   std::string prefix;
 };
 
-redis_target redis_from_env() {
-  const char* base = std::getenv("DELAYQ_TEST_REDIS");
+redis_target redis_from_env(bool cluster) {
+  const char* base = std::getenv(cluster ? "DELAYQ_TEST_REDIS_CLUSTER" : "DELAYQ_TEST_REDIS");
+  if ((!base || !*base) && cluster)
+    fatal(
+        "DELAYQ_TEST_REDIS_CLUSTER is not set: run the test through "
+        "scripts/with-redis-cluster.sh (ctest -L cluster does), which starts a private "
+        "three-node Redis Cluster and sets it");
   if (!base || !*base)
     fatal(
         "DELAYQ_TEST_REDIS is not set: run the tests through scripts/with-redis.sh (e.g. "
@@ -295,8 +301,22 @@ redis_target redis_from_env() {
 std::string drop_redis_prefix(const redis_target& t) {
   boost::system::error_code ec;
   std::string why;
-  const auto o = delayq::redis_options::parse(t.uri, ec, &why);
+  auto o = delayq::redis_options::parse(t.uri, ec, &why);
   if (ec) return "cannot parse " + t.uri + ": " + why;
+  if (o.cluster) {
+    // Every seed is asked; the master of the prefix's slot deletes, the
+    // others answer MOVED.
+    std::string error = "no seed holds the keys";
+    for (const auto& [host, port] : o.seeds) {
+      auto one = t;
+      one.uri = "redis://" + host + ":" + std::to_string(port) + "?prefix=" + t.prefix;
+      if (std::string e = drop_redis_prefix(one); e.empty())
+        error.clear();
+      else if (e.find("MOVED") == std::string::npos)
+        return e;
+    }
+    return error;
+  }
   const timeval timeout{5, 0};
   redisContext* c = o.unix_socket.empty()
                         ? redisConnectWithTimeout(o.host.c_str(), static_cast<int>(o.port), timeout)
@@ -547,7 +567,7 @@ int main(int argc, char** argv) {
   const std::uint64_t seed = pick_seed(o);
 
   std::optional<redis_target> redis;
-  if (o.backend == "redis") redis = redis_from_env();
+  if (o.backend != "sqlite") redis = redis_from_env(o.backend == "redis-cluster");
   if (redis && !o.keep)
     drop_keys = [&redis] {
       if (auto error = drop_redis_prefix(*redis); !error.empty())

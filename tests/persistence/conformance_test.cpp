@@ -85,7 +85,13 @@ const std::string odd_error =
 
 }  // namespace
 
+// delayq_redis_cluster_tests compiles this file again for the Redis Cluster
+// fixture alone (tests/persistence/CMakeLists.txt).
+#ifdef DELAYQ_CONFORMANCE_ON_CLUSTER
+#define DELAYQ_STORES redis_cluster_fixture
+#else
 #define DELAYQ_STORES memory_fixture, sqlite_fixture, redis_fixture
+#endif
 
 TEST_CASE_TEMPLATE("conformance: save list remove round trip", F, DELAYQ_STORES) {
   F f;
@@ -316,7 +322,8 @@ TEST_CASE_TEMPLATE("conformance: describe names the backend", F, DELAYQ_STORES) 
   const std::string name = f.store().describe();
   CHECK_FALSE(name.empty());
   CHECK((name.starts_with("memory:") || name.starts_with("sqlite:") ||
-         name.starts_with("redis://") || name.starts_with("unix://")));
+         name.starts_with("redis://") || name.starts_with("unix://") ||
+         name.starts_with("redis-cluster://")));
 }
 
 // ---- dead letters ---------------------------------------------------------

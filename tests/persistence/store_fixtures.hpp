@@ -7,6 +7,7 @@
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Statement.h>
 
+#include "cluster_support.hpp"
 #include "delayq/memory_store.hpp"
 #include "delayq/redis_store.hpp"
 #include "delayq/sqlite_store.hpp"
@@ -92,19 +93,19 @@ struct sqlite_fixture {
   }
 };
 
-struct redis_fixture {
+// Redis, single server (Raw = raw_redis) or a cluster (raw_cluster).
+template <class Raw, redis_options (*Options)(const std::string&)>
+struct basic_redis_fixture {
   static constexpr bool persistent = true;
   static constexpr bool raw_access = true;
 
   std::string prefix_ = unique_prefix("conf");
-  raw_redis raw_;
-  std::unique_ptr<redis_store> store_ = std::make_unique<redis_store>(redis_test_options(prefix_));
+  Raw raw_;
+  std::unique_ptr<redis_store> store_ = std::make_unique<redis_store>(Options(prefix_));
 
-  ~redis_fixture() { raw_.drop_prefix(prefix_); }
+  ~basic_redis_fixture() { raw_.drop_prefix(prefix_); }
   task_store& store() { return *store_; }
-  std::unique_ptr<task_store> reopen() {
-    return std::make_unique<redis_store>(redis_test_options(prefix_));
-  }
+  std::unique_ptr<task_store> reopen() { return std::make_unique<redis_store>(Options(prefix_)); }
   std::string key(const char* name) const { return "{" + prefix_ + "}:" + name; }
 
   void put_raw(const std::string& id, const std::string& bytes) {
@@ -134,8 +135,15 @@ struct redis_fixture {
   }
 };
 
+using redis_fixture = basic_redis_fixture<raw_redis, redis_test_options>;
+// Used when DELAYQ_TEST_REDIS_CLUSTER is set: its test cases are left out of
+// the ordinary ctest run and run by one ctest entry under
+// scripts/with-redis-cluster.sh (tests/persistence/CMakeLists.txt).
+using redis_cluster_fixture = basic_redis_fixture<raw_cluster, redis_cluster_test_options>;
+
 }  // namespace delayq::test
 
 TYPE_TO_STRING_AS("memory", delayq::test::memory_fixture);
 TYPE_TO_STRING_AS("sqlite", delayq::test::sqlite_fixture);
 TYPE_TO_STRING_AS("redis", delayq::test::redis_fixture);
+TYPE_TO_STRING_AS("redis-cluster", delayq::test::redis_cluster_fixture);

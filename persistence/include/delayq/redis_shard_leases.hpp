@@ -62,8 +62,8 @@ std::string redis_members_key(std::string_view prefix);
 /// `{PREFIX:s}:lease` and the writer's token, and write nothing when it
 /// fails: that is what makes a stale owner harmless. A lease that expired
 /// but was not taken by anyone still passes (its token did not change, and
-/// nobody else holds the shard); one taken by another instance, or by a new
-/// incarnation of this one, does not. The lease key must be one of the
+/// nobody else holds the shard); one taken since by another instance, or by
+/// a new incarnation of this one after the lease lapsed, does not. The lease key must be one of the
 /// script's KEYS and share its hash tag with the task keys it guards.
 extern const char* const redis_fence_lua;
 

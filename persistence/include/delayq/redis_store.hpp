@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "delayq/task_store.hpp"
 
@@ -18,18 +19,29 @@ namespace delayq {
 ///
 ///   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]
 ///   unix://[[USER]:PASSWORD@]/PATH/TO/SOCKET[?db=N&OPTIONS]
+///   redis-cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][?OPTIONS]
 ///
 /// HOST is a name, an IPv4 address or a bracketed IPv6 address; PORT
 /// defaults to 6379 and DB to 0. USER and PASSWORD may be percent-encoded.
 /// OPTIONS, joined with '&': `prefix=NAME` (key prefix, default "delayq",
 /// characters [A-Za-z0-9._-]), `connect_timeout_ms=N`, `command_timeout_ms=N`,
 /// and for unix:// also `db=N`. Anything else is errc::invalid_store_uri.
+///
+/// redis-cluster:// names seed nodes of a Redis Cluster: the store asks any
+/// of them for the slot map (CLUSTER SLOTS) and then talks to the master of
+/// each hash slot it uses, following MOVED and ASK (docs/persistence.md,
+/// "Redis Cluster"). A cluster has only database 0: a `/DB` path or a `db`
+/// option is errc::invalid_store_uri.
 struct redis_options {
   std::string host = "127.0.0.1";
   unsigned port = 6379;
   /// When not empty, connect to this Unix socket instead of host:port.
   std::string unix_socket;
   int db = 0;
+  /// A Redis Cluster (redis-cluster://): `seeds` are the nodes to ask for
+  /// the slot map; host and port are the first seed.
+  bool cluster = false;
+  std::vector<std::pair<std::string, unsigned>> seeds;
   /// With a password: `AUTH user password` when user is set, else
   /// `AUTH password`.
   std::string user;
@@ -41,7 +53,7 @@ struct redis_options {
   /// Bounds each read or write on the socket during a call.
   std::chrono::milliseconds command_timeout{5000};
 
-  /// Parses a redis:// or unix:// URI; on failure sets `ec` to
+  /// Parses a redis://, unix:// or redis-cluster:// URI; on failure sets `ec` to
   /// errc::invalid_store_uri and, when `message` is not null, says why.
   static redis_options parse(std::string_view uri, boost::system::error_code& ec,
                              std::string* message = nullptr);
@@ -49,9 +61,11 @@ struct redis_options {
   static redis_options parse(std::string_view uri);
 
   /// The URI without the password (the user is kept), e.g.
-  /// "redis://127.0.0.1:6379/0" or "unix:///run/redis.sock?db=2&prefix=app".
+  /// "redis://127.0.0.1:6379/0", "unix:///run/redis.sock?db=2&prefix=app" or
+  /// "redis-cluster://10.0.0.1:7000,10.0.0.2:7000".
   std::string describe() const;
-  /// The server's address without credentials: "HOST:PORT" or the socket path.
+  /// The server's address without credentials: "HOST:PORT", the socket
+  /// path, or for a cluster the seeds joined with ','.
   std::string address() const;
 };
 
@@ -78,6 +92,15 @@ struct redis_options {
 /// (100 ms doubling up to 5 s) before dialling again. Reconnects are logged
 /// at warning level, never with the password. list() reads on a connection
 /// of its own, opened for the call.
+///
+/// Redis Cluster (redis-cluster://). Each of those connections goes to the
+/// master of the store's hash slot, found with CLUSTER SLOTS; MOVED and ASK
+/// are followed (at most 5 in one call, then errc::store_error), TRYAGAIN
+/// and CLUSTERDOWN waited out for up to command_timeout (then
+/// errc::store_unavailable), and the write pipeline sends redirected batches
+/// again, in order, to the new owner. Limits (one slot per store, no
+/// replica reads, writes lost by a failover to a lagging replica):
+/// docs/persistence.md, "Redis Cluster".
 ///
 /// Example:
 /// \code
