@@ -100,7 +100,7 @@ struct redis_options {
 /// errc::store_unavailable), and the write pipeline sends redirected batches
 /// again, in order, to the new owner. Limits (one slot per store, no
 /// replica reads, writes lost by a failover to a lagging replica):
-/// docs/persistence.md, "Redis Cluster".
+/// docs/redis-cluster.md.
 ///
 /// Example:
 /// \code
