@@ -133,14 +133,6 @@ trap stop_all EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-free_port() {
-  python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-}
-
 # start_beanstalkd NAME [ARGS...]: beanstalkd on a free port; sets $port and
 # $server_pid.
 # beanstalkd says nothing when it is ready: wait until the port accepts a
@@ -149,7 +141,7 @@ start_beanstalkd() {
   local name="$1" attempt pid i
   shift
   for attempt in 1 2 3 4 5; do
-    port="$(free_port)"
+    port="$(delayq_free_port)"
     beanstalkd -l 127.0.0.1 -p "$port" "$@" >"$work/$name.log" 2>&1 &
     pid=$!
     for ((i = 0; i < 100; i++)); do  # up to 5 s

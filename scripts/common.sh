@@ -6,6 +6,8 @@
 #   DELAYQ_TEST_DEPS                    those and what tests and benchmarks add
 #   DELAYQ_MAIN_BUILD_ARGS              cmake args of build/ (test.sh, demo.sh)
 #   delayq_machine <builddir>           the header of bench/results/*.machine.txt
+#   delayq_free_port                    a free loopback TCP port, on stdout
+#   delayq_need_redis <script name>     exits 1 unless redis-server and redis-cli are here
 
 DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -38,6 +40,38 @@ DELAYQ_MAIN_BUILD_ARGS=(
 )
 
 delayq_log() { printf '%s\n' "$*" >&2; }
+
+# A port the kernel just handed out for a bind is free unless someone takes it
+# first; a start that loses that race is retried on another port by its
+# caller. python3 is not among the packages a fresh machine gets: without it,
+# a random port that nothing accepts connections on.
+delayq_free_port() {
+  if command -v python3 >/dev/null; then
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()'
+  else
+    local p
+    while :; do
+      p=$((20000 + RANDOM % 40000))
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        echo "$p"
+        return
+      fi
+    done
+  fi
+}
+
+# The with-redis scripts' check for the Redis tools they drive.
+delayq_need_redis() {
+  local tool
+  for tool in redis-server redis-cli; do
+    command -v "$tool" >/dev/null ||
+      { echo "$1: $tool not found; install it with: apt-get install redis-server" >&2; exit 1; }
+  done
+}
 delayq_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # ensure_packages pkg... : installs, with apt-get, those of the packages that

@@ -17,10 +17,9 @@ if (($# == 0)); then
   echo "usage: $0 CMD [ARGS...]" >&2
   exit 2
 fi
-for tool in redis-server redis-cli; do
-  command -v "$tool" >/dev/null ||
-    { echo "with-redis-cluster: $tool not found; install it with: apt-get install redis-server" >&2; exit 1; }
-done
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+delayq_need_redis with-redis-cluster
 
 dir="$(mktemp -d "${TMPDIR:-/tmp}/delayq-redis-cluster.XXXXXX")"
 ports=()
@@ -47,14 +46,6 @@ trap stop_cluster EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-free_port() {
-  python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-}
-
 # Our server answers, not a stranger on the same port: compare process ids.
 ours() {
   [[ -s "$2/redis.pid" ]] || return 1
@@ -69,8 +60,8 @@ start_node() {
   local n="$1" d="$dir/$1" port attempt i
   mkdir -p "$d"
   for attempt in 1 2 3 4 5; do
-    port="$(free_port)"
-    while ((port > 55535)); do port="$(free_port)"; done
+    port="$(delayq_free_port)"
+    while ((port > 55535)); do port="$(delayq_free_port)"; done
     rm -f "$d/redis.pid" "$d/redis.log" "$d/nodes.conf"
     redis-server --port "$port" --bind 127.0.0.1 \
       --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \

@@ -18,10 +18,9 @@ if (($# == 0)); then
   echo "usage: $0 CMD [ARGS...]" >&2
   exit 2
 fi
-for tool in redis-server redis-cli; do
-  command -v "$tool" >/dev/null ||
-    { echo "with-redis: $tool not found; install it with: apt-get install redis-server" >&2; exit 1; }
-done
+# shellcheck source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+delayq_need_redis with-redis
 
 keep_dir=0
 if [[ -n "${DELAYQ_REDIS_DATA:-}" ]]; then
@@ -61,28 +60,6 @@ trap stop_redis EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# A port the kernel just handed out for a bind is free unless someone takes it
-# first; a start that loses that race is retried on another port.
-free_port() {
-  if command -v python3 >/dev/null; then
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-  else
-    local p
-    while :; do
-      p=$((20000 + RANDOM % 40000))
-      # Nothing accepts a connection there: take it.
-      if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-        echo "$p"
-        return
-      fi
-    done
-  fi
-}
-
 # Our server answers, not a stranger on the same port: compare process ids.
 ours() {
   [[ -s "$dir/redis.pid" ]] || return 1
@@ -93,7 +70,7 @@ ours() {
 
 started=0
 for attempt in 1 2 3 4 5; do
-  port="$(free_port)"
+  port="$(delayq_free_port)"
   rm -f "$dir/redis.pid" "$dir/redis.log"
   redis-server --port "$port" --bind 127.0.0.1 \
     --save '' --appendonly yes --appendfsync always \

@@ -219,14 +219,9 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         }
         if (dec) {
           // Sent behind the next page's request; the reply comes with it.
-          conn.append(command()
-                          .arg("EVAL")
-                          .arg(detail::redis::quarantine_script)
-                          .arg("4")
-                          .arg(m.keys.tasks)
-                          .arg(m.keys.due)
-                          .arg(m.keys.quarantine)
-                          .arg(m.keys.quarantine_reason)
+          conn.append(detail::redis::quarantine_call(detail::redis::quarantine_script, m.keys.tasks,
+                                                     m.keys.due, m.keys.quarantine,
+                                                     m.keys.quarantine_reason)
                           .arg(id)
                           .arg(raw)
                           .arg(why));

@@ -60,17 +60,11 @@ std::size_t redis_store::impl::quarantine(detail::redis::connection& c, const st
   std::vector<command> cmds;
   cmds.reserve(bad.size());
   for (const bad_record& b : bad)
-    cmds.push_back(std::move(command()
-                                 .arg("EVAL")
-                                 .arg(detail::redis::quarantine_script)
-                                 .arg("4")
-                                 .arg(hash)
-                                 .arg(index)
-                                 .arg(q)
-                                 .arg(q_reason)
-                                 .arg(b.id)
-                                 .arg(b.raw)
-                                 .arg(b.why)));
+    cmds.push_back(std::move(
+        detail::redis::quarantine_call(detail::redis::quarantine_script, hash, index, q, q_reason)
+            .arg(b.id)
+            .arg(b.raw)
+            .arg(b.why)));
   auto moved = c.exchange(cmds);
   std::size_t n = 0;
   for (std::size_t k = 0; k < bad.size(); ++k) {
@@ -219,17 +213,12 @@ void redis_store::quarantine(std::string_view id, std::string_view reason,
   impl& m = *impl_;
   std::lock_guard lock(m.mutex);
   m.conn.run(m.slot, "quarantine", ec, [&](detail::redis::connection& c) {
-    auto replies = c.exchange({command()
-                                   .arg("EVAL")
-                                   .arg(detail::redis::quarantine_id_script)
-                                   .arg("4")
-                                   .arg(m.keys.tasks)
-                                   .arg(m.keys.due)
-                                   .arg(m.keys.quarantine)
-                                   .arg(m.keys.quarantine_reason)
-                                   .arg(id)
-                                   .arg(reason)},
-                              true);
+    auto replies = c.exchange(
+        {detail::redis::quarantine_call(detail::redis::quarantine_id_script, m.keys.tasks,
+                                        m.keys.due, m.keys.quarantine, m.keys.quarantine_reason)
+             .arg(id)
+             .arg(reason)},
+        true);
     const redisReply* r = replies[0].get();
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("quarantine", r);
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)

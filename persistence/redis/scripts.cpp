@@ -125,6 +125,13 @@ std::size_t tail_args(std::size_t changes) { return 1 + 4 + 4 * changes; }
 
 }  // namespace
 
+command quarantine_call(const char* script, const std::string& hash, const std::string& index,
+                        const std::string& q, const std::string& q_reason) {
+  command c;
+  c.arg("EVAL").arg(script).arg("4").arg(hash).arg(index).arg(q).arg(q_reason);
+  return c;
+}
+
 void append_bulk(std::string& out, std::string_view arg) {
   append_count(out, '$', arg.size());
   out.append(arg);

@@ -50,6 +50,13 @@ extern const char* const quarantine_script;
 /// ARGV[2]: task_store::quarantine(). Returns 1 if a record moved.
 extern const char* const quarantine_id_script;
 
+/// `EVAL script 4 hash index q q_reason`: a call of quarantine_script or
+/// quarantine_id_script on a hash (live tasks or dead letters), its index and
+/// its quarantine hashes; the caller appends the ARGV. The command points
+/// into the strings, which must outlive it.
+command quarantine_call(const char* script, const std::string& hash, const std::string& index,
+                        const std::string& q, const std::string& q_reason);
+
 /// Drops ARGV[1] from the sorted set KEYS[2] when the hash KEYS[1] holds no
 /// record for it. Returns 1 if dropped.
 extern const char* const drop_dangling_script;

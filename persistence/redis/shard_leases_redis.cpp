@@ -86,6 +86,9 @@ class redis_shard_leases final : public shard_leases {
   lease_round finish(clock::time_point start, const std::map<std::uint32_t, shard_lease>& before,
                      bool failed);
   static std::vector<std::string> member_names(const redisReply* r);
+  // set_members() from a trip's last reply (the heartbeat's); a malformed
+  // one sets `ec`, logged.
+  void read_members(const std::vector<reply_ptr>& replies, boost::system::error_code& ec);
 
   // redis_ is declared before router_, which keeps a reference to it.
   redis_options redis_;
@@ -221,6 +224,16 @@ std::vector<std::string> redis_shard_leases::member_names(const redisReply* r) {
   return names;
 }
 
+void redis_shard_leases::read_members(const std::vector<reply_ptr>& replies,
+                                      boost::system::error_code& ec) {
+  try {
+    set_members(member_names(replies.back().get()));
+  } catch (const redis_failure& f) {
+    ec = make_error_code(f.code);
+    log(log_level::warning, name_ + ": lease round: " + f.message);
+  }
+}
+
 // Recomputes which shards this instance should own, when the live members
 // changed: rendezvous hashing costs shards x members hashes.
 void redis_shard_leases::set_members(std::vector<std::string> members) {
@@ -278,14 +291,7 @@ lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
   // Sent no earlier than this: the server's expiry is at least start + lease.
   const auto start = clock::now();
   std::vector<reply_ptr> replies = run_trip(calls, "lease round", ec);
-  if (!ec) {
-    try {
-      set_members(member_names(replies.back().get()));
-    } catch (const redis_failure& f) {
-      ec = make_error_code(f.code);
-      log(log_level::warning, name_ + ": lease round: " + f.message);
-    }
-  }
+  if (!ec) read_members(replies, ec);
   if (ec) return finish(start, before, true);
   std::string refused;
   for (std::size_t i = 0; i < renewed.size(); ++i) {
@@ -331,15 +337,8 @@ lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
   calls.push_back({lease_script::members, members_key_, {cluster_.instance, lease_ms_}});
   const auto start2 = clock::now();
   replies = run_trip(calls, "lease round", ec);
-  if (!ec) {
-    try {
-      // The live set may have changed since trip 1; the next round acts on it.
-      set_members(member_names(replies.back().get()));
-    } catch (const redis_failure& f) {
-      ec = make_error_code(f.code);
-      log(log_level::warning, name_ + ": lease round: " + f.message);
-    }
-  }
+  // The live set may have changed since trip 1; the next round acts on it.
+  if (!ec) read_members(replies, ec);
   if (ec) return finish(start, before, true);
   for (std::size_t i = 0; i < acquiring.size(); ++i) {
     const redisReply* r = replies[releases + i].get();

@@ -135,10 +135,11 @@ tcp::endpoint server_app::start() {
   // Checked before anything starts: a bad or repeated --capacity is a usage
   // error (exit 2), not a limit silently ignored or silently first-wins.
   std::set<std::string> capped;
-  for (const std::string& spec : options_.capacity)
-    if (!capped.insert(parse_capacity(spec).first).second)
-      throw std::invalid_argument("--capacity names type \"" + parse_capacity(spec).first +
-                                  "\" twice");
+  for (const std::string& spec : options_.capacity) {
+    std::string type = parse_capacity(spec).first;
+    if (!capped.insert(type).second)
+      throw std::invalid_argument("--capacity names type \"" + type + "\" twice");
+  }
   auto& p = *p_;
   p.pusher = std::make_unique<push_client>(io_.get_executor());
   p.broker = std::make_unique<lease_broker>(io_.get_executor());
