@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +26,13 @@ struct list_summary {
   std::size_t tasks = 0;        ///< Records decoded and handed to the sink.
   std::size_t quarantined = 0;  ///< Records that could not be decoded and were
                                 ///< moved to the store's quarantine area.
+};
+
+/// A position in the order list_due() reads in: by due time, then by id
+/// (bytewise). The default is before every task.
+struct due_cursor {
+  std::int64_t due_ms = std::numeric_limits<std::int64_t>::min();  ///< ms since the Unix epoch
+  std::string id;                                                  ///< "" sorts before every id
 };
 
 /// What one change of a write() batch does to the store.
@@ -113,6 +121,41 @@ class task_store {
   /// Calls `sink` once per stored task. Quarantines undecodable records.
   virtual list_summary list(const std::function<void(task&&)>& sink,
                             boost::system::error_code& ec) = 0;
+
+  // ---- the horizon --------------------------------------------------------
+  // An engine with a horizon (engine_options::horizon) holds only the tasks
+  // due soon and leaves the rest in the store: it reads them in pages, in due
+  // order, as time advances (list_due), and looks a task up by id when a call
+  // names one it does not hold (find). A store without them (the defaults:
+  // errc::unsupported) makes the engine hold every task.
+
+  /// Streams the live tasks after `after` in (due_ms, id) order whose due
+  /// time is at most `until_ms`, at most `limit` records, to `sink`; sets
+  /// `after` to the last record read (handed on or quarantined). Fewer than
+  /// `limit` records read (tasks + quarantined) means the range is done.
+  /// Undecodable records are quarantined, as in list(). A record written or
+  /// removed during a scan of many pages may or may not be seen; every record
+  /// present through the whole scan is seen once.
+  virtual list_summary list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                const std::function<void(task&&)>& sink,
+                                boost::system::error_code& ec) {
+    (void)after;
+    (void)until_ms;
+    (void)limit;
+    (void)sink;
+    ec = errc::unsupported;
+    return {};
+  }
+
+  /// The live tasks with these ids: element i is `ids[i]`'s task, or empty
+  /// when none is stored under it. An undecodable record is quarantined and
+  /// reported as empty.
+  virtual std::vector<std::optional<task>> find(std::span<const std::string> ids,
+                                                boost::system::error_code& ec) {
+    (void)ids;
+    ec = errc::unsupported;
+    return {};
+  }
 
   /// Moves the live record stored under `id` to the quarantine area with
   /// `reason`, as list() does with a record it cannot decode: for a record
