@@ -40,7 +40,8 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # The Google Benchmark binaries; delayq-bench-engine and delayq-bench-store
 # are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
-  ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server | sort)
+  ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
+  ! -name delayq-bench-horizon | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -87,6 +88,22 @@ if [[ -n "$store_bin" ]]; then
     failed=1
   else
     echo "ok   delayq-bench-store --quick"
+  fi
+fi
+
+# delayq-bench-horizon: a plain program; --quick stores 20,000 tasks on a
+# fresh prefix of the private Redis and runs an engine with a 1 s horizon
+# until 50 tasks the pager read in have run. Only a failure counts here.
+horizon_bin="$dir/bench/horizon/delayq-bench-horizon"
+if [[ -x "$horizon_bin" ]]; then
+  rc=0
+  timeout 300 "$horizon_bin" --quick >"$log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    echo "FAIL delayq-bench-horizon --quick: exit status $rc"
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  else
+    echo "ok   delayq-bench-horizon --quick"
   fi
 fi
 

@@ -51,12 +51,19 @@ int main(int argc, char** argv) {
   app.add_option("--retry-cap", retry_cap, "largest retry backoff bound in milliseconds")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{86'400'000}));
+  std::int64_t horizon_s = o.horizon.count() / 1000;
+  app.add_option("--horizon", horizon_s,
+                 "seconds ahead the engine holds tasks in memory; later ones stay in the store "
+                 "(0: hold every task)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{366} * 86'400));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   o.tick = std::chrono::milliseconds{tick_ms};
+  o.horizon = std::chrono::seconds{horizon_s};
   o.retry.max_attempts = retry_max;
   o.retry.base = std::chrono::milliseconds{retry_base};
   o.retry.cap = std::chrono::milliseconds{retry_cap};

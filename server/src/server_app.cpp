@@ -250,6 +250,7 @@ void server_app::bring_up() {
   eo.tick = options_.tick;
   eo.workers = options_.workers;
   eo.retry = options_.retry;
+  eo.horizon = options_.horizon;
   for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));
   auto store = open_store(uri, ec);
   if (ec) fail(ec, "");

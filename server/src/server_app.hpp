@@ -28,6 +28,8 @@ struct server_options {
   std::vector<std::string> capacity;  ///< TYPE=N: engine_options::type_capacity
   std::size_t max_body = 8 << 20;
   retry_policy retry;
+  /// engine_options::horizon: tasks due later stay in the store only.
+  std::chrono::milliseconds horizon = engine_options{}.horizon;
 };
 
 /// Parses "ADDR:PORT" ("[::1]:7700" for IPv6, "localhost:7700"); throws

@@ -192,6 +192,15 @@ class borrowed_store : public delayq::task_store {
                             boost::system::error_code& ec) override {
     return inner_.list(sink, ec);
   }
+  delayq::list_summary list_due(delayq::due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                const std::function<void(delayq::task&&)>& sink,
+                                boost::system::error_code& ec) override {
+    return inner_.list_due(after, until_ms, limit, sink, ec);
+  }
+  std::vector<std::optional<delayq::task>> find(std::span<const std::string> ids,
+                                                boost::system::error_code& ec) override {
+    return inner_.find(ids, ec);
+  }
   std::string describe() const override { return inner_.describe(); }
   void bury(std::span<const delayq::dead_letter> d, boost::system::error_code& ec) override {
     inner_.bury(d, ec);

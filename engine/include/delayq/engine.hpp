@@ -125,6 +125,19 @@ struct engine_options {
   /// whole (nothing stored, `bad` names the first task past the capacity).
   /// A requeue() of a dead letter into a full type fails with type_full too.
   std::map<std::string, std::size_t, std::less<>> type_capacity;
+  /// How far ahead the engine holds tasks in memory; 0 (the default): every
+  /// task. With a horizon, a task due later stays in the store only (its
+  /// schedule writes it there and takes no wheel memory), and the engine
+  /// reads the tasks coming within the horizon from the store's due index in
+  /// pages, ahead of their due time, as time advances; start() loads only the
+  /// horizon. Calls that name a task it does not hold (cancel, reschedule,
+  /// signal, find, status, and schedule with an id and on_conflict reject or
+  /// keep) look it up in the store first: one more store round trip for
+  /// those. pending(), max_pending and type_capacity then count held tasks
+  /// only (those due within the horizon). Needs a store with list_due() and
+  /// find() (Redis and SQLite); with another store, or an in-process one, the
+  /// engine holds every task and logs why. See docs/scale-out.md, "The horizon".
+  std::chrono::milliseconds horizon{0};
   /// Store writes queued and not yet sent before calls that wait for their
   /// write are refused: async_schedule() and, by default, every schedule call
   /// then fail with errc::busy (nothing stored). Writes the engine makes for
@@ -196,6 +209,9 @@ struct engine_stats {
   std::size_t running = 0;        ///< Attempts started and not done.
   std::uint64_t scheduled = 0;    ///< Tasks accepted by schedule calls.
   std::uint64_t loaded = 0;       ///< Tasks loaded from the store by start().
+  /// Tasks read in from the store after start(): due within the horizon now
+  /// (engine_options::horizon), or named by a call.
+  std::uint64_t paged = 0;
   std::uint64_t fired = 0;        ///< Attempts started.
   std::uint64_t succeeded = 0;    ///< Attempts that returned normally.
   std::uint64_t failed = 0;       ///< Attempts that threw or had no executor.

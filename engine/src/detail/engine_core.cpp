@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <unordered_set>
 
 #include "delayq/log.hpp"
 #include "detail/task_state.hpp"
@@ -46,6 +47,7 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
 engine_core::~engine_core() { shutdown(); }
 
 void engine_core::shutdown() {
+  stop_pager();
   dispatcher_.join();
   writer_.stop();
 }
@@ -86,10 +88,12 @@ void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms) {
 }
 
 void engine_core::erase_locked(timer_wheel::handle h) {
-  if (wheel_.is_indexed(h))
+  if (wheel_.is_indexed(h)) {
     --kind_pending(wheel_.kind(h));
-  else
+    if (readers_ > 0) erased_[std::string(wheel_.id(h))] = ++erase_seq_;  // see the horizon
+  } else {
     --unindexed_;
+  }
   if (!triggers_.empty()) triggers_.erase(h);
   wheel_.erase(h);
 }
@@ -113,55 +117,76 @@ void engine_core::start(boost::system::error_code& ec) {
   std::vector<std::string> taken;
   std::uint64_t loaded = 0;
   auto next_report = steady_clock::now() + std::chrono::seconds{1};
-  const list_summary summary = store_->list(
-      [&](task&& t) {
-        std::string why;
-        const type_registry::type_info* type = nullptr;
-        if (!valid_id(t.id)) {
-          why = "the engine does not accept its id";
-        } else if (!valid_type(t.type)) {
-          why = "the engine does not accept its type";
-        } else {
-          boost::system::error_code tec;
-          type = types_.lookup(t.type, true, tec);
-          if (!type) why = "more distinct task types than the engine holds";
-        }
-        if (!why.empty()) {
-          rejected.emplace_back(std::move(t.id), std::move(why));
-          return;
-        }
-        const std::int64_t due =
-            std::clamp<std::int64_t>(to_epoch_ms(t.due), 0, latest_due_ms() - 1);
-        const timer_wheel::handle h =
-            wheel_.insert_detached({t.id, t.payload, type->k, due, t.attempts});
-        if (h == timer_wheel::npos) {
-          log(log_level::warning,
-              "start: skipping a second stored copy of " + describe_task(t.id, t.type));
-          return;
-        }
-        set_tag(h, tsw::with_state(tag(h), tsw::armed));
-        if (t.trigger_count > 0) set_trigger_locked(h, t.trigger_count, t.signals);
-        ++kind_pending(type->k);
-        ++loaded;
-        if (due <= now && options_.catch_up_rate > 0)
-          overdue.push_back(h);
-        else
-          wheel_.arm(h, ticker_.tick_for(due));
-        if (take) {
-          taken.push_back(std::move(t.id));
-          if (taken.size() >= 10'000) {
-            boost::system::error_code rec;
-            store_->remove(taken, rec);
-            taken.clear();
-          }
-        }
-        if ((loaded & 0xffff) == 0 && steady_clock::now() >= next_report) {
-          next_report = steady_clock::now() + std::chrono::seconds{1};
-          log(log_level::info, "start: loaded " + std::to_string(loaded) + " tasks so far from " +
-                                   store_->describe());
-        }
-      },
-      ec);
+  const auto load = [&](task&& t) {
+    std::string why;
+    const type_registry::type_info* type = accept_locked(t, why);
+    if (!type) {
+      rejected.emplace_back(std::move(t.id), std::move(why));
+      return;
+    }
+    if (hold_locked(t, *type, &overdue, now) == timer_wheel::npos) {
+      log(log_level::warning,
+          "start: skipping a second stored copy of " + describe_task(t.id, t.type));
+      return;
+    }
+    ++loaded;
+    if (take) {
+      taken.push_back(std::move(t.id));
+      if (taken.size() >= 10'000) {
+        boost::system::error_code rec;
+        store_->remove(taken, rec);
+        taken.clear();
+      }
+    }
+    if ((loaded & 0xffff) == 0 && steady_clock::now() >= next_report) {
+      next_report = steady_clock::now() + std::chrono::seconds{1};
+      log(log_level::info,
+          "start: loaded " + std::to_string(loaded) + " tasks so far from " + store_->describe());
+    }
+  };
+  // With a horizon, only the tasks due within it (see engine_core_horizon.cpp);
+  // a store that cannot read by due time gets every task loaded.
+  list_summary summary;
+  horizon_ms_ = 0;
+  watermark_ = std::numeric_limits<std::int64_t>::max();
+  if (options_.horizon.count() > 0 && !take) {
+    const std::int64_t until = now + options_.horizon.count();
+    due_cursor cursor;
+    if (options_.type_capacity.empty()) {
+      for (;;) {
+        const list_summary page = store_->list_due(cursor, until, 10'000, load, ec);
+        if (ec) break;
+        summary.tasks += page.tasks;
+        summary.quarantined += page.quarantined;
+        if (page.tasks + page.quarantined < 10'000) break;
+      }
+    } else {
+      // Capped types are held whole (see engine_core_horizon.cpp): one read
+      // of every task, holding the near ones and the capped ones. The probe
+      // tells whether the store can page at all.
+      store_->list_due(
+          cursor, std::numeric_limits<std::int64_t>::min(), 1, [](task&&) {}, ec);
+      if (!ec)
+        summary = store_->list(
+            [&](task&& t) {
+              if (to_epoch_ms(t.due) <= until || options_.type_capacity.count(t.type) != 0)
+                load(std::move(t));
+            },
+            ec);
+    }
+    if (ec == errc::unsupported && summary.tasks == 0 && summary.quarantined == 0) {
+      log(log_level::warning, "start: " + store_->describe() +
+                                  " cannot read tasks by due time; holding every task "
+                                  "(engine_options::horizon has no effect)");
+      ec = {};
+    } else if (!ec) {
+      horizon_ms_ = options_.horizon.count();
+      watermark_ = until;
+    }
+  } else if (options_.horizon.count() > 0) {
+    log(log_level::info, "start: the store is in process; holding every task (no horizon)");
+  }
+  if (horizon_ms_ == 0 && !ec) summary = store_->list(load, ec);
   if (ec) {
     log(log_level::error, "start: loading " + store_->describe() + " failed: " + ec.message());
     // Leave nothing half-loaded behind: a later start() loads afresh.
@@ -195,6 +220,7 @@ void engine_core::start(boost::system::error_code& ec) {
   dead_ = store_->count_dead(dead_ec);
   if (dead_ec) dead_ = 0;  // a store without dead letters (errc::unsupported)
   state_.store(run_state::running, std::memory_order_release);
+  if (horizon_on() && !pager_.joinable()) pager_ = std::thread([this] { pager_loop(); });
   armed_tick_ = wheel_.next_due_tick();
   if (armed_tick_ != timer_wheel::no_tick)
     ticker_.post([self = shared_from_this()] { self->rearm(); });
@@ -328,9 +354,17 @@ std::optional<task> engine_core::find(std::string_view id) const {
 }
 
 std::optional<task_status> engine_core::status(std::string_view id) const {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   const timer_wheel::handle h = wheel_.find(id);
-  if (h == timer_wheel::npos) return std::nullopt;
+  if (h == timer_wheel::npos) {
+    if (!horizon_on()) return std::nullopt;
+    lock.unlock();
+    // Not held: maybe due past the horizon, in the store only.
+    std::optional<task> t = find_stored(id);
+    if (!t) return std::nullopt;
+    const bool due = to_epoch_ms(t->due) <= now_ms();
+    return task_status{std::move(*t), due ? task_state::ready : task_state::delayed};
+  }
   const std::uint32_t w = tag(h);
   if (w & tsw::fresh) return std::nullopt;  // not acknowledged yet
   task_state st = task_state::delayed;
@@ -350,7 +384,7 @@ std::optional<task_status> engine_core::status(std::string_view id) const {
 std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type) const {
   std::vector<task> out;
   if (limit == 0) return out;
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   int kind = -1;
   if (!type.empty()) {
     boost::system::error_code ec;
@@ -380,6 +414,31 @@ std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type
     out[i] = task_of(best.top().second);
     best.pop();
   }
+  if (!horizon_on() || out.size() >= limit) return out;
+  // Fewer than `limit` held: the rest come from the store, past the
+  // watermark, in due order (a rare type may need many pages: at most
+  // upcoming_scan records are read).
+  constexpr std::size_t upcoming_scan = 100'000;
+  due_cursor cursor{watermark_ + 1, {}};
+  lock.unlock();
+  const_cast<store_writer&>(writer_).flush();
+  std::unordered_set<std::string> seen;
+  for (const task& t : out) seen.insert(t.id);
+  std::size_t scanned = 0;
+  while (out.size() < limit && scanned < upcoming_scan) {
+    boost::system::error_code ec;
+    const list_summary page = store_->list_due(
+        cursor, std::numeric_limits<std::int64_t>::max(), 1000,
+        [&](task&& t) {
+          if (out.size() >= limit || (!type.empty() && t.type != type) || seen.count(t.id)) return;
+          out.push_back(std::move(t));
+        },
+        ec);
+    scanned += page.tasks + page.quarantined;
+    if (ec || page.tasks + page.quarantined < 1000) break;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const task& a, const task& b) { return a.due < b.due; });
   return out;
 }
 
@@ -395,6 +454,7 @@ engine_stats engine_core::stats() const {
     s.pending = pending_locked();
     s.scheduled = scheduled_;
     s.loaded = loaded_;
+    s.paged = paged_;
     s.succeeded = succeeded_;
     s.failed = failed_;
     s.cancelled = cancelled_;

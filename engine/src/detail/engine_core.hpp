@@ -22,12 +22,17 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <functional>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <semaphore>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -164,7 +169,9 @@ class engine_core final : public dispatcher::owner,
     task_spec spec;
     std::unique_ptr<schedule_completion> done;
   };
-  void async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done);
+  // `looked_up`: the id was looked up in the store already (the horizon).
+  void async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done,
+                          bool looked_up = false);
 
   // ---- calls (engine_core_calls.cpp) ---------------------------------------
   boost::system::error_code check_spec(spec_ref& spec);
@@ -225,6 +232,37 @@ class engine_core final : public dispatcher::owner,
   void set_trigger_locked(timer_wheel::handle h, std::uint32_t count, std::uint32_t signals);
   ready_ref ready_of(timer_wheel::handle h, std::uint32_t word) const;
 
+  // ---- the horizon (engine_core_horizon.cpp) --------------------------------
+  // With a horizon the wheel holds every stored task due at or before the
+  // watermark (plus tasks due later that a call is working on); the rest are
+  // in the store only. Readers of the store (the pager, fault_in) note which
+  // ids were erased while they read, so a record read before its erase is not
+  // held again after it.
+  bool horizon_on() const noexcept { return horizon_ms_ > 0; }
+  // Under the lock: the type of a stored task the engine can hold, or null
+  // with `why` set.
+  const type_registry::type_info* accept_locked(const task& t, std::string& why);
+  // Under the lock: holds a stored task, armed at its due time (or at the
+  // current tick if `overdue` is null and it is overdue); npos if its id is held.
+  timer_wheel::handle hold_locked(const task& t, const type_registry::type_info& type,
+                                  std::vector<timer_wheel::handle>* overdue, std::int64_t now);
+  // Holds the stored tasks named by `ids` that the engine does not hold, so
+  // a call can go on with them as with any held task. Off the lock.
+  void fault_in(std::span<const std::string_view> ids, boost::system::error_code& ec);
+  // Under the lock, after a record settled: lets go of it again if it is
+  // due past the watermark and idle (the store has it).
+  void evict_if_far_locked(timer_wheel::handle h);
+  // The stored task `id` the engine does not hold, read from the store.
+  std::optional<task> find_stored(std::string_view id) const;
+  std::uint64_t begin_read_locked();
+  void end_read_locked();
+  bool erased_since_locked(const std::string& id, std::uint64_t seq) const;
+  // Reads (from, until] of the due index into the wheel; false if stopped first.
+  bool page_in(std::int64_t from, std::int64_t until, std::uint64_t seq);
+  void pager_loop();
+  void post_lookup(std::function<void()> job);
+  void stop_pager();
+
   // ---- the clock --------------------------------------------------------------
   void note_armed_locked(std::uint64_t tick);
   void rearm();
@@ -253,10 +291,25 @@ class engine_core final : public dispatcher::owner,
   std::unordered_map<std::string, std::vector<deferred_call>>
       deferred_;  // async calls waiting for an id
 
-  std::uint64_t scheduled_ = 0, loaded_ = 0, succeeded_ = 0, failed_ = 0, cancelled_ = 0,
+  std::uint64_t scheduled_ = 0, loaded_ = 0, paged_ = 0, succeeded_ = 0, failed_ = 0, cancelled_ = 0,
                 quarantined_ = 0, retried_ = 0, died_ = 0;
   std::size_t dead_ = 0;
   std::atomic<std::uint64_t> wakeups_{0};
+
+  // The horizon (0: off) and the watermark: every stored task due at or
+  // before it is held. Under mutex_.
+  std::int64_t horizon_ms_ = 0;
+  std::int64_t watermark_ = std::numeric_limits<std::int64_t>::max();
+  std::uint64_t erase_seq_ = 0;
+  std::size_t readers_ = 0;
+  std::unordered_map<std::string, std::uint64_t> erased_;  // while readers_ > 0
+  // The pager's thread: pages the due index in, and runs lookups that an
+  // async call must not block its caller for.
+  std::thread pager_;
+  std::mutex pager_mutex_;
+  std::condition_variable pager_cv_;
+  bool pager_stop_ = false;
+  std::deque<std::function<void()>> pager_jobs_;
 
   // Last: their threads call back into everything above.
   store_writer writer_;

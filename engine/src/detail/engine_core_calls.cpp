@@ -47,10 +47,23 @@ timer_wheel::handle engine_core::find_settled(std::unique_lock<spin_mutex>& lock
                                               std::string_view id, std::uint32_t hash) {
   // Calls on one id take effect in order, each seeing the settled outcome of
   // the last: a call finding the id's write in flight waits for it.
-  for (;;) {
+  bool waited = false;
+  for (int round = 0;; ++round) {
     const timer_wheel::handle h = wheel_.find(id, hash);
-    if (h == timer_wheel::npos || !transitional(tsw::state_of(tag(h)))) return h;
-    changed_.wait(lock);
+    if (h != timer_wheel::npos && transitional(tsw::state_of(tag(h)))) {
+      waited = true;
+      changed_.wait(lock);
+      continue;
+    }
+    // With a horizon, the write we waited for may have settled a task due
+    // past it: the engine let go of it, the store has it. Hold it again.
+    if (h != timer_wheel::npos || !waited || !horizon_on() || round > 16) return h;
+    waited = false;
+    lock.unlock();
+    boost::system::error_code ec;
+    fault_in(std::span(&id, 1), ec);
+    lock.lock();
+    if (ec) return timer_wheel::npos;
   }
 }
 
@@ -140,6 +153,15 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
 
 void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                                    boost::system::error_code& ec, std::size_t& bad) {
+  if (horizon_on()) {
+    // A task with this id may wait past the horizon, in the store only:
+    // reject and keep must see it. A replace overwrites it either way.
+    std::vector<std::string_view> named;
+    for (const spec_ref& s : specs)
+      if (!s.id.empty() && s.conflict != on_conflict::replace) named.push_back(s.id);
+    fault_in(named, ec);
+    if (ec) return;
+  }
   const bool durable = writes(change_kind::save);
   if (durable && options_.when_write_queue_full == engine_options::queue_full_policy::wait)
     writer_.wait_for_room();
@@ -327,13 +349,34 @@ void engine_core::async_schedule(task_spec spec, std::unique_ptr<schedule_comple
   async_schedule_ref(spec, done);
 }
 
-void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done) {
+void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done,
+                                     bool looked_up) {
   boost::system::error_code ec;
   if (!running_check(ec)) return done->complete(ec, {});
   spec_ref ref{spec.type, spec.payload, spec.options.id, spec.options.conflict};
   ref.trigger_count = spec.options.trigger_count;
   ref.due_ms = due_at(spec.due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(ref))) return done->complete(ec, {});
+  if (horizon_on() && !looked_up && !ref.id.empty() && ref.conflict != on_conflict::replace) {
+    bool held;
+    {
+      std::lock_guard lock(mutex_);
+      held = wheel_.find(ref.id, ref.hash) != timer_wheel::npos;
+    }
+    if (!held) {
+      // It may wait past the horizon: look it up on the pager's thread, not
+      // the caller's (an async call does not block), then go on from there.
+      auto job = std::make_shared<deferred_call>(deferred_call{std::move(spec), std::move(done)});
+      post_lookup([this, job] {
+        boost::system::error_code lec;
+        const std::string_view id = job->spec.options.id;
+        fault_in(std::span(&id, 1), lec);
+        if (lec) return job->done->complete(lec, {});
+        async_schedule_ref(job->spec, job->done, true);
+      });
+      return;
+    }
+  }
   const bool durable = writes(change_kind::save);
   auto call = durable ? std::make_shared<call_state>() : nullptr;
   call_state inline_result;
@@ -369,6 +412,8 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
 bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
+  fault_in(std::span(&id, 1), ec);  // a task past the horizon: held from here
+  if (ec) return false;
   const std::uint32_t hash = wheel_.hash(id);
   wheel_.prefetch(hash);  // the bucket loads while we lock
   const bool durable = writes(change_kind::remove);
@@ -420,6 +465,8 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
   ec = {};
   if (!running_check(ec)) return false;
   const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
+  if (ec) return false;
+  fault_in(std::span(&id, 1), ec);
   if (ec) return false;
   const std::uint32_t hash = wheel_.hash(id);
   wheel_.prefetch(hash);

@@ -99,6 +99,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
           ++scheduled_;
           count(h, &type_counters::scheduled);
         }
+        evict_if_far_locked(h);  // a far task: the store holds it now
       } else {
         erase_locked(h);
       }
@@ -114,12 +115,14 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         ++kind_pending(ctx->old_kind);
       }
       arm_locked(h, wheel_.due_ms(h));
+      evict_if_far_locked(h);
       break;
     case p_replace_running:
       if (ok) {
         arm_locked(h, wheel_.due_ms(h));
         ++scheduled_;
         count(h, &type_counters::scheduled);
+        evict_if_far_locked(h);
       } else {
         erase_locked(h);
         // Give the id back to the old version if it is still running.
@@ -139,6 +142,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         call.found = true;
       } else {
         arm_locked(h, wheel_.due_ms(h));
+        evict_if_far_locked(h);
       }
       break;
     case p_cancel_queued: {
@@ -178,6 +182,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       else if (ctx)
         wheel_.set_due_ms(h, ctx->old_due_ms);
       arm_locked(h, wheel_.due_ms(h));
+      evict_if_far_locked(h);
       break;
     case p_retry:
       // Armed whatever the outcome: a failed write is kept and retried, and
@@ -186,6 +191,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         wheel_.set_attempts(h, wheel_.attempts(h) + 1);
         wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
         arm_locked(h, wheel_.due_ms(h));
+        evict_if_far_locked(h);
       } else {
         erase_locked(h);  // stopping: the store has it for the next start
       }
@@ -198,6 +204,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         wheel_.set_due_ms(h, ctx->old_due_ms);
       }
       arm_locked(h, wheel_.due_ms(h));
+      evict_if_far_locked(h);
       break;
     case p_purge:
       settled_record = false;

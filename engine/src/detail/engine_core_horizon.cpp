@@ -1,0 +1,275 @@
+// engine_core: the horizon. With engine_options::horizon the wheel holds only
+// the tasks due within it; the rest stay in the store's due index, and the
+// pager reads them in, a page at a time, before they are due.
+//
+// The invariant: every stored task due at or before watermark_ is held (or
+// has a write about it in flight, which settles into the wheel). A task due
+// later is held only while a call works on it; settle lets go of it again
+// (evict_if_far_locked). Moving the watermark from W0 to W1 follows three
+// steps, so that no task is missed and none comes back after it went:
+//
+//   1. under the lock: watermark_ = W1 (from here a schedule or reschedule
+//      due by W1 stays held), and begin a read (erasures are noted from here);
+//   2. writer flush: every write queued before step 1 is in the store, so
+//      a far schedule of (W0, W1] that settled before step 1 can be read;
+//   3. read (W0, W1] and hold each task unless its id is held (memory is
+//      newer) or was erased since step 1 (cancelled, succeeded, let go).
+//
+// fault_in() does the same for single ids a call names, so cancel() of a far
+// task is as truthful as of a held one: it holds the record, then cancels it
+// the usual way (the store write decides).
+//
+// A type with a capacity (engine_options::type_capacity) is always held
+// whole, so its count stays exact: start() then reads every stored task once
+// (holding those due within the horizon or of a capped type) instead of the
+// due index up to the horizon.
+#include <algorithm>
+
+#include "delayq/log.hpp"
+#include "detail/engine_core.hpp"
+#include "detail/task_state.hpp"
+
+namespace delayq::detail {
+namespace {
+
+namespace tsw = task_state_word;
+
+constexpr std::size_t page_size = 1000;
+
+}  // namespace
+
+const type_registry::type_info* engine_core::accept_locked(const task& t, std::string& why) {
+  if (!valid_id(t.id)) {
+    why = "the engine does not accept its id";
+    return nullptr;
+  }
+  if (!valid_type(t.type)) {
+    why = "the engine does not accept its type";
+    return nullptr;
+  }
+  boost::system::error_code ec;
+  const type_registry::type_info* type = types_.lookup(t.type, true, ec);
+  if (!type) why = "more distinct task types than the engine holds";
+  return type;
+}
+
+timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry::type_info& type,
+                                             std::vector<timer_wheel::handle>* overdue,
+                                             std::int64_t now) {
+  const std::int64_t due = std::clamp<std::int64_t>(to_epoch_ms(t.due), 0, latest_due_ms() - 1);
+  const timer_wheel::handle h = wheel_.insert_detached({t.id, t.payload, type.k, due, t.attempts});
+  if (h == timer_wheel::npos) return h;
+  set_tag(h, tsw::with_state(tag(h), tsw::armed));
+  if (t.trigger_count > 0) set_trigger_locked(h, t.trigger_count, t.signals);
+  ++kind_pending(type.k);
+  if (overdue && due <= now && options_.catch_up_rate > 0) {
+    overdue->push_back(h);
+  } else if (overdue) {
+    wheel_.arm(h, ticker_.tick_for(due));  // start(): the timer is set once loaded
+  } else {
+    arm_locked(h, due);
+  }
+  return h;
+}
+
+std::uint64_t engine_core::begin_read_locked() {
+  ++readers_;
+  return erase_seq_;
+}
+
+void engine_core::end_read_locked() {
+  if (--readers_ == 0) erased_.clear();
+}
+
+bool engine_core::erased_since_locked(const std::string& id, std::uint64_t seq) const {
+  const auto it = erased_.find(id);
+  return it != erased_.end() && it->second > seq;
+}
+
+void engine_core::evict_if_far_locked(timer_wheel::handle h) {
+  if (!horizon_on() || !wheel_.is_indexed(h)) return;
+  const std::uint32_t w = tag(h);
+  if (tsw::state_of(w) != tsw::armed || (w & tsw::fresh)) return;
+  if (wheel_.due_ms(h) <= watermark_) return;
+  // A type with a capacity is held whole: its count must see every task.
+  if (types_.at(wheel_.kind(h)).capacity != 0) return;
+  erase_locked(h);  // the store has it; the pager brings it back in time
+}
+
+void engine_core::fault_in(std::span<const std::string_view> ids, boost::system::error_code& ec) {
+  ec = {};
+  if (!horizon_on() || ids.empty()) return;
+  // A few rounds at most: a round only repeats for an id erased while it was
+  // read (let go of, say), which the next read sees as it is now.
+  for (int round = 0; round < 8; ++round) {
+    std::vector<std::string> missing;
+    std::uint64_t seq = 0;
+    {
+      std::lock_guard lock(mutex_);
+      for (std::string_view id : ids)
+        if (wheel_.find(id) == timer_wheel::npos &&
+            std::find(missing.begin(), missing.end(), id) == missing.end())
+          missing.emplace_back(id);
+      if (missing.empty()) return;
+      seq = begin_read_locked();
+    }
+    // Writes queued before the read began (a success's removal, a far
+    // schedule) land first: the read sees no record the engine let go of.
+    writer_.flush();
+    std::vector<std::optional<task>> found = store_->find(missing, ec);
+    std::vector<std::pair<std::string, std::string>> rejected;
+    bool again = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (!ec) {
+        for (std::optional<task>& t : found) {
+          if (!t) continue;
+          if (wheel_.find(t->id) != timer_wheel::npos) continue;  // held meanwhile: newer
+          if (erased_since_locked(t->id, seq)) {
+            again = true;
+            continue;
+          }
+          std::string why;
+          const type_registry::type_info* type = accept_locked(*t, why);
+          if (!type) {
+            rejected.emplace_back(t->id, std::move(why));
+            continue;
+          }
+          if (hold_locked(*t, *type, nullptr, now_ms()) != timer_wheel::npos) ++paged_;
+        }
+      }
+      end_read_locked();
+    }
+    for (const auto& [id, why] : rejected) {
+      boost::system::error_code qec;
+      store_->quarantine(id, why, qec);
+      log(log_level::error, "quarantined stored task '" + id + "': " + why);
+    }
+    if (ec) {
+      log(log_level::warning, "looking up stored tasks failed: " + ec.message());
+      return;
+    }
+    if (!again) return;
+  }
+}
+
+std::optional<task> engine_core::find_stored(std::string_view id) const {
+  if (!horizon_on()) return std::nullopt;
+  auto& self = const_cast<engine_core&>(*this);
+  self.writer_.flush();  // a task that just succeeded is gone from the store too
+  boost::system::error_code ec;
+  const std::string key(id);
+  std::vector<std::optional<task>> found = store_->find(std::span(&key, 1), ec);
+  if (ec || found.empty() || !found[0]) return std::nullopt;
+  std::lock_guard lock(mutex_);
+  if (wheel_.find(id) != timer_wheel::npos) return std::nullopt;  // held now: ask the wheel
+  return std::move(found[0]);
+}
+
+bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) {
+  due_cursor cursor{from + 1, {}};  // (from + 1, "") is before every task due after `from`
+  std::vector<task> page;
+  std::vector<std::pair<std::string, std::string>> rejected;
+  for (;;) {
+    page.clear();
+    boost::system::error_code ec;
+    const list_summary got = store_->list_due(
+        cursor, until, page_size, [&](task&& t) { page.push_back(std::move(t)); }, ec);
+    if (ec) {
+      // The tasks of this range must be held before they are due: try again
+      // until the store answers (or the engine stops).
+      log(log_level::warning, "horizon: reading due tasks from " + store_->describe() +
+                                  " failed: " + ec.message() + "; retrying");
+      std::unique_lock lock(pager_mutex_);
+      if (pager_cv_.wait_for(lock, std::chrono::milliseconds{200}, [&] { return pager_stop_; }))
+        return false;
+      continue;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      quarantined_ += got.quarantined;
+      const std::int64_t now = now_ms();
+      for (task& t : page) {
+        if (wheel_.find(t.id) != timer_wheel::npos || erased_since_locked(t.id, seq)) continue;
+        std::string why;
+        const type_registry::type_info* type = accept_locked(t, why);
+        if (!type) {
+          rejected.emplace_back(t.id, std::move(why));
+          continue;
+        }
+        if (hold_locked(t, *type, nullptr, now) != timer_wheel::npos) ++paged_;
+      }
+    }
+    if (got.tasks + got.quarantined < page_size) break;
+  }
+  for (const auto& [id, why] : rejected) {
+    boost::system::error_code qec;
+    store_->quarantine(id, why, qec);
+    log(log_level::error, "horizon: quarantined stored task '" + id + "': " + why);
+  }
+  return true;
+}
+
+void engine_core::pager_loop() {
+  // Pages a step ahead: a task is read in at least horizon - step before due.
+  const auto step = std::chrono::milliseconds{std::max<std::int64_t>(horizon_ms_ / 4, 10)};
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(pager_mutex_);
+      pager_cv_.wait_for(lock, step, [&] { return pager_stop_ || !pager_jobs_.empty(); });
+      if (pager_stop_) return;
+      if (!pager_jobs_.empty()) {
+        job = std::move(pager_jobs_.front());
+        pager_jobs_.pop_front();
+      }
+    }
+    if (job) {
+      job();
+      continue;
+    }
+    std::int64_t from = 0, until = 0;
+    std::uint64_t seq = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (state_.load() != run_state::running) continue;
+      until = now_ms() + horizon_ms_;
+      if (until <= watermark_) continue;
+      from = watermark_;
+      watermark_ = until;
+      seq = begin_read_locked();
+    }
+    writer_.flush();
+    const bool done = page_in(from, until, seq);
+    std::lock_guard lock(mutex_);
+    end_read_locked();
+    if (!done) return;
+  }
+}
+
+void engine_core::post_lookup(std::function<void()> job) {
+  {
+    std::lock_guard lock(pager_mutex_);
+    pager_jobs_.push_back(std::move(job));
+  }
+  pager_cv_.notify_one();
+}
+
+void engine_core::stop_pager() {
+  {
+    std::lock_guard lock(pager_mutex_);
+    pager_stop_ = true;
+  }
+  pager_cv_.notify_all();
+  if (pager_.joinable()) pager_.join();
+  // Lookups still queued: run them now, so every async call is answered
+  // (the engine is stopping: they fail with not_running).
+  std::deque<std::function<void()>> jobs;
+  {
+    std::lock_guard lock(pager_mutex_);
+    jobs.swap(pager_jobs_);
+  }
+  for (auto& job : jobs) job();
+}
+
+}  // namespace delayq::detail
