@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cluster_router.hpp"
 #include "delayq/record_codec.hpp"
 #include "store_fixtures.hpp"
 
@@ -238,8 +239,7 @@ TEST_CASE_TEMPLATE("conformance: list_due goes on after the cursor's task is rem
       due_cursor after{20, "s0a"};
       CHECK(drain(f.store(), after, no_end, 1) == rest_after({20, "s0a"}));
       due_cursor nul{40, std::string("n\0b", 3)};
-      CHECK(drain(f.store(), nul, no_end, 1) ==
-            std::vector<due_key>{{40, std::string("n\0c", 3)}});
+      CHECK(drain(f.store(), nul, no_end, 1) == std::vector<due_key>{{40, std::string("n\0c", 3)}});
       due_cursor before_all{10, ""};
       CHECK(drain(f.store(), before_all, no_end, 5) == all);
     }
@@ -385,5 +385,33 @@ TEST_CASE_TEMPLATE("conformance: list_due reads past an index entry without a re
     CHECK(page(f.store(), tail, no_end, 5).empty());
     CHECK(tail.due_ms == 3);
     CHECK(tail.id == "zz-ghost");
+  }
+}
+
+// SCRIPT FLUSH where the store's keys live.
+template <class Raw>
+void flush_scripts(Raw& raw, const std::string& key) {
+  if constexpr (requires { raw.run_at(0u, std::vector<std::string>{}); })
+    raw.run_at(detail::redis::key_slot(key), {"SCRIPT", "FLUSH"});
+  else
+    raw.run({"SCRIPT", "FLUSH"});
+}
+
+TEST_CASE_TEMPLATE("conformance: list_due survives a flushed script cache (NOSCRIPT)", F,
+                   DELAYQ_STORES) {
+  F f;
+  if constexpr (requires(F & x) { x.raw_; }) {
+    f.store().save(std::vector{make_task("a", "", 1), make_task("b", "", 2)});
+    due_cursor after;
+    CHECK(page(f.store(), after, no_end, 1).size() == 1);
+    flush_scripts(f.raw_, f.key("due"));
+    log_capture logs;
+    const auto got = page(f.store(), after, no_end, 10);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].id == "b");
+    // Another test's store connecting meanwhile (ctest -j) loads the script
+    // again, so NOSCRIPT is likely, not certain; the outcome above holds
+    // either way.
+    WARN(logs.contains("NOSCRIPT"));
   }
 }
