@@ -4,9 +4,9 @@
 // (one page of `limit` rows, or the ids asked for), and quarantine what does
 // not decode before letting the mutex go. list_due() hands the page to its
 // sink after that, without the mutex, so a sink may call back into the store
-// (as with list()). A page is one SELECT over the due_ms index; opening a
-// read connection per page, as list() does for its one long scan, would cost
-// more than the page.
+// (as with list()). A page is one SELECT, a seek in the (due_ms, id) index
+// (schema version 4) and `limit` steps; opening a read connection per page,
+// as list() does for its one long scan, would cost more than the page.
 #include <algorithm>
 #include <cstdint>
 #include <optional>

@@ -111,9 +111,10 @@ class sqlite_store final : public task_store {
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
                     boost::system::error_code& ec) override;
-  /// One page: one SELECT on the store's connection, `WHERE due_ms` in
-  /// range and after the cursor, `ORDER BY due_ms, id LIMIT limit`, over the
-  /// due_ms index (ids are TEXT under the BINARY collation: bytewise). The
+  /// One page: one SELECT on the store's connection, `WHERE (due_ms, id) >
+  /// cursor AND due_ms <= until ORDER BY due_ms, id LIMIT limit`: a seek in
+  /// the (due_ms, id) index and `limit` steps (ids are TEXT under the BINARY
+  /// collation: bytewise). The
   /// page is read and its undecodable rows quarantined under the store's
   /// mutex; the sink runs after, without it, so it may call back into the
   /// store. Errors as above; on error `after` is unchanged and nothing
@@ -162,8 +163,9 @@ class sqlite_store final : public task_store {
 
   /// The schema version (PRAGMA user_version) this build creates and reads.
   /// Opening a file of an older version migrates it (1 -> 2 adds the
-  /// dead-letter table, 2 -> 3 the settings table).
-  static constexpr int schema_version = 3;
+  /// dead-letter table, 2 -> 3 the settings table, 3 -> 4 replaces the
+  /// index on tasks(due_ms) with one on (due_ms, id), list_due()'s order).
+  static constexpr int schema_version = 4;
 
  private:
   struct impl;
