@@ -234,8 +234,10 @@ void connection::connect() {
   cmds.push_back(std::move(command().arg("CLIENT").arg("ID")));
   cmds.push_back(std::move(command().arg("INFO").arg("server")));
   const std::size_t first_optional = cmds.size();
-  if (load_write_script_)
+  if (load_write_script_) {
     cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(write_script)));
+    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(due_script)));
+  }
   // In a cluster the meta key lives on one node: the router checks it there.
   if (!opts_.cluster) {
     cmds.push_back(std::move(command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout)));
@@ -275,7 +277,10 @@ void connection::connect() {
     }
     kill_id_ = -1;
   }
-  if (load_write_script_) write_sha_ = reply_text(replies[++k].get());
+  if (load_write_script_) {
+    write_sha_ = reply_text(replies[++k].get());
+    due_sha_ = reply_text(replies[++k].get());
+  }
   if (opts_.cluster) return;
   const std::string stored = reply_text(replies.back().get());
   int stored_layout = 0;

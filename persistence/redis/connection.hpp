@@ -139,6 +139,8 @@ class connection {
   redisContext* get() const noexcept { return ctx_.get(); }
   /// The SHA1 of the write script, as the server's SCRIPT LOAD answered.
   const std::string& write_sha() const noexcept { return write_sha_; }
+  /// The SHA1 of the list_due() page script, loaded with the write script.
+  const std::string& due_sha() const noexcept { return due_sha_; }
 
   /// Closes the connection. `timed_out`: the server may still run what was
   /// sent; the next dial kills the old connection first (CLIENT KILL ID).
@@ -185,6 +187,7 @@ class connection {
   std::string key_meta_;
   context_ptr ctx_;
   std::string write_sha_;
+  std::string due_sha_;
   long long client_id_ = -1;
   std::string run_id_;      // the server's run (INFO server)
   long long kill_id_ = -1;  // a timed-out connection to kill at the next dial

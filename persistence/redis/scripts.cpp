@@ -100,6 +100,73 @@ const char* const quarantine_id_script = DELAYQ_QUARANTINE_CHECKS
 
 #undef DELAYQ_QUARANTINE_CHECKS
 
+// Ranks are passed to redis.call() as Lua numbers, which it formats with
+// "%.14g": exact below 1e14 members. HMGET and ZRANGE go 1000 at a time,
+// as the write script's variadic calls do, to stay far below Lua's limit on
+// unpack()'s results.
+const char* const due_script = R"lua(-- delayq list_due page, layout 1
+local tasks, due = KEYS[1], KEYS[2]
+local after, id = ARGV[1], ARGV[2]
+local until_ms, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not tonumber(after) or not until_ms or not limit then
+  return redis.error_reply('ERR delayq: bad list_due arguments')
+end
+-- a <= b, bytewise. Lua's own string comparison goes through strcoll(),
+-- and Redis takes LC_COLLATE from its environment.
+local function le(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a <= #b
+end
+local start = false
+if id ~= '' then
+  local s = redis.call('ZSCORE', due, id)
+  if s and tonumber(s) == tonumber(after) then start = redis.call('ZRANK', due, id) + 1 end
+end
+if not start then
+  -- The cursor's member is gone (or the cursor names none): the first rank
+  -- after it is past the members scored below the cursor's due time and past
+  -- those of its run whose id is not after the cursor's. The run is sorted
+  -- bytewise by Redis: search it.
+  local lo = redis.call('ZCOUNT', due, '-inf', '(' .. after)
+  local hi = lo + redis.call('ZCOUNT', due, after, after)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if le(redis.call('ZRANGE', due, mid, mid)[1], id) then lo = mid + 1 else hi = mid end
+  end
+  start = lo
+end
+local card = redis.call('ZCARD', due)
+local out, got = {}, 0
+while got < limit and start < card do
+  local stop = math.min(start + math.min(limit - got, 1000), card) - 1
+  local r = redis.call('ZRANGE', due, start, stop, 'WITHSCORES')
+  local ids, past = {}, false
+  for i = 1, #r, 2 do
+    if tonumber(r[i + 1]) > until_ms then past = true; break end
+    ids[#ids + 1] = r[i]
+    out[#out + 1] = r[i]
+    out[#out + 1] = r[i + 1]
+    out[#out + 1] = false
+  end
+  if #ids > 0 then
+    local records = redis.call('HMGET', tasks, unpack(ids))
+    local base = #out - 3 * #ids
+    for k = 1, #ids do
+      if records[k] then
+        out[base + 3 * k] = records[k]
+        got = got + 1
+      end
+    end
+  end
+  start = start + #ids
+  if past or #ids == 0 then break end
+end
+return out
+)lua";
+
 const char* const drop_dangling_script =
     "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end "
     "return redis.call('ZREM', KEYS[2], ARGV[1])";

@@ -57,6 +57,20 @@ extern const char* const quarantine_id_script;
 command quarantine_call(const char* script, const std::string& hash, const std::string& index,
                         const std::string& q, const std::string& q_reason);
 
+/// One page of task_store::list_due(), loaded by the handshake beside the
+/// write script (connection::due_sha()). KEYS[1] {P}:tasks, KEYS[2] {P}:due;
+/// ARGV: the cursor's due time ('-inf' for the default cursor), the cursor's
+/// id, until_ms, limit. Finds the rank just after the cursor (ZRANK of the
+/// cursor's id when it is still there with that score, else a binary search
+/// of the run of members scored the cursor's due time, comparing bytewise),
+/// then reads ZRANGE ... WITHSCORES from there, stopping at a score past
+/// until_ms, and HMGETs the records. Returns triples: id, score, record (nil
+/// when the hash has none: skipped, not counted, but read past); reads past
+/// such members until it has `limit` records or the range ends. Read-only.
+/// Cost: O(log N + limit) commands' worth (O(log N * log run) when the
+/// cursor's member is gone).
+extern const char* const due_script;
+
 /// Drops ARGV[1] from the sorted set KEYS[2] when the hash KEYS[1] holds no
 /// record for it. Returns 1 if dropped.
 extern const char* const drop_dangling_script;

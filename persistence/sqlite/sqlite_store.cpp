@@ -1,5 +1,7 @@
 #include "delayq/sqlite_store.hpp"
 
+#include "sqlite_store_impl.hpp"
+
 #include <sqlite3.h>
 
 #include <SQLiteCpp/Database.h>
@@ -24,20 +26,10 @@
 namespace delayq {
 namespace {
 
-// An SQLite error carried to the boundary of a public call.
-struct store_failure {
-  errc code;
-  std::string message;
-};
-
-errc translate(const SQLite::Exception& e) {
-  switch (e.getErrorCode() & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-    case SQLITE_CANTOPEN: return errc::store_unavailable;
-    default: return errc::store_error;
-  }
-}
+using detail::sqlite::bad_row;
+using detail::sqlite::now_epoch_ms;
+using detail::sqlite::store_failure;
+using detail::sqlite::translate;
 
 const char* pragma_value(sqlite_options::synchronous_level level) {
   switch (level) {
@@ -85,13 +77,21 @@ void migrate_to(SQLite::Database& db, int version) {
           "  key BLOB PRIMARY KEY NOT NULL,"
           "  value BLOB NOT NULL) WITHOUT ROWID;");
       return;
+    case 4:
+      // list_due() reads in (due_ms, id) order from a cursor: with the
+      // index on due_ms alone SQLite sorts each run of equal due times by id
+      // and walks a run from its start on every page, so a page in a run of
+      // R tasks cost O(R). On (due_ms, id) a page is a seek and `limit`
+      // steps. It replaces the old index, which it serves in full.
+      db.exec(
+          "CREATE INDEX tasks_due_ms_id ON tasks(due_ms, id);"
+          "DROP INDEX tasks_due_ms;");
+      return;
     default:
       throw store_failure{errc::store_error,
                           "no migration to schema version " + std::to_string(version)};
   }
 }
-
-std::int64_t now_epoch_ms() { return to_epoch_ms(std::chrono::system_clock::now()); }
 
 sqlite_options::synchronous_level level_of(int pragma) {
   using level = sqlite_options::synchronous_level;
@@ -125,13 +125,6 @@ struct row {
   std::string record;
 };
 
-// A row whose record failed to decode, and why.
-struct bad_row {
-  std::int64_t rowid = 0;
-  std::string_view id;
-  std::string why;
-};
-
 // Decodes a dead-letter record read under `id`; a record filed under
 // another id is as corrupt as one that does not decode.
 std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
@@ -146,12 +139,6 @@ std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw
   return d;
 }
 
-// SQLite binds at most INT_MAX bytes.
-void check_record_size(const std::string& record, const std::string& id) {
-  if (record.size() > static_cast<std::size_t>(INT_MAX))
-    throw store_failure{errc::store_error, "record of task '" + id + "' exceeds 2 GiB"};
-}
-
 // OFFSET and LIMIT take signed 64-bit values.
 std::int64_t clamp_to_int64(std::size_t n) {
   return static_cast<std::int64_t>(
@@ -159,179 +146,6 @@ std::int64_t clamp_to_int64(std::size_t n) {
 }
 
 }  // namespace
-
-struct sqlite_store::impl {
-  std::string path;
-  sqlite_options options;
-  std::mutex mutex;
-  std::optional<SQLite::Database> db;
-  std::optional<SQLite::Statement> upsert;
-  std::optional<SQLite::Statement> erase;
-  std::optional<SQLite::Statement> to_quarantine;
-  std::optional<SQLite::Statement> erase_rowid;
-  std::optional<SQLite::Statement> dead_upsert;
-  std::optional<SQLite::Statement> dead_erase;
-  std::optional<SQLite::Statement> dead_page;
-  std::optional<SQLite::Statement> dead_find;
-  std::optional<SQLite::Statement> dead_count;
-  std::optional<SQLite::Statement> dead_to_quarantine;
-  std::optional<SQLite::Statement> dead_erase_rowid;
-  std::optional<SQLite::Statement> quarantine_by_id;
-  std::optional<SQLite::Statement> settings_all;
-  std::optional<SQLite::Statement> settings_upsert;
-  std::optional<SQLite::Statement> settings_erase;
-
-  // The write thread of async_write(): batches in the order given.
-  struct queued_write {
-    std::span<const store_change> changes;
-    std::function<void(boost::system::error_code)> done;
-  };
-  std::mutex write_mutex;
-  std::condition_variable write_cv;
-  std::deque<queued_write> write_queue;
-  bool write_stop = false;
-  std::thread write_thread;
-
-  std::string name() const { return "sqlite:" + path; }
-
-  // Writes what is queued, one batch at a time, until stopped and drained.
-  void run_writes(sqlite_store& store) {
-    std::unique_lock lock(write_mutex);
-    for (;;) {
-      write_cv.wait(lock, [&] { return write_stop || !write_queue.empty(); });
-      if (write_queue.empty()) return;  // stopping, and nothing is left
-      queued_write w = std::move(write_queue.front());
-      write_queue.pop_front();
-      lock.unlock();
-      boost::system::error_code ec;
-      store.write(w.changes, ec);
-      try {
-        w.done(ec);
-      } catch (const std::exception& e) {
-        log(log_level::error, name() + ": a write's completion threw: " + e.what());
-      } catch (...) {
-        log(log_level::error, name() + ": a write's completion threw");
-      }
-      lock.lock();
-    }
-  }
-
-  void stop_writes() {
-    {
-      std::lock_guard lock(write_mutex);
-      write_stop = true;
-    }
-    write_cv.notify_one();
-    if (write_thread.joinable()) write_thread.join();
-  }
-
-  // Runs `body` and turns any SQLite exception into `ec` plus a log line.
-  template <class Body>
-  void guarded(const char* what, boost::system::error_code& ec, Body&& body) {
-    ec = {};
-    try {
-      body();
-    } catch (const SQLite::Exception& e) {
-      ec = make_error_code(translate(e));
-      log(log_level::error, name() + ": " + what + " failed: " + e.what() + " (SQLite code " +
-                                std::to_string(e.getExtendedErrorCode()) + ")");
-    } catch (const store_failure& f) {
-      ec = make_error_code(f.code);
-      log(log_level::error, name() + ": " + what + " failed: " + f.message);
-    }
-  }
-
-  // Resets a reused statement even when its step threw, so it never holds a
-  // read lock or stale bindings into the next call.
-  struct reset_on_exit {
-    SQLite::Statement& st;
-    ~reset_on_exit() {
-      st.tryReset();
-      st.clearBindings();
-    }
-  };
-
-  // Runs a statement whose only parameter is an id (?1).
-  static void exec_with_id(SQLite::Statement& st, const std::string& id) {
-    reset_on_exit reset{st};
-    st.bind(1, id);
-    st.exec();
-  }
-
-  // Runs an upsert statement: ?1 id, ?2 time in epoch ms, ?3 the record.
-  static void exec_upsert(SQLite::Statement& st, const std::string& id, std::int64_t ms,
-                          const std::string& record) {
-    reset_on_exit reset{st};
-    st.bind(1, id);
-    st.bind(2, ms);
-    st.bindNoCopy(3, record.data(), static_cast<int>(record.size()));
-    st.exec();
-  }
-
-  // Moves the bad rows into `quarantine` in one IMMEDIATE transaction:
-  // `copy` (?1 rowid, ?2 reason, ?3 now) copies a row there, `erase` (?1
-  // rowid) deletes it from its table. Logs each as "quarantined undecodable
-  // KIND 'ID'". Call with no statement of that table stepping.
-  void quarantine(SQLite::Statement& copy, SQLite::Statement& erase,
-                  const std::vector<bad_row>& bad, const char* kind) {
-    if (bad.empty()) return;
-    SQLite::Transaction tx(*db, SQLite::TransactionBehavior::IMMEDIATE);
-    const std::int64_t now = now_epoch_ms();
-    for (const bad_row& b : bad) {
-      {
-        reset_on_exit reset{copy};
-        copy.bind(1, b.rowid);
-        copy.bind(2, b.why);
-        copy.bind(3, now);
-        copy.exec();
-      }
-      reset_on_exit reset{erase};
-      erase.bind(1, b.rowid);
-      erase.exec();
-    }
-    tx.commit();
-    for (const bad_row& b : bad)
-      log(log_level::error,
-          name() + ": quarantined undecodable " + kind + " '" + std::string(b.id) + "': " + b.why);
-  }
-
-  // Applies one change of a write() batch, inside the caller's transaction.
-  // `record` is scratch space kept across the batch.
-  void apply(const store_change& c, std::string& record) {
-    if (c.task == nullptr) throw store_failure{errc::store_error, "a change without a task"};
-    const task& t = *c.task;
-    switch (c.what) {
-      case change_kind::save:
-        record = encode_task(t);
-        check_record_size(record, t.id);
-        exec_upsert(*upsert, t.id, to_epoch_ms(t.due), record);
-        return;
-      case change_kind::remove: exec_with_id(*erase, t.id); return;
-      case change_kind::bury:
-        exec_with_id(*erase, t.id);
-        record = encode_dead_letter(dead_letter{t, std::string(c.error), c.died_at});
-        check_record_size(record, t.id);
-        exec_upsert(*dead_upsert, t.id, to_epoch_ms(c.died_at), record);
-        return;
-      case change_kind::revive:
-        exec_with_id(*dead_erase, t.id);
-        record = encode_task(t);
-        check_record_size(record, t.id);
-        exec_upsert(*upsert, t.id, to_epoch_ms(t.due), record);
-        return;
-      case change_kind::purge: exec_with_id(*dead_erase, t.id); return;
-    }
-    throw store_failure{errc::store_error, "unknown change kind"};
-  }
-
-  // Every prepared statement, for resetting them before the database.
-  void drop_statements() {
-    for (auto* st : {&settings_erase, &settings_upsert, &settings_all, &quarantine_by_id,
-                     &dead_erase_rowid, &dead_to_quarantine, &dead_count, &dead_find, &dead_page,
-                     &dead_erase, &dead_upsert, &erase_rowid, &to_quarantine, &erase, &upsert})
-      st->reset();
-  }
-};
 
 sqlite_store::sqlite_store(no_open, const std::string& path, sqlite_options options)
     : impl_(std::make_unique<impl>()) {
@@ -424,6 +238,14 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                               "INSERT INTO settings(key, value) VALUES(?1, ?2) "
                               "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
     m.settings_erase.emplace(*m.db, "DELETE FROM settings WHERE key = ?1");
+    // Ids are TEXT under the default BINARY collation: compared with
+    // memcmp(), then by length, which is the bytewise order list_due()
+    // promises. The row value comparison seeks in the (due_ms, id) index.
+    m.due_page.emplace(*m.db,
+                       "SELECT rowid, id, due_ms, record FROM tasks "
+                       "WHERE (due_ms, id) > (?1, ?2) AND due_ms <= ?3 "
+                       "ORDER BY due_ms, id LIMIT ?4");
+    m.by_id.emplace(*m.db, "SELECT rowid, record FROM tasks WHERE id = ?1");
   } catch (const SQLite::Exception& e) {
     ec = make_error_code(translate(e));
     message =

@@ -32,8 +32,12 @@ TEST_CASE("sqlite: a new file gets the current schema in WAL mode") {
   CHECK(db.execAndGet("PRAGMA user_version").getInt() == sqlite_store::schema_version);
   CHECK(db.execAndGet("PRAGMA journal_mode").getString() == "wal");
   CHECK(db.execAndGet("SELECT due_ms FROM tasks WHERE id = 'a'").getInt64() == 1234);
+  // Version 4 replaced the index on due_ms with one in list_due()'s order.
   CHECK(db.execAndGet("SELECT count(*) FROM sqlite_master WHERE name = 'tasks_due_ms'").getInt() ==
-        1);
+        0);
+  CHECK(
+      db.execAndGet("SELECT count(*) FROM sqlite_master WHERE name = 'tasks_due_ms_id'").getInt() ==
+      1);
   CHECK(db.tableExists("quarantine"));
   CHECK(db.tableExists("dead_letters"));
   CHECK(db.execAndGet("SELECT count(*) FROM sqlite_master WHERE name = 'dead_letters_died_at'")
@@ -98,6 +102,14 @@ TEST_CASE("sqlite: a version 1 database is migrated to the current version and k
     CHECK(listed[0] == old_task);
 
     boost::system::error_code ec;
+    // The old rows are in the new (due_ms, id) index.
+    due_cursor after;
+    std::vector<task> due;
+    store.list_due(
+        after, 1'600'000'000'000, 10, [&](task&& t) { due.push_back(std::move(t)); }, ec);
+    REQUIRE_FALSE(ec);
+    REQUIRE(due.size() == 1);
+    CHECK(due[0] == old_task);
     const dead_letter d = make_letter("old", "failed after migration", 42);
     store.bury(std::vector{d}, ec);
     REQUIRE_FALSE(ec);
@@ -109,6 +121,11 @@ TEST_CASE("sqlite: a version 1 database is migrated to the current version and k
   SQLite::Database db(path, SQLite::OPEN_READONLY);
   CHECK(db.execAndGet("PRAGMA user_version").getInt() == sqlite_store::schema_version);
   CHECK(db.tableExists("dead_letters"));
+  CHECK(db.execAndGet("SELECT count(*) FROM sqlite_master WHERE name = 'tasks_due_ms'").getInt() ==
+        0);
+  CHECK(
+      db.execAndGet("SELECT count(*) FROM sqlite_master WHERE name = 'tasks_due_ms_id'").getInt() ==
+      1);
   // Quarantine rows from version 1 came from the live tasks.
   CHECK(db.execAndGet("SELECT source FROM quarantine WHERE id = 'q'").getString() == "tasks");
   CHECK(db.execAndGet("SELECT reason FROM quarantine WHERE id = 'q'").getString() == "old reason");

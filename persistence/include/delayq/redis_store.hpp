@@ -169,6 +169,22 @@ class redis_store final : public task_store {
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
                     boost::system::error_code& ec) override;
+  /// One page: one call of a read-only Lua script (EVALSHA) that finds the
+  /// rank after the cursor in `{PREFIX}:due` (ZRANK of the cursor's id, or a
+  /// binary search of the members sharing its due time when that id is
+  /// gone), reads the page with ZRANGE ... WITHSCORES and its records with
+  /// HMGET: O(log N + limit). Members with equal scores are ordered
+  /// bytewise by Redis, which is list_due()'s order. A member without a
+  /// record is skipped (read past, not counted). Undecodable records are
+  /// quarantined as list() does. The sink runs without any lock of the
+  /// store. Errors as above; on error `after` is unchanged and nothing
+  /// reaches the sink.
+  list_summary list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                        const std::function<void(task&&)>& sink,
+                        boost::system::error_code& ec) override;
+  /// One HMGET of `{PREFIX}:tasks`.
+  std::vector<std::optional<task>> find(std::span<const std::string> ids,
+                                        boost::system::error_code& ec) override;
   /// Moves the live record `id` to `{PREFIX}:quarantine` (its bytes) and
   /// `{PREFIX}:quarantine:reason` (`reason`), dropping it from `{PREFIX}:due`:
   /// one script, atomic.

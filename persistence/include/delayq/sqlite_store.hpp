@@ -49,7 +49,7 @@ struct sqlite_options {
 /// one-kind batches of write(). list() streams the table through one SELECT
 /// on a read connection of its own (a snapshot; bounded memory), decoding as
 /// it goes, and moves undecodable records to the `quarantine` table, as
-/// quarantine() does on request. Settings live in the `settings` table.
+/// quarantine() does on request (list_due() and find() too). Settings live in the `settings` table.
 /// Schema and guarantees: docs/persistence.md.
 ///
 /// Example:
@@ -111,6 +111,20 @@ class sqlite_store final : public task_store {
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,
                     boost::system::error_code& ec) override;
+  /// One page: one SELECT on the store's connection, `WHERE (due_ms, id) >
+  /// cursor AND due_ms <= until ORDER BY due_ms, id LIMIT limit`: a seek in
+  /// the (due_ms, id) index and `limit` steps (ids are TEXT under the BINARY
+  /// collation: bytewise). The
+  /// page is read and its undecodable rows quarantined under the store's
+  /// mutex; the sink runs after, without it, so it may call back into the
+  /// store. Errors as above; on error `after` is unchanged and nothing
+  /// reaches the sink.
+  list_summary list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                        const std::function<void(task&&)>& sink,
+                        boost::system::error_code& ec) override;
+  /// One primary-key lookup per id, under the store's mutex.
+  std::vector<std::optional<task>> find(std::span<const std::string> ids,
+                                        boost::system::error_code& ec) override;
   /// Moves the live row `id` to the `quarantine` table (source 'tasks')
   /// with `reason`, in one transaction; nothing stored under `id` is not an
   /// error.
@@ -149,8 +163,9 @@ class sqlite_store final : public task_store {
 
   /// The schema version (PRAGMA user_version) this build creates and reads.
   /// Opening a file of an older version migrates it (1 -> 2 adds the
-  /// dead-letter table, 2 -> 3 the settings table).
-  static constexpr int schema_version = 3;
+  /// dead-letter table, 2 -> 3 the settings table, 3 -> 4 replaces the
+  /// index on tasks(due_ms) with one on (due_ms, id), list_due()'s order).
+  static constexpr int schema_version = 4;
 
  private:
   struct impl;

@@ -1,0 +1,138 @@
+// sqlite_store::list_due() and find(): what an engine with a horizon reads.
+//
+// Both read on the store's own connection under its mutex, a bounded amount
+// (one page of `limit` rows, or the ids asked for), and quarantine what does
+// not decode before letting the mutex go. list_due() hands the page to its
+// sink after that, without the mutex, so a sink may call back into the store
+// (as with list()). A page is one SELECT, a seek in the (due_ms, id) index
+// (schema version 4) and `limit` steps; opening a read connection per page,
+// as list() does for its one long scan, would cost more than the page.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "delayq/sqlite_store.hpp"
+#include "sqlite_store_impl.hpp"
+
+namespace delayq {
+namespace {
+
+using detail::sqlite::bad_row;
+
+struct due_row {
+  std::int64_t rowid = 0;
+  std::string id;
+  std::int64_t due_ms = 0;
+  std::string record;
+};
+
+std::string column_blob(const SQLite::Column& c) {
+  const void* p = c.getBlob();  // before getBytes(): SQLite's documented order
+  const int n = c.getBytes();
+  return n > 0 ? std::string(static_cast<const char*>(p), static_cast<std::size_t>(n))
+               : std::string();
+}
+
+// Decodes a live record read under `id`; a record filed under another id is
+// as corrupt as one that does not decode (list() does the same).
+std::optional<task> decode_live(std::string_view id, std::string_view raw, std::string& why) {
+  boost::system::error_code dec;
+  task t = decode_task(raw, dec, &why);
+  if (dec) return std::nullopt;
+  if (t.id != id) {
+    why = "record holds id '" + t.id + "'";
+    return std::nullopt;
+  }
+  return t;
+}
+
+}  // namespace
+
+list_summary sqlite_store::list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                    const std::function<void(task&&)>& sink,
+                                    boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  list_summary summary;
+  if (limit == 0) return summary;
+  std::vector<task> page;
+  {
+    std::lock_guard lock(m.mutex);
+    m.guarded("list_due", ec, [&] {
+      std::vector<due_row> rows;
+      {
+        SQLite::Statement& st = *m.due_page;
+        impl::reset_on_exit reset{st};
+        st.bind(1, after.due_ms);
+        st.bind(2, after.id);
+        st.bind(3, until_ms);
+        st.bind(4, static_cast<std::int64_t>(
+                       std::min<std::uint64_t>(limit, static_cast<std::uint64_t>(INT64_MAX))));
+        while (st.executeStep()) {
+          due_row r;
+          r.rowid = st.getColumn(0).getInt64();
+          r.id = st.getColumn(1).getString();
+          r.due_ms = st.getColumn(2).getInt64();
+          r.record = column_blob(st.getColumn(3));
+          rows.push_back(std::move(r));
+        }
+      }
+      std::vector<bad_row> bad;
+      page.reserve(rows.size());
+      for (const due_row& r : rows) {
+        std::string why;
+        if (auto t = decode_live(r.id, r.record, why))
+          page.push_back(std::move(*t));
+        else
+          bad.push_back({r.rowid, r.id, std::move(why)});
+      }
+      // Moved before any task of the page reaches the sink, as list() does.
+      m.quarantine(*m.to_quarantine, *m.erase_rowid, bad, "record of task");
+      summary.quarantined = bad.size();
+      if (!rows.empty()) after = due_cursor{rows.back().due_ms, std::move(rows.back().id)};
+    });
+  }
+  if (ec) return {};
+  summary.tasks = page.size();
+  for (task& t : page) sink(std::move(t));
+  return summary;
+}
+
+std::vector<std::optional<task>> sqlite_store::find(std::span<const std::string> ids,
+                                                    boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  std::vector<std::optional<task>> out;
+  if (ids.empty()) return out;
+  std::lock_guard lock(m.mutex);
+  m.guarded("find", ec, [&] {
+    out.assign(ids.size(), std::nullopt);
+    std::vector<bad_row> bad;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      std::int64_t rowid = 0;
+      std::string record;
+      {
+        SQLite::Statement& st = *m.by_id;
+        impl::reset_on_exit reset{st};
+        st.bind(1, ids[i]);
+        if (!st.executeStep()) continue;
+        rowid = st.getColumn(0).getInt64();
+        record = column_blob(st.getColumn(1));
+      }
+      std::string why;
+      out[i] = decode_live(ids[i], record, why);
+      // An id asked for twice is quarantined once.
+      if (!out[i] &&
+          std::none_of(bad.begin(), bad.end(), [&](const bad_row& b) { return b.rowid == rowid; }))
+        bad.push_back({rowid, ids[i], std::move(why)});
+    }
+    m.quarantine(*m.to_quarantine, *m.erase_rowid, bad, "record of task");
+  });
+  if (ec) out.clear();
+  return out;
+}
+
+}  // namespace delayq
