@@ -311,6 +311,79 @@ TEST_CASE("horizon: a cancel that waited for a far schedule's write still finds 
   CHECK(eng.stop());
 }
 
+namespace {
+
+// Holds the pager after it read a page holding `gate_id`, until open(): a
+// call can then act on that task between the pager's read and its insert.
+class paused_pager_store final : public borrowed_store {
+ public:
+  explicit paused_pager_store(delayq::task_store& inner) : borrowed_store(inner) {}
+  delayq::list_summary list_due(delayq::due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                const std::function<void(delayq::task&&)>& sink,
+                                boost::system::error_code& ec) override {
+    bool seen = false;
+    auto summary = borrowed_store::list_due(
+        after, until_ms, limit,
+        [&](delayq::task&& t) {
+          seen = seen || t.id == gate_id;
+          sink(std::move(t));
+        },
+        ec);
+    if (seen) {
+      std::unique_lock lock(m);
+      paused = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return opened; });
+    }
+    return summary;
+  }
+  bool wait_paused() {
+    std::unique_lock lock(m);
+    return cv.wait_for(lock, patience, [&] { return paused; });
+  }
+  void open() {
+    std::lock_guard lock(m);
+    opened = true;
+    cv.notify_all();
+  }
+  std::string gate_id;
+
+ private:
+  std::mutex m;
+  std::condition_variable cv;
+  bool paused = false, opened = false;
+};
+
+}  // namespace
+
+TEST_CASE("horizon: a task cancelled while the pager reads its page does not come back") {
+  temp_dir dir;
+  auto inner = delayq::open_store("sqlite:" + dir.file("paused.db"));
+  auto owned = std::make_unique<paused_pager_store>(*inner);
+  paused_pager_store* ps = owned.get();
+  ps->gate_id = "x";
+  recorder ran;
+  delayq::executor_factory f;
+  f.add("t", std::ref(ran));
+  io_thread io;
+  delayq::engine eng(io.io, f, std::move(owned), horizon_options(200ms));
+  eng.start();
+  const auto due = clock_type::now() + 3s;
+  delayq::schedule_options o;
+  o.id = "x";
+  eng.schedule_at("t", "", due, o);
+  o.id = "after";
+  eng.schedule_at("t", "", due + 50ms, o);
+  // The pager read x's page and waits: cancel x now (the engine looks it up
+  // in the store, holds it, removes it), then let the pager go on.
+  REQUIRE(ps->wait_paused());
+  CHECK(eng.cancel("x"));
+  ps->open();
+  REQUIRE(ran.wait_for_count(1));
+  CHECK(ran.ids() == std::vector<std::string>{"after"});
+  CHECK(eng.stop());
+}
+
 TEST_CASE("horizon: a store without list_due() gets every task held") {
   delayq::memory_store inner;
   inner.save(
