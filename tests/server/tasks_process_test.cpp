@@ -423,3 +423,35 @@ TEST_CASE("server: registering a push target pushes the tasks already waiting fo
   CHECK(receiver.calls()[0].task_id == "w1");
   CHECK(eventually([&] { return c.get(task_path("w1")).status == 404; }));
 }
+
+TEST_CASE("server: with --horizon a far task stays in the store and every call still reaches it") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  fixture f(kind, {"--horizon", "1"});
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("horizon");
+
+  // An hour away: past the 1 s horizon, in the store only.
+  const std::string id = unique_name("far");
+  auto r = add_task(c, type, "far", 3600000, id);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  CHECK(task_state(c, id) == "delayed");
+  r = add_task(c, type, "again", 3600000, id);
+  CHECK_MESSAGE(r.status == 409, r.describe());  // the duplicate is seen in the store
+  auto d = c.del(task_path(id));
+  CHECK_MESSAGE(d.status == 204, d.describe());
+  d = c.del(task_path(id));
+  CHECK_MESSAGE(d.status == 404, d.describe());
+
+  // Three seconds away: the pager reads it in before it is due; a consumer gets it.
+  const std::string soon = unique_name("soon");
+  r = add_task(c, type, "soon", 3000, soon);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  auto task = reserve_one(c, {type});
+  REQUIRE(task.is_object());
+  CHECK(task["id"] == soon);
+  CHECK(task["payload"] == "soon");
+  auto stats = c.get("/v1/stats");
+  REQUIRE_MESSAGE(stats.status == 200, stats.describe());
+  CHECK(find_number(stats.body_json, "paged") >= std::optional<double>(1));  // read in, not loaded
+}

@@ -540,6 +540,7 @@ void api_router::stats(call& c) {
       {"running", s.running},
       {"scheduled", s.scheduled},
       {"loaded", s.loaded},
+      {"paged", s.paged},
       {"fired", s.fired},
       {"succeeded", s.succeeded},
       {"failed", s.failed},
