@@ -73,9 +73,11 @@ TEST_CASE("horizon: a far task is stored, not held, and every call still finds i
   boost::system::error_code ec;
   eng.schedule_at("t", "two", far, o, ec);
   CHECK(ec == delayq::errc::duplicate_id);
+  CHECK(eng.pending() == 0);  // looked up, then let go again
   o.conflict = delayq::on_conflict::keep;
   CHECK(eng.schedule_at("t", "two", far, o) == "far-1");
   CHECK(stored(*store).at("far-1").payload == "one");
+  CHECK(eng.pending() == 0);
   o.conflict = delayq::on_conflict::replace;
   CHECK(eng.schedule_at("t", "three", far, o) == "far-1");
   CHECK(stored(*store).at("far-1").payload == "three");
@@ -109,6 +111,34 @@ TEST_CASE("horizon: a far task is stored, not held, and every call still finds i
   CHECK(eng.signal("far-3").triggered);
   REQUIRE(ran.wait_for_count(2));
   CHECK(ran.ids().back() == "far-3");
+  CHECK(eng.stop());
+}
+
+TEST_CASE("horizon: requeue() of a dead letter sees a live far task with its id") {
+  temp_dir dir;
+  bool redis = false;
+  SUBCASE("sqlite") {}
+  SUBCASE("redis") { redis = true; }
+  const std::string uri = horizon_store(dir, redis, "requeue");
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) { throw std::runtime_error("no"); });
+  auto o = horizon_options(std::chrono::minutes{1});
+  o.retry.max_attempts = 1;
+  io_thread io;
+  delayq::engine eng(io.io, f, delayq::open_store(uri), o);
+  eng.start();
+  delayq::schedule_options so;
+  so.id = "d";
+  eng.schedule_at("t", "dead", clock_type::now(), so);
+  REQUIRE(eventually([&] { return eng.stats().dead == 1; }));
+  // A live task of the same id, due past the horizon, in the store only.
+  eng.schedule_at("t", "live", clock_type::now() + std::chrono::hours{2}, so);
+  CHECK(eng.pending() == 0);
+  boost::system::error_code ec;
+  CHECK_FALSE(eng.requeue("d", clock_type::now(), ec));
+  CHECK(ec == delayq::errc::duplicate_id);
+  auto store = delayq::open_store(uri);
+  CHECK(stored(*store).at("d").payload == "live");  // not overwritten
   CHECK(eng.stop());
 }
 

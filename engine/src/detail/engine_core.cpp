@@ -90,7 +90,7 @@ void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms) {
 void engine_core::erase_locked(timer_wheel::handle h) {
   if (wheel_.is_indexed(h)) {
     --kind_pending(wheel_.kind(h));
-    if (readers_ > 0) erased_[std::string(wheel_.id(h))] = ++erase_seq_;  // see the horizon
+    note_gone_locked(wheel_.id(h));  // see the horizon
   } else {
     --unindexed_;
   }
@@ -150,7 +150,10 @@ void engine_core::start(boost::system::error_code& ec) {
   horizon_ms_ = 0;
   watermark_ = std::numeric_limits<std::int64_t>::max();
   if (options_.horizon.count() > 0 && !take) {
-    const std::int64_t until = now + options_.horizon.count();
+    // No task is due later than max_delay from now: a longer horizon holds
+    // every task anyway (and now + horizon must not overflow).
+    const std::int64_t horizon = std::min(options_.horizon, options_.max_delay).count();
+    const std::int64_t until = now + horizon;
     due_cursor cursor;
     if (options_.type_capacity.empty()) {
       for (;;) {
@@ -180,7 +183,7 @@ void engine_core::start(boost::system::error_code& ec) {
                                   "(engine_options::horizon has no effect)");
       ec = {};
     } else if (!ec) {
-      horizon_ms_ = options_.horizon.count();
+      horizon_ms_ = horizon;
       watermark_ = until;
     }
   } else if (options_.horizon.count() > 0) {

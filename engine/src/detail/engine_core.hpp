@@ -29,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <semaphore>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -238,7 +239,22 @@ class engine_core final : public dispatcher::owner,
   // in the store only. Readers of the store (the pager, fault_in) note which
   // ids were erased while they read, so a record read before its erase is not
   // held again after it.
-  bool horizon_on() const noexcept { return horizon_ms_ > 0; }
+  bool horizon_on() const noexcept { return horizon_ms_.load(std::memory_order_relaxed) > 0; }
+  // Ids a call looked up and has not decided on yet: the engine does not let
+  // go of their records meanwhile (a record let go between the lookup and
+  // the decision would look absent). Off the lock; unpins in its destructor.
+  class pins {
+   public:
+    explicit pins(engine_core& e) : e_(e) {}
+    ~pins();
+    pins(const pins&) = delete;
+    pins& operator=(const pins&) = delete;
+
+   private:
+    friend class engine_core;
+    engine_core& e_;
+    std::vector<std::string> ids_;
+  };
   // Under the lock: the type of a stored task the engine can hold, or null
   // with `why` set.
   const type_registry::type_info* accept_locked(const task& t, std::string& why);
@@ -248,14 +264,19 @@ class engine_core final : public dispatcher::owner,
                                   std::vector<timer_wheel::handle>* overdue, std::int64_t now);
   // Holds the stored tasks named by `ids` that the engine does not hold, so
   // a call can go on with them as with any held task. Off the lock.
-  void fault_in(std::span<const std::string_view> ids, boost::system::error_code& ec);
+  // Pins the ids in `p` (every one, held or not) until `p` ends. Fails with
+  // errc::busy if the ids keep changing under it.
+  void fault_in(std::span<const std::string_view> ids, pins& p, boost::system::error_code& ec);
+  // Under the lock: an indexed record of `id` leaves the index (erased or
+  // unindexed): readers of the store must not hold what they read of it.
+  void note_gone_locked(std::string_view id);
   // Under the lock, after a record settled: lets go of it again if it is
   // due past the watermark and idle (the store has it).
   void evict_if_far_locked(timer_wheel::handle h);
   // The stored task `id` the engine does not hold, read from the store.
   std::optional<task> find_stored(std::string_view id) const;
   std::uint64_t begin_read_locked();
-  void end_read_locked();
+  void end_read_locked(std::uint64_t seq);
   bool erased_since_locked(const std::string& id, std::uint64_t seq) const;
   // Reads (from, until] of the due index into the wheel; false if stopped first.
   bool page_in(std::int64_t from, std::int64_t until, std::uint64_t seq);
@@ -291,18 +312,19 @@ class engine_core final : public dispatcher::owner,
   std::unordered_map<std::string, std::vector<deferred_call>>
       deferred_;  // async calls waiting for an id
 
-  std::uint64_t scheduled_ = 0, loaded_ = 0, paged_ = 0, succeeded_ = 0, failed_ = 0, cancelled_ = 0,
-                quarantined_ = 0, retried_ = 0, died_ = 0;
+  std::uint64_t scheduled_ = 0, loaded_ = 0, paged_ = 0, succeeded_ = 0, failed_ = 0,
+                cancelled_ = 0, quarantined_ = 0, retried_ = 0, died_ = 0;
   std::size_t dead_ = 0;
   std::atomic<std::uint64_t> wakeups_{0};
 
   // The horizon (0: off) and the watermark: every stored task due at or
   // before it is held. Under mutex_.
-  std::int64_t horizon_ms_ = 0;
+  std::atomic<std::int64_t> horizon_ms_{0};  // set by start() before any pager or call
   std::int64_t watermark_ = std::numeric_limits<std::int64_t>::max();
   std::uint64_t erase_seq_ = 0;
-  std::size_t readers_ = 0;
-  std::unordered_map<std::string, std::uint64_t> erased_;  // while readers_ > 0
+  std::multiset<std::uint64_t> reads_;                     // the seq of each read in progress
+  std::unordered_map<std::string, std::uint64_t> erased_;  // while reads_ is not empty
+  std::unordered_map<std::string, std::uint32_t> pinned_;  // see pins
   // The pager's thread: pages the due index in, and runs lookups that an
   // async call must not block its caller for.
   std::thread pager_;

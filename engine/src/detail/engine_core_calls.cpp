@@ -58,12 +58,15 @@ timer_wheel::handle engine_core::find_settled(std::unique_lock<spin_mutex>& lock
     // With a horizon, the write we waited for may have settled a task due
     // past it: the engine let go of it, the store has it. Hold it again.
     if (h != timer_wheel::npos || !waited || !horizon_on() || round > 16) return h;
+    // (A caller that pinned the id never gets here: a pinned record is kept.)
     waited = false;
     lock.unlock();
-    boost::system::error_code ec;
-    fault_in(std::span(&id, 1), ec);
+    {
+      boost::system::error_code ec;
+      pins local(*this);
+      fault_in(std::span(&id, 1), local, ec);
+    }
     lock.lock();
-    if (ec) return timer_wheel::npos;
   }
 }
 
@@ -153,13 +156,14 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
 
 void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                                    boost::system::error_code& ec, std::size_t& bad) {
+  pins pinned(*this);  // before any lock: it unpins under the lock
   if (horizon_on()) {
     // A task with this id may wait past the horizon, in the store only:
     // reject and keep must see it. A replace overwrites it either way.
     std::vector<std::string_view> named;
     for (const spec_ref& s : specs)
       if (!s.id.empty() && s.conflict != on_conflict::replace) named.push_back(s.id);
-    fault_in(named, ec);
+    fault_in(named, pinned, ec);
     if (ec) return;
   }
   const bool durable = writes(change_kind::save);
@@ -317,6 +321,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
         c.aux = c.h;
         if (ctx) ctx->old_running_tag = tag(c.h);
         --kind_pending(wheel_.kind(c.h));
+        note_gone_locked(wheel_.id(c.h));
         wheel_.unindex(c.h);
         ++unindexed_;
         c.h = timer_wheel::npos;
@@ -370,7 +375,8 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
       post_lookup([this, job] {
         boost::system::error_code lec;
         const std::string_view id = job->spec.options.id;
-        fault_in(std::span(&id, 1), lec);
+        pins pinned(*this);
+        fault_in(std::span(&id, 1), pinned, lec);
         if (lec) return job->done->complete(lec, {});
         async_schedule_ref(job->spec, job->done, true);
       });
@@ -412,7 +418,8 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
 bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
-  fault_in(std::span(&id, 1), ec);  // a task past the horizon: held from here
+  pins pinned(*this);
+  fault_in(std::span(&id, 1), pinned, ec);  // a task past the horizon: held from here
   if (ec) return false;
   const std::uint32_t hash = wheel_.hash(id);
   wheel_.prefetch(hash);  // the bucket loads while we lock
@@ -466,7 +473,8 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
   if (!running_check(ec)) return false;
   const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
   if (ec) return false;
-  fault_in(std::span(&id, 1), ec);
+  pins pinned(*this);
+  fault_in(std::span(&id, 1), pinned, ec);
   if (ec) return false;
   const std::uint32_t hash = wheel_.hash(id);
   wheel_.prefetch(hash);
@@ -534,6 +542,9 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
   writer_.flush();
   std::optional<dead_letter> d = store_->find_dead(id, ec);
   if (ec || !d) return false;
+  pins pinned(*this);
+  fault_in(std::span(&id, 1), pinned, ec);  // a live task of this id may wait past the horizon
+  if (ec) return false;
   const std::uint32_t hash = wheel_.hash(id);
   const auto call = std::make_shared<call_state>();
   call_state inline_result;

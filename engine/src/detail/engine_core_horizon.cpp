@@ -73,12 +73,25 @@ timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry:
 }
 
 std::uint64_t engine_core::begin_read_locked() {
-  ++readers_;
+  reads_.insert(erase_seq_);
   return erase_seq_;
 }
 
-void engine_core::end_read_locked() {
-  if (--readers_ == 0) erased_.clear();
+void engine_core::end_read_locked(std::uint64_t seq) {
+  reads_.erase(reads_.find(seq));
+  if (reads_.empty()) {
+    erased_.clear();
+  } else if (erased_.size() > 4096) {
+    // Reads that overlap for long (a pager retrying through an outage, a
+    // stream of lookups) must not grow the log without end: what no read in
+    // progress began before is of no use.
+    const std::uint64_t oldest = *reads_.begin();
+    std::erase_if(erased_, [&](const auto& e) { return e.second <= oldest; });
+  }
+}
+
+void engine_core::note_gone_locked(std::string_view id) {
+  if (!reads_.empty()) erased_[std::string(id)] = ++erase_seq_;
 }
 
 bool engine_core::erased_since_locked(const std::string& id, std::uint64_t seq) const {
@@ -93,30 +106,60 @@ void engine_core::evict_if_far_locked(timer_wheel::handle h) {
   if (wheel_.due_ms(h) <= watermark_) return;
   // A type with a capacity is held whole: its count must see every task.
   if (types_.at(wheel_.kind(h)).capacity != 0) return;
+  // A call that looked the id up decides on it next: keep it until then.
+  if (!pinned_.empty() && pinned_.count(std::string(wheel_.id(h))) != 0) return;
   erase_locked(h);  // the store has it; the pager brings it back in time
 }
 
-void engine_core::fault_in(std::span<const std::string_view> ids, boost::system::error_code& ec) {
+engine_core::pins::~pins() {
+  if (ids_.empty()) return;
+  std::lock_guard lock(e_.mutex_);
+  for (const std::string& id : ids_) {
+    auto it = e_.pinned_.find(id);
+    if (it == e_.pinned_.end() || --it->second > 0) continue;
+    e_.pinned_.erase(it);
+    // Looked up and left as it was (a keep, a cancel that found it running):
+    // let go of it again if it is far.
+    const timer_wheel::handle h = e_.wheel_.find(id);
+    if (h != timer_wheel::npos) e_.evict_if_far_locked(h);
+  }
+}
+
+void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
+                           boost::system::error_code& ec) {
   ec = {};
   if (!horizon_on() || ids.empty()) return;
-  // A few rounds at most: a round only repeats for an id erased while it was
-  // read (let go of, say), which the next read sees as it is now.
+  if (!p.ids_.empty()) return;  // pinned already: held ones stay held
+  // A round repeats only for an id erased while it was read (let go of, say),
+  // which the next read sees as it is now.
   for (int round = 0; round < 8; ++round) {
     std::vector<std::string> missing;
     std::uint64_t seq = 0;
     {
       std::lock_guard lock(mutex_);
+      if (state_.load() != run_state::running) {
+        ec = errc::not_running;
+        return;
+      }
       for (std::string_view id : ids)
         if (wheel_.find(id) == timer_wheel::npos &&
             std::find(missing.begin(), missing.end(), id) == missing.end())
           missing.emplace_back(id);
-      if (missing.empty()) return;
+      if (missing.empty()) {
+        for (std::string_view id : ids) ++pinned_[p.ids_.emplace_back(id)];
+        return;
+      }
       seq = begin_read_locked();
     }
     // Writes queued before the read began (a success's removal, a far
     // schedule) land first: the read sees no record the engine let go of.
     writer_.flush();
-    std::vector<std::optional<task>> found = store_->find(missing, ec);
+    std::vector<std::optional<task>> found;
+    try {
+      found = store_->find(missing, ec);
+    } catch (const std::exception&) {
+      ec = errc::store_error;
+    }
     std::vector<std::pair<std::string, std::string>> rejected;
     bool again = false;
     {
@@ -137,8 +180,12 @@ void engine_core::fault_in(std::span<const std::string_view> ids, boost::system:
           }
           if (hold_locked(*t, *type, nullptr, now_ms()) != timer_wheel::npos) ++paged_;
         }
+        // Pinned in the same hold of the lock: nothing lets go of them before
+        // the caller decides.
+        if (!again)
+          for (std::string_view id : ids) ++pinned_[p.ids_.emplace_back(id)];
       }
-      end_read_locked();
+      end_read_locked(seq);
     }
     for (const auto& [id, why] : rejected) {
       boost::system::error_code qec;
@@ -151,6 +198,7 @@ void engine_core::fault_in(std::span<const std::string_view> ids, boost::system:
     }
     if (!again) return;
   }
+  ec = errc::busy;  // the ids kept changing while they were read: let the caller retry
 }
 
 std::optional<task> engine_core::find_stored(std::string_view id) const {
@@ -173,8 +221,13 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
   for (;;) {
     page.clear();
     boost::system::error_code ec;
-    const list_summary got = store_->list_due(
-        cursor, until, page_size, [&](task&& t) { page.push_back(std::move(t)); }, ec);
+    list_summary got;
+    try {
+      got = store_->list_due(
+          cursor, until, page_size, [&](task&& t) { page.push_back(std::move(t)); }, ec);
+    } catch (const std::exception&) {
+      ec = errc::store_error;
+    }
     if (ec) {
       // The tasks of this range must be held before they are due: try again
       // until the store answers (or the engine stops).
@@ -212,22 +265,29 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
 
 void engine_core::pager_loop() {
   // Pages a step ahead: a task is read in at least horizon - step before due.
+  // Pages go by the clock, whatever lookups come in between.
   const auto step = std::chrono::milliseconds{std::max<std::int64_t>(horizon_ms_ / 4, 10)};
+  auto next_page = std::chrono::steady_clock::now();
   for (;;) {
     std::function<void()> job;
     {
       std::unique_lock lock(pager_mutex_);
-      pager_cv_.wait_for(lock, step, [&] { return pager_stop_ || !pager_jobs_.empty(); });
+      pager_cv_.wait_until(lock, next_page, [&] { return pager_stop_ || !pager_jobs_.empty(); });
       if (pager_stop_) return;
-      if (!pager_jobs_.empty()) {
+      if (!pager_jobs_.empty() && std::chrono::steady_clock::now() < next_page) {
         job = std::move(pager_jobs_.front());
         pager_jobs_.pop_front();
       }
     }
     if (job) {
-      job();
+      try {
+        job();
+      } catch (const std::exception& e) {
+        log(log_level::error, std::string("horizon: a lookup failed: ") + e.what());
+      }
       continue;
     }
+    next_page = std::chrono::steady_clock::now() + step;
     std::int64_t from = 0, until = 0;
     std::uint64_t seq = 0;
     {
@@ -240,9 +300,19 @@ void engine_core::pager_loop() {
       seq = begin_read_locked();
     }
     writer_.flush();
-    const bool done = page_in(from, until, seq);
+    bool done = false;
+    try {
+      done = page_in(from, until, seq);
+    } catch (const std::exception& e) {
+      // Out of memory, say: the range must still be read. Move the watermark
+      // back so the next step reads it again.
+      log(log_level::error, std::string("horizon: reading due tasks failed: ") + e.what());
+      std::lock_guard lock(mutex_);
+      watermark_ = std::min(watermark_, from);
+      done = true;
+    }
     std::lock_guard lock(mutex_);
-    end_read_locked();
+    end_read_locked(seq);
     if (!done) return;
   }
 }

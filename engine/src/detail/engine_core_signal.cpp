@@ -52,7 +52,8 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
     ec = errc::invalid_signal;
     return {};
   }
-  fault_in(std::span(&id, 1), ec);  // a task past the horizon: held from here
+  pins pinned(*this);
+  fault_in(std::span(&id, 1), pinned, ec);  // a task past the horizon: held from here
   if (ec) return {};
   const std::uint32_t hash = wheel_.hash(id);
   wheel_.prefetch(hash);

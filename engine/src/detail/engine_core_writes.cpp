@@ -115,7 +115,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         ++kind_pending(ctx->old_kind);
       }
       arm_locked(h, wheel_.due_ms(h));
-      evict_if_far_locked(h);
+      if (ok) evict_if_far_locked(h);  // after a failed write the store may hold either
       break;
     case p_replace_running:
       if (ok) {
@@ -141,8 +141,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         ++cancelled_;
         call.found = true;
       } else {
-        arm_locked(h, wheel_.due_ms(h));
-        evict_if_far_locked(h);
+        arm_locked(h, wheel_.due_ms(h));  // held: the failed remove may yet land
       }
       break;
     case p_cancel_queued: {
@@ -154,6 +153,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         call.found = true;
         dispatcher_.count_ready(wheel_.kind(h), -1);
         --kind_pending(wheel_.kind(h));
+        note_gone_locked(wheel_.id(h));
         wheel_.unindex(h);
         ++unindexed_;
         // Its queue reference frees the record, unless a worker already let
@@ -182,7 +182,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       else if (ctx)
         wheel_.set_due_ms(h, ctx->old_due_ms);
       arm_locked(h, wheel_.due_ms(h));
-      evict_if_far_locked(h);
+      if (ok) evict_if_far_locked(h);
       break;
     case p_retry:
       // Armed whatever the outcome: a failed write is kept and retried, and
@@ -191,7 +191,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         wheel_.set_attempts(h, wheel_.attempts(h) + 1);
         wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
         arm_locked(h, wheel_.due_ms(h));
-        evict_if_far_locked(h);
+        if (ok) evict_if_far_locked(h);  // a kept write: the store holds the old due time
       } else {
         erase_locked(h);  // stopping: the store has it for the next start
       }
@@ -204,7 +204,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         wheel_.set_due_ms(h, ctx->old_due_ms);
       }
       arm_locked(h, wheel_.due_ms(h));
-      evict_if_far_locked(h);
+      if (ok) evict_if_far_locked(h);
       break;
     case p_purge:
       settled_record = false;
