@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <boost/asio/use_future.hpp>
 #include <delayq/delayq.hpp>
 #include <map>
 #include <set>
@@ -139,6 +140,35 @@ TEST_CASE("horizon: requeue() of a dead letter sees a live far task with its id"
   CHECK(ec == delayq::errc::duplicate_id);
   auto store = delayq::open_store(uri);
   CHECK(stored(*store).at("d").payload == "live");  // not overwritten
+  CHECK(eng.stop());
+}
+
+TEST_CASE("horizon: a call after an async schedule of an unheld id waits for it") {
+  // The schedule looks its id up on the pager's thread first; a cancel made
+  // after async_schedule() returned must still see the task it schedules.
+  temp_dir dir;
+  bool redis = false;
+  SUBCASE("sqlite") {}
+  SUBCASE("redis") { redis = true; }
+  const std::string uri = horizon_store(dir, redis, "async");
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  io_thread io;
+  delayq::engine eng(io.io, f, delayq::open_store(uri), horizon_options(std::chrono::minutes{1}));
+  eng.start();
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "a-" + std::to_string(i);
+    delayq::schedule_options o;
+    o.id = id;
+    auto done = eng.async_schedule(
+        "t", "",
+        i % 2 ? std::chrono::milliseconds{std::chrono::hours{2}} : std::chrono::milliseconds{30000}, o,
+        boost::asio::use_future);
+    CHECK_MESSAGE(eng.cancel(id), id);
+    CHECK(done.get() == id);
+  }
+  auto store = delayq::open_store(uri);
+  CHECK(stored(*store).empty());
   CHECK(eng.stop());
 }
 

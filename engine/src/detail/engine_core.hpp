@@ -170,9 +170,13 @@ class engine_core final : public dispatcher::owner,
     task_spec spec;
     std::unique_ptr<schedule_completion> done;
   };
-  // `looked_up`: the id was looked up in the store already (the horizon).
+  // `looked_up`: the serial of the lookup of its id (the horizon) that just
+  // ended, 0 for none.
   void async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done,
-                          bool looked_up = false);
+                          std::uint64_t looked_up = 0);
+  // On the pager's thread: looks an async schedule's id up, then runs it.
+  void run_lookup(deferred_call& job, std::uint64_t serial);
+  bool release_lookup_locked(std::string_view id, std::uint64_t serial);
 
   // ---- calls (engine_core_calls.cpp) ---------------------------------------
   boost::system::error_code check_spec(spec_ref& spec);
@@ -325,6 +329,9 @@ class engine_core final : public dispatcher::owner,
   std::multiset<std::uint64_t> reads_;                     // the seq of each read in progress
   std::unordered_map<std::string, std::uint64_t> erased_;  // while reads_ is not empty
   std::unordered_map<std::string, std::uint32_t> pinned_;  // see pins
+  // Ids an async schedule is looking up (id -> serial): calls on them wait.
+  std::unordered_map<std::string, std::uint64_t> looking_up_;
+  std::uint64_t lookup_serial_ = 0;
   // The pager's thread: pages the due index in, and runs lookups that an
   // async call must not block its caller for.
   std::thread pager_;

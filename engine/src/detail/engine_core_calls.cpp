@@ -50,7 +50,8 @@ timer_wheel::handle engine_core::find_settled(std::unique_lock<spin_mutex>& lock
   bool waited = false;
   for (int round = 0;; ++round) {
     const timer_wheel::handle h = wheel_.find(id, hash);
-    if (h != timer_wheel::npos && transitional(tsw::state_of(tag(h)))) {
+    if ((h != timer_wheel::npos && transitional(tsw::state_of(tag(h)))) ||
+        (!looking_up_.empty() && looking_up_.count(std::string(id)) != 0)) {
       waited = true;
       changed_.wait(lock);
       continue;
@@ -208,7 +209,8 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   for (std::size_t i = 0; i < n; ++i) {
     if (specs[i].id.empty()) continue;
     plan[i].h = wheel_.find(specs[i].id, specs[i].hash);
-    if (plan[i].h != timer_wheel::npos && transitional(tsw::state_of(tag(plan[i].h)))) {
+    if ((plan[i].h != timer_wheel::npos && transitional(tsw::state_of(tag(plan[i].h)))) ||
+        (!looking_up_.empty() && looking_up_.count(std::string(specs[i].id)) != 0)) {
       waiting_id = std::string(specs[i].id);
       return false;
     }
@@ -355,34 +357,13 @@ void engine_core::async_schedule(task_spec spec, std::unique_ptr<schedule_comple
 }
 
 void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_completion>& done,
-                                     bool looked_up) {
+                                     std::uint64_t looked_up) {
   boost::system::error_code ec;
   if (!running_check(ec)) return done->complete(ec, {});
   spec_ref ref{spec.type, spec.payload, spec.options.id, spec.options.conflict};
   ref.trigger_count = spec.options.trigger_count;
   ref.due_ms = due_at(spec.due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(ref))) return done->complete(ec, {});
-  if (horizon_on() && !looked_up && !ref.id.empty() && ref.conflict != on_conflict::replace) {
-    bool held;
-    {
-      std::lock_guard lock(mutex_);
-      held = wheel_.find(ref.id, ref.hash) != timer_wheel::npos;
-    }
-    if (!held) {
-      // It may wait past the horizon: look it up on the pager's thread, not
-      // the caller's (an async call does not block), then go on from there.
-      auto job = std::make_shared<deferred_call>(deferred_call{std::move(spec), std::move(done)});
-      post_lookup([this, job] {
-        boost::system::error_code lec;
-        const std::string_view id = job->spec.options.id;
-        pins pinned(*this);
-        fault_in(std::span(&id, 1), pinned, lec);
-        if (lec) return job->done->complete(lec, {});
-        async_schedule_ref(job->spec, job->done, true);
-      });
-      return;
-    }
-  }
   const bool durable = writes(change_kind::save);
   auto call = durable ? std::make_shared<call_state>() : nullptr;
   call_state inline_result;
@@ -396,6 +377,26 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
       return done->complete(errc::not_running, {});
     }
     if (call) call->async = std::move(done);
+    if (looked_up != 0) {
+      release_lookup_locked(spec.options.id, looked_up);  // decided on below, in this hold
+    } else if (horizon_on() && !ref.id.empty() && ref.conflict != on_conflict::replace &&
+               wheel_.find(ref.id, ref.hash) == timer_wheel::npos) {
+      // Not held: it may wait past the horizon. Look it up on the pager's
+      // thread (an async call does not block its caller); until then other
+      // calls on the id wait behind this one (see find_settled).
+      const std::string key(ref.id);  // before `spec` moves: ref views into it
+      auto job = std::make_shared<deferred_call>(
+          deferred_call{std::move(spec), call ? std::move(call->async) : std::move(done)});
+      if (looking_up_.count(key) != 0) {
+        deferred_[key].push_back(std::move(*job));
+        return;
+      }
+      const std::uint64_t serial = ++lookup_serial_;
+      looking_up_.emplace(key, serial);
+      lock.unlock();
+      post_lookup([this, job, serial] { run_lookup(*job, serial); });
+      return;
+    }
     std::string waiting;
     if (!schedule_locked(std::span(&ref, 1), std::span(&id, 1), call, inline_result, waiting,
                          after)) {
@@ -411,6 +412,42 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
   if (queued) return;  // on_written() completes it
   auto& handler = call ? call->async : done;
   handler->complete(inline_result.ec, inline_result.ec ? std::string{} : id);
+}
+
+bool engine_core::release_lookup_locked(std::string_view id, std::uint64_t serial) {
+  const auto it = looking_up_.find(std::string(id));
+  if (it == looking_up_.end() || it->second != serial) return false;
+  looking_up_.erase(it);
+  return true;
+}
+
+void engine_core::run_lookup(deferred_call& job, std::uint64_t serial) {
+  const std::string id = job.spec.options.id;
+  {
+    boost::system::error_code ec;
+    pins pinned(*this);
+    const std::string_view key = id;
+    fault_in(std::span(&key, 1), pinned, ec);
+    if (ec) {
+      {
+        std::lock_guard lock(mutex_);
+        release_lookup_locked(id, serial);
+      }
+      job.done->complete(ec, {});
+    } else {
+      async_schedule_ref(job.spec, job.done, serial);  // releases it as it decides
+    }
+  }
+  // Released one way or the other (an early error of the call too): the
+  // calls that waited behind it go on.
+  after_lock after;
+  {
+    std::lock_guard lock(mutex_);
+    release_lookup_locked(id, serial);
+    if (deferred_.count(id) != 0) after.deferred.push_back(id);
+  }
+  run_after(after);
+  changed_.notify_all();
 }
 
 // ------------------------------------------------------------------ cancel, reschedule
