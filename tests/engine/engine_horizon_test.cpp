@@ -162,8 +162,8 @@ TEST_CASE("horizon: a call after an async schedule of an unheld id waits for it"
     o.id = id;
     auto done = eng.async_schedule(
         "t", "",
-        i % 2 ? std::chrono::milliseconds{std::chrono::hours{2}} : std::chrono::milliseconds{30000}, o,
-        boost::asio::use_future);
+        i % 2 ? std::chrono::milliseconds{std::chrono::hours{2}} : std::chrono::milliseconds{30000},
+        o, boost::asio::use_future);
     CHECK_MESSAGE(eng.cancel(id), id);
     CHECK(done.get() == id);
   }

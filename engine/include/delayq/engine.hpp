@@ -203,12 +203,12 @@ struct task_status {
 /// worker, against the task's due time, and is kept in a log-scale histogram
 /// (each figure is the upper edge of its bucket, within 19%).
 struct engine_stats {
-  std::size_t pending = 0;        ///< Tasks held: waiting, retrying or running.
-  std::size_t ready = 0;          ///< Due tasks waiting for a worker, a per-type slot
-                                  ///< or a cancel's store write (task_state::ready).
-  std::size_t running = 0;        ///< Attempts started and not done.
-  std::uint64_t scheduled = 0;    ///< Tasks accepted by schedule calls.
-  std::uint64_t loaded = 0;       ///< Tasks loaded from the store by start().
+  std::size_t pending = 0;      ///< Tasks held: waiting, retrying or running.
+  std::size_t ready = 0;        ///< Due tasks waiting for a worker, a per-type slot
+                                ///< or a cancel's store write (task_state::ready).
+  std::size_t running = 0;      ///< Attempts started and not done.
+  std::uint64_t scheduled = 0;  ///< Tasks accepted by schedule calls.
+  std::uint64_t loaded = 0;     ///< Tasks loaded from the store by start().
   /// Tasks read in from the store after start(): due within the horizon now
   /// (engine_options::horizon), or named by a call.
   std::uint64_t paged = 0;
