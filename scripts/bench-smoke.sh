@@ -76,36 +76,33 @@ for bin in "${binaries[@]}"; do
   fi
 done
 
-# delayq-bench-store: the Redis store alone (bench/store), tiny sizes, against
-# the private Redis. Only a failure counts here.
-store_bin="$(find "$dir/bench" -type f -name delayq-bench-store -perm -u+x | head -n 1)"
-if [[ -n "$store_bin" ]]; then
-  rc=0
-  timeout 300 "$store_bin" --quick --uri="$DELAYQ_TEST_REDIS" >"$log" 2>&1 || rc=$?
+# A plain program's quick run where only a failure counts: NAME BINARY ARGS...
+# (skipped when BINARY was not built).
+smoke_plain() {
+  local name="$1" bin="$2"
+  shift 2
+  [[ -n "$bin" && -x "$bin" ]] || return 0
+  local rc=0
+  timeout 300 "$bin" "$@" >"$log" 2>&1 || rc=$?
   if ((rc != 0)); then
-    echo "FAIL delayq-bench-store --quick: exit status $rc"
+    echo "FAIL $name $*: exit status $rc"
     sed 's/^/    /' "$log" | tail -n 40
     failed=1
   else
-    echo "ok   delayq-bench-store --quick"
+    echo "ok   $name $*"
   fi
-fi
+}
 
-# delayq-bench-horizon: a plain program; --quick stores 20,000 tasks on a
-# fresh prefix of the private Redis and runs an engine with a 1 s horizon
-# until 50 tasks the pager read in have run. Only a failure counts here.
-horizon_bin="$dir/bench/horizon/delayq-bench-horizon"
-if [[ -x "$horizon_bin" ]]; then
-  rc=0
-  timeout 300 "$horizon_bin" --quick >"$log" 2>&1 || rc=$?
-  if ((rc != 0)); then
-    echo "FAIL delayq-bench-horizon --quick: exit status $rc"
-    sed 's/^/    /' "$log" | tail -n 40
-    failed=1
-  else
-    echo "ok   delayq-bench-horizon --quick"
-  fi
-fi
+# delayq-bench-store: the Redis store alone (bench/store), tiny sizes, against
+# the private Redis.
+smoke_plain delayq-bench-store \
+  "$(find "$dir/bench" -type f -name delayq-bench-store -perm -u+x | head -n 1)" \
+  --quick --uri="$DELAYQ_TEST_REDIS"
+
+# delayq-bench-horizon: --quick stores 20,000 tasks on a fresh prefix of the
+# private Redis and runs an engine with a 1 s horizon until 50 tasks the
+# pager read in have run.
+smoke_plain delayq-bench-horizon "$dir/bench/horizon/delayq-bench-horizon" --quick
 
 # delayq-bench-engine: a plain program (not Google Benchmark), every scenario
 # with tiny sizes (--quick), in child processes of its own. Only a crash, a

@@ -198,6 +198,16 @@ task decode_task(std::string_view bytes, boost::system::error_code& ec, std::str
   return std::move(d.task);
 }
 
+task decode_stored_task(std::string_view id, std::string_view bytes, boost::system::error_code& ec,
+                        std::string* reason) {
+  task t = decode_task(bytes, ec, reason);
+  if (!ec && t.id != id) {
+    ec = make_error_code(errc::corrupt_record);
+    if (reason) *reason = "record holds id '" + t.id + "'";
+  }
+  return t;
+}
+
 task decode_task(std::string_view bytes) {
   boost::system::error_code ec;
   std::string why;

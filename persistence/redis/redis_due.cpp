@@ -32,16 +32,11 @@ using detail::redis::connection;
 using detail::redis::redis_failure;
 using detail::redis::throw_server_error;
 
-// Decodes a live record read under `id`; a record filed under another id is
-// as corrupt as one that does not decode (list() does the same).
+// The live record read under `id`, or nothing (and why) when it is corrupt.
 std::optional<task> decode_live(std::string_view id, std::string_view raw, std::string& why) {
   boost::system::error_code dec;
-  task t = decode_task(raw, dec, &why);
+  task t = decode_stored_task(id, raw, dec, &why);
   if (dec) return std::nullopt;
-  if (t.id != id) {
-    why = "record holds id '" + t.id + "'";
-    return std::nullopt;
-  }
   return t;
 }
 

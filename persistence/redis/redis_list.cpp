@@ -212,11 +212,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         const std::string_view raw(items->element[i + 1]->str, items->element[i + 1]->len);
         boost::system::error_code dec;
         std::string why;
-        task t = decode_task(raw, dec, &why);
-        if (!dec && t.id != id) {
-          dec = make_error_code(errc::corrupt_record);
-          why = "record holds id '" + t.id + "'";
-        }
+        task t = decode_stored_task(id, raw, dec, &why);
         if (dec) {
           // Sent behind the next page's request; the reply comes with it.
           conn.append(detail::redis::quarantine_call(detail::redis::quarantine_script, m.keys.tasks,

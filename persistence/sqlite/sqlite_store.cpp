@@ -370,11 +370,7 @@ list_summary sqlite_store::list(const std::function<void(task&&)>& sink,
       const std::string_view id(id_text, static_cast<std::size_t>(id_col.getBytes()));
       boost::system::error_code dec;
       std::string why;
-      task t = decode_task(raw, dec, &why);
-      if (!dec && t.id != id) {
-        dec = make_error_code(errc::corrupt_record);
-        why = "record holds id '" + t.id + "'";
-      }
+      task t = decode_stored_task(id, raw, dec, &why);
       if (!dec) {
         good.emplace(std::move(t));
         return;

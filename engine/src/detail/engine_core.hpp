@@ -279,6 +279,15 @@ class engine_core final : public dispatcher::owner,
   void evict_if_far_locked(timer_wheel::handle h);
   // The stored task `id` the engine does not hold, read from the store.
   std::optional<task> find_stored(std::string_view id) const;
+  // Stored tasks the engine cannot accept: id, why.
+  using rejected_tasks = std::vector<std::pair<std::string, std::string>>;
+  // Under the lock: holds a task a read of the store found, unless its id is
+  // held (memory is newer); one it cannot accept goes to `rejected`. False
+  // when the id was erased since the read began (what was read is stale).
+  bool hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                        rejected_tasks& rejected);
+  // Off the lock: moves what reads rejected to the store's quarantine.
+  void quarantine_rejected(const rejected_tasks& rejected);
   std::uint64_t begin_read_locked();
   void end_read_locked(std::uint64_t seq);
   bool erased_since_locked(const std::string& id, std::uint64_t seq) const;

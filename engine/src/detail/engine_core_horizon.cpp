@@ -72,6 +72,28 @@ timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry:
   return h;
 }
 
+bool engine_core::hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                                   rejected_tasks& rejected) {
+  if (wheel_.find(t.id) != timer_wheel::npos) return true;  // held meanwhile: memory is newer
+  if (erased_since_locked(t.id, seq)) return false;
+  std::string why;
+  const type_registry::type_info* type = accept_locked(t, why);
+  if (!type) {
+    rejected.emplace_back(t.id, std::move(why));
+    return true;
+  }
+  if (hold_locked(t, *type, nullptr, now) != timer_wheel::npos) ++paged_;
+  return true;
+}
+
+void engine_core::quarantine_rejected(const rejected_tasks& rejected) {
+  for (const auto& [id, why] : rejected) {
+    boost::system::error_code qec;
+    store_->quarantine(id, why, qec);
+    log(log_level::error, "horizon: quarantined stored task '" + id + "': " + why);
+  }
+}
+
 std::uint64_t engine_core::begin_read_locked() {
   reads_.insert(erase_seq_);
   return erase_seq_;
@@ -160,25 +182,13 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
     } catch (const std::exception&) {
       ec = errc::store_error;
     }
-    std::vector<std::pair<std::string, std::string>> rejected;
+    rejected_tasks rejected;
     bool again = false;
     {
       std::lock_guard lock(mutex_);
       if (!ec) {
         for (std::optional<task>& t : found) {
-          if (!t) continue;
-          if (wheel_.find(t->id) != timer_wheel::npos) continue;  // held meanwhile: newer
-          if (erased_since_locked(t->id, seq)) {
-            again = true;
-            continue;
-          }
-          std::string why;
-          const type_registry::type_info* type = accept_locked(*t, why);
-          if (!type) {
-            rejected.emplace_back(t->id, std::move(why));
-            continue;
-          }
-          if (hold_locked(*t, *type, nullptr, now_ms()) != timer_wheel::npos) ++paged_;
+          if (t && !hold_read_locked(*t, seq, now_ms(), rejected)) again = true;
         }
         // Pinned in the same hold of the lock: nothing lets go of them before
         // the caller decides.
@@ -187,11 +197,7 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
       }
       end_read_locked(seq);
     }
-    for (const auto& [id, why] : rejected) {
-      boost::system::error_code qec;
-      store_->quarantine(id, why, qec);
-      log(log_level::error, "quarantined stored task '" + id + "': " + why);
-    }
+    quarantine_rejected(rejected);
     if (ec) {
       log(log_level::warning, "looking up stored tasks failed: " + ec.message());
       return;
@@ -217,7 +223,7 @@ std::optional<task> engine_core::find_stored(std::string_view id) const {
 bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) {
   due_cursor cursor{from + 1, {}};  // (from + 1, "") is before every task due after `from`
   std::vector<task> page;
-  std::vector<std::pair<std::string, std::string>> rejected;
+  rejected_tasks rejected;
   for (;;) {
     page.clear();
     boost::system::error_code ec;
@@ -242,24 +248,11 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
       std::lock_guard lock(mutex_);
       quarantined_ += got.quarantined;
       const std::int64_t now = now_ms();
-      for (task& t : page) {
-        if (wheel_.find(t.id) != timer_wheel::npos || erased_since_locked(t.id, seq)) continue;
-        std::string why;
-        const type_registry::type_info* type = accept_locked(t, why);
-        if (!type) {
-          rejected.emplace_back(t.id, std::move(why));
-          continue;
-        }
-        if (hold_locked(t, *type, nullptr, now) != timer_wheel::npos) ++paged_;
-      }
+      for (const task& t : page) hold_read_locked(t, seq, now, rejected);
     }
     if (got.tasks + got.quarantined < page_size) break;
   }
-  for (const auto& [id, why] : rejected) {
-    boost::system::error_code qec;
-    store_->quarantine(id, why, qec);
-    log(log_level::error, "horizon: quarantined stored task '" + id + "': " + why);
-  }
+  quarantine_rejected(rejected);
   return true;
 }
 

@@ -123,6 +123,15 @@ task decode_task(std::string_view bytes, boost::system::error_code& ec,
 /// carrying errc::corrupt_record, with the reason in what().
 task decode_task(std::string_view bytes);
 
+/// decode_task() of the live record a store keeps under `id`: a record that
+/// holds another id is as corrupt as one that does not decode (errc::
+/// corrupt_record, reason "record holds id '...'"), so every store reading
+/// by id quarantines both alike.
+///
+/// Errors: reported through `ec`; throws only std::bad_alloc.
+task decode_stored_task(std::string_view id, std::string_view bytes, boost::system::error_code& ec,
+                        std::string* reason = nullptr);
+
 /// `error` as encode_dead_letter() stores it: unchanged when it fits in
 /// max_dead_letter_error bytes, else cut and marked (see above).
 ///
