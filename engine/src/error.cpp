@@ -45,6 +45,11 @@ class category final : public boost::system::error_category {
       case errc::invalid_cluster_options:
         return "invalid cluster options (shards 1-16384, lease 200 ms to 10 min, instance name "
                "up to 128 bytes of printable ASCII without spaces)";
+      case errc::lease_lost:
+        return "shard lease lost: another instance holds the shard now (fenced write refused)";
+      case errc::not_owner: return "the task's shard is held by another instance";
+      case errc::shard_mismatch:
+        return "the store's shard layout does not match the shard count asked for";
     }
     return "unknown delayq error " + std::to_string(value);
   }

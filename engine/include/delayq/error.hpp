@@ -79,6 +79,16 @@ enum class errc {
   /// to 10 min, or an instance name not 1-128 bytes of printable ASCII
   /// without spaces (delayq/shard_leases.hpp).
   invalid_cluster_options = 25,
+  /// A write fenced by a shard lease token (store_change::fence) that the
+  /// shard's lease no longer carries: another instance took the shard.
+  /// Nothing of that shard's part of the batch was written.
+  lease_lost = 26,
+  /// A call named a task of a shard this instance does not hold a lease on
+  /// (engine_options::cluster); the instance that holds it can answer.
+  not_owner = 27,
+  /// The store's key layout does not match the shard count asked for (a
+  /// store opened with another `shards` than the one it was created with).
+  shard_mismatch = 28,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

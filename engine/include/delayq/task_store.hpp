@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "delayq/error.hpp"
+#include "delayq/shard_leases.hpp"
 #include "delayq/task.hpp"
 
 namespace delayq {
@@ -55,6 +57,11 @@ struct store_change {
   std::string_view error;
   /// bury: when the task died.
   std::chrono::system_clock::time_point died_at{};
+  /// A sharded store (task_store::shards() > 0) only: the fencing token the
+  /// writer holds on the shard of `task->id` (shard_lease::token), or 0 for
+  /// an unfenced change. The store applies a fenced change only while the
+  /// shard's lease still carries that token; see write().
+  std::uint64_t fence = 0;
 };
 
 /// Where tasks live while they wait: the engine saves a task before it
@@ -167,6 +174,47 @@ class task_store {
     (void)id;
     (void)reason;
     ec = errc::unsupported;
+  }
+
+  // ---- clusters (docs/scale-out.md) ---------------------------------------
+  // Several engines share a sharded store: tasks are split into shards by
+  // shard_of(id, shards()), and each engine holds leases on some shards and
+  // runs only their tasks. In a sharded store write() is atomic per shard
+  // (one shard's changes of a batch land all or nothing), not across
+  // shards: a batch that fails after another shard's part landed reports
+  // errc::outcome_unknown (write() again: batches are idempotent). A shard's
+  // part whose fenced changes (store_change::fence) carry a token the
+  // shard's lease no longer carries is refused whole, and write() reports
+  // errc::lease_lost once the other shards' parts are applied.
+
+  /// How many shards the store splits tasks into: 0 for a store that keeps
+  /// one key space (not a cluster store). Every engine of a cluster opens the
+  /// store with the same count; a store created with another count refuses
+  /// to open (errc::shard_mismatch).
+  virtual std::uint32_t shards() const noexcept { return 0; }
+
+  /// A lease table on this store for one instance (`cluster.shards` must
+  /// equal shards()). Default: null and errc::unsupported.
+  virtual std::unique_ptr<shard_leases> make_shard_leases(const cluster_options& cluster,
+                                                          boost::system::error_code& ec) {
+    (void)cluster;
+    ec = errc::unsupported;
+    return nullptr;
+  }
+
+  /// list_due() over one shard of a sharded store: the same contract, for
+  /// the tasks with shard_of(id, shards()) == shard only. Default:
+  /// errc::unsupported.
+  virtual list_summary list_due_shard(std::uint32_t shard, due_cursor& after, std::int64_t until_ms,
+                                      std::size_t limit, const std::function<void(task&&)>& sink,
+                                      boost::system::error_code& ec) {
+    (void)shard;
+    (void)after;
+    (void)until_ms;
+    (void)limit;
+    (void)sink;
+    ec = errc::unsupported;
+    return {};
   }
 
   // ---- settings -----------------------------------------------------------
