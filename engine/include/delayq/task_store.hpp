@@ -64,6 +64,34 @@ struct store_change {
   std::uint64_t fence = 0;
 };
 
+/// A saved task, as a sharded store announces it (task_store::listen()).
+struct task_notice {
+  std::uint32_t shard = 0;  ///< shard_of(id, shards())
+  std::int64_t due_ms = 0;  ///< the saved task's due time, ms since the Unix epoch
+  std::string id;
+};
+
+/// Receives the notices a sharded store sends for every live task saved
+/// (schedule, reschedule, retry, revive), from any instance: how the owner of
+/// a shard learns of a task another instance wrote to it, without reading
+/// the store in a loop. Delivery is best effort (Redis pub/sub): a listener
+/// whose connection broke missed what was sent meanwhile, and wait() says so
+/// with an error, after which the caller re-reads what it holds.
+///
+/// Thread safety: wait() from one thread at a time; close() from any thread,
+/// also during a wait().
+class task_listener {
+ public:
+  virtual ~task_listener() = default;
+  /// Waits up to `timeout` and returns the notices received (none when the
+  /// time ran out). errc::store_unavailable when the connection broke (the
+  /// next wait() reconnects); errc::not_running after close().
+  virtual std::vector<task_notice> wait(std::chrono::milliseconds timeout,
+                                        boost::system::error_code& ec) = 0;
+  /// Makes a wait() in progress, and every later one, return errc::not_running.
+  virtual void close() noexcept = 0;
+};
+
 /// Where tasks live while they wait: the engine saves a task before it
 /// acknowledges a schedule, and removes it only after its executor succeeded.
 ///
@@ -198,6 +226,13 @@ class task_store {
   virtual std::unique_ptr<shard_leases> make_shard_leases(const cluster_options& cluster,
                                                           boost::system::error_code& ec) {
     (void)cluster;
+    ec = errc::unsupported;
+    return nullptr;
+  }
+
+  /// A listener for the notices of saved tasks (task_listener), on a
+  /// connection of its own. Default: null and errc::unsupported.
+  virtual std::unique_ptr<task_listener> listen(boost::system::error_code& ec) {
     ec = errc::unsupported;
     return nullptr;
   }
