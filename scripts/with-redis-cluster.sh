@@ -63,12 +63,15 @@ start_node() {
     port="$(delayq_free_port)"
     while ((port > 55535)); do port="$(delayq_free_port)"; done
     rm -f "$d/redis.pid" "$d/redis.log" "$d/nodes.conf"
-    redis-server --port "$port" --bind 127.0.0.1 \
+    # In the foreground, as our child, under a parent-death signal: when this
+    # script is killed (a ctest timeout sends SIGKILL), the server dies too
+    # instead of living on as a daemon.
+    setpriv --pdeathsig KILL redis-server --port "$port" --bind 127.0.0.1 \
       --cluster-enabled yes --cluster-config-file "$d/nodes.conf" \
       --cluster-node-timeout 5000 \
       --save '' --appendonly yes --appendfsync always \
-      --dir "$d" --daemonize yes --pidfile "$d/redis.pid" \
-      --logfile "$d/redis.log" >/dev/null || true
+      --dir "$d" --daemonize no --pidfile "$d/redis.pid" \
+      --logfile "$d/redis.log" >/dev/null 2>&1 &
     for ((i = 0; i < 100; i++)); do  # up to 10 s
       if [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && ours "$port" "$d"; then
         ports[n]="$port"

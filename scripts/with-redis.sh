@@ -72,10 +72,13 @@ started=0
 for attempt in 1 2 3 4 5; do
   port="$(delayq_free_port)"
   rm -f "$dir/redis.pid" "$dir/redis.log"
-  redis-server --port "$port" --bind 127.0.0.1 \
+  # In the foreground, as our child, under a parent-death signal: when this
+  # script is killed (a ctest timeout sends SIGKILL), the server dies too
+  # instead of living on as a daemon.
+  setpriv --pdeathsig KILL redis-server --port "$port" --bind 127.0.0.1 \
     --save '' --appendonly yes --appendfsync always \
-    --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" \
-    --logfile "$dir/redis.log" >/dev/null || true
+    --dir "$dir" --daemonize no --pidfile "$dir/redis.pid" \
+    --logfile "$dir/redis.log" >/dev/null 2>&1 &
   for ((i = 0; i < 100; i++)); do  # up to 10 s
     if [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && ours "$port"; then
       started=1
