@@ -77,6 +77,7 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
   std::vector<std::string> why(n);
   std::optional<errc> failure;  // the first failure of a whole call
   bool sent = false;            // bytes of some group reached a connection
+  bool maybe_landed = false;    // groups whose outcome is not known
 
   std::lock_guard lock(mutex);
   if (!opts.cluster) {
@@ -101,7 +102,11 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
         return;
       }
     });
-    if (ec) failure = static_cast<errc>(ec.value());
+    if (ec) {
+      failure = static_cast<errc>(ec.value());
+      // The pipeline broke after it was sent: any group may have landed.
+      maybe_landed = n > 1 && sent;
+    }
   } else {
     for (std::size_t k = 0; k < n; ++k) {
       boost::system::error_code one;
@@ -143,7 +148,7 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
   ec = {};
   if (failure) {
     // Something landed, or may have (a pipeline broken after it was sent).
-    const bool partial = landed > 0 || (n > 1 && sent && !opts.cluster);
+    const bool partial = landed > 0 || maybe_landed;
     ec = partial ? errc::outcome_unknown : *failure;
   } else if (fenced) {
     ec = errc::lease_lost;

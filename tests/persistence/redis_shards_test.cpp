@@ -215,6 +215,39 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
   }
 }
 
+TEST_CASE(
+    "redis shards: a shard's failed part makes the batch outcome_unknown when another landed") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shu");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  const auto a = ids_in_shard(1, 1), b = ids_in_shard(4, 1);
+  const task ta = make_task(a[0]), tb = make_task(b[0]);
+  // Shard 4's tasks key holds a string: its part fails its type check.
+  raw.run({"SET", shard_key(prefix, 4, "tasks"), "in the way"});
+  boost::system::error_code ec;
+  log_capture logs;
+  SUBCASE("only the failing shard: its own error") {
+    store.save(std::vector{tb}, ec);
+    CHECK(ec == errc::store_error);
+  }
+  SUBCASE("with a shard that lands: outcome_unknown") {
+    store.save(std::vector{ta, tb}, ec);
+    CHECK(ec == errc::outcome_unknown);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 1, "tasks"), a[0]}) == 1);
+    CHECK(logs.contains("write to shard 4 failed"));
+  }
+  SUBCASE("a stale token and a failure: the failure wins") {
+    raw.run({"HSET", shard_key(prefix, 1, "lease"), "token", "2"});
+    std::vector<store_change> changes{{change_kind::save, &ta, {}, {}, 1},
+                                      {change_kind::save, &tb}};
+    store.write(changes, ec);
+    CHECK(ec == errc::store_error);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 1, "tasks"), a[0]}) == 0);
+  }
+  raw.run({"DEL", shard_key(prefix, 4, "tasks")});
+}
+
 TEST_CASE("redis shards: make_shard_leases checks the shard count") {
   raw_redis raw;
   const std::string prefix = unique_prefix("shl");
@@ -249,7 +282,10 @@ TEST_CASE("redis shards: listen() gets a notice per saved task, with its shard a
   store.remove(std::vector{a});  // no notice
   std::map<std::string, task_notice> got;
   while (got.size() < 2) {
-    for (task_notice& n : listener->wait(std::chrono::milliseconds{10'000}, ec)) {
+    auto batch = listener->wait(std::chrono::milliseconds{10'000}, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE_MESSAGE(!batch.empty(), "no notice for 10 s");
+    for (task_notice& n : batch) {
       std::string id = n.id;
       got.emplace(std::move(id), std::move(n));
     }
