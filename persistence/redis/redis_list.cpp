@@ -183,7 +183,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       sigpipe_guard guard;
       auto hlen = conn.exchange({command().arg("HLEN").arg(p->keys.tasks)});
       if (hlen[0]->type == REDIS_REPLY_INTEGER && hlen[0]->integer > 0)
-        total = static_cast<std::size_t>(hlen[0]->integer);
+        total = summary.tasks + static_cast<std::size_t>(hlen[0]->integer);  // + earlier parts
       seen.reserve(total);
       request_page();
     }

@@ -54,6 +54,9 @@ bool parse_notice(std::string_view s, task_notice& out) {
   return true;
 }
 
+// Thread safety: as task_listener: wait() from one thread at a time (it
+// alone touches the connection); close() from any thread (an atomic flag and
+// a write to the eventfd).
 class redis_listener final : public task_listener {
  public:
   redis_listener(const redis_options& opts, std::string name)
