@@ -148,6 +148,22 @@ struct engine_options {
   /// async_schedule() never waits: it fails with errc::busy.
   enum class queue_full_policy { fail, wait };
   queue_full_policy when_write_queue_full = queue_full_policy::fail;
+  /// Run as one instance of a cluster sharing a sharded store (opt-in; see
+  /// docs/scale-out.md, "The engine in a cluster"). The store must split
+  /// tasks into `cluster->shards` shards (task_store::shards(); else start()
+  /// fails with errc::shard_mismatch) and make lease tables
+  /// (make_shard_leases()). The engine then holds leases on a share of the
+  /// shards (a thread renews them every lease/3), holds and runs only the
+  /// tasks of the shards it holds, and fires a task only while its shard's
+  /// lease is surely ours (shard_lease::valid_until). A schedule of a task
+  /// whose shard another instance holds is written to the store and then let
+  /// go (its owner runs it). Calls naming an id (cancel, reschedule, signal,
+  /// requeue, schedule with an id) whose shard this instance does not hold
+  /// fail with errc::not_owner: only the owner can say whether it will run.
+  /// find() and status() of such an id read the store. start() returns after
+  /// the first lease round, holding the shards it won then; stop() releases
+  /// every lease once the running attempts ended.
+  std::optional<cluster_options> cluster;
 };
 
 /// What schedule() does when a task with the same id is pending.
@@ -212,6 +228,11 @@ struct engine_stats {
   /// Tasks read in from the store after start(): due within the horizon now
   /// (engine_options::horizon), or named by a call.
   std::uint64_t paged = 0;
+  /// engine_options::cluster: shards whose lease this instance holds now, and
+  /// leases gained and lost since start() (0 without a cluster).
+  std::size_t shards_held = 0;
+  std::uint64_t shards_gained = 0;
+  std::uint64_t shards_lost = 0;
   std::uint64_t fired = 0;        ///< Attempts started.
   std::uint64_t succeeded = 0;    ///< Attempts that returned normally.
   std::uint64_t failed = 0;       ///< Attempts that threw or had no executor.
