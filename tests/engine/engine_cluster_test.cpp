@@ -122,13 +122,36 @@ class sharded_view final : public delayq::task_store {
     }
   }
 
-  void write(std::span<const delayq::store_change> changes, boost::system::error_code& ec) override {
+  void write(std::span<const delayq::store_change> changes,
+             boost::system::error_code& ec) override {
     auto notices = notices_of(changes);
+    if (refuse_fenced) {
+      // As a sharded store whose leases moved on: a shard's part holding a
+      // fenced change is refused whole, the others land, lease_lost.
+      std::set<std::uint32_t> refused_shards;
+      for (const auto& c : changes)
+        if (c.fence != 0) refused_shards.insert(delayq::shard_of(c.task->id, test_shards));
+      if (!refused_shards.empty()) {
+        std::vector<delayq::store_change> rest;
+        for (const auto& c : changes)
+          if (!refused_shards.count(delayq::shard_of(c.task->id, test_shards))) rest.push_back(c);
+        refused += static_cast<int>(changes.size() - rest.size());
+        inner_->write(rest, ec);
+        if (!ec) bus_.publish(notices_of(rest));
+        if (!ec) ec = delayq::errc::lease_lost;
+        return;
+      }
+    }
     inner_->write(changes, ec);
     if (!ec) bus_.publish(notices);
   }
   void async_write(std::span<const delayq::store_change> changes,
                    std::function<void(boost::system::error_code)> done) override {
+    if (refuse_fenced) {
+      boost::system::error_code ec;
+      write(changes, ec);
+      return done(ec);
+    }
     auto notices = notices_of(changes);
     inner_->async_write(changes, [this, notices = std::move(notices),
                                   done = std::move(done)](boost::system::error_code ec) {
@@ -149,8 +172,7 @@ class sharded_view final : public delayq::task_store {
                             boost::system::error_code& ec) override {
     return inner_->list(sink, ec);
   }
-  delayq::list_summary list_due(delayq::due_cursor& after, std::int64_t until_ms,
-                                std::size_t limit,
+  delayq::list_summary list_due(delayq::due_cursor& after, std::int64_t until_ms, std::size_t limit,
                                 const std::function<void(delayq::task&&)>& sink,
                                 boost::system::error_code& ec) override {
     return inner_->list_due(after, until_ms, limit, sink, ec);
@@ -174,16 +196,20 @@ class sharded_view final : public delayq::task_store {
   std::size_t count_dead(boost::system::error_code& ec) override { return inner_->count_dead(ec); }
   std::string describe() const override { return "sharded-view:" + inner_->describe(); }
 
+  /// Refuse fenced changes (lease_lost), as when every lease moved on.
+  std::atomic<bool> refuse_fenced{false};
+  std::atomic<int> refused{0};  // changes refused so far
+
  private:
   static std::vector<delayq::task_notice> notices_of(std::span<const delayq::store_change> cs) {
     std::vector<delayq::task_notice> out;
     for (const delayq::store_change& c : cs)
       if (c.what == delayq::change_kind::save || c.what == delayq::change_kind::revive)
-        out.push_back({delayq::shard_of(c.task->id, test_shards),
-                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                           c.task->due.time_since_epoch())
-                           .count(),
-                       c.task->id});
+        out.push_back(
+            {delayq::shard_of(c.task->id, test_shards),
+             std::chrono::duration_cast<std::chrono::milliseconds>(c.task->due.time_since_epoch())
+                 .count(),
+             c.task->id});
     return out;
   }
 
@@ -205,12 +231,14 @@ delayq::engine_options member_options(const std::string& name) {
   return o;
 }
 
-void start_member(member& m, io_thread& io, const std::string& uri, notice_bus& bus) {
-  delayq::executor_factory f;
+sharded_view& start_member(member& m, io_thread& io, const std::string& uri, notice_bus& bus,
+                           delayq::executor_factory f = {}) {
   f.add("t", std::ref(m.ran));
-  m.eng = std::make_unique<delayq::engine>(io.io, f, std::make_unique<sharded_view>(uri, bus),
-                                           member_options(m.name));
+  auto store = std::make_unique<sharded_view>(uri, bus);
+  sharded_view& view = *store;
+  m.eng = std::make_unique<delayq::engine>(io.io, f, std::move(store), member_options(m.name));
   m.eng->start();
+  return view;
 }
 
 // The instance that should own `shard` among the running `members`.
@@ -365,4 +393,38 @@ TEST_CASE("cluster: a stopped engine's shards and tasks move to the others") {
   a.eng->stop(patience);
   CHECK(a.ran.snapshot().size() == n);
   CHECK(b.ran.snapshot().empty());
+}
+
+TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is dropped, not retried") {
+  const std::string uri = fresh_redis_uri("cluster-fence");
+  notice_bus bus;
+  io_thread io;
+  member a{"a"};
+  latch gate;
+  std::atomic<bool> fail{false};
+  delayq::executor_factory f;
+  f.add("blocked", [&](const delayq::task&) {
+    gate.enter_and_wait();
+    if (fail) throw std::runtime_error("fails");
+  });
+  sharded_view& view = start_member(a, io, uri, bus, f);
+  auto reader = delayq::open_store(uri);
+  SUBCASE("the removal after a success") {}
+  SUBCASE("the retry's save after a failure") { fail = true; }
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {"x"});
+  REQUIRE(gate.wait_entered(1));
+  view.refuse_fenced = true;  // the shard's lease moved on while x ran
+  gate.release();
+  REQUIRE(eventually([&] { return view.refused.load() >= 1; }));
+  // Unfenced writes still land (a schedule, here into the same shard).
+  a.eng->schedule("t", "p", std::chrono::hours{1}, {"x2"});
+  CHECK(stored(*reader).count("x2") == 1);
+  // The refused outcome is not kept for retry, and the task is not held
+  // here any more: the store keeps it as it was, for the shard's owner.
+  CHECK(eventually([&] { return a.eng->stats().writes_kept == 0 && a.eng->pending() == 1; }));
+  CHECK(a.eng->stats().writes_kept == 0);
+  const auto left = stored(*reader);
+  REQUIRE(left.count("x") == 1);
+  CHECK(left.at("x").attempts == 0);
+  CHECK(a.eng->stop(patience));
 }

@@ -338,9 +338,13 @@ void engine_core::on_tick() {
     if (state_.load() != run_state::running) return;
     const auto now = steady_clock::now();
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
-      if (cluster_on() && shards_->valid_token(shards_->shard(wheel_.id(h)), now) == 0) {
-        held_back.push_back(h);  // not surely ours now: the next round decides
-        return;
+      if (cluster_on()) {
+        const std::uint64_t token = shards_->valid_token(shards_->shard(wheel_.id(h)), now);
+        if (token == 0) {
+          held_back.push_back(h);  // not surely ours now: the next round decides
+          return;
+        }
+        fences_[h] = token;  // its outcome writes carry it (settle)
       }
       const std::uint32_t w = tsw::next_queued(tag(h));
       set_tag(h, w);
@@ -373,7 +377,11 @@ void engine_core::on_tick() {
       // A round from now: renewed, they run; lost, apply_round let go of them.
       const std::uint64_t later =
           ticker_.tick_for(now_ms() + std::max<std::int64_t>(lease_round_.count(), 1));
-      for (timer_wheel::handle h : held_back) wheel_.arm(h, later);
+      for (timer_wheel::handle h : held_back) {
+        wheel_.arm(h, later);
+        // Not held at all (lost while a write about it was in flight): let go.
+        if (!owns_locked(wheel_.id(h))) evict_if_far_locked(h);
+      }
     }
     armed_tick_ = wheel_.next_due_tick();
     for (const ready_ref& r : due) dispatcher_.count_ready(r.kind, 1);

@@ -313,9 +313,8 @@ class engine_core final : public dispatcher::owner,
   bool owner_check(std::string_view id, boost::system::error_code& ec) const;
   // start(), under the lock: checks the store, makes the lease table, runs
   // the first round and reads the held shards' tasks due by `until`.
-  void start_cluster_locked(std::int64_t until,
-                            const std::function<void(task&&)>& load, list_summary& summary,
-                            boost::system::error_code& ec);
+  void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
+                            list_summary& summary, boost::system::error_code& ec);
   void apply_round(const lease_round& r);
   // Reads the tasks of shard `s` due at or before the watermark into the
   // wheel (as the pager does); false if the store could not be read.
@@ -391,8 +390,12 @@ class engine_core final : public dispatcher::owner,
   bool lease_stop_ = false;
   std::unique_ptr<task_listener> listener_;  // null: the store sends no notices
   std::thread listen_thread_;
-  std::vector<std::uint32_t> unread_shards_;  // gained, not read yet (the store failed); lease thread
+  std::vector<std::uint32_t>
+      unread_shards_;  // gained, not read yet (the store failed); lease thread
   std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0};
+  // The token of the shard's lease when a record was dispatched (under
+  // mutex_): its attempt's outcome writes carry it as their fence.
+  std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;
 
   // Last: their threads call back into everything above.
   store_writer writer_;

@@ -38,8 +38,7 @@ bool engine_core::owner_check(std::string_view id, boost::system::error_code& ec
   return false;
 }
 
-void engine_core::start_cluster_locked(std::int64_t until,
-                                       const std::function<void(task&&)>& load,
+void engine_core::start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
                                        list_summary& summary, boost::system::error_code& ec) {
   const cluster_options& c = *options_.cluster;
   if (store_->shards() != c.shards) {
@@ -88,8 +87,8 @@ void engine_core::start_cluster_locked(std::int64_t until,
   }
   listener_ = store_->listen(ec);
   if (ec) {
-    log(log_level::warning, "cluster: " + store_->describe() + " sends no notices of saved tasks (" +
-                                ec.message() +
+    log(log_level::warning, "cluster: " + store_->describe() +
+                                " sends no notices of saved tasks (" + ec.message() +
                                 "); re-reading the held shards every round instead");
     listener_.reset();
     ec = {};
@@ -118,8 +117,7 @@ void engine_core::apply_round(const lease_round& r) {
       for (timer_wheel::handle h : drop) evict_if_far_locked(h);
     }
   }
-  for (std::uint32_t s : r.lost)
-    log(log_level::info, "cluster: lost shard " + std::to_string(s));
+  for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
   // A shard lost and taken again in one round (a new token) is read afresh.
   gained = r.gained;
   {
