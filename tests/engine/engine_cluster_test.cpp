@@ -366,26 +366,33 @@ TEST_CASE("cluster: 1000 tasks scheduled through three engines run once each, on
   }
 }
 
-TEST_CASE("cluster: a stopped engine's shards and tasks move to the others") {
+TEST_CASE("cluster: shards and their tasks move when an engine joins and when one leaves") {
   const std::string uri = fresh_redis_uri("cluster-move");
   notice_bus bus;
   io_thread io;
   member a{"a"}, b{"b"};
   start_member(a, io, uri, bus);
-  start_member(b, io, uri, bus);
-  REQUIRE(wait_balanced({&a, &b}));
-  // Far tasks through both: each is held by its shard's owner only.
+  // Alone, a holds every shard: far tasks through it are all held there.
   constexpr std::size_t n = 200;
   std::vector<std::string> ids;
   for (std::size_t i = 0; i < n; ++i)
-    ids.push_back((i % 2 ? a : b).eng->schedule("t", "p", std::chrono::hours{1}));
-  REQUIRE(eventually([&] { return a.eng->pending() + b.eng->pending() == n; }));
-  CHECK(a.eng->pending() > 0);
-  CHECK(b.eng->pending() > 0);
+    ids.push_back(a.eng->schedule("t", "p", std::chrono::hours{1}));
+  CHECK(a.eng->pending() == n);
 
-  b.eng->stop(patience);  // releases its leases: a takes them at its next round
+  // b joins: a lets go of the shards it gives away, b reads them in.
+  start_member(b, io, uri, bus);
+  REQUIRE(wait_balanced({&a, &b}));
+  std::size_t on_a = 0;
+  for (const std::string& id : ids)
+    if (desired_owner(delayq::shard_of(id, test_shards), {"a", "b"}) == "a") ++on_a;
+  REQUIRE(on_a > 0);
+  REQUIRE(on_a < n);
+  CHECK(eventually([&] { return a.eng->pending() == on_a && b.eng->pending() == n - on_a; }));
+
+  // b leaves: it releases its leases, a takes them at its next round and
+  // reads their tasks in (just after it counts them held).
+  b.eng->stop(patience);
   REQUIRE(eventually([&] { return a.eng->stats().shards_held == test_shards; }));
-  // Read in with the shards it gained (just after it counts them held).
   CHECK(eventually([&] { return a.eng->pending() == n; }));
   // And it runs them: every one, brought forward.
   for (const std::string& id : ids) CHECK(a.eng->reschedule(id, clock_type::now()));
