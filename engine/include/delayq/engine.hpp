@@ -338,6 +338,9 @@ class engine {
   /// their due time. A stored task whose id or type the engine does not
   /// accept is moved to the store's quarantine (task_store::quarantine()).
   /// Errors: errc::already_started; the store's errors (nothing is started).
+  /// With engine_options::cluster also: invalid_cluster_options,
+  /// shard_mismatch (the store's shards() differs), unsupported (the store
+  /// makes no lease tables), and the first lease round's errors.
   void start();
   void start(boost::system::error_code& ec);
 
@@ -348,6 +351,8 @@ class engine {
   /// queue_full, type_full, busy, and the store's errors (store_unavailable,
   /// store_error: nothing was stored; outcome_unknown: the store timed out
   /// and may still apply the write, see errc::outcome_unknown).
+  /// With engine_options::cluster: not_owner for a task with an id
+  /// (schedule_options::id) whose shard this instance does not hold.
   std::string schedule(std::string_view type, std::string payload, duration delay,
                        const schedule_options& options = {});
   std::string schedule(std::string_view type, std::string payload, duration delay,
@@ -405,7 +410,9 @@ class engine {
   /// or when its attempt is running now (an attempt cannot be interrupted;
   /// status() says running then; cancel it again once it has failed, if it
   /// is to be retried).
-  /// Errors: not_running and the store's errors (the task stays scheduled).
+  /// Errors: not_running and the store's errors (the task stays scheduled);
+  /// not_owner (engine_options::cluster: the id's shard is not held here, or
+  /// its lease is not surely ours now; ask the shard's owner).
   bool cancel(std::string_view id);
   bool cancel(std::string_view id, boost::system::error_code& ec);
 
@@ -413,7 +420,7 @@ class engine {
   /// task will now run at `due` and not before; false, changing nothing, when
   /// no task with this id is pending or its attempt is running now.
   /// Errors: not_running, invalid_delay, due_too_far and the store's errors
-  /// (the task keeps its old due time).
+  /// (the task keeps its old due time); not_owner as cancel().
   bool reschedule(std::string_view id, time_point due);
   bool reschedule(std::string_view id, time_point due, boost::system::error_code& ec);
 
@@ -429,7 +436,8 @@ class engine {
   /// has this id: unknown, finished, cancelled or dead); not_count_triggered
   /// (scheduled without a trigger count); already_triggered (its count was
   /// reached, or it is due, running or waiting for a retry: the signal is
-  /// not counted); and the store's errors (the count stays as it was).
+  /// not counted); not_owner as cancel(); and the store's errors (the count
+  /// stays as it was).
   signal_result signal(std::string_view id, std::uint32_t n = 1);
   signal_result signal(std::string_view id, std::uint32_t n, boost::system::error_code& ec);
 
@@ -444,7 +452,8 @@ class engine {
   /// attempt count reset to 0; a count-triggered task comes back as an
   /// ordinary one (its trigger count is dropped). Returns false when there is no such dead
   /// letter. Errors: not_running, invalid_delay, due_too_far, duplicate_id (a
-  /// live task has that id), queue_full, and the store's.
+  /// live task has that id), queue_full, not_owner as cancel(), and the
+  /// store's.
   bool requeue(std::string_view id, time_point due);
   bool requeue(std::string_view id, time_point due, boost::system::error_code& ec);
 
@@ -458,7 +467,9 @@ class engine {
 
   /// The pending task with this id and its state, or nothing when no task
   /// with this id is pending. Tells "will run later" (delayed, ready) from
-  /// "running now".
+  /// "running now". With engine_options::cluster, a task of a shard this
+  /// instance does not hold is read from the store (delayed or ready by its
+  /// due time; whether it runs now only its owner knows).
   std::optional<task_status> status(std::string_view id) const;
 
   /// The next `limit` pending tasks not yet running, earliest due first;
