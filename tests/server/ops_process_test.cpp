@@ -280,3 +280,33 @@ TEST_CASE("server: refuses a non-loopback address without a token") {
   // It never said it listened.
   CHECK(server.output().find("listening on") == std::string::npos);
 }
+
+TEST_CASE("server: --cluster flags are checked, and a store that is not sharded stops it at start") {
+  test_store store(store_kind::redis);
+  SUBCASE("a bad --lease is a usage error") {
+    for (const char* bad : {"5", "5x", "100ms", "11m", "-1s"}) {
+      CAPTURE(bad);
+      server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--cluster",
+                             "--lease", bad});
+      const int status = server.wait();
+      const std::string err = server.stderr_after_exit();
+      CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) != 0), describe_status(status));
+      CHECK(err.find("--lease") != std::string::npos);
+    }
+  }
+  SUBCASE("--shards without --cluster is a usage error") {
+    server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--shards", "8"});
+    const int status = server.wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) != 0), describe_status(status));
+    CHECK(server.stderr_after_exit().find("--cluster") != std::string::npos);
+  }
+  SUBCASE("an unsharded store: shard_mismatch at start") {
+    server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--cluster",
+                           "--shards", "8", "--lease", "500ms", "--instance", "srv-a"});
+    const int status = server.wait();
+    const std::string err = server.stderr_after_exit();
+    INFO(server.output_tail());
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 1), describe_status(status));
+    CHECK(err.find("shard") != std::string::npos);
+  }
+}
