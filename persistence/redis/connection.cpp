@@ -48,6 +48,9 @@ store_keys::store_keys(const std::string& prefix) {
   settings = tag + "settings";
 }
 
+store_keys::store_keys(const std::string& prefix, std::uint32_t shard)
+    : store_keys(prefix + ":" + std::to_string(shard)) {}
+
 sigpipe_guard::sigpipe_guard() {
   sigemptyset(&pipe_);
   sigaddset(&pipe_, SIGPIPE);
@@ -107,7 +110,9 @@ connection::connection(const redis_options& opts, std::string store_name, std::s
       name_(std::move(store_name)),
       client_name_("delayq:" + opts.prefix + role),
       load_write_script_(load_write_script),
-      key_meta_(store_keys(opts.prefix).meta) {}
+      key_meta_(store_keys(opts.prefix).meta),
+      layout_(std::to_string(redis_store::layout_version)),
+      shards_(std::to_string(opts.shards)) {}
 
 void connection::drop(bool timed_out) noexcept {
   if (timed_out && client_id_ >= 0) {
@@ -187,18 +192,57 @@ void connection::append_formatted(std::string_view bytes, bool starts_command) {
     throw append_failed{};
 }
 
-void connection::check_layout() {
-  const std::string layout = std::to_string(redis_store::layout_version);
-  auto replies = exchange({command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout),
-                           command().arg("HGET").arg(key_meta_).arg("layout")});
-  for (const reply_ptr& r : replies)
-    if (r->type == REDIS_REPLY_ERROR) throw_server_error("key layout check", r.get());
-  const std::string stored = reply_text(replies.back().get());
+// One script, so that a store created by two processes at once records one
+// shard count: the creator (whoever set `layout` first) also sets `shards`.
+// A store created before shard counts existed (or with 0) has no `shards`
+// field: it reads as 0, and a count of 0 writes none, so the meta key of
+// an unsharded store is what it always was. ARGV: layout, shards, whether
+// this connection may create the key ('1').
+namespace {
+const char* const layout_script =
+    "local created = ARGV[3] == '1' and redis.call('HSETNX', KEYS[1], 'layout', ARGV[1]) == 1 "
+    "if created and ARGV[2] ~= '0' then redis.call('HSET', KEYS[1], 'shards', ARGV[2]) end "
+    "return redis.call('HMGET', KEYS[1], 'layout', 'shards')";
+}  // namespace
+
+command connection::layout_command() const {
+  command c;
+  c.arg("EVAL")
+      .arg(layout_script)
+      .arg("1")
+      .arg(key_meta_)
+      .arg(layout_)
+      .arg(shards_)
+      .arg(load_write_script_ ? "1" : "0");
+  return c;
+}
+
+void connection::check_layout_reply(const redisReply* r) {
+  if (r->type == REDIS_REPLY_ERROR) throw_server_error("key layout check", r);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+    throw redis_failure{errc::store_error, "unexpected reply to the key layout check"};
+  // No meta key yet, and this connection may not create it (a lease table
+  // or a list() before the store): nothing to compare.
+  if (r->element[0]->type == REDIS_REPLY_NIL) return;
+  const std::string stored = reply_text(r->element[0]);
   int stored_layout = 0;
   std::from_chars(stored.data(), stored.data() + stored.size(), stored_layout);
   if (stored_layout != redis_store::layout_version)
     throw redis_failure{errc::store_error, "key layout version '" + stored + "' in " + key_meta_ +
-                                               " is not " + layout + ", the one this build uses"};
+                                               " is not " + layout_ + ", the one this build uses"};
+  if (!load_write_script_) return;
+  const std::string stored_shards =
+      r->element[1]->type == REDIS_REPLY_NIL ? std::string("0") : reply_text(r->element[1]);
+  if (stored_shards != shards_)
+    throw redis_failure{errc::shard_mismatch,
+                        "the store under prefix '" + opts_.prefix + "' was created with " +
+                            stored_shards + " shards (" + key_meta_ + "), not the " + shards_ +
+                            " these options ask for (redis_options::shards)"};
+}
+
+void connection::check_layout() {
+  auto replies = exchange({layout_command()});
+  check_layout_reply(replies[0].get());
 }
 
 // Dials, authenticates, selects the database, names the connection (so
@@ -228,21 +272,18 @@ void connection::connect() {
     cmds.push_back(std::move(auth));
   }
   const std::string db = std::to_string(opts_.db);
-  const std::string layout = std::to_string(redis_store::layout_version);
   if (opts_.db != 0 && !opts_.cluster) cmds.push_back(std::move(command().arg("SELECT").arg(db)));
   cmds.push_back(std::move(command().arg("CLIENT").arg("SETNAME").arg(client_name_)));
   cmds.push_back(std::move(command().arg("CLIENT").arg("ID")));
   cmds.push_back(std::move(command().arg("INFO").arg("server")));
   const std::size_t first_optional = cmds.size();
   if (load_write_script_) {
-    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(write_script)));
+    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(
+        opts_.shards != 0 ? sharded_write_script : write_script)));
     cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(due_script)));
   }
   // In a cluster the meta key lives on one node: the router checks it there.
-  if (!opts_.cluster) {
-    cmds.push_back(std::move(command().arg("HSETNX").arg(key_meta_).arg("layout").arg(layout)));
-    cmds.push_back(std::move(command().arg("HGET").arg(key_meta_).arg("layout")));
-  }
+  if (!opts_.cluster) cmds.push_back(layout_command());
   std::vector<reply_ptr> replies;
   try {
     replies = exchange(cmds);
@@ -282,13 +323,11 @@ void connection::connect() {
     due_sha_ = reply_text(replies[++k].get());
   }
   if (opts_.cluster) return;
-  const std::string stored = reply_text(replies.back().get());
-  int stored_layout = 0;
-  std::from_chars(stored.data(), stored.data() + stored.size(), stored_layout);
-  if (stored_layout != redis_store::layout_version) {
+  try {
+    check_layout_reply(replies.back().get());
+  } catch (const redis_failure&) {
     ctx_.reset();
-    throw redis_failure{errc::store_error, "key layout version '" + stored + "' in " + key_meta_ +
-                                               " is not " + layout + ", the one this build uses"};
+    throw;
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include <boost/system/error_code.hpp>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -70,6 +71,10 @@ struct cluster_redirect {
 /// The names of every key of one store (docs/persistence.md, key layout).
 struct store_keys {
   explicit store_keys(const std::string& prefix);
+  /// The keys of shard `shard` of a sharded store: the same names under the
+  /// hash tag `{PREFIX:SHARD}` (the tag of the shard's lease key). Its meta
+  /// and settings are never used: those stay under `{PREFIX}`.
+  store_keys(const std::string& prefix, std::uint32_t shard);
   std::string tasks, due, quarantine, quarantine_reason, meta;
   std::string dead, dead_by_time, dead_quarantine, dead_quarantine_reason;
   std::string settings;
@@ -165,8 +170,12 @@ class connection {
   /// sent behind an ASKING, whose reply read_replies() skips.
   void set_asking(bool on) noexcept { asking_ = on; }
 
-  /// Writes the key layout version to `{PREFIX}:meta` unless there is one,
-  /// and checks it is this build's. Part of the handshake without cluster
+  /// Writes the key layout version (and, for a sharded store, the shard
+  /// count) to `{PREFIX}:meta` unless there is one, and checks it is this
+  /// build's (errc::store_error) and that the shard count is the options'
+  /// (errc::shard_mismatch; checked by the store's own connections only,
+  /// those that load the write script: a lease table or a list() connection
+  /// neither creates the meta key nor minds the count). Part of the handshake without cluster
   /// mode; a cluster store runs it through its router, since the meta key
   /// lives on one node only.
   void check_layout();
@@ -178,6 +187,9 @@ class connection {
 
  private:
   void connect();
+  /// The layout check's command, and the check of its reply (throws).
+  command layout_command() const;
+  void check_layout_reply(const redisReply* r);
 
   const redis_options& opts_;
   std::string name_;
@@ -185,6 +197,8 @@ class connection {
   bool load_write_script_;
   bool asking_ = false;
   std::string key_meta_;
+  std::string layout_;  // layout_version, as text
+  std::string shards_;  // opts.shards, as text
   context_ptr ctx_;
   std::string write_sha_;
   std::string due_sha_;

@@ -13,6 +13,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,12 +57,14 @@ std::int64_t score_ms(const redisReply* r) {
 
 }  // namespace
 
-list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
-                                   const std::function<void(task&&)>& sink,
-                                   boost::system::error_code& ec) {
+list_summary redis_store::impl::list_due_part(const part& p, due_cursor& after,
+                                              std::int64_t until_ms, std::size_t limit,
+                                              std::vector<task>& out, boost::system::error_code& ec,
+                                              std::vector<due_item>* read) {
   ec = {};
-  impl& m = *impl_;
+  impl& m = *this;
   list_summary summary;
+  out.clear();
   if (limit == 0) return summary;
   // '-inf' keeps the default cursor before every score; with an id, the
   // cursor names a (score, id) and must be the number.
@@ -74,11 +77,12 @@ list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std
   std::optional<due_cursor> last;
   {
     std::lock_guard lock(m.mutex);
-    m.conn.run(m.slot, "list_due", ec, [&](connection& c) {
+    m.conn.run(p.slot, "list_due", ec, [&](connection& c) {
       // The body may run again after a redirect: start from nothing.
       page.clear();
       last.reset();
       summary = {};
+      if (read) read->clear();
       detail::redis::reply_ptr reply;
       for (const bool eval : {false, true}) {
         command call;
@@ -87,8 +91,8 @@ list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std
         else
           call.arg("EVALSHA").arg(c.due_sha());
         call.arg("2")
-            .arg(m.keys.tasks)
-            .arg(m.keys.due)
+            .arg(p.keys.tasks)
+            .arg(p.keys.due)
             .arg(from)
             .arg(after.id)
             .arg(until)
@@ -119,23 +123,67 @@ list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std
           throw redis_failure{errc::store_error, "unexpected record in a list_due reply"};
         const std::string_view raw(rec->str, rec->len);
         std::string why;
-        if (auto t = decode_live(id, raw, why))
+        auto t = decode_live(id, raw, why);
+        if (read) {
+          // The caller decides what to quarantine (list_due_merged()).
+          due_item item{score_ms(r->element[i + 1]), std::string(id), std::move(t), {}, {}};
+          if (!item.t) {
+            item.raw = std::string(raw);
+            item.why = std::move(why);
+          }
+          read->push_back(std::move(item));
+        } else if (t) {
           page.push_back(std::move(*t));
-        else
+        } else {
           bad.push_back({id, raw, std::move(why)});
+        }
       }
+      if (read) return;
       // Quarantined before any task of the page reaches the sink. Counted
       // whether or not the script moved it (it does not when another writer
       // replaced the record since the page was read): tasks + quarantined
       // is what the caller compares with `limit` to know the range is done.
-      m.quarantine(c, m.keys.tasks, m.keys.due, m.keys.quarantine, m.keys.quarantine_reason, bad,
+      m.quarantine(c, p.keys.tasks, p.keys.due, p.keys.quarantine, p.keys.quarantine_reason, bad,
                    "record of task");
       summary.quarantined = bad.size();
     });
   }
   if (ec) return {};
   if (last) after = std::move(*last);
+  if (read) {
+    for (const due_item& item : *read) ++(item.t ? summary.tasks : summary.quarantined);
+    return summary;
+  }
   summary.tasks = page.size();
+  out = std::move(page);
+  return summary;
+}
+
+list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                   const std::function<void(task&&)>& sink,
+                                   boost::system::error_code& ec) {
+  impl& m = *impl_;
+  std::vector<task> page;
+  list_summary summary = m.shards() == 0
+                             ? m.list_due_part(m.parts[0], after, until_ms, limit, page, ec)
+                             : m.list_due_merged(after, until_ms, limit, page, ec);
+  if (ec) return {};
+  for (task& t : page) sink(std::move(t));
+  return summary;
+}
+
+list_summary redis_store::list_due_shard(std::uint32_t shard, due_cursor& after,
+                                         std::int64_t until_ms, std::size_t limit,
+                                         const std::function<void(task&&)>& sink,
+                                         boost::system::error_code& ec) {
+  impl& m = *impl_;
+  if (shard >= m.shards()) {
+    ec = errc::shard_mismatch;
+    return {};
+  }
+  std::vector<task> page;
+  const list_summary summary = m.list_due_part(m.parts[shard], after, until_ms, limit, page, ec);
+  if (ec) return {};
   for (task& t : page) sink(std::move(t));
   return summary;
 }
@@ -144,37 +192,47 @@ std::vector<std::optional<task>> redis_store::find(std::span<const std::string> 
                                                    boost::system::error_code& ec) {
   ec = {};
   impl& m = *impl_;
-  std::vector<std::optional<task>> out;
+  std::vector<std::optional<task>> out(ids.size());
   if (ids.empty()) return out;
+  // The indexes of `ids` by part, each part's in the order given: one HMGET
+  // per part (one in all, unsharded).
+  std::map<const impl::part*, std::vector<std::size_t>> by_part;
+  for (std::size_t i = 0; i < ids.size(); ++i) by_part[&m.part_of(ids[i])].push_back(i);
   std::lock_guard lock(m.mutex);
-  m.conn.run(m.slot, "find", ec, [&](connection& c) {
-    out.assign(ids.size(), std::nullopt);
-    command hmget;
-    hmget.arg("HMGET").arg(m.keys.tasks);
-    for (const std::string& id : ids) hmget.arg(id);
-    auto replies = c.exchange({std::move(hmget)});
-    const redisReply* r = replies[0].get();
-    if (r->type == REDIS_REPLY_ERROR) throw_server_error("HMGET", r);
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != ids.size())
-      throw redis_failure{errc::store_error, "unexpected HMGET reply"};
-    std::vector<impl::bad_record> bad;
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      const redisReply* rec = r->element[i];
-      if (rec->type == REDIS_REPLY_NIL) continue;
-      if (rec->type != REDIS_REPLY_STRING)
+  for (const auto& [p, which] : by_part) {
+    m.conn.run(p->slot, "find", ec, [&](connection& c) {
+      for (std::size_t i : which) out[i].reset();
+      command hmget;
+      hmget.arg("HMGET").arg(p->keys.tasks);
+      for (std::size_t i : which) hmget.arg(ids[i]);
+      auto replies = c.exchange({std::move(hmget)});
+      const redisReply* r = replies[0].get();
+      if (r->type == REDIS_REPLY_ERROR) throw_server_error("HMGET", r);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != which.size())
         throw redis_failure{errc::store_error, "unexpected HMGET reply"};
-      const std::string_view raw(rec->str, rec->len);
-      std::string why;
-      out[i] = decode_live(ids[i], raw, why);
-      // An id asked for twice is quarantined once.
-      if (!out[i] &&
-          std::none_of(bad.begin(), bad.end(), [&](const auto& b) { return b.id == ids[i]; }))
-        bad.push_back({ids[i], raw, std::move(why)});
+      std::vector<impl::bad_record> bad;
+      for (std::size_t k = 0; k < which.size(); ++k) {
+        const std::size_t i = which[k];
+        const redisReply* rec = r->element[k];
+        if (rec->type == REDIS_REPLY_NIL) continue;
+        if (rec->type != REDIS_REPLY_STRING)
+          throw redis_failure{errc::store_error, "unexpected HMGET reply"};
+        const std::string_view raw(rec->str, rec->len);
+        std::string why;
+        out[i] = decode_live(ids[i], raw, why);
+        // An id asked for twice is quarantined once.
+        if (!out[i] &&
+            std::none_of(bad.begin(), bad.end(), [&](const auto& b) { return b.id == ids[i]; }))
+          bad.push_back({ids[i], raw, std::move(why)});
+      }
+      m.quarantine(c, p->keys.tasks, p->keys.due, p->keys.quarantine, p->keys.quarantine_reason,
+                   bad, "record of task");
+    });
+    if (ec) {
+      out.clear();
+      return out;
     }
-    m.quarantine(c, m.keys.tasks, m.keys.due, m.keys.quarantine, m.keys.quarantine_reason, bad,
-                 "record of task");
-  });
-  if (ec) out.clear();
+  }
   return out;
 }
 

@@ -149,6 +149,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
   std::size_t total = 0;
   std::size_t next_progress = progress_every;
 
+  const impl::part* p = &m.parts[0];  // the part being scanned
   const auto read_quarantined = [&](connection& conn) {
     auto replies = conn.read_replies(pending.size(), true);
     for (std::size_t k = 0; k < replies.size(); ++k) {
@@ -157,7 +158,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
       if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         ++summary.quarantined;
         log(log_level::error, m.name + ": quarantined undecodable record of task '" +
-                                  pending[k].id + "' in " + m.keys.quarantine + ": " +
+                                  pending[k].id + "' in " + p->keys.quarantine + ": " +
                                   pending[k].why);
       }
     }
@@ -174,12 +175,13 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
     // Asks for the page at `cursor` without waiting for it: pages are read
     // one ahead, so the server scans while this thread decodes.
     const auto request_page = [&] {
-      conn.append(command().arg("HSCAN").arg(m.keys.tasks).arg(cursor).arg("COUNT").arg(page_hint));
+      conn.append(
+          command().arg("HSCAN").arg(p->keys.tasks).arg(cursor).arg("COUNT").arg(page_hint));
       flush(conn);
     };
     {
       sigpipe_guard guard;
-      auto hlen = conn.exchange({command().arg("HLEN").arg(m.keys.tasks)});
+      auto hlen = conn.exchange({command().arg("HLEN").arg(p->keys.tasks)});
       if (hlen[0]->type == REDIS_REPLY_INTEGER && hlen[0]->integer > 0)
         total = static_cast<std::size_t>(hlen[0]->integer);
       seen.reserve(total);
@@ -215,9 +217,9 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
         task t = decode_stored_task(id, raw, dec, &why);
         if (dec) {
           // Sent behind the next page's request; the reply comes with it.
-          conn.append(detail::redis::quarantine_call(detail::redis::quarantine_script, m.keys.tasks,
-                                                     m.keys.due, m.keys.quarantine,
-                                                     m.keys.quarantine_reason)
+          conn.append(detail::redis::quarantine_call(detail::redis::quarantine_script,
+                                                     p->keys.tasks, p->keys.due, p->keys.quarantine,
+                                                     p->keys.quarantine_reason)
                           .arg(id)
                           .arg(raw)
                           .arg(why));
@@ -247,18 +249,24 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
     read_quarantined(conn);
   };
 
-  const auto failure = router.try_run(m.slot, [&](connection& conn) {
-    try {
-      scan(conn);
-    } catch (const detail::redis::cluster_redirect&) {
-      // Requests may still be on the wire (the next page, quarantines).
-      conn.drop(false);
-      throw;
+  // Each part in turn (the shards of a sharded store; ids are unique
+  // across them, so `seen` serves them all).
+  for (const impl::part& part : m.parts) {
+    p = &part;
+    const auto failure = router.try_run(part.slot, [&](connection& conn) {
+      try {
+        scan(conn);
+      } catch (const detail::redis::cluster_redirect&) {
+        // Requests may still be on the wire (the next page, quarantines).
+        conn.drop(false);
+        throw;
+      }
+    });
+    if (failure) {
+      ec = make_error_code(failure->code);
+      log(log_level::error, m.name + ": list failed: " + failure->message);
+      break;
     }
-  });
-  if (failure) {
-    ec = make_error_code(failure->code);
-    log(log_level::error, m.name + ": list failed: " + failure->message);
   }
   return summary;
 }

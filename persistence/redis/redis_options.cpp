@@ -93,6 +93,8 @@ void parse_query(std::string_view query, redis_options& o, bool allow_db) {
     } else if (key == "command_timeout_ms") {
       o.command_timeout = std::chrono::milliseconds{
           parse_number<std::int64_t>(value, 1, 3'600'000, "command_timeout_ms")};
+    } else if (key == "shards") {
+      o.shards = parse_number<std::uint32_t>(value, 1, 16384, "shards");
     } else if (key == "db" && allow_db) {
       o.db = parse_number<int>(value, 0, 1'000'000, "db");
     } else {
@@ -258,6 +260,8 @@ std::string redis_options::describe() const {
     out = "redis://" + who + address() + "/" + std::to_string(db);
     if (prefix != default_prefix) out += "?prefix=" + prefix;
   }
+  if (shards != 0)
+    out += (out.find('?') == std::string::npos ? "?shards=" : "&shards=") + std::to_string(shards);
   return out;
 }
 

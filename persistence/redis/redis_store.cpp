@@ -14,6 +14,7 @@
 #include "connection.hpp"
 #include "delayq/log.hpp"
 #include "delayq/record_codec.hpp"
+#include "delayq/redis_shard_leases.hpp"
 #include "redis_store_impl.hpp"
 #include "scripts.hpp"
 #include "write_pipeline.hpp"
@@ -30,7 +31,19 @@ redis_store::impl::impl(redis_options o)
       name(opts.describe()),
       keys(opts.prefix),
       slot(detail::redis::key_slot(keys.tasks)),
-      conn(opts, name, "", true) {}
+      conn(opts, name, "", true) {
+  if (opts.shards == 0) {
+    parts.push_back({keys, slot, {}});
+    return;
+  }
+  parts.reserve(opts.shards);
+  for (std::uint32_t s = 0; s < opts.shards; ++s) {
+    detail::redis::store_keys k(opts.prefix, s);
+    const unsigned k_slot = detail::redis::key_slot(k.tasks);
+    parts.push_back(
+        {std::move(k), k_slot, {s, redis_lease_key(opts.prefix, s), opts.prefix + ":notify"}});
+  }
+}
 
 redis_store::impl::~impl() = default;
 
@@ -146,6 +159,7 @@ void redis_store::write(std::span<const store_change> changes, boost::system::er
   ec = {};
   if (changes.empty()) return;
   impl& m = *impl_;
+  if (m.shards() != 0) return m.write_sharded(changes, ec);
   // Encoded once, outside the lock and the retry.
   const detail::redis::write_batch batch(m.keys, changes);
   std::lock_guard lock(m.mutex);
@@ -155,11 +169,20 @@ void redis_store::write(std::span<const store_change> changes, boost::system::er
 void redis_store::async_write(std::span<const store_change> changes,
                               std::function<void(boost::system::error_code)> done) {
   impl& m = *impl_;
+  if (m.shards() != 0) {
+    // One batch may span several slots, and the pipeline writes one slot.
+    boost::system::error_code ec;
+    write(changes, ec);
+    done(ec);
+    return;
+  }
   auto batch = std::make_unique<detail::redis::write_batch>(m.keys, changes);
   m.writer().submit(std::move(batch), std::move(done));
 }
 
-std::size_t redis_store::max_writes_in_flight() const noexcept { return writes_in_flight; }
+std::size_t redis_store::max_writes_in_flight() const noexcept {
+  return impl_->shards() != 0 ? 1 : writes_in_flight;
+}
 
 namespace {
 
@@ -211,11 +234,12 @@ void redis_store::purge(std::span<const std::string> ids, boost::system::error_c
 void redis_store::quarantine(std::string_view id, std::string_view reason,
                              boost::system::error_code& ec) {
   impl& m = *impl_;
+  const impl::part& p = m.part_of(id);
   std::lock_guard lock(m.mutex);
-  m.conn.run(m.slot, "quarantine", ec, [&](detail::redis::connection& c) {
+  m.conn.run(p.slot, "quarantine", ec, [&](detail::redis::connection& c) {
     auto replies = c.exchange(
-        {detail::redis::quarantine_call(detail::redis::quarantine_id_script, m.keys.tasks,
-                                        m.keys.due, m.keys.quarantine, m.keys.quarantine_reason)
+        {detail::redis::quarantine_call(detail::redis::quarantine_id_script, p.keys.tasks,
+                                        p.keys.due, p.keys.quarantine, p.keys.quarantine_reason)
              .arg(id)
              .arg(reason)},
         true);
@@ -223,7 +247,7 @@ void redis_store::quarantine(std::string_view id, std::string_view reason,
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("quarantine", r);
     if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
       log(log_level::error, m.name + ": quarantined task '" + std::string(id) + "' in " +
-                                m.keys.quarantine + ": " + std::string(reason));
+                                p.keys.quarantine + ": " + std::string(reason));
   });
 }
 
@@ -273,17 +297,23 @@ void redis_store::erase_setting(std::string_view key, boost::system::error_code&
 std::size_t redis_store::count_dead(boost::system::error_code& ec) {
   ec = {};
   impl& m = *impl_;
-  std::size_t n = 0;
+  std::size_t total = 0;
   std::lock_guard lock(m.mutex);
-  m.conn.run(m.slot, "count_dead", ec, [&](detail::redis::connection& c) {
-    auto replies = c.exchange({command().arg("HLEN").arg(m.keys.dead)});
-    const redisReply* r = replies[0].get();
-    if (r->type == REDIS_REPLY_ERROR) throw_server_error("HLEN", r);
-    if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
-      throw redis_failure{errc::store_error, "unexpected HLEN reply"};
-    n = static_cast<std::size_t>(r->integer);
-  });
-  return n;
+  // One HLEN per part (per shard, sharded: O(shards) round trips).
+  for (const impl::part& p : m.parts) {
+    std::size_t n = 0;
+    m.conn.run(p.slot, "count_dead", ec, [&](detail::redis::connection& c) {
+      auto replies = c.exchange({command().arg("HLEN").arg(p.keys.dead)});
+      const redisReply* r = replies[0].get();
+      if (r->type == REDIS_REPLY_ERROR) throw_server_error("HLEN", r);
+      if (r->type != REDIS_REPLY_INTEGER || r->integer < 0)
+        throw redis_failure{errc::store_error, "unexpected HLEN reply"};
+      n = static_cast<std::size_t>(r->integer);
+    });
+    if (ec) return 0;
+    total += n;
+  }
+  return total;
 }
 
 std::optional<dead_letter> redis_store::find_dead(std::string_view id,
@@ -291,10 +321,11 @@ std::optional<dead_letter> redis_store::find_dead(std::string_view id,
   ec = {};
   impl& m = *impl_;
   std::optional<dead_letter> found;
+  const impl::part& p = m.part_of(id);
   std::lock_guard lock(m.mutex);
-  m.conn.run(m.slot, "find_dead", ec, [&](detail::redis::connection& c) {
+  m.conn.run(p.slot, "find_dead", ec, [&](detail::redis::connection& c) {
     found.reset();
-    auto replies = c.exchange({command().arg("HGET").arg(m.keys.dead).arg(id)});
+    auto replies = c.exchange({command().arg("HGET").arg(p.keys.dead).arg(id)});
     const redisReply* r = replies[0].get();
     if (r->type == REDIS_REPLY_ERROR) throw_server_error("HGET", r);
     if (r->type == REDIS_REPLY_NIL) return;
@@ -304,8 +335,8 @@ std::optional<dead_letter> redis_store::find_dead(std::string_view id,
     std::string why;
     found = impl::decode_dead(id, raw, why);
     if (!found)
-      m.quarantine(c, m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
-                   m.keys.dead_quarantine_reason, {{id, raw, std::move(why)}},
+      m.quarantine(c, p.keys.dead, p.keys.dead_by_time, p.keys.dead_quarantine,
+                   p.keys.dead_quarantine_reason, {{id, raw, std::move(why)}},
                    "dead-letter record of task");
   });
   if (ec) found.reset();
@@ -314,6 +345,14 @@ std::optional<dead_letter> redis_store::find_dead(std::string_view id,
 
 std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t limit,
                                                 boost::system::error_code& ec) {
+  impl& m = *impl_;
+  if (m.shards() == 0) return m.list_dead_part(m.parts[0], offset, limit, ec);
+  return m.list_dead_merged(offset, limit, ec);
+}
+
+std::vector<dead_letter> redis_store::impl::list_dead_part(const part& p, std::size_t offset,
+                                                           std::size_t limit,
+                                                           boost::system::error_code& ec) {
   ec = {};
   std::vector<dead_letter> out;
   // ZRANGE takes signed 64-bit ranks; no sorted set holds LLONG_MAX members.
@@ -323,20 +362,20 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
   // The last rank, or -1 ("to the end") when offset + limit - 1 passes it.
   const std::string stop =
       limit - 1 > max_rank - offset ? std::string("-1") : std::to_string(offset + limit - 1);
-  impl& m = *impl_;
+  impl& m = *this;
   std::lock_guard lock(m.mutex);
-  m.conn.run(m.slot, "list_dead", ec, [&](detail::redis::connection& c) {
+  m.conn.run(p.slot, "list_dead", ec, [&](detail::redis::connection& c) {
     while (true) {
       out.clear();
       auto ranged =
-          c.exchange({command().arg("ZRANGE").arg(m.keys.dead_by_time).arg(start).arg(stop)});
+          c.exchange({command().arg("ZRANGE").arg(p.keys.dead_by_time).arg(start).arg(stop)});
       const redisReply* ids = ranged[0].get();
       if (ids->type == REDIS_REPLY_ERROR) throw_server_error("ZRANGE", ids);
       if (ids->type != REDIS_REPLY_ARRAY)
         throw redis_failure{errc::store_error, "unexpected ZRANGE reply"};
       if (ids->elements == 0) return;
       command hmget;
-      hmget.arg("HMGET").arg(m.keys.dead);
+      hmget.arg("HMGET").arg(p.keys.dead);
       for (std::size_t i = 0; i < ids->elements; ++i)
         hmget.arg({ids->element[i]->str, ids->element[i]->len});
       auto fetched = c.exchange({std::move(hmget)});
@@ -345,7 +384,7 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
       if (records->type != REDIS_REPLY_ARRAY || records->elements != ids->elements)
         throw redis_failure{errc::store_error, "unexpected HMGET reply"};
 
-      std::vector<impl::bad_record> bad;
+      std::vector<bad_record> bad;
       std::vector<std::string_view> dangling;
       out.reserve(ids->elements);
       for (std::size_t i = 0; i < ids->elements; ++i) {
@@ -357,15 +396,15 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
         }
         const std::string_view raw(rec->str, rec->len);
         std::string why;
-        if (auto d = impl::decode_dead(id, raw, why))
+        if (auto d = decode_dead(id, raw, why))
           out.push_back(std::move(*d));
         else
           bad.push_back({id, raw, std::move(why)});
       }
       if (bad.empty() && dangling.empty()) return;
       std::size_t changed =
-          m.quarantine(c, m.keys.dead, m.keys.dead_by_time, m.keys.dead_quarantine,
-                       m.keys.dead_quarantine_reason, bad, "dead-letter record of task");
+          m.quarantine(c, p.keys.dead, p.keys.dead_by_time, p.keys.dead_quarantine,
+                       p.keys.dead_quarantine_reason, bad, "dead-letter record of task");
       if (!dangling.empty()) {
         std::vector<command> cmds;
         for (std::string_view id : dangling)
@@ -373,8 +412,8 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
                                        .arg("EVAL")
                                        .arg(detail::redis::drop_dangling_script)
                                        .arg("2")
-                                       .arg(m.keys.dead)
-                                       .arg(m.keys.dead_by_time)
+                                       .arg(p.keys.dead)
+                                       .arg(p.keys.dead_by_time)
                                        .arg(id)));
         auto dropped = c.exchange(cmds);
         for (std::size_t k = 0; k < dropped.size(); ++k) {
@@ -383,7 +422,7 @@ std::vector<dead_letter> redis_store::list_dead(std::size_t offset, std::size_t 
           if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
             ++changed;
             log(log_level::warning, m.name + ": dropped '" + std::string(dangling[k]) + "' from " +
-                                        m.keys.dead_by_time + ": no record in " + m.keys.dead);
+                                        p.keys.dead_by_time + ": no record in " + p.keys.dead);
           }
         }
       }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,8 +29,21 @@ struct redis_store::impl {
   std::string name;  // describe(), computed once
   detail::redis::store_keys keys;
 
-  // The hash slot of every key of the store (one hash tag, `{PREFIX}`).
+  // The hash slot of the store's `{PREFIX}` keys (all of them, unsharded;
+  // meta and settings, sharded).
   unsigned slot;
+
+  // Where a task's keys are: one part (the `{PREFIX}` keys) unsharded, or
+  // one per shard (`{PREFIX:s}`), in shard order (redis_shards.cpp).
+  struct part {
+    detail::redis::store_keys keys;
+    unsigned slot;
+    detail::redis::shard_part shard;  // its number, lease key and the channel
+  };
+  std::vector<part> parts;
+  std::uint32_t shards() const noexcept { return opts.shards; }
+  /// The part that holds `id`.
+  const part& part_of(std::string_view id) const;
 
   std::mutex mutex;  // guards conn
   // The store's connection: one, or one per cluster node, routed by slot.
@@ -42,6 +56,32 @@ struct redis_store::impl {
   /// Sends one write batch on `c` and checks its reply (under mutex, in
   /// conn.run()).
   void send(detail::redis::connection& c, const detail::redis::write_batch& batch);
+
+  /// write() in the sharded layout (redis_shards.cpp).
+  void write_sharded(std::span<const store_change> changes, boost::system::error_code& ec);
+
+  /// A record a list_due page read: a task, or the bytes of one that does
+  /// not decode (and why).
+  struct due_item {
+    std::int64_t due_ms = 0;
+    std::string id;
+    std::optional<task> t;
+    std::string raw, why;
+  };
+  /// list_due() over one part (redis_due.cpp). With `read`, the records
+  /// read go there instead, none reaches `out` and none is quarantined.
+  list_summary list_due_part(const part& p, due_cursor& after, std::int64_t until_ms,
+                             std::size_t limit, std::vector<task>& out,
+                             boost::system::error_code& ec, std::vector<due_item>* read = nullptr);
+  /// list_due() across every shard, merged (redis_shards.cpp).
+  list_summary list_due_merged(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                               std::vector<task>& out, boost::system::error_code& ec);
+  /// list_dead() of one part (redis_store.cpp).
+  std::vector<dead_letter> list_dead_part(const part& p, std::size_t offset, std::size_t limit,
+                                          boost::system::error_code& ec);
+  /// list_dead() across every shard, merged (redis_shards.cpp).
+  std::vector<dead_letter> list_dead_merged(std::size_t offset, std::size_t limit,
+                                            boost::system::error_code& ec);
 
   /// Connects to the node of `slot` (and checks the key layout). Throws
   /// redis_failure. The caller holds a sigpipe_guard.

@@ -2,9 +2,11 @@
 // encoding of a write() batch (see scripts.hpp).
 #include "scripts.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "delayq/record_codec.hpp"
+#include "delayq/redis_shard_leases.hpp"
 
 namespace delayq::detail::redis {
 
@@ -69,6 +71,86 @@ while i <= n do
 end
 return n / 4
 )lua";
+
+// The sharded layout's write script: the same checks and writes, plus the
+// fence and the notices (scripts.hpp). The fence is checked with the other
+// arguments, before any write: a shard's part whose token is stale writes
+// nothing. Each token is read once per call.
+const std::string sharded_write_script_text =
+    std::string("-- delayq write batch, sharded, layout 1\n") + redis_fence_lua + R"lua(
+local n = #ARGV
+if n < 2 or (n - 2) % 5 ~= 0 then
+  return redis.error_reply('ERR delayq: write script needs 5 arguments per change')
+end
+local channel, shard = ARGV[1], ARGV[2]
+local live, dead = false, false
+local fenced = {}
+for i = 3, n, 5 do
+  local k = ARGV[i]
+  if k == 's' or k == 'r' then live = true
+  elseif k == 'p' then dead = true
+  elseif k == 'b' or k == 'v' then live = true; dead = true
+  else return redis.error_reply('ERR delayq: unknown change kind ' .. k) end
+  if (k == 's' or k == 'b' or k == 'v') and not tonumber(ARGV[i + 3]) then
+    return redis.error_reply('ERR delayq: bad score for ' .. ARGV[i + 1])
+  end
+  local f = ARGV[i + 4]
+  if f ~= '' and not fenced[f] then
+    if not KEYS[5] then
+      return redis.error_reply('ERR delayq: a fenced change needs the lease key')
+    end
+    if not delayq_fence(KEYS[5], f) then
+      return redis.error_reply('DELAYQFENCE delayq: the lease of shard ' .. shard ..
+                               ' no longer carries token ' .. f ..
+                               '; nothing of the shard\'s part was written')
+    end
+    fenced[f] = true
+  end
+end
+local function check(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE delayq: ' .. key .. ' holds a ' .. t .. ', not a ' ..
+                             want .. '; nothing of the batch was written')
+  end
+end
+local err = (live and (check(KEYS[1], 'hash') or check(KEYS[2], 'zset'))) or
+            (dead and (check(KEYS[3], 'hash') or check(KEYS[4], 'zset')))
+if err then return err end
+local i = 3
+while i <= n do
+  local k = ARGV[i]
+  local ids, records, scores = {}, {}, {}
+  while i <= n and ARGV[i] == k and #ids < 1000 do
+    local id = ARGV[i + 1]
+    ids[#ids + 1] = id
+    records[#records + 1] = id
+    records[#records + 1] = ARGV[i + 2]
+    scores[#scores + 1] = ARGV[i + 3]
+    scores[#scores + 1] = id
+    i = i + 5
+  end
+  if k == 'r' or k == 'b' then
+    redis.call('HDEL', KEYS[1], unpack(ids))
+    redis.call('ZREM', KEYS[2], unpack(ids))
+  elseif k == 'p' or k == 'v' then
+    redis.call('HDEL', KEYS[3], unpack(ids))
+    redis.call('ZREM', KEYS[4], unpack(ids))
+  end
+  if k == 's' or k == 'v' then
+    redis.call('HSET', KEYS[1], unpack(records))
+    redis.call('ZADD', KEYS[2], unpack(scores))
+    for j = 1, #ids do
+      redis.call('PUBLISH', channel, shard .. ' ' .. scores[2 * j - 1] .. ' ' .. ids[j])
+    end
+  elseif k == 'b' then
+    redis.call('HSET', KEYS[3], unpack(records))
+    redis.call('ZADD', KEYS[4], unpack(scores))
+  end
+end
+return (n - 2) / 5
+)lua";
+const char* const sharded_write_script = sharded_write_script_text.c_str();
 
 // The type checks come first here too, so a wrong-typed key never leaves a
 // record half moved.
@@ -187,9 +269,6 @@ void append_score(std::string& out, std::chrono::system_clock::time_point t) {
   append_bulk(out, std::string_view(buf, static_cast<std::size_t>(end - buf)));
 }
 
-// Arguments of the call after EVALSHA/EVAL and its first argument.
-std::size_t tail_args(std::size_t changes) { return 1 + 4 + 4 * changes; }
-
 }  // namespace
 
 command quarantine_call(const char* script, const std::string& hash, const std::string& index,
@@ -205,15 +284,28 @@ void append_bulk(std::string& out, std::string_view arg) {
   out.append("\r\n", 2);
 }
 
-write_batch::write_batch(const store_keys& keys, std::span<const store_change> changes)
-    : changes_(changes.size()) {
+write_batch::write_batch(const store_keys& keys, std::span<const store_change> changes,
+                         const shard_part* shard)
+    : changes_(changes.size()), script_(shard ? sharded_write_script : write_script) {
   // Records dominate the size; 64 bytes of framing and id per change besides.
   tail_.reserve(256 + changes.size() * 64);
-  append_bulk(tail_, "4");
+  const bool fenced = shard && std::any_of(changes.begin(), changes.end(),
+                                           [](const store_change& c) { return c.fence != 0; });
+  append_bulk(tail_, fenced ? "5" : "4");
   append_bulk(tail_, keys.tasks);
   append_bulk(tail_, keys.due);
   append_bulk(tail_, keys.dead);
   append_bulk(tail_, keys.dead_by_time);
+  args_ = 5;
+  if (fenced) {
+    append_bulk(tail_, shard->lease_key);
+    ++args_;
+  }
+  if (shard) {
+    append_bulk(tail_, shard->channel);
+    append_bulk(tail_, std::to_string(shard->shard));
+    args_ += 2;
+  }
   for (const store_change& c : changes) {
     const task& t = *c.task;
     switch (c.what) {
@@ -238,12 +330,17 @@ write_batch::write_batch(const store_keys& keys, std::span<const store_change> c
         append_bulk(tail_, "");
         break;
     }
+    args_ += 4;
+    if (shard) {
+      append_bulk(tail_, c.fence != 0 ? std::to_string(c.fence) : std::string());
+      ++args_;
+    }
   }
 }
 
 std::string write_batch::head(std::string_view sha) const {
   std::string out;
-  append_count(out, '*', 2 + tail_args(changes_));
+  append_count(out, '*', 2 + args_);
   append_bulk(out, "EVALSHA");
   append_bulk(out, sha);
   return out;
@@ -251,9 +348,9 @@ std::string write_batch::head(std::string_view sha) const {
 
 std::string write_batch::eval_head() const {
   std::string out;
-  append_count(out, '*', 2 + tail_args(changes_));
+  append_count(out, '*', 2 + args_);
   append_bulk(out, "EVAL");
-  append_bulk(out, write_script);
+  append_bulk(out, script_);
   return out;
 }
 

@@ -29,6 +29,7 @@
 #include <utility>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,21 @@ namespace delayq::detail::redis {
 
 /// The write script (above).
 extern const char* const write_script;
+
+/// The write script of the sharded layout (redis_options::shards > 0), one
+/// call per shard's part of a batch, on that shard's four keys
+/// `{P:s}:tasks` ... and, when a change of the part is fenced, KEYS[5] the
+/// shard's lease key `{P:s}:lease`. ARGV[1] the notice channel `P:notify`,
+/// ARGV[2] the shard, then five arguments per change: the four above and
+/// the fencing token ('' for an unfenced change). Before it writes anything
+/// it also checks, with redis_fence_lua's delayq_fence(), that the lease
+/// carries every token given, and replies with an error starting
+/// "DELAYQFENCE" when not (fence_error_prefix). After each save or revive it
+/// PUBLISHes "SHARD DUE_MS ID" on the channel (the id last: it may hold
+/// spaces).
+extern const char* const sharded_write_script;
+/// How the sharded write script's refusal of a stale token starts.
+inline constexpr std::string_view fence_error_prefix = "DELAYQFENCE ";
 
 /// Moves a record from KEYS[1] (and its id from the sorted set KEYS[2]) to
 /// the quarantine hashes KEYS[3] (bytes) and KEYS[4] (reason ARGV[3]), only
@@ -78,9 +94,19 @@ extern const char* const drop_dangling_script;
 /// One write() batch as a call of the write script, in the wire format
 /// (RESP): head() or eval_head(), then tail(). Encodes the records with the
 /// record codec; the changes are not referenced after construction.
+/// What a shard's part of a batch adds to the call (the sharded script).
+struct shard_part {
+  std::uint32_t shard = 0;
+  std::string lease_key;  // {P:s}:lease
+  std::string channel;    // P:notify
+};
+
 class write_batch {
  public:
-  write_batch(const store_keys& keys, std::span<const store_change> changes);
+  /// `shard` null: the unsharded script; else the sharded one for that
+  /// shard (changes of other shards must not be given).
+  write_batch(const store_keys& keys, std::span<const store_change> changes,
+              const shard_part* shard = nullptr);
 
   bool empty() const noexcept { return changes_ == 0; }
   std::size_t size() const noexcept { return changes_; }
@@ -93,6 +119,8 @@ class write_batch {
 
  private:
   std::size_t changes_ = 0;
+  std::size_t args_ = 0;  // bulk strings in tail_
+  const char* script_;
   std::string tail_;
 };
 

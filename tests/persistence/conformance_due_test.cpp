@@ -90,9 +90,9 @@ constexpr std::int64_t no_end = std::numeric_limits<std::int64_t>::max();
 }  // namespace
 
 #ifdef DELAYQ_CONFORMANCE_ON_CLUSTER
-#define DELAYQ_STORES redis_cluster_fixture
+#define DELAYQ_STORES redis_cluster_fixture, redis_cluster_sharded_fixture
 #else
-#define DELAYQ_STORES memory_fixture, sqlite_fixture, redis_fixture
+#define DELAYQ_STORES memory_fixture, sqlite_fixture, redis_fixture, redis_sharded_fixture
 #endif
 
 TEST_CASE_TEMPLATE("conformance: list_due and find on an empty store", F, DELAYQ_STORES) {
@@ -368,7 +368,7 @@ TEST_CASE_TEMPLATE("conformance: list_due reads past an index entry without a re
   if constexpr (requires(F & x) { x.raw_; }) {
     f.store().save(
         std::vector{make_task("a", "", 1), make_task("b", "", 1), make_task("c", "", 2)});
-    f.raw_.run({"ZADD", f.key("due"), "1", "ab-ghost"});
+    f.raw_.run({"ZADD", f.key("due", "ab-ghost"), "1", "ab-ghost"});
     due_cursor after;
     list_summary s;
     auto got = page(f.store(), after, no_end, 2, &s);
@@ -380,7 +380,7 @@ TEST_CASE_TEMPLATE("conformance: list_due reads past an index entry without a re
     REQUIRE(got.size() == 1);
     CHECK(got[0].id == "c");
     // Ending on one: the cursor is past it.
-    f.raw_.run({"ZADD", f.key("due"), "3", "zz-ghost"});
+    f.raw_.run({"ZADD", f.key("due", "zz-ghost"), "3", "zz-ghost"});
     due_cursor tail{2, "c"};
     CHECK(page(f.store(), tail, no_end, 5).empty());
     CHECK(tail.due_ms == 3);

@@ -88,9 +88,9 @@ const std::string odd_error =
 // delayq_redis_cluster_tests compiles this file again for the Redis Cluster
 // fixture alone (tests/persistence/CMakeLists.txt).
 #ifdef DELAYQ_CONFORMANCE_ON_CLUSTER
-#define DELAYQ_STORES redis_cluster_fixture
+#define DELAYQ_STORES redis_cluster_fixture, redis_cluster_sharded_fixture
 #else
-#define DELAYQ_STORES memory_fixture, sqlite_fixture, redis_fixture
+#define DELAYQ_STORES memory_fixture, sqlite_fixture, redis_fixture, redis_sharded_fixture
 #endif
 
 TEST_CASE_TEMPLATE("conformance: save list remove round trip", F, DELAYQ_STORES) {

@@ -263,3 +263,51 @@ TEST_CASE("redis cluster: a store follows ASK, then MOVED, while its slot migrat
   CHECK(store.list_dead(0, 10).size() == 1);
   raw.drop_prefix(prefix);
 }
+
+// The sharded layout on a Cluster: the shards' keys spread over the
+// masters, and the notices each master's script PUBLISHes reach a listener
+// subscribed to one node.
+TEST_CASE("redis cluster: a sharded store spreads its shards and its notices reach one listener") {
+  const std::string prefix = unique_prefix("cshard");
+  redis_options opts = redis_cluster_test_options(prefix);
+  opts.shards = 8;
+  raw_cluster raw;
+  redis_store store(opts);
+  std::set<unsigned> slots;
+  std::set<std::string> owners;
+  for (std::uint32_t s = 0; s < 8; ++s) {
+    const unsigned slot = dr::key_slot("{" + prefix + ":" + std::to_string(s) + "}:tasks");
+    slots.insert(slot);
+    owners.insert(raw.router().owner_address(slot));
+  }
+  CHECK(owners.size() > 1);
+  boost::system::error_code ec;
+  auto listener = store.listen(ec);
+  REQUIRE_MESSAGE(listener, ec.message());
+  std::vector<task> tasks;
+  std::set<std::string> want;
+  for (int i = 0; i < 40; ++i) {
+    tasks.push_back(make_task("c" + std::to_string(i), "p", i));
+    want.insert(tasks.back().id);
+  }
+  store.save(tasks);
+  std::set<std::string> got;
+  std::set<std::uint32_t> shards;
+  while (got.size() < want.size()) {
+    const auto batch = listener->wait(std::chrono::milliseconds{10'000}, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE_MESSAGE(!batch.empty(), "no notice for 10 s; got " << got.size());
+    for (const task_notice& n : batch) {
+      CHECK(n.shard == shard_of(n.id, 8));
+      got.insert(n.id);
+      shards.insert(n.shard);
+    }
+    REQUIRE_MESSAGE(!ec, ec.message());
+  }
+  CHECK(got == want);
+  std::set<std::uint32_t> want_shards;
+  for (const std::string& id : want) want_shards.insert(shard_of(id, 8));
+  CHECK(shards == want_shards);
+  for (std::uint32_t s = 0; s < 8; ++s) raw.drop_prefix(prefix + ":" + std::to_string(s));
+  raw.drop_prefix(prefix);
+}

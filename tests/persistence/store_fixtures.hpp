@@ -93,45 +93,67 @@ struct sqlite_fixture {
   }
 };
 
-// Redis, single server (Raw = raw_redis) or a cluster (raw_cluster).
-template <class Raw, redis_options (*Options)(const std::string&)>
+// Redis, single server (Raw = raw_redis) or a cluster (raw_cluster);
+// `Shards` > 0: the sharded layout (redis_options::shards).
+template <class Raw, redis_options (*Options)(const std::string&), std::uint32_t Shards = 0>
 struct basic_redis_fixture {
   static constexpr bool persistent = true;
   static constexpr bool raw_access = true;
+  static constexpr std::uint32_t shards = Shards;
+
+  static redis_options options(const std::string& prefix) {
+    redis_options o = Options(prefix);
+    o.shards = Shards;
+    return o;
+  }
 
   std::string prefix_ = unique_prefix("conf");
   Raw raw_;
-  std::unique_ptr<redis_store> store_ = std::make_unique<redis_store>(Options(prefix_));
+  std::unique_ptr<redis_store> store_ = std::make_unique<redis_store>(options(prefix_));
 
-  ~basic_redis_fixture() { raw_.drop_prefix(prefix_); }
+  ~basic_redis_fixture() {
+    raw_.drop_prefix(prefix_);
+    for (std::uint32_t s = 0; s < Shards; ++s) {
+      raw_.drop_prefix(prefix_ + ":" + std::to_string(s));
+      raw_.run({"DEL", "{" + prefix_ + ":" + std::to_string(s) + "}:lease"});
+    }
+  }
   task_store& store() { return *store_; }
-  std::unique_ptr<task_store> reopen() { return std::make_unique<redis_store>(Options(prefix_)); }
-  std::string key(const char* name) const { return "{" + prefix_ + "}:" + name; }
+  std::unique_ptr<task_store> reopen() { return std::make_unique<redis_store>(options(prefix_)); }
+  /// The key `name` that holds `id` (sharded: that id's shard's key).
+  std::string key(const char* name, const std::string& id = "") const {
+    if constexpr (Shards == 0) {
+      (void)id;
+      return "{" + prefix_ + "}:" + name;
+    } else {
+      return "{" + prefix_ + ":" + std::to_string(shard_of(id, Shards)) + "}:" + name;
+    }
+  }
 
   void put_raw(const std::string& id, const std::string& bytes) {
-    raw_.run({"HSET", key("tasks"), id, bytes});
-    raw_.run({"ZADD", key("due"), "0", id});
+    raw_.run({"HSET", key("tasks", id), id, bytes});
+    raw_.run({"ZADD", key("due", id), "0", id});
   }
   std::optional<std::string> quarantined_raw(const std::string& id) {
-    CHECK(raw_.get({"HGET", key("quarantine:reason"), id}).has_value());
-    return raw_.get({"HGET", key("quarantine"), id});
+    CHECK(raw_.get({"HGET", key("quarantine:reason", id), id}).has_value());
+    return raw_.get({"HGET", key("quarantine", id), id});
   }
   bool exists_raw(const std::string& id) {
-    return raw_.integer({"HEXISTS", key("tasks"), id}) == 1 ||
-           raw_.get({"ZSCORE", key("due"), id}).has_value();
+    return raw_.integer({"HEXISTS", key("tasks", id), id}) == 1 ||
+           raw_.get({"ZSCORE", key("due", id), id}).has_value();
   }
 
   void put_raw_dead(const std::string& id, const std::string& bytes, std::int64_t died_ms) {
-    raw_.run({"HSET", key("dead"), id, bytes});
-    raw_.run({"ZADD", key("dead:by_time"), std::to_string(died_ms), id});
+    raw_.run({"HSET", key("dead", id), id, bytes});
+    raw_.run({"ZADD", key("dead:by_time", id), std::to_string(died_ms), id});
   }
   std::optional<std::string> dead_quarantined_raw(const std::string& id) {
-    CHECK(raw_.get({"HGET", key("dead:quarantine:reason"), id}).has_value());
-    return raw_.get({"HGET", key("dead:quarantine"), id});
+    CHECK(raw_.get({"HGET", key("dead:quarantine:reason", id), id}).has_value());
+    return raw_.get({"HGET", key("dead:quarantine", id), id});
   }
   bool exists_raw_dead(const std::string& id) {
-    return raw_.integer({"HEXISTS", key("dead"), id}) == 1 ||
-           raw_.get({"ZSCORE", key("dead:by_time"), id}).has_value();
+    return raw_.integer({"HEXISTS", key("dead", id), id}) == 1 ||
+           raw_.get({"ZSCORE", key("dead:by_time", id), id}).has_value();
   }
 };
 
@@ -140,6 +162,10 @@ using redis_fixture = basic_redis_fixture<raw_redis, redis_test_options>;
 // the ordinary ctest run and run by one ctest entry under
 // scripts/with-redis-cluster.sh (tests/persistence/CMakeLists.txt).
 using redis_cluster_fixture = basic_redis_fixture<raw_cluster, redis_cluster_test_options>;
+// The sharded layout, 8 shards.
+using redis_sharded_fixture = basic_redis_fixture<raw_redis, redis_test_options, 8>;
+using redis_cluster_sharded_fixture =
+    basic_redis_fixture<raw_cluster, redis_cluster_test_options, 8>;
 
 }  // namespace delayq::test
 
@@ -147,3 +173,5 @@ TYPE_TO_STRING_AS("memory", delayq::test::memory_fixture);
 TYPE_TO_STRING_AS("sqlite", delayq::test::sqlite_fixture);
 TYPE_TO_STRING_AS("redis", delayq::test::redis_fixture);
 TYPE_TO_STRING_AS("redis-cluster", delayq::test::redis_cluster_fixture);
+TYPE_TO_STRING_AS("redis-sharded", delayq::test::redis_sharded_fixture);
+TYPE_TO_STRING_AS("redis-cluster-sharded", delayq::test::redis_cluster_sharded_fixture);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,7 +26,8 @@ namespace delayq {
 /// defaults to 6379 and DB to 0. USER and PASSWORD may be percent-encoded.
 /// OPTIONS, joined with '&': `prefix=NAME` (key prefix, default "delayq",
 /// characters [A-Za-z0-9._-]), `connect_timeout_ms=N`, `command_timeout_ms=N`,
-/// and for unix:// also `db=N`. Anything else is errc::invalid_store_uri.
+/// `shards=N` (1-16384, redis_options::shards), and for unix:// also `db=N`. Anything else is
+/// errc::invalid_store_uri.
 ///
 /// redis-cluster:// names seed nodes of a Redis Cluster: the store asks any
 /// of them for the slot map (CLUSTER SLOTS) and then talks to the master of
@@ -52,6 +54,13 @@ struct redis_options {
   std::chrono::milliseconds connect_timeout{2000};
   /// Bounds each read or write on the socket during a call.
   std::chrono::milliseconds command_timeout{5000};
+  /// 0: one key space under `{PREFIX}` (the layout of a store that is not a
+  /// cluster store). N (1-16384, URI option `shards=N`): the per-task keys are
+  /// split into N key spaces `{PREFIX:s}:tasks`, ... with s = shard_of(id, N),
+  /// for a cluster of engines (docs/scale-out.md, "Keys"). Recorded in
+  /// `{PREFIX}:meta` when the store is created; opening a store with another
+  /// count fails with errc::shard_mismatch.
+  std::uint32_t shards = 0;
 
   /// Parses a redis://, unix:// or redis-cluster:// URI; on failure sets `ec` to
   /// errc::invalid_store_uri and, when `message` is not null, says why.
@@ -212,6 +221,32 @@ class redis_store final : public task_store {
   void revive(std::span<const task> tasks, boost::system::error_code& ec) override;
   void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
   std::size_t count_dead(boost::system::error_code& ec) override;
+
+  // ---- the sharded layout (redis_options::shards > 0; docs/scale-out.md) --
+  // Every per-task key is split into shards()'s key spaces `{PREFIX:s}:...`;
+  // write() sends one call of the write script per shard touched
+  // (pipelined on one server; one shard after another on a Redis Cluster),
+  // each atomic, and checks fencing tokens against `{PREFIX:s}:lease`
+  // (task_store, "clusters"). When parts of a batch fail: any failure but a
+  // stale token, with some part landed (or unknown), is
+  // errc::outcome_unknown; otherwise that failure; a stale token with every
+  // other part landed is errc::lease_lost. async_write() runs write() on the
+  // calling thread (max_writes_in_flight() 1): the pipeline is per slot.
+
+  /// redis_options::shards.
+  std::uint32_t shards() const noexcept override;
+  /// make_redis_shard_leases() on this store's options; errc::shard_mismatch
+  /// when `cluster.shards` is not shards(), errc::unsupported unsharded.
+  std::unique_ptr<shard_leases> make_shard_leases(const cluster_options& cluster,
+                                                  boost::system::error_code& ec) override;
+  /// SUBSCRIBE `PREFIX:notify` on a connection of its own (on a Redis
+  /// Cluster, the first seed that answers). errc::unsupported unsharded.
+  std::unique_ptr<task_listener> listen(boost::system::error_code& ec) override;
+  /// list_due() on the shard's keys; errc::shard_mismatch when `shard` is not
+  /// below shards().
+  list_summary list_due_shard(std::uint32_t shard, due_cursor& after, std::int64_t until_ms,
+                              std::size_t limit, const std::function<void(task&&)>& sink,
+                              boost::system::error_code& ec) override;
 
   /// The options the store was opened with.
   const redis_options& options() const noexcept;

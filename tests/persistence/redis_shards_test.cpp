@@ -1,0 +1,415 @@
+// The sharded layout of redis_store (redis_options::shards): the shard
+// count in the meta key, writes split by shard with fencing, the notices,
+// list_due_shard() and the merges. The conformance suites run on a sharded
+// store as well (store_fixtures.hpp, redis_sharded_fixture); these are the
+// promises only a sharded store makes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "delayq/redis_shard_leases.hpp"
+#include "delayq/redis_store.hpp"
+#include "store_fixtures.hpp"
+#include "test_support.hpp"
+
+namespace delayq::test {
+namespace {
+
+constexpr std::uint32_t shard_count = 8;
+
+redis_options sharded(const std::string& prefix, std::uint32_t shards = shard_count) {
+  redis_options o = redis_test_options(prefix);
+  o.shards = shards;
+  return o;
+}
+
+// The first ids "PREFIX-0", "PREFIX-1", ... that fall in shard `s`.
+std::vector<std::string> ids_in_shard(std::uint32_t s, std::size_t n,
+                                      const std::string& stem = "id") {
+  std::vector<std::string> out;
+  for (int i = 0; out.size() < n; ++i) {
+    std::string id = stem + "-" + std::to_string(i);
+    if (shard_of(id, shard_count) == s) out.push_back(std::move(id));
+  }
+  return out;
+}
+
+std::string shard_key(const std::string& prefix, std::uint32_t s, const char* name) {
+  return "{" + prefix + ":" + std::to_string(s) + "}:" + name;
+}
+
+// Drops every key of a sharded store.
+struct cleanup {
+  raw_redis& raw;
+  std::string prefix;
+  ~cleanup() {
+    raw.drop_prefix(prefix);
+    for (std::uint32_t s = 0; s < shard_count; ++s) {
+      raw.drop_prefix(prefix + ":" + std::to_string(s));
+      raw.run({"DEL", shard_key(prefix, s, "lease")});
+    }
+  }
+};
+
+// Kills the listener connections of a store with this prefix.
+int kill_listeners(raw_redis& raw, const std::string& prefix) {
+  auto list = raw.get({"CLIENT", "LIST"});
+  REQUIRE(list);
+  int killed = 0;
+  std::size_t pos = 0;
+  while (pos < list->size()) {
+    std::size_t end = list->find('\n', pos);
+    if (end == std::string::npos) end = list->size();
+    const std::string line = list->substr(pos, end - pos);
+    pos = end + 1;
+    if (line.find(" name=delayq:" + prefix + ":listen ") == std::string::npos) continue;
+    const std::string id = line.substr(3, line.find(' ') - 3);
+    killed += static_cast<int>(raw.integer({"CLIENT", "KILL", "ID", id}));
+  }
+  return killed;
+}
+
+}  // namespace
+
+TEST_CASE("redis shards: shards=N in the URI") {
+  CHECK(redis_options::parse("redis://127.0.0.1:6379/0?shards=8").shards == 8);
+  CHECK(redis_options::parse("redis://127.0.0.1:6379/0").shards == 0);
+  CHECK(redis_options::parse("redis://127.0.0.1:6379/0?prefix=a&shards=16384").shards == 16384);
+  CHECK(redis_options::parse("redis://127.0.0.1:6379/0?shards=3").describe() ==
+        "redis://127.0.0.1:6379/0?shards=3");
+  for (const char* bad : {"redis://h/0?shards=0", "redis://h/0?shards=16385",
+                          "redis://h/0?shards=x", "redis://h/0?shards="}) {
+    boost::system::error_code ec;
+    std::string why;
+    redis_options::parse(bad, ec, &why);
+    CHECK_MESSAGE(ec == errc::invalid_store_uri, bad);
+    CHECK_MESSAGE(why.find("shards") != std::string::npos, why);
+  }
+}
+
+TEST_CASE("redis shards: a store refuses to open with another shard count") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shm");
+  cleanup clean{raw, prefix};
+  SUBCASE("created with 8, opened with 0 and 4") {
+    { redis_store created(sharded(prefix)); }
+    CHECK(raw.get({"HGET", "{" + prefix + "}:meta", "shards"}) == "8");
+    for (std::uint32_t other : {0u, 4u}) {
+      boost::system::error_code ec;
+      std::string why;
+      CHECK(redis_store::open(sharded(prefix, other), ec, &why) == nullptr);
+      CHECK(ec == errc::shard_mismatch);
+      CHECK_MESSAGE(why.find("created with 8 shards") != std::string::npos, why);
+      CHECK_MESSAGE(why.find("not the " + std::to_string(other)) != std::string::npos, why);
+    }
+    boost::system::error_code ec;
+    CHECK(redis_store::open(sharded(prefix), ec) != nullptr);
+    CHECK_FALSE(ec);
+  }
+  SUBCASE("created unsharded, opened with 8") {
+    { redis_store created(redis_test_options(prefix)); }
+    // The unsharded meta key is what it always was: no shards field.
+    CHECK_FALSE(raw.get({"HGET", "{" + prefix + "}:meta", "shards"}).has_value());
+    boost::system::error_code ec;
+    std::string why;
+    CHECK(redis_store::open(sharded(prefix), ec, &why) == nullptr);
+    CHECK(ec == errc::shard_mismatch);
+    CHECK_MESSAGE(why.find("created with 0 shards") != std::string::npos, why);
+  }
+}
+
+TEST_CASE("redis shards: a batch spanning shards lands in each shard's keys") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shw");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  CHECK(store.shards() == shard_count);
+  const auto a = ids_in_shard(1, 2), b = ids_in_shard(5, 1);
+  std::vector<task> tasks{make_task(a[0]), make_task(b[0]), make_task(a[1])};
+  std::vector<store_change> changes;
+  for (const task& t : tasks) changes.push_back({change_kind::save, &t});
+  store.write(changes);
+  CHECK(raw.integer({"HLEN", shard_key(prefix, 1, "tasks")}) == 2);
+  CHECK(raw.integer({"ZCARD", shard_key(prefix, 1, "due")}) == 2);
+  CHECK(raw.integer({"HEXISTS", shard_key(prefix, 5, "tasks"), b[0]}) == 1);
+  CHECK(raw.integer({"EXISTS", "{" + prefix + "}:tasks"}) == 0);
+  // Remove one, bury another, in one batch over two shards.
+  const dead_letter d = make_letter(b[0]);
+  std::vector<store_change> more{{change_kind::remove, &tasks[0]},
+                                 {change_kind::bury, &d.task, d.error, d.died_at}};
+  store.write(more);
+  CHECK(raw.integer({"HLEN", shard_key(prefix, 1, "tasks")}) == 1);
+  CHECK(raw.integer({"HEXISTS", shard_key(prefix, 5, "dead"), b[0]}) == 1);
+  CHECK(store.count_dead() == 1);
+  REQUIRE(store.find_dead(b[0]).has_value());
+  boost::system::error_code ec;
+  auto found = store.find(std::vector<std::string>{a[1], b[0], a[0]}, ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(found.size() == 3);
+  CHECK(found[0].has_value());
+  CHECK_FALSE(found[1].has_value());
+  CHECK_FALSE(found[2].has_value());
+}
+
+TEST_CASE("redis shards: a fenced write lands with the lease's token and is refused with another") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shf");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  // Shard 2's lease, taken through the lease table.
+  cluster_options cluster;
+  cluster.shards = shard_count;
+  cluster.instance = "me";
+  cluster.lease = std::chrono::milliseconds{60'000};
+  boost::system::error_code ec;
+  auto leases = store.make_shard_leases(cluster, ec);
+  REQUIRE_MESSAGE(leases, ec.message());
+  const std::string lease_key = shard_key(prefix, 2, "lease");
+  REQUIRE(lease_key == redis_lease_key(prefix, 2));
+  raw.run({"HSET", lease_key, "token", "7", "owner", "me"});
+
+  const auto mine = ids_in_shard(2, 3), other = ids_in_shard(6, 1);
+  const task t0 = make_task(mine[0]), t1 = make_task(mine[1]), t2 = make_task(mine[2]);
+  const task u = make_task(other[0]);
+  store.save(std::vector{t1});
+
+  SUBCASE("the lease's token: lands") {
+    std::vector<store_change> changes{{change_kind::save, &t0, {}, {}, 7},
+                                      {change_kind::remove, &t1, {}, {}, 7}};
+    store.write(changes, ec);
+    CHECK_FALSE(ec);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[0]}) == 1);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[1]}) == 0);
+  }
+  SUBCASE("a stale token: lease_lost, nothing of the shard, the other shard lands") {
+    raw.run({"HSET", lease_key, "token", "8"});  // another instance took it
+    std::vector<store_change> changes{{change_kind::save, &t0, {}, {}, 7},
+                                      {change_kind::save, &u},
+                                      {change_kind::remove, &t1, {}, {}, 7},
+                                      // An unfenced change of the fenced shard goes with it.
+                                      {change_kind::save, &t2}};
+    log_capture logs;
+    store.write(changes, ec);
+    CHECK(ec == errc::lease_lost);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[0]}) == 0);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[1]}) == 1);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[2]}) == 0);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 6, "tasks"), other[0]}) == 1);
+    CHECK(logs.contains("no longer carries token 7"));
+    // async_write() reports the same.
+    std::promise<boost::system::error_code> done;
+    store.async_write(changes, [&](boost::system::error_code e) { done.set_value(e); });
+    CHECK(done.get_future().get() == errc::lease_lost);
+  }
+  SUBCASE("unfenced changes never read the lease") {
+    raw.run({"DEL", lease_key});
+    raw.run({"SET", lease_key, "not a hash"});  // a fence check would fail on it
+    store.save(std::vector{t0, u}, ec);
+    CHECK_FALSE(ec);
+    raw.run({"DEL", lease_key});
+  }
+}
+
+TEST_CASE(
+    "redis shards: a shard's failed part makes the batch outcome_unknown when another landed") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shu");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  const auto a = ids_in_shard(1, 1), b = ids_in_shard(4, 1);
+  const task ta = make_task(a[0]), tb = make_task(b[0]);
+  // Shard 4's tasks key holds a string: its part fails its type check.
+  raw.run({"SET", shard_key(prefix, 4, "tasks"), "in the way"});
+  boost::system::error_code ec;
+  log_capture logs;
+  SUBCASE("only the failing shard: its own error") {
+    store.save(std::vector{tb}, ec);
+    CHECK(ec == errc::store_error);
+  }
+  SUBCASE("with a shard that lands: outcome_unknown") {
+    store.save(std::vector{ta, tb}, ec);
+    CHECK(ec == errc::outcome_unknown);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 1, "tasks"), a[0]}) == 1);
+    CHECK(logs.contains("write to shard 4 failed"));
+  }
+  SUBCASE("a stale token and a failure: the failure wins") {
+    raw.run({"HSET", shard_key(prefix, 1, "lease"), "token", "2"});
+    std::vector<store_change> changes{{change_kind::save, &ta, {}, {}, 1},
+                                      {change_kind::save, &tb}};
+    store.write(changes, ec);
+    CHECK(ec == errc::store_error);
+    CHECK(raw.integer({"HEXISTS", shard_key(prefix, 1, "tasks"), a[0]}) == 0);
+  }
+  raw.run({"DEL", shard_key(prefix, 4, "tasks")});
+}
+
+TEST_CASE("redis shards: make_shard_leases checks the shard count") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shl");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  cluster_options cluster;
+  cluster.shards = 4;
+  boost::system::error_code ec;
+  CHECK(store.make_shard_leases(cluster, ec) == nullptr);
+  CHECK(ec == errc::shard_mismatch);
+  redis_store plain(redis_test_options(prefix + "p"));
+  CHECK(plain.listen(ec) == nullptr);
+  CHECK(ec == errc::unsupported);
+  raw.drop_prefix(prefix + "p");
+}
+
+TEST_CASE("redis shards: listen() gets a notice per saved task, with its shard and due time") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shn");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  boost::system::error_code ec;
+  auto listener = store.listen(ec);
+  REQUIRE_MESSAGE(listener, ec.message());
+  // Nothing yet: the wait times out empty.
+  CHECK(listener->wait(std::chrono::milliseconds{1}, ec).empty());
+  CHECK_FALSE(ec);
+
+  const std::string a = ids_in_shard(0, 1, "n")[0];
+  const std::string b = ids_in_shard(3, 1, "n with spaces")[0];
+  store.save(std::vector{make_task(a, "p", 1'000), make_task(b, "p", -2'000)});
+  store.remove(std::vector{a});  // no notice
+  std::map<std::string, task_notice> got;
+  while (got.size() < 2) {
+    auto batch = listener->wait(std::chrono::milliseconds{10'000}, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE_MESSAGE(!batch.empty(), "no notice for 10 s");
+    for (task_notice& n : batch) {
+      std::string id = n.id;
+      got.emplace(std::move(id), std::move(n));
+    }
+    REQUIRE_MESSAGE(!ec, ec.message());
+  }
+  REQUIRE(got.count(a) == 1);
+  REQUIRE(got.count(b) == 1);
+  CHECK(got[a].shard == 0);
+  CHECK(got[a].due_ms == 1'000);
+  CHECK(got[b].shard == 3);
+  CHECK(got[b].due_ms == -2'000);
+
+  // A broken connection: reported once, then the next wait reconnects.
+  REQUIRE(kill_listeners(raw, prefix) == 1);
+  bool broke = false;
+  while (!broke) {
+    listener->wait(std::chrono::milliseconds{10'000}, ec);
+    broke = ec == errc::store_unavailable;
+    REQUIRE_MESSAGE((!ec || broke), ec.message());
+  }
+  CHECK(listener->wait(std::chrono::milliseconds{1}, ec).empty());  // reconnects
+  CHECK_FALSE(ec);
+  store.revive(std::vector{make_task(a, "p", 5)});
+  std::vector<task_notice> after;
+  while (after.empty()) {
+    after = listener->wait(std::chrono::milliseconds{10'000}, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+  }
+  CHECK(after[0].id == a);
+  CHECK(after[0].due_ms == 5);
+}
+
+TEST_CASE("redis shards: close() from another thread wakes a wait()") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shc");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  boost::system::error_code ec;
+  auto listener = store.listen(ec);
+  REQUIRE(listener);
+  std::promise<void> waiting;
+  std::thread closer([&] {
+    waiting.get_future().wait();
+    listener->close();
+  });
+  boost::system::error_code wait_ec;
+  waiting.set_value();
+  // An hour: only close() can end this in time.
+  listener->wait(std::chrono::hours{1}, wait_ec);
+  closer.join();
+  CHECK(wait_ec == errc::not_running);
+  listener->wait(std::chrono::hours{1}, wait_ec);
+  CHECK(wait_ec == errc::not_running);
+}
+
+TEST_CASE("redis shards: list_due_shard reads one shard, in order; list_due merges them") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shd");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  std::vector<task> tasks;
+  for (int i = 0; i < 60; ++i)
+    tasks.push_back(make_task("t" + std::to_string(i), "p", (i * 7) % 13));
+  store.save(tasks);
+  const auto key = [](const task& t) { return std::make_pair(to_epoch_ms(t.due), t.id); };
+  for (std::uint32_t s : {0u, 5u}) {
+    std::vector<std::pair<std::int64_t, std::string>> want, got;
+    for (const task& t : tasks)
+      if (shard_of(t.id, shard_count) == s) want.push_back(key(t));
+    std::sort(want.begin(), want.end());
+    due_cursor after;
+    boost::system::error_code ec;
+    for (;;) {
+      std::size_t n = 0;
+      store.list_due_shard(
+          s, after, INT64_MAX, 3, [&](task&& t) { ++n, got.push_back(key(t)); }, ec);
+      REQUIRE_FALSE(ec);
+      if (n < 3) break;
+    }
+    CHECK(got == want);
+  }
+  boost::system::error_code ec;
+  due_cursor c;
+  store.list_due_shard(
+      shard_count, c, INT64_MAX, 3, [](task&&) {}, ec);
+  CHECK(ec == errc::shard_mismatch);
+
+  // Merged, in pages of 4, bounded by due <= 6.
+  std::vector<std::pair<std::int64_t, std::string>> want, got;
+  for (const task& t : tasks)
+    if (to_epoch_ms(t.due) <= 6) want.push_back(key(t));
+  std::sort(want.begin(), want.end());
+  due_cursor after;
+  for (;;) {
+    std::size_t n = 0;
+    store.list_due(
+        after, 6, 4, [&](task&& t) { ++n, got.push_back(key(t)); }, ec);
+    REQUIRE_FALSE(ec);
+    if (n < 4) break;
+  }
+  CHECK(got == want);
+}
+
+TEST_CASE("redis shards: list_dead merges the shards by died_at, then id") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shx");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  std::vector<dead_letter> letters;
+  for (int i = 0; i < 30; ++i)
+    letters.push_back(make_letter("d" + std::to_string(i), "e", 1'000 + (i * 11) % 7));
+  store.bury(letters);
+  std::vector<std::pair<std::int64_t, std::string>> want;
+  for (const dead_letter& d : letters) want.emplace_back(to_epoch_ms(d.died_at), d.task.id);
+  std::sort(want.begin(), want.end());
+  std::set<std::uint32_t> shards_used;
+  for (const dead_letter& d : letters) shards_used.insert(shard_of(d.task.id, shard_count));
+  REQUIRE(shards_used.size() > 1);
+  CHECK(store.count_dead() == 30);
+  std::vector<std::pair<std::int64_t, std::string>> got;
+  for (std::size_t offset = 0; offset < 40; offset += 7)
+    for (const dead_letter& d : store.list_dead(offset, 7))
+      got.emplace_back(to_epoch_ms(d.died_at), d.task.id);
+  CHECK(got == want);
+}
+
+}  // namespace delayq::test
