@@ -1,14 +1,9 @@
-// Clusters (engine_options::cluster): several engines on one store hold every
-// shard once between them, run each task once, on its shard's owner, and
-// answer calls on an id only where its shard is held. Real Redis (the tasks
-// and the shard leases).
-//
-// Until the Redis store is sharded itself (branch `sharded`), the store here
-// is `sharded_view`: a real redis_store with the cluster part of the
-// interface added in the test (shards(), the real Redis lease table,
-// list_due_shard() as list_due() filtered by shard_of(), and the notices of
-// saved tasks passed between the engines of the process by `notice_bus`, as
-// the sharded store's pub/sub would). It does not fence writes.
+// Clusters (engine_options::cluster): several engines on one sharded Redis
+// store hold every shard once between them, run each task once, on its
+// shard's owner, and answer calls on an id only where its shard is held.
+// Real Redis: the sharded redis_store (URI shards=N), its lease table and
+// its notices. The fence test wraps the store in `sharded_view`, which can
+// refuse fenced writes (lease_lost) on demand.
 #include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
@@ -28,106 +23,20 @@ namespace {
 
 constexpr std::uint32_t test_shards = 16;
 
-class bus_listener;
-
-// Carries the notices of saved tasks between the stores of one process.
-struct notice_bus {
-  std::mutex m;
-  std::set<bus_listener*> listeners;
-  void publish(const std::vector<delayq::task_notice>& notices);
-};
-
-class bus_listener final : public delayq::task_listener {
- public:
-  explicit bus_listener(notice_bus& bus) : bus_(bus) {
-    std::lock_guard lock(bus_.m);
-    bus_.listeners.insert(this);
-  }
-  ~bus_listener() override {
-    std::lock_guard lock(bus_.m);
-    bus_.listeners.erase(this);
-  }
-  std::vector<delayq::task_notice> wait(std::chrono::milliseconds timeout,
-                                        boost::system::error_code& ec) override {
-    ec = {};
-    std::unique_lock lock(m_);
-    cv_.wait_for(lock, timeout, [&] { return closed_ || !queue_.empty(); });
-    if (closed_) {
-      ec = delayq::errc::not_running;
-      return {};
-    }
-    std::vector<delayq::task_notice> out(queue_.begin(), queue_.end());
-    queue_.clear();
-    return out;
-  }
-  void close() noexcept override {
-    std::lock_guard lock(m_);
-    closed_ = true;
-    cv_.notify_all();
-  }
-  void deliver(const std::vector<delayq::task_notice>& notices) {
-    std::lock_guard lock(m_);
-    queue_.insert(queue_.end(), notices.begin(), notices.end());
-    cv_.notify_all();
-  }
-
- private:
-  notice_bus& bus_;
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<delayq::task_notice> queue_;
-  bool closed_ = false;
-};
-
-void notice_bus::publish(const std::vector<delayq::task_notice>& notices) {
-  if (notices.empty()) return;
-  std::lock_guard lock(m);
-  for (bus_listener* l : listeners) l->deliver(notices);
-}
-
+// The sharded store, which can be told to refuse every fenced change, as
+// the store does once the shard's lease moved on: a shard's part holding a
+// fenced change is refused whole, the other shards' parts land, and the
+// write reports lease_lost.
 class sharded_view final : public delayq::task_store {
  public:
-  sharded_view(std::string uri, notice_bus& bus)
-      : uri_(std::move(uri)), inner_(delayq::open_store(uri_)), bus_(bus) {}
+  explicit sharded_view(const std::string& uri) : inner_(delayq::open_store(uri)) {}
 
-  std::uint32_t shards() const noexcept override { return test_shards; }
-  std::unique_ptr<delayq::shard_leases> make_shard_leases(const delayq::cluster_options& c,
-                                                          boost::system::error_code& ec) override {
-    return delayq::make_redis_shard_leases(delayq::redis_options::parse(uri_), c, ec);
-  }
-  std::unique_ptr<delayq::task_listener> listen(boost::system::error_code& ec) override {
-    ec = {};
-    return std::make_unique<bus_listener>(bus_);
-  }
-  delayq::list_summary list_due_shard(std::uint32_t shard, delayq::due_cursor& after,
-                                      std::int64_t until_ms, std::size_t limit,
-                                      const std::function<void(delayq::task&&)>& sink,
-                                      boost::system::error_code& ec) override {
-    delayq::list_summary out;
-    for (;;) {
-      std::size_t read = 0;
-      const delayq::list_summary page = inner_->list_due(
-          after, until_ms, 1000,
-          [&](delayq::task&& t) {
-            ++read;
-            if (out.tasks >= limit || delayq::shard_of(t.id, test_shards) != shard) return;
-            ++out.tasks;
-            sink(std::move(t));
-          },
-          ec);
-      // The inner cursor moved past every record read; stop at a page end
-      // once the shard's limit is reached (its next call goes on from there).
-      if (ec || page.tasks + page.quarantined < 1000 || out.tasks >= limit) return out;
-      (void)read;
-    }
-  }
+  std::atomic<bool> refuse_fenced{false};
+  std::atomic<int> refused{0};  // changes refused so far
 
   void write(std::span<const delayq::store_change> changes,
              boost::system::error_code& ec) override {
-    auto notices = notices_of(changes);
     if (refuse_fenced) {
-      // As a sharded store whose leases moved on: a shard's part holding a
-      // fenced change is refused whole, the others land, lease_lost.
       std::set<std::uint32_t> refused_shards;
       for (const auto& c : changes)
         if (c.fence != 0) refused_shards.insert(delayq::shard_of(c.task->id, test_shards));
@@ -136,31 +45,32 @@ class sharded_view final : public delayq::task_store {
         for (const auto& c : changes)
           if (!refused_shards.count(delayq::shard_of(c.task->id, test_shards))) rest.push_back(c);
         refused += static_cast<int>(changes.size() - rest.size());
-        inner_->write(rest, ec);
-        if (!ec) bus_.publish(notices_of(rest));
+        if (!rest.empty()) inner_->write(rest, ec);
         if (!ec) ec = delayq::errc::lease_lost;
         return;
       }
     }
     inner_->write(changes, ec);
-    if (!ec) bus_.publish(notices);
   }
   void async_write(std::span<const delayq::store_change> changes,
                    std::function<void(boost::system::error_code)> done) override {
-    if (refuse_fenced) {
-      boost::system::error_code ec;
-      write(changes, ec);
-      return done(ec);
-    }
-    auto notices = notices_of(changes);
-    inner_->async_write(changes, [this, notices = std::move(notices),
-                                  done = std::move(done)](boost::system::error_code ec) {
-      if (!ec) bus_.publish(notices);
-      done(ec);
-    });
+    boost::system::error_code ec;
+    write(changes, ec);
+    done(ec);
   }
-  std::size_t max_writes_in_flight() const noexcept override {
-    return inner_->max_writes_in_flight();
+  std::uint32_t shards() const noexcept override { return inner_->shards(); }
+  std::unique_ptr<delayq::shard_leases> make_shard_leases(const delayq::cluster_options& c,
+                                                          boost::system::error_code& ec) override {
+    return inner_->make_shard_leases(c, ec);
+  }
+  std::unique_ptr<delayq::task_listener> listen(boost::system::error_code& ec) override {
+    return inner_->listen(ec);
+  }
+  delayq::list_summary list_due_shard(std::uint32_t shard, delayq::due_cursor& after,
+                                      std::int64_t until_ms, std::size_t limit,
+                                      const std::function<void(delayq::task&&)>& sink,
+                                      boost::system::error_code& ec) override {
+    return inner_->list_due_shard(shard, after, until_ms, limit, sink, ec);
   }
   void save(std::span<const delayq::task> tasks, boost::system::error_code& ec) override {
     inner_->save(tasks, ec);
@@ -185,37 +95,11 @@ class sharded_view final : public delayq::task_store {
                   boost::system::error_code& ec) override {
     inner_->quarantine(id, reason, ec);
   }
-  std::vector<delayq::dead_letter> list_dead(std::size_t offset, std::size_t limit,
-                                             boost::system::error_code& ec) override {
-    return inner_->list_dead(offset, limit, ec);
-  }
-  std::optional<delayq::dead_letter> find_dead(std::string_view id,
-                                               boost::system::error_code& ec) override {
-    return inner_->find_dead(id, ec);
-  }
   std::size_t count_dead(boost::system::error_code& ec) override { return inner_->count_dead(ec); }
-  std::string describe() const override { return "sharded-view:" + inner_->describe(); }
-
-  /// Refuse fenced changes (lease_lost), as when every lease moved on.
-  std::atomic<bool> refuse_fenced{false};
-  std::atomic<int> refused{0};  // changes refused so far
+  std::string describe() const override { return inner_->describe(); }
 
  private:
-  static std::vector<delayq::task_notice> notices_of(std::span<const delayq::store_change> cs) {
-    std::vector<delayq::task_notice> out;
-    for (const delayq::store_change& c : cs)
-      if (c.what == delayq::change_kind::save || c.what == delayq::change_kind::revive)
-        out.push_back(
-            {delayq::shard_of(c.task->id, test_shards),
-             std::chrono::duration_cast<std::chrono::milliseconds>(c.task->due.time_since_epoch())
-                 .count(),
-             c.task->id});
-    return out;
-  }
-
-  const std::string uri_;
   std::unique_ptr<delayq::task_store> inner_;
-  notice_bus& bus_;
 };
 
 // One instance: an engine whose executor of type "t" records its runs.
@@ -231,14 +115,19 @@ delayq::engine_options member_options(const std::string& name) {
   return o;
 }
 
-sharded_view& start_member(member& m, io_thread& io, const std::string& uri, notice_bus& bus,
-                           delayq::executor_factory f = {}) {
+// A fresh sharded store URI.
+std::string sharded_uri(const std::string& name) {
+  return fresh_redis_uri(name) + "&shards=" + std::to_string(test_shards);
+}
+
+void start_member(member& m, io_thread& io, std::unique_ptr<delayq::task_store> store,
+                  delayq::executor_factory f = {}) {
   f.add("t", std::ref(m.ran));
-  auto store = std::make_unique<sharded_view>(uri, bus);
-  sharded_view& view = *store;
   m.eng = std::make_unique<delayq::engine>(io.io, f, std::move(store), member_options(m.name));
   m.eng->start();
-  return view;
+}
+void start_member(member& m, io_thread& io, const std::string& uri) {
+  start_member(m, io, delayq::open_store(uri));
 }
 
 // The instance that should own `shard` among the running `members`.
@@ -279,16 +168,15 @@ std::vector<std::string> probe_ids() {
 }  // namespace
 
 TEST_CASE("cluster: engines hold every shard once between them; only the owner answers on an id") {
-  const std::string uri = fresh_redis_uri("cluster-hold");
-  notice_bus bus;
+  const std::string uri = sharded_uri("cluster-hold");
   io_thread io;
   member a{"a"}, b{"b"}, c{"c"};
-  start_member(a, io, uri, bus);
+  start_member(a, io, uri);
   CHECK(a.eng->stats().shards_held == test_shards);  // alone: start() won them all
-  start_member(b, io, uri, bus);
+  start_member(b, io, uri);
   std::vector<member*> ms{&a, &b};
   SUBCASE("three") {
-    start_member(c, io, uri, bus);
+    start_member(c, io, uri);
     ms.push_back(&c);
   }
   SUBCASE("two") {}
@@ -323,13 +211,12 @@ TEST_CASE("cluster: engines hold every shard once between them; only the owner a
 }
 
 TEST_CASE("cluster: 1000 tasks scheduled through three engines run once each, on their owner") {
-  const std::string uri = fresh_redis_uri("cluster-run");
-  notice_bus bus;
+  const std::string uri = sharded_uri("cluster-run");
   io_thread io;
   member a{"a"}, b{"b"}, c{"c"};
-  start_member(a, io, uri, bus);
-  start_member(b, io, uri, bus);
-  start_member(c, io, uri, bus);
+  start_member(a, io, uri);
+  start_member(b, io, uri);
+  start_member(c, io, uri);
   std::vector<member*> ms{&a, &b, &c};
   REQUIRE(wait_balanced(ms));
   const std::vector<std::string> names{"a", "b", "c"};
@@ -367,11 +254,10 @@ TEST_CASE("cluster: 1000 tasks scheduled through three engines run once each, on
 }
 
 TEST_CASE("cluster: shards and their tasks move when an engine joins and when one leaves") {
-  const std::string uri = fresh_redis_uri("cluster-move");
-  notice_bus bus;
+  const std::string uri = sharded_uri("cluster-move");
   io_thread io;
   member a{"a"}, b{"b"};
-  start_member(a, io, uri, bus);
+  start_member(a, io, uri);
   // Alone, a holds every shard: far tasks through it are all held there.
   constexpr std::size_t n = 200;
   std::vector<std::string> ids;
@@ -380,7 +266,7 @@ TEST_CASE("cluster: shards and their tasks move when an engine joins and when on
   CHECK(a.eng->pending() == n);
 
   // b joins: a lets go of the shards it gives away, b reads them in.
-  start_member(b, io, uri, bus);
+  start_member(b, io, uri);
   REQUIRE(wait_balanced({&a, &b}));
   std::size_t on_a = 0;
   for (const std::string& id : ids)
@@ -403,8 +289,7 @@ TEST_CASE("cluster: shards and their tasks move when an engine joins and when on
 }
 
 TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is dropped, not retried") {
-  const std::string uri = fresh_redis_uri("cluster-fence");
-  notice_bus bus;
+  const std::string uri = sharded_uri("cluster-fence");
   io_thread io;
   member a{"a"};
   latch gate;
@@ -414,7 +299,9 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
     gate.enter_and_wait();
     if (fail) throw std::runtime_error("fails");
   });
-  sharded_view& view = start_member(a, io, uri, bus, f);
+  auto owned = std::make_unique<sharded_view>(uri);
+  sharded_view& view = *owned;
+  start_member(a, io, std::move(owned), f);
   auto reader = delayq::open_store(uri);
   SUBCASE("the removal after a success") {}
   SUBCASE("the retry's save after a failure") { fail = true; }
@@ -423,7 +310,7 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   view.refuse_fenced = true;  // the shard's lease moved on while x ran
   gate.release();
   REQUIRE(eventually([&] { return view.refused.load() >= 1; }));
-  // Unfenced writes still land (a schedule, here into the same shard).
+  // Unfenced writes still land (a schedule).
   a.eng->schedule("t", "p", std::chrono::hours{1}, {"x2"});
   CHECK(stored(*reader).count("x2") == 1);
   // The refused outcome is not kept for retry, and the task is not held
