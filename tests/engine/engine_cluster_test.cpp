@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <delayq/delayq.hpp>
 #include <delayq/redis_shard_leases.hpp>
 #include <map>
@@ -321,4 +322,54 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   REQUIRE(left.count("x") == 1);
   CHECK(left.at("x").attempts == 0);
   CHECK(a.eng->stop(patience));
+}
+
+TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost on its outcome") {
+  const std::string uri = sharded_uri("cluster-taken");
+  io_thread io;
+  member a{"a"};
+  latch gate;
+  std::atomic<bool> fail{false};
+  delayq::executor_factory f;
+  f.add("blocked", [&](const delayq::task&) {
+    gate.enter_and_wait();
+    if (fail) throw std::runtime_error("fails");
+  });
+  start_member(a, io, delayq::open_store(uri), f);
+  SUBCASE("the removal after a success") {}
+  SUBCASE("the retry's save after a failure") { fail = true; }
+  // An id whose shard a second instance, "thief", should own.
+  std::string id;
+  std::uint32_t shard = 0;
+  for (int k = 0; id.empty(); ++k) {
+    const std::string candidate = "taken-" + std::to_string(k);
+    shard = delayq::shard_of(candidate, test_shards);
+    if (desired_owner(shard, {"a", "thief"}) == "thief") id = candidate;
+  }
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {id});
+  REQUIRE(gate.wait_entered(1));
+
+  // While the attempt runs, the thief joins: a gives the shard away at its
+  // next round and the thief takes it with a new token.
+  auto thief = delayq::make_redis_shard_leases(
+      delayq::redis_options::parse(uri),
+      delayq::cluster_options{test_shards, std::chrono::milliseconds{600}, "thief"});
+  REQUIRE(eventually([&] {
+    const delayq::lease_round r = thief->renew();
+    return std::any_of(r.held.begin(), r.held.end(),
+                       [&](const delayq::shard_lease& l) { return l.shard == shard; });
+  }));
+  gate.release();
+  // a's outcome write carries its old token: refused, dropped, not kept.
+  CHECK(eventually([&] {
+    const auto s = a.eng->stats();
+    return (fail ? s.failed : s.succeeded) == 1 && s.writes_queued == 0 && a.eng->pending() == 0;
+  }));
+  CHECK(a.eng->stats().writes_kept == 0);
+  auto reader = delayq::open_store(uri);
+  const auto left = stored(*reader);
+  REQUIRE(left.count(id) == 1);  // as it was: the thief's to run
+  CHECK(left.at(id).attempts == 0);
+  CHECK(a.eng->stop(patience));
+  thief->release_all();
 }
