@@ -386,6 +386,7 @@ class engine_core final : public dispatcher::owner,
   std::chrono::milliseconds lease_round_{0};
   std::thread lease_thread_;
   std::mutex lease_mutex_;
+  std::mutex cluster_stop_mutex_;  // stop() and ~engine may both stop the cluster
   std::condition_variable lease_cv_;
   bool lease_stop_ = false;
   std::unique_ptr<task_listener> listener_;  // null: the store sends no notices

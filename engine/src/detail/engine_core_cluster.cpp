@@ -290,6 +290,7 @@ void engine_core::hold_noticed(std::vector<task_notice>& notices) {
 }
 
 void engine_core::stop_cluster() {
+  std::lock_guard stopping(cluster_stop_mutex_);  // one joins the threads, the next finds none
   {
     std::lock_guard lock(lease_mutex_);
     lease_stop_ = true;
