@@ -57,9 +57,10 @@ int main(int argc, char** argv) {
                  "(0: hold every task)")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{366} * 86'400));
-  auto* cluster = app.add_flag("--cluster", o.cluster,
-                               "run as one instance of a cluster on a sharded store: hold and run "
-                               "only the shards this instance holds a lease on (docs/scale-out.md)");
+  auto* cluster =
+      app.add_flag("--cluster", o.cluster,
+                   "run as one instance of a cluster on a sharded store: hold and run "
+                   "only the shards this instance holds a lease on (docs/scale-out.md)");
   app.add_option("--shards", o.shards,
                  "with --cluster: how many shards tasks are split into; every instance and the "
                  "store must use the same number")

@@ -126,14 +126,20 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
   const std::string unit = text.substr(digits);
   std::int64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
   // At most 9 digits: no overflow, and far past any lease.
   if (digits == 0 || digits > 9 || scale == 0)
-    throw std::invalid_argument("wants a whole number with a unit (ms, s, m, h), e.g. 500ms or "
-                                "5s; got \"" + text + "\"");
+    throw std::invalid_argument(
+        "wants a whole number with a unit (ms, s, m, h), e.g. 500ms or "
+        "5s; got \"" +
+        text + "\"");
   return std::chrono::milliseconds{std::stoll(text.substr(0, digits)) * scale};
 }
 
