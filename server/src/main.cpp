@@ -57,6 +57,35 @@ int main(int argc, char** argv) {
                  "(0: hold every task)")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{366} * 86'400));
+  auto* cluster =
+      app.add_flag("--cluster", o.cluster,
+                   "run as one instance of a cluster on a sharded store: hold and run "
+                   "only the shards this instance holds a lease on (docs/scale-out.md)");
+  app.add_option("--shards", o.shards,
+                 "with --cluster: how many shards tasks are split into; every instance and the "
+                 "store must use the same number")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 16384u))
+      ->needs(cluster);
+  std::string lease_text = "5s";
+  app.add_option("--lease", lease_text,
+                 "with --cluster: how long a shard lease lives without renewal (200ms to 10m)")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        try {
+          const auto d = delayq::server::parse_duration(text);
+          if (d < std::chrono::milliseconds{200} || d > std::chrono::minutes{10})
+            return std::string("must be from 200ms to 10m");
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      })
+      ->needs(cluster);
+  app.add_option("--instance", o.instance,
+                 "with --cluster: this instance's name, unique among live instances "
+                 "(default HOSTNAME:PID)")
+      ->needs(cluster);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,6 +93,7 @@ int main(int argc, char** argv) {
   }
   o.tick = std::chrono::milliseconds{tick_ms};
   o.horizon = std::chrono::seconds{horizon_s};
+  o.lease = delayq::server::parse_duration(lease_text);
   o.retry.max_attempts = retry_max;
   o.retry.base = std::chrono::milliseconds{retry_base};
   o.retry.cap = std::chrono::milliseconds{retry_cap};

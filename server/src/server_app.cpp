@@ -121,8 +121,36 @@ std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
 
 }  // namespace
 
+std::chrono::milliseconds parse_duration(const std::string& text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  const std::string unit = text.substr(digits);
+  std::int64_t scale = 0;
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  // At most 9 digits: no overflow, and far past any lease.
+  if (digits == 0 || digits > 9 || scale == 0)
+    throw std::invalid_argument(
+        "wants a whole number with a unit (ms, s, m, h), e.g. 500ms or "
+        "5s; got \"" +
+        text + "\"");
+  return std::chrono::milliseconds{std::stoll(text.substr(0, digits)) * scale};
+}
+
 tcp::endpoint server_app::start() {
   const tcp::endpoint at = parse_listen(options_.listen);
+  if (options_.cluster) {
+    std::string why;
+    boost::system::error_code ec;
+    cluster_options{options_.shards, options_.lease, options_.instance}.validate(ec, &why);
+    if (ec) throw std::invalid_argument("--cluster: " + why);
+  }
   if (!at.address().is_loopback() && options_.token.empty())
     throw std::invalid_argument("refusing to listen on " + options_.listen +
                                 " without a token: anyone who reaches it could add and delete "
@@ -251,6 +279,8 @@ void server_app::bring_up() {
   eo.workers = options_.workers;
   eo.retry = options_.retry;
   eo.horizon = options_.horizon;
+  if (options_.cluster)
+    eo.cluster = cluster_options{options_.shards, options_.lease, options_.instance};
   for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));
   auto store = open_store(uri, ec);
   if (ec) fail(ec, "");

@@ -30,7 +30,17 @@ struct server_options {
   retry_policy retry;
   /// engine_options::horizon: tasks due later stay in the store only.
   std::chrono::milliseconds horizon = engine_options{}.horizon;
+  /// --cluster: run as one instance of a cluster on a sharded store
+  /// (engine_options::cluster) with these shards, lease and instance name.
+  bool cluster = false;
+  std::uint32_t shards = cluster_options{}.shards;
+  std::chrono::milliseconds lease = cluster_options{}.lease;
+  std::string instance;  ///< Empty: HOSTNAME:PID.
 };
+
+/// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"
+/// or "1h". Throws std::invalid_argument with a message for the user.
+std::chrono::milliseconds parse_duration(const std::string& text);
 
 /// Parses "ADDR:PORT" ("[::1]:7700" for IPv6, "localhost:7700"); throws
 /// std::invalid_argument with a message for the user.

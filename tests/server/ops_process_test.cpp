@@ -280,3 +280,70 @@ TEST_CASE("server: refuses a non-loopback address without a token") {
   // It never said it listened.
   CHECK(server.output().find("listening on") == std::string::npos);
 }
+
+TEST_CASE(
+    "server: --cluster flags are checked, and a store that is not sharded stops it at start") {
+  test_store store(store_kind::redis);
+  SUBCASE("a bad --lease is a usage error") {
+    for (const char* bad : {"5", "5x", "100ms", "11m", "-1s"}) {
+      CAPTURE(bad);
+      server_process server(
+          {"--listen", "127.0.0.1:0", "--store", store.uri(), "--cluster", "--lease", bad});
+      const int status = server.wait();
+      const std::string err = server.stderr_after_exit();
+      CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) != 0), describe_status(status));
+      CHECK(err.find("--lease") != std::string::npos);
+    }
+  }
+  SUBCASE("--shards without --cluster is a usage error") {
+    server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--shards", "8"});
+    const int status = server.wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) != 0), describe_status(status));
+    CHECK(server.stderr_after_exit().find("--cluster") != std::string::npos);
+  }
+  SUBCASE("an unsharded store: shard_mismatch at start") {
+    server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--cluster",
+                           "--shards", "8", "--lease", "500ms", "--instance", "srv-a"});
+    const int status = server.wait();
+    const std::string err = server.stderr_after_exit();
+    INFO(server.output_tail());
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 1), describe_status(status));
+    CHECK(err.find("shard") != std::string::npos);
+  }
+}
+
+TEST_CASE("server: two --cluster servers share the shards; a call on the other's task gets 421") {
+  test_store store(store_kind::redis);
+  const std::string uri = store.uri() + "&shards=8";
+  const auto start = [&](const char* name) {
+    auto p = std::make_unique<server_process>(std::vector<std::string>{
+        "--listen", "127.0.0.1:0", "--store", uri, "--token", test_token, "--tick", "10",
+        "--cluster", "--shards", "8", "--lease", "2s", "--instance", name});
+    p->wait_listening();
+    return p;
+  };
+  auto a = start("srv-a");
+  auto b = start("srv-b");
+  http_client ca(a->port()), cb(b->port());
+  const auto held = [](http_client& c) {
+    auto r = c.get("/v1/stats");
+    return r.status == 200 ? r.body_json.value("shards_held", 0) : -1;
+  };
+  // Both hold some, and every shard is held: from then on nothing moves.
+  REQUIRE(eventually([&] {
+    const int ha = held(ca), hb = held(cb);
+    return ha > 0 && hb > 0 && ha + hb == 8;
+  }));
+  for (int k = 0; k < 16; ++k) {
+    const std::string id = "probe-" + std::to_string(k);
+    CAPTURE(id);
+    auto ra = ca.del(task_path(id));
+    auto rb = cb.del(task_path(id));
+    // Exactly one owner: it answers 404 (no such task), the other 421.
+    const std::multiset<unsigned> statuses{ra.status, rb.status};
+    const std::multiset<unsigned> expected{404, 421};
+    const std::string both = ra.describe() + " / " + rb.describe();
+    CHECK_MESSAGE(statuses == expected, both);
+    CHECK((ra.status == 421 ? ra : rb).error() == "not_owner");
+  }
+}

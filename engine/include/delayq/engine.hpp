@@ -148,6 +148,22 @@ struct engine_options {
   /// async_schedule() never waits: it fails with errc::busy.
   enum class queue_full_policy { fail, wait };
   queue_full_policy when_write_queue_full = queue_full_policy::fail;
+  /// Run as one instance of a cluster sharing a sharded store (opt-in; see
+  /// docs/scale-out.md, "The engine in a cluster"). The store must split
+  /// tasks into `cluster->shards` shards (task_store::shards(); else start()
+  /// fails with errc::shard_mismatch) and make lease tables
+  /// (make_shard_leases()). The engine then holds leases on a share of the
+  /// shards (a thread renews them every lease/3), holds and runs only the
+  /// tasks of the shards it holds, and fires a task only while its shard's
+  /// lease is surely ours (shard_lease::valid_until). A schedule of a task
+  /// whose shard another instance holds is written to the store and then let
+  /// go (its owner runs it). Calls naming an id (cancel, reschedule, signal,
+  /// requeue, schedule with an id) whose shard this instance does not hold
+  /// fail with errc::not_owner: only the owner can say whether it will run.
+  /// find() and status() of such an id read the store. start() returns after
+  /// the first lease round, holding the shards it won then; stop() releases
+  /// every lease once the running attempts ended.
+  std::optional<cluster_options> cluster;
 };
 
 /// What schedule() does when a task with the same id is pending.
@@ -212,6 +228,11 @@ struct engine_stats {
   /// Tasks read in from the store after start(): due within the horizon now
   /// (engine_options::horizon), or named by a call.
   std::uint64_t paged = 0;
+  /// engine_options::cluster: shards whose lease this instance holds now, and
+  /// leases gained and lost since start() (0 without a cluster).
+  std::size_t shards_held = 0;
+  std::uint64_t shards_gained = 0;
+  std::uint64_t shards_lost = 0;
   std::uint64_t fired = 0;        ///< Attempts started.
   std::uint64_t succeeded = 0;    ///< Attempts that returned normally.
   std::uint64_t failed = 0;       ///< Attempts that threw or had no executor.
@@ -317,6 +338,9 @@ class engine {
   /// their due time. A stored task whose id or type the engine does not
   /// accept is moved to the store's quarantine (task_store::quarantine()).
   /// Errors: errc::already_started; the store's errors (nothing is started).
+  /// With engine_options::cluster also: invalid_cluster_options,
+  /// shard_mismatch (the store's shards() differs), unsupported (the store
+  /// makes no lease tables), and the first lease round's errors.
   void start();
   void start(boost::system::error_code& ec);
 
@@ -327,6 +351,8 @@ class engine {
   /// queue_full, type_full, busy, and the store's errors (store_unavailable,
   /// store_error: nothing was stored; outcome_unknown: the store timed out
   /// and may still apply the write, see errc::outcome_unknown).
+  /// With engine_options::cluster: not_owner for a task with an id
+  /// (schedule_options::id) whose shard this instance does not hold.
   std::string schedule(std::string_view type, std::string payload, duration delay,
                        const schedule_options& options = {});
   std::string schedule(std::string_view type, std::string payload, duration delay,
@@ -384,7 +410,9 @@ class engine {
   /// or when its attempt is running now (an attempt cannot be interrupted;
   /// status() says running then; cancel it again once it has failed, if it
   /// is to be retried).
-  /// Errors: not_running and the store's errors (the task stays scheduled).
+  /// Errors: not_running and the store's errors (the task stays scheduled);
+  /// not_owner (engine_options::cluster: the id's shard is not held here, or
+  /// its lease is not surely ours now; ask the shard's owner).
   bool cancel(std::string_view id);
   bool cancel(std::string_view id, boost::system::error_code& ec);
 
@@ -392,7 +420,7 @@ class engine {
   /// task will now run at `due` and not before; false, changing nothing, when
   /// no task with this id is pending or its attempt is running now.
   /// Errors: not_running, invalid_delay, due_too_far and the store's errors
-  /// (the task keeps its old due time).
+  /// (the task keeps its old due time); not_owner as cancel().
   bool reschedule(std::string_view id, time_point due);
   bool reschedule(std::string_view id, time_point due, boost::system::error_code& ec);
 
@@ -408,7 +436,8 @@ class engine {
   /// has this id: unknown, finished, cancelled or dead); not_count_triggered
   /// (scheduled without a trigger count); already_triggered (its count was
   /// reached, or it is due, running or waiting for a retry: the signal is
-  /// not counted); and the store's errors (the count stays as it was).
+  /// not counted); not_owner as cancel(); and the store's errors (the count
+  /// stays as it was).
   signal_result signal(std::string_view id, std::uint32_t n = 1);
   signal_result signal(std::string_view id, std::uint32_t n, boost::system::error_code& ec);
 
@@ -423,7 +452,8 @@ class engine {
   /// attempt count reset to 0; a count-triggered task comes back as an
   /// ordinary one (its trigger count is dropped). Returns false when there is no such dead
   /// letter. Errors: not_running, invalid_delay, due_too_far, duplicate_id (a
-  /// live task has that id), queue_full, and the store's.
+  /// live task has that id), queue_full, not_owner as cancel(), and the
+  /// store's.
   bool requeue(std::string_view id, time_point due);
   bool requeue(std::string_view id, time_point due, boost::system::error_code& ec);
 
@@ -437,7 +467,9 @@ class engine {
 
   /// The pending task with this id and its state, or nothing when no task
   /// with this id is pending. Tells "will run later" (delayed, ready) from
-  /// "running now".
+  /// "running now". With engine_options::cluster, a task of a shard this
+  /// instance does not hold is read from the store (delayed or ready by its
+  /// due time; whether it runs now only its owner knows).
   std::optional<task_status> status(std::string_view id) const;
 
   /// The next `limit` pending tasks not yet running, earliest due first;

@@ -47,6 +47,7 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
 engine_core::~engine_core() { shutdown(); }
 
 void engine_core::shutdown() {
+  stop_cluster();
   stop_pager();
   dispatcher_.join();
   writer_.stop();
@@ -149,7 +150,22 @@ void engine_core::start(boost::system::error_code& ec) {
   list_summary summary;
   horizon_ms_ = 0;
   watermark_ = std::numeric_limits<std::int64_t>::max();
-  if (options_.horizon.count() > 0 && !take) {
+  if (options_.cluster) {
+    // A cluster engine always pages (engine_core_cluster.cpp): by default
+    // its horizon is max_delay, which holds every task of its shards.
+    const std::int64_t horizon = std::max<std::int64_t>(
+        1, (options_.horizon.count() > 0 ? std::min(options_.horizon, options_.max_delay)
+                                         : options_.max_delay)
+               .count());
+    std::string why;
+    options_.cluster->validate(ec, &why);
+    if (ec) log(log_level::error, "start: engine_options::cluster: " + why);
+    if (!ec) start_cluster_locked(now + horizon, load, summary, ec);
+    if (!ec) {
+      horizon_ms_ = horizon;
+      watermark_ = now + horizon;
+    }
+  } else if (options_.horizon.count() > 0 && !take) {
     // No task is due later than max_delay from now: a longer horizon holds
     // every task anyway (and now + horizon must not overflow).
     const std::int64_t horizon = std::min(options_.horizon, options_.max_delay).count();
@@ -224,6 +240,10 @@ void engine_core::start(boost::system::error_code& ec) {
   if (dead_ec) dead_ = 0;  // a store without dead letters (errc::unsupported)
   state_.store(run_state::running, std::memory_order_release);
   if (horizon_on() && !pager_.joinable()) pager_ = std::thread([this] { pager_loop(); });
+  if (cluster_on() && !lease_thread_.joinable())
+    lease_thread_ = std::thread([this] { lease_loop(); });
+  if (listener_ && !listen_thread_.joinable())
+    listen_thread_ = std::thread([this] { listen_loop(); });
   armed_tick_ = wheel_.next_due_tick();
   if (armed_tick_ != timer_wheel::no_tick)
     ticker_.post([self = shared_from_this()] { self->rearm(); });
@@ -279,6 +299,8 @@ bool engine_core::stop(milliseconds drain) {
     state_.store(run_state::stopped);
   }
   writer_.flush();  // removals of attempts that just succeeded, among others
+  // Then leave the cluster: the others take the shards at their next round.
+  if (cluster_on()) stop_cluster();
   return drained;
 }
 
@@ -310,10 +332,20 @@ void engine_core::rearm() {
 void engine_core::on_tick() {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   std::vector<ready_ref> due;
+  std::vector<timer_wheel::handle> held_back;
   {
     std::lock_guard lock(mutex_);
     if (state_.load() != run_state::running) return;
+    const auto now = steady_clock::now();
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
+      if (cluster_on()) {
+        const std::uint64_t token = shards_->valid_token(shards_->shard(wheel_.id(h)), now);
+        if (token == 0) {
+          held_back.push_back(h);  // not surely ours now: the next round decides
+          return;
+        }
+        fences_[h] = token;  // its outcome writes carry it (settle)
+      }
       const std::uint32_t w = tsw::next_queued(tag(h));
       set_tag(h, w);
       due.push_back(ready_of(h, w));
@@ -339,6 +371,16 @@ void engine_core::on_tick() {
         std::stable_sort(due.begin(), due.end(), [](const ready_ref& a, const ready_ref& b) {
           return a.v.due_ms() < b.v.due_ms();
         });
+      }
+    }
+    if (!held_back.empty()) {
+      // A round from now: renewed, they run; lost, apply_round let go of them.
+      const std::uint64_t later =
+          ticker_.tick_for(now_ms() + std::max<std::int64_t>(lease_round_.count(), 1));
+      for (timer_wheel::handle h : held_back) {
+        wheel_.arm(h, later);
+        // Not held at all (lost while a write about it was in flight): let go.
+        if (!owns_locked(wheel_.id(h))) evict_if_far_locked(h);
       }
     }
     armed_tick_ = wheel_.next_due_tick();
@@ -458,6 +500,7 @@ engine_stats engine_core::stats() const {
     s.scheduled = scheduled_;
     s.loaded = loaded_;
     s.paged = paged_;
+    if (cluster_on()) s.shards_held = shards_->held_count();
     s.succeeded = succeeded_;
     s.failed = failed_;
     s.cancelled = cancelled_;
@@ -470,6 +513,8 @@ engine_stats engine_core::stats() const {
   s.running = dispatcher_.running();
   s.fired = dispatcher_.fired();
   s.timed_out = dispatcher_.timed_out();
+  s.shards_gained = shards_gained_.load(std::memory_order_relaxed);
+  s.shards_lost = shards_lost_.load(std::memory_order_relaxed);
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
   s.writes_queued = writer_.queued();
   s.writes_kept = writer_.kept();

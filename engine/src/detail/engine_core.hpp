@@ -42,6 +42,7 @@
 #include "detail/dispatcher.hpp"
 #include "detail/failure_policy.hpp"
 #include "detail/lateness_histogram.hpp"
+#include "detail/shard_table.hpp"
 #include "detail/spin_mutex.hpp"
 #include "detail/store_writer.hpp"
 #include "detail/ticker.hpp"
@@ -297,6 +298,35 @@ class engine_core final : public dispatcher::owner,
   void post_lookup(std::function<void()> job);
   void stop_pager();
 
+  // ---- clusters (engine_core_cluster.cpp) ----------------------------------
+  // With engine_options::cluster the engine holds (and fires) only the tasks
+  // of the shards it holds a lease on; the horizon's machinery does the rest
+  // (a task of another shard is let go once written, like a far task).
+  bool cluster_on() const noexcept { return shards_ != nullptr; }
+  // Under the lock (or from a reader of the table): whether a record of `id`
+  // may be held here.
+  bool owns_locked(std::string_view id) const noexcept {
+    return !cluster_on() || shards_->held(shards_->shard(id));
+  }
+  // Off the lock: errc::not_owner unless this instance holds the shard of
+  // `id` and its lease is surely ours now.
+  bool owner_check(std::string_view id, boost::system::error_code& ec) const;
+  // start(), under the lock: checks the store, makes the lease table, runs
+  // the first round and reads the held shards' tasks due by `until`.
+  void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
+                            list_summary& summary, boost::system::error_code& ec);
+  void apply_round(const lease_round& r);
+  // Reads the tasks of shard `s` due at or before the watermark into the
+  // wheel (as the pager does); false if the store could not be read.
+  bool page_in_shard(std::uint32_t s);
+  void lease_loop();
+  // The listener thread: holds the tasks other instances save into the
+  // held shards (task_store::listen()), as fault_in() would.
+  void listen_loop();
+  void hold_noticed(std::vector<task_notice>& notices);
+  // Stops the lease thread and leaves the cluster (release_all). Idempotent.
+  void stop_cluster();
+
   // ---- the clock --------------------------------------------------------------
   void note_armed_locked(std::uint64_t tick);
   void rearm();
@@ -348,6 +378,25 @@ class engine_core final : public dispatcher::owner,
   std::condition_variable pager_cv_;
   bool pager_stop_ = false;
   std::deque<std::function<void()>> pager_jobs_;
+
+  // engine_options::cluster: the lease table, its view for the fire path,
+  // and the thread that renews the leases every round.
+  std::unique_ptr<shard_leases> leases_;
+  std::unique_ptr<shard_table> shards_;
+  std::chrono::milliseconds lease_round_{0};
+  std::thread lease_thread_;
+  std::mutex lease_mutex_;
+  std::mutex cluster_stop_mutex_;  // stop() and ~engine may both stop the cluster
+  std::condition_variable lease_cv_;
+  bool lease_stop_ = false;
+  std::unique_ptr<task_listener> listener_;  // null: the store sends no notices
+  std::thread listen_thread_;
+  std::vector<std::uint32_t>
+      unread_shards_;  // gained, not read yet (the store failed); lease thread
+  std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0};
+  // The token of the shard's lease when a record was dispatched (under
+  // mutex_): its attempt's outcome writes carry it as their fence.
+  std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;
 
   // Last: their threads call back into everything above.
   store_writer writer_;

@@ -157,6 +157,14 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
 
 void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                                    boost::system::error_code& ec, std::size_t& bad) {
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    // Clusters: a task with an id only on its shard's owner (only it can tell
+    // a duplicate); a generated id goes anywhere (written, then let go).
+    if (!specs[i].id.empty() && !owner_check(specs[i].id, ec)) {
+      bad = i;
+      return;
+    }
+  }
   pins pinned(*this);  // before any lock: it unpins under the lock
   if (horizon_on()) {
     // A task with this id may wait past the horizon, in the store only:
@@ -364,6 +372,7 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
   ref.trigger_count = spec.options.trigger_count;
   ref.due_ms = due_at(spec.due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(ref))) return done->complete(ec, {});
+  if (!ref.id.empty() && !owner_check(ref.id, ec)) return done->complete(ec, {});  // clusters
   const bool durable = writes(change_kind::save);
   auto call = durable ? std::make_shared<call_state>() : nullptr;
   call_state inline_result;
@@ -455,6 +464,7 @@ void engine_core::run_lookup(deferred_call& job, std::uint64_t serial) {
 bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
+  if (!owner_check(id, ec)) return false;  // clusters: only the owner can answer
   pins pinned(*this);
   fault_in(std::span(&id, 1), pinned, ec);  // a task past the horizon: held from here
   if (ec) return false;
@@ -508,6 +518,7 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
                              boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
+  if (!owner_check(id, ec)) return false;  // clusters: only the owner can answer
   const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
   if (ec) return false;
   pins pinned(*this);
@@ -574,6 +585,7 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
                           boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
+  if (!owner_check(id, ec)) return false;  // clusters: only the owner can answer
   const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
   if (ec) return false;
   writer_.flush();

@@ -76,6 +76,7 @@ bool engine_core::hold_read_locked(const task& t, std::uint64_t seq, std::int64_
                                    rejected_tasks& rejected) {
   if (wheel_.find(t.id) != timer_wheel::npos) return true;  // held meanwhile: memory is newer
   if (erased_since_locked(t.id, seq)) return false;
+  if (!owns_locked(t.id)) return true;  // its shard was lost meanwhile: its new owner runs it
   std::string why;
   const type_registry::type_info* type = accept_locked(t, why);
   if (!type) {
@@ -125,9 +126,11 @@ void engine_core::evict_if_far_locked(timer_wheel::handle h) {
   if (!horizon_on() || !wheel_.is_indexed(h)) return;
   const std::uint32_t w = tag(h);
   if (tsw::state_of(w) != tsw::armed || (w & tsw::fresh)) return;
-  if (wheel_.due_ms(h) <= watermark_) return;
+  // A task of a shard another instance holds is never held here (clusters).
+  const bool owned = owns_locked(wheel_.id(h));
+  if (owned && wheel_.due_ms(h) <= watermark_) return;
   // A type with a capacity is held whole: its count must see every task.
-  if (types_.at(wheel_.kind(h)).capacity != 0) return;
+  if (owned && types_.at(wheel_.kind(h)).capacity != 0) return;
   // A call that looked the id up decides on it next: keep it until then.
   if (!pinned_.empty() && pinned_.count(std::string(wheel_.id(h))) != 0) return;
   erase_locked(h);  // the store has it; the pager brings it back in time
@@ -221,6 +224,15 @@ std::optional<task> engine_core::find_stored(std::string_view id) const {
 }
 
 bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) {
+  // A cluster engine reads the shards it holds, one after the other. A shard
+  // gained after this list was taken is read whole by its gain (which sees
+  // the new watermark: the lease thread reads it after setting the shard).
+  std::vector<std::uint32_t> shards;
+  if (cluster_on())
+    for (std::uint32_t s = 0; s < shards_->size(); ++s)
+      if (shards_->held(s)) shards.push_back(s);
+  std::size_t next_shard = 0;
+  if (cluster_on() && shards.empty()) return true;
   due_cursor cursor{from + 1, {}};  // (from + 1, "") is before every task due after `from`
   std::vector<task> page;
   rejected_tasks rejected;
@@ -228,9 +240,11 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
     page.clear();
     boost::system::error_code ec;
     list_summary got;
+    const auto sink = [&](task&& t) { page.push_back(std::move(t)); };
     try {
-      got = store_->list_due(
-          cursor, until, page_size, [&](task&& t) { page.push_back(std::move(t)); }, ec);
+      got = cluster_on()
+                ? store_->list_due_shard(shards[next_shard], cursor, until, page_size, sink, ec)
+                : store_->list_due(cursor, until, page_size, sink, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;
     }
@@ -250,7 +264,10 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
       const std::int64_t now = now_ms();
       for (const task& t : page) hold_read_locked(t, seq, now, rejected);
     }
-    if (got.tasks + got.quarantined < page_size) break;
+    if (got.tasks + got.quarantined < page_size) {
+      if (!cluster_on() || ++next_shard == shards.size()) break;
+      cursor = due_cursor{from + 1, {}};
+    }
   }
   quarantine_rejected(rejected);
   return true;

@@ -52,6 +52,7 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
     ec = errc::invalid_signal;
     return {};
   }
+  if (!owner_check(id, ec)) return {};  // clusters: only the owner can answer
   pins pinned(*this);
   fault_in(std::span(&id, 1), pinned, ec);  // a task past the horizon: held from here
   if (ec) return {};

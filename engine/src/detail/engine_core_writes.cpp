@@ -187,7 +187,9 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
     case p_retry:
       // Armed whatever the outcome: a failed write is kept and retried, and
       // the retry runs meanwhile (the store keeps the older attempt count).
-      if (state_.load() == run_state::running) {
+      if (op.ec == errc::lease_lost) {
+        erase_locked(h);  // its shard moved on: the new owner runs it
+      } else if (state_.load() == run_state::running) {
         wheel_.set_attempts(h, wheel_.attempts(h) + 1);
         wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
         arm_locked(h, wheel_.due_ms(h));
@@ -257,6 +259,15 @@ void engine_core::settle(std::span<outcome> outcomes) {
     const bool stopping = state_.load() != run_state::running;
     for (outcome& o : outcomes) {
       const timer_wheel::handle h = o.h;
+      // Clusters: the lease token the attempt was dispatched under fences
+      // its outcome write (a shard taken meanwhile refuses it: lease_lost).
+      std::uint64_t fence = 0;
+      if (!fences_.empty()) {
+        if (const auto it = fences_.find(h); it != fences_.end()) {
+          fence = it->second;
+          fences_.erase(it);
+        }
+      }
       if (o.result == outcome::what::dead) {
         erase_locked(h);  // cancelled while queued: its last reference let go
         continue;
@@ -290,6 +301,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         // the removal; a crash before it lands runs the task once more.
         write_op op = make_op(change_kind::remove, p_none, h, false);
         op.must_land = true;
+        op.fence = fence;
         op.on_stored = std::move(o.on_stored);
         ops.push_back(std::move(op));
         erase_locked(h);
@@ -303,6 +315,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         op.error = o.failure;
         op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
         op.must_land = true;
+        op.fence = fence;
         op.on_stored = std::move(o.on_stored);
         log(log_level::error, describe_task(op.t.id, type.name) + " is a dead letter after " +
                                   std::to_string(attempts) + " attempts: " + o.failure);
@@ -331,6 +344,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       op.t.due = from_epoch_ms(due);
       op.aux = static_cast<std::uint64_t>(due);
       op.must_land = true;
+      op.fence = fence;
       op.on_stored = std::move(o.on_stored);
       ops.push_back(std::move(op));
     }

@@ -24,7 +24,7 @@ unsigned areas(change_kind k) noexcept {
 }
 
 store_change change_of(const write_op& op) {
-  return store_change{op.what, &op.t, op.error, op.died_at};
+  return store_change{op.what, &op.t, op.error, op.died_at, op.fence};
 }
 
 }  // namespace
@@ -308,6 +308,28 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
   }
   std::vector<write_op> reported;
   reported.reserve(b->ops.size());
+  if (b->ec == errc::lease_lost) {
+    std::vector<write_op> again;
+    std::size_t dropped = 0;
+    for (write_op& op : b->ops) {
+      if (op.fence == 0) {
+        again.push_back(std::move(op));
+        continue;
+      }
+      ++dropped;
+      op.ec = b->ec;
+      if (op.report) reported.push_back(std::move(op));
+    }
+    log(log_level::warning, "store " + store_.describe() + ": " + std::to_string(dropped) +
+                                " outcome writes of attempts on shards this instance no longer "
+                                "holds were refused (lease lost); their new owner runs those "
+                                "tasks again");
+    // In front of the queue: nothing newer about their ids was sent meanwhile.
+    for (auto it = again.rbegin(); it != again.rend(); ++it) queue_.push_front(std::move(*it));
+    if (!again.empty()) cv_.notify_all();
+    b->ec = {};
+    b->ops.clear();
+  }
   const bool keep = b->ec && b->ec != errc::unsupported;  // waiting will not grow an operation
   if (b->ec)
     log(log_level::error, "store " + store_.describe() + ": writing a batch of " +
@@ -324,6 +346,7 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
       k.error = op.report ? op.error : std::move(op.error);
       k.died_at = op.died_at;
       k.must_land = true;
+      k.fence = op.fence;
       k.id_hash = op.id_hash;
       k.report = false;
       ++kept_ids_[k.id_hash];

@@ -31,6 +31,12 @@
 // to a later save of the same id (the save covers only the live area), and a
 // kept removal never lands after a newer save.
 //
+// Fenced changes (a cluster's attempt outcomes). A batch refused with
+// errc::lease_lost (some shard's lease moved on since the attempt started)
+// drops its fenced changes (reported with that error, never kept) and writes
+// the others again at once (the store refuses a shard's part whole, and
+// batches are idempotent).
+//
 // A store that says in_process() keeps no live tasks: live changes complete
 // at once with nothing written, dead-letter changes are written on the
 // caller's thread (a requeue becomes a purge), and there is no writer thread.
@@ -75,6 +81,11 @@ struct write_op {
   std::chrono::system_clock::time_point died_at{};  // bury
   /// Nobody waits for it: keep it and write it again until it lands.
   bool must_land = false;
+  /// A sharded store: the fencing token of the task's shard
+  /// (store_change::fence), 0 for none. A fenced change the store refuses
+  /// with errc::lease_lost is dropped, not kept: the shard's new owner runs
+  /// the task again.
+  std::uint64_t fence = 0;
   /// The outcome, set by the writer before the op is reported.
   boost::system::error_code ec;
 

@@ -35,6 +35,9 @@ api_error from_error_code(const boost::system::error_code& ec, const std::string
     case errc::store_unavailable: return {503, "store_unavailable", std::move(message)};
     case errc::outcome_unknown: return {503, "outcome_unknown", std::move(message)};
     case errc::unsupported: return {501, "unsupported", std::move(message)};
+    // 421 Misdirected Request: the task's shard is held by another instance
+    // of the cluster (--cluster); ask that one.
+    case errc::not_owner: return {421, "not_owner", std::move(message)};
     default: return {503, "store_error", std::move(message)};
   }
 }

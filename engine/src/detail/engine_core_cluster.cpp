@@ -1,0 +1,317 @@
+// engine_core: clusters (engine_options::cluster). Several engines share a
+// sharded store; each holds leases on some shards (shard_leases, renewed by a
+// thread of its own every round) and holds and runs only their tasks.
+//
+// It rides on the horizon's machinery (engine_core_horizon.cpp): a cluster
+// engine always runs with a horizon (max_delay when none is set), and "held"
+// means "due by the watermark AND of a held shard":
+// - a schedule of a task of another shard writes it, then lets go of it
+//   (evict_if_far_locked), as of a far task;
+// - a shard gained is read in like a page (begin a read, flush the writer,
+//   list_due_shard up to the watermark, hold each task unless held or erased
+//   meanwhile), so a cancel racing with it stays truthful;
+// - a shard lost: its idle records are let go (the new owner reads them from
+//   the store); records a write or an attempt is busy with are let go when
+//   they settle;
+// - the fire path (on_tick) dispatches a due task only while its shard's
+//   lease is surely ours (shard_table::valid_token); otherwise it holds it
+//   back for a round, after which the shard is renewed (it runs) or lost
+//   (it is let go).
+// Calls naming an id of a shard not held answer errc::not_owner.
+#include <algorithm>
+
+#include "delayq/log.hpp"
+#include "detail/engine_core.hpp"
+#include "detail/task_state.hpp"
+
+namespace delayq::detail {
+namespace {
+
+namespace tsw = task_state_word;
+constexpr std::size_t shard_page = 1000;
+
+}  // namespace
+
+bool engine_core::owner_check(std::string_view id, boost::system::error_code& ec) const {
+  if (!cluster_on() || shards_->valid_token(id) != 0) return true;
+  ec = errc::not_owner;
+  return false;
+}
+
+void engine_core::start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
+                                       list_summary& summary, boost::system::error_code& ec) {
+  const cluster_options& c = *options_.cluster;
+  if (store_->shards() != c.shards) {
+    log(log_level::error, "start: " + store_->describe() + " has " +
+                              std::to_string(store_->shards()) + " shards, the cluster " +
+                              std::to_string(c.shards));
+    ec = errc::shard_mismatch;
+    return;
+  }
+  leases_ = store_->make_shard_leases(c, ec);
+  if (ec || !leases_) {
+    if (!ec) ec = errc::unsupported;
+    leases_.reset();
+    return;
+  }
+  shards_ = std::make_unique<shard_table>(c.shards);
+  const lease_round r = leases_->renew(ec);
+  if (ec) {
+    boost::system::error_code rec;
+    leases_->release_all(rec);
+    leases_.reset();
+    shards_.reset();
+    return;
+  }
+  lease_round_ = r.next_round_in;
+  for (const shard_lease& l : r.held) shards_->set(l);
+  shards_gained_ += r.held.size();
+  // Every held shard's tasks due by `until`, one shard after the other.
+  for (const shard_lease& l : r.held) {
+    due_cursor cursor;
+    for (;;) {
+      const list_summary page = store_->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
+      if (ec) break;
+      summary.tasks += page.tasks;
+      summary.quarantined += page.quarantined;
+      if (page.tasks + page.quarantined < 10'000) break;
+    }
+    if (ec) break;
+  }
+  if (ec) {
+    boost::system::error_code rec;
+    leases_->release_all(rec);
+    leases_.reset();
+    shards_.reset();
+    return;
+  }
+  listener_ = store_->listen(ec);
+  if (ec) {
+    log(log_level::warning, "cluster: " + store_->describe() +
+                                " sends no notices of saved tasks (" + ec.message() +
+                                "); re-reading the held shards every round instead");
+    listener_.reset();
+    ec = {};
+  }
+  log(log_level::info, "cluster: instance " + leases_->options().instance + " holds " +
+                           std::to_string(r.held.size()) + " of " + std::to_string(c.shards) +
+                           " shards (" + std::to_string(r.members.size()) + " members)");
+}
+
+void engine_core::apply_round(const lease_round& r) {
+  std::vector<std::uint32_t> gained;
+  {
+    std::lock_guard lock(mutex_);
+    for (std::uint32_t s : r.lost) shards_->clear(s);
+    for (const shard_lease& l : r.held) shards_->set(l);
+    shards_lost_ += r.lost.size();
+    shards_gained_ += r.gained.size();
+    if (!r.lost.empty()) {
+      // Let go of the lost shards' idle records: the new owner runs them from
+      // the store. A record a write or an attempt is busy with is let go when
+      // it settles (evict_if_far_locked), a pinned one when its call decides.
+      std::vector<timer_wheel::handle> drop;
+      wheel_.for_each([&](timer_wheel::handle h) {
+        if (wheel_.is_indexed(h) && !shards_->held(shards_->shard(wheel_.id(h)))) drop.push_back(h);
+      });
+      for (timer_wheel::handle h : drop) evict_if_far_locked(h);
+    }
+  }
+  for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
+  // A shard lost and taken again in one round (a new token) is read afresh.
+  gained = r.gained;
+  {
+    std::lock_guard lock(lease_mutex_);
+    for (std::uint32_t s : unread_shards_)
+      if (std::find(gained.begin(), gained.end(), s) == gained.end()) gained.push_back(s);
+    unread_shards_.clear();
+  }
+  for (std::uint32_t s : gained) {
+    if (!shards_->held(s) || page_in_shard(s)) continue;
+    std::lock_guard lock(lease_mutex_);
+    unread_shards_.push_back(s);
+  }
+}
+
+bool engine_core::page_in_shard(std::uint32_t s) {
+  std::int64_t until = 0;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load() != run_state::running) return true;
+    until = watermark_;
+    seq = begin_read_locked();
+  }
+  // Writes queued before the read began (a schedule of this shard that was
+  // let go while another instance held it) land first.
+  writer_.flush();
+  due_cursor cursor;
+  std::vector<task> page;
+  rejected_tasks rejected;
+  boost::system::error_code ec;
+  for (;;) {
+    page.clear();
+    list_summary got;
+    try {
+      got = store_->list_due_shard(
+          s, cursor, until, shard_page, [&](task&& t) { page.push_back(std::move(t)); }, ec);
+    } catch (const std::exception&) {
+      ec = errc::store_error;
+    }
+    if (ec) break;
+    {
+      std::lock_guard lock(mutex_);
+      quarantined_ += got.quarantined;
+      const std::int64_t now = now_ms();
+      for (const task& t : page) hold_read_locked(t, seq, now, rejected);
+    }
+    if (got.tasks + got.quarantined < shard_page) break;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    end_read_locked(seq);
+  }
+  quarantine_rejected(rejected);
+  if (ec) {
+    log(log_level::warning, "cluster: reading shard " + std::to_string(s) + " from " +
+                                store_->describe() + " failed: " + ec.message() +
+                                "; retrying next round");
+    return false;
+  }
+  return true;
+}
+
+void engine_core::lease_loop() {
+  auto next = std::chrono::steady_clock::now() + lease_round_;
+  for (;;) {
+    {
+      std::unique_lock lock(lease_mutex_);
+      if (lease_cv_.wait_until(lock, next, [&] { return lease_stop_; })) return;
+    }
+    const auto began = std::chrono::steady_clock::now();
+    boost::system::error_code ec;
+    lease_round r;
+    try {
+      r = leases_->renew(ec);
+    } catch (const std::exception& e) {
+      log(log_level::error, std::string("cluster: a lease round failed: ") + e.what());
+      ec = errc::store_error;
+    }
+    if (ec) log(log_level::warning, "cluster: a lease round failed: " + ec.message());
+    apply_round(r);
+    if (!listener_) {
+      // No notices: what other instances saved into our shards is found by
+      // reading the held shards again, every round.
+      for (std::uint32_t s = 0; s < shards_->size(); ++s)
+        if (shards_->held(s) && !page_in_shard(s)) break;
+    }
+    // After a failed round, try again soon (the leases still held are kept
+    // until their valid_until only).
+    const auto wait = r.next_round_in.count() > 0 ? r.next_round_in : lease_round_;
+    next = began + wait;
+  }
+}
+
+void engine_core::listen_loop() {
+  bool resync = false;
+  for (;;) {
+    boost::system::error_code ec;
+    std::vector<task_notice> notices;
+    try {
+      notices = listener_->wait(std::chrono::milliseconds{1000}, ec);
+    } catch (const std::exception&) {
+      ec = errc::store_error;
+    }
+    if (ec == errc::not_running) return;
+    if (ec) {
+      // Notices may have been missed while the connection was down: once it
+      // is back, read the held shards again (up to the watermark).
+      if (!resync)
+        log(log_level::warning, "cluster: listening for saved tasks failed: " + ec.message());
+      resync = true;
+      std::unique_lock lock(lease_mutex_);
+      if (lease_cv_.wait_for(lock, std::chrono::milliseconds{200}, [&] { return lease_stop_; }))
+        return;
+      continue;
+    }
+    if (resync) {
+      resync = false;
+      for (std::uint32_t s = 0; s < shards_->size(); ++s)
+        if (shards_->held(s) && !page_in_shard(s)) resync = true;
+    }
+    if (!notices.empty()) hold_noticed(notices);
+  }
+}
+
+void engine_core::hold_noticed(std::vector<task_notice>& notices) {
+  std::vector<std::string> ids;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load() != run_state::running) return;
+    for (task_notice& n : notices)
+      if (n.shard < shards_->size() && shards_->held(n.shard) && n.due_ms <= watermark_ &&
+          wheel_.find(n.id) == timer_wheel::npos)
+        ids.push_back(std::move(n.id));
+    if (ids.empty()) return;
+    seq = begin_read_locked();
+  }
+  // As fault_in(): writes queued before the read (the removal of a task that
+  // just ran here) land first, and an id erased meanwhile is not held again.
+  writer_.flush();
+  boost::system::error_code ec;
+  std::vector<std::optional<task>> found;
+  try {
+    found = store_->find(ids, ec);
+  } catch (const std::exception&) {
+    ec = errc::store_error;
+  }
+  rejected_tasks rejected;
+  {
+    std::lock_guard lock(mutex_);
+    if (!ec) {
+      const std::int64_t now = now_ms();
+      for (std::optional<task>& t : found)
+        if (t && to_epoch_ms(t->due) <= watermark_) hold_read_locked(*t, seq, now, rejected);
+    }
+    end_read_locked(seq);
+  }
+  quarantine_rejected(rejected);
+  if (ec) {
+    // The tasks are in the store: read the shards again once it answers.
+    log(log_level::warning, "cluster: reading noticed tasks failed: " + ec.message());
+    std::lock_guard lock(lease_mutex_);
+    for (const std::string& id : ids) {
+      const std::uint32_t s = shards_->shard(id);
+      if (std::find(unread_shards_.begin(), unread_shards_.end(), s) == unread_shards_.end())
+        unread_shards_.push_back(s);
+    }
+  }
+}
+
+void engine_core::stop_cluster() {
+  std::lock_guard stopping(cluster_stop_mutex_);  // one joins the threads, the next finds none
+  {
+    std::lock_guard lock(lease_mutex_);
+    lease_stop_ = true;
+  }
+  lease_cv_.notify_all();
+  if (listener_) listener_->close();
+  if (listen_thread_.joinable()) listen_thread_.join();
+  if (lease_thread_.joinable()) lease_thread_.join();
+  if (!leases_) return;
+  boost::system::error_code ec;
+  try {
+    leases_->release_all(ec);
+  } catch (const std::exception&) {
+    ec = errc::store_error;
+  }
+  if (ec)
+    log(log_level::warning,
+        "cluster: releasing the leases failed (they expire after one lease): " + ec.message());
+  std::lock_guard lock(mutex_);
+  for (std::uint32_t s = 0; s < shards_->size(); ++s) shards_->clear(s);
+  leases_.reset();
+}
+
+}  // namespace delayq::detail

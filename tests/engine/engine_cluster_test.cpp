@@ -1,0 +1,375 @@
+// Clusters (engine_options::cluster): several engines on one sharded Redis
+// store hold every shard once between them, run each task once, on its
+// shard's owner, and answer calls on an id only where its shard is held.
+// Real Redis: the sharded redis_store (URI shards=N), its lease table and
+// its notices. The fence test wraps the store in `sharded_view`, which can
+// refuse fenced writes (lease_lost) on demand.
+#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <delayq/delayq.hpp>
+#include <delayq/redis_shard_leases.hpp>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine_test_support.hpp"
+
+using namespace delayq_test;
+
+namespace {
+
+constexpr std::uint32_t test_shards = 16;
+
+// The sharded store, which can be told to refuse every fenced change, as
+// the store does once the shard's lease moved on: a shard's part holding a
+// fenced change is refused whole, the other shards' parts land, and the
+// write reports lease_lost.
+class sharded_view final : public delayq::task_store {
+ public:
+  explicit sharded_view(const std::string& uri) : inner_(delayq::open_store(uri)) {}
+
+  std::atomic<bool> refuse_fenced{false};
+  std::atomic<int> refused{0};  // changes refused so far
+
+  void write(std::span<const delayq::store_change> changes,
+             boost::system::error_code& ec) override {
+    if (refuse_fenced) {
+      std::set<std::uint32_t> refused_shards;
+      for (const auto& c : changes)
+        if (c.fence != 0) refused_shards.insert(delayq::shard_of(c.task->id, test_shards));
+      if (!refused_shards.empty()) {
+        std::vector<delayq::store_change> rest;
+        for (const auto& c : changes)
+          if (!refused_shards.count(delayq::shard_of(c.task->id, test_shards))) rest.push_back(c);
+        refused += static_cast<int>(changes.size() - rest.size());
+        if (!rest.empty()) inner_->write(rest, ec);
+        if (!ec) ec = delayq::errc::lease_lost;
+        return;
+      }
+    }
+    inner_->write(changes, ec);
+  }
+  void async_write(std::span<const delayq::store_change> changes,
+                   std::function<void(boost::system::error_code)> done) override {
+    boost::system::error_code ec;
+    write(changes, ec);
+    done(ec);
+  }
+  std::uint32_t shards() const noexcept override { return inner_->shards(); }
+  std::unique_ptr<delayq::shard_leases> make_shard_leases(const delayq::cluster_options& c,
+                                                          boost::system::error_code& ec) override {
+    return inner_->make_shard_leases(c, ec);
+  }
+  std::unique_ptr<delayq::task_listener> listen(boost::system::error_code& ec) override {
+    return inner_->listen(ec);
+  }
+  delayq::list_summary list_due_shard(std::uint32_t shard, delayq::due_cursor& after,
+                                      std::int64_t until_ms, std::size_t limit,
+                                      const std::function<void(delayq::task&&)>& sink,
+                                      boost::system::error_code& ec) override {
+    return inner_->list_due_shard(shard, after, until_ms, limit, sink, ec);
+  }
+  void save(std::span<const delayq::task> tasks, boost::system::error_code& ec) override {
+    inner_->save(tasks, ec);
+  }
+  void remove(std::span<const std::string> ids, boost::system::error_code& ec) override {
+    inner_->remove(ids, ec);
+  }
+  delayq::list_summary list(const std::function<void(delayq::task&&)>& sink,
+                            boost::system::error_code& ec) override {
+    return inner_->list(sink, ec);
+  }
+  delayq::list_summary list_due(delayq::due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                const std::function<void(delayq::task&&)>& sink,
+                                boost::system::error_code& ec) override {
+    return inner_->list_due(after, until_ms, limit, sink, ec);
+  }
+  std::vector<std::optional<delayq::task>> find(std::span<const std::string> ids,
+                                                boost::system::error_code& ec) override {
+    return inner_->find(ids, ec);
+  }
+  void quarantine(std::string_view id, std::string_view reason,
+                  boost::system::error_code& ec) override {
+    inner_->quarantine(id, reason, ec);
+  }
+  std::size_t count_dead(boost::system::error_code& ec) override { return inner_->count_dead(ec); }
+  std::string describe() const override { return inner_->describe(); }
+
+ private:
+  std::unique_ptr<delayq::task_store> inner_;
+};
+
+// One instance: an engine whose executor of type "t" records its runs.
+struct member {
+  std::string name;
+  recorder ran;
+  std::unique_ptr<delayq::engine> eng;
+};
+
+delayq::engine_options member_options(const std::string& name) {
+  auto o = fast_options();
+  o.cluster = delayq::cluster_options{test_shards, std::chrono::milliseconds{600}, name};
+  return o;
+}
+
+// A fresh sharded store URI.
+std::string sharded_uri(const std::string& name) {
+  return fresh_redis_uri(name) + "&shards=" + std::to_string(test_shards);
+}
+
+void start_member(member& m, io_thread& io, std::unique_ptr<delayq::task_store> store,
+                  delayq::executor_factory f = {}) {
+  f.add("t", std::ref(m.ran));
+  m.eng = std::make_unique<delayq::engine>(io.io, f, std::move(store), member_options(m.name));
+  m.eng->start();
+}
+void start_member(member& m, io_thread& io, const std::string& uri) {
+  start_member(m, io, delayq::open_store(uri));
+}
+
+// The instance that should own `shard` among the running `members`.
+std::string desired_owner(std::uint32_t shard, std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names[delayq::rendezvous_owner(shard, names)];
+}
+
+// Waits until every member holds exactly the shards rendezvous hashing gives
+// it: from then on nothing moves while the members stay.
+bool wait_balanced(std::vector<member*> ms) {
+  std::vector<std::string> names;
+  for (member* m : ms) names.push_back(m->name);
+  std::map<std::string, std::size_t> want;
+  for (std::uint32_t s = 0; s < test_shards; ++s) ++want[desired_owner(s, names)];
+  return eventually([&] {
+    for (member* m : ms)
+      if (m->eng->stats().shards_held != want[m->name]) return false;
+    return true;
+  });
+}
+
+// One id in each shard.
+std::vector<std::string> probe_ids() {
+  std::vector<std::string> ids(test_shards);
+  std::size_t found = 0;
+  for (int k = 0; found < test_shards; ++k) {
+    std::string id = "probe-" + std::to_string(k);
+    std::string& slot = ids[delayq::shard_of(id, test_shards)];
+    if (slot.empty()) {
+      slot = std::move(id);
+      ++found;
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: engines hold every shard once between them; only the owner answers on an id") {
+  const std::string uri = sharded_uri("cluster-hold");
+  io_thread io;
+  member a{"a"}, b{"b"}, c{"c"};
+  start_member(a, io, uri);
+  CHECK(a.eng->stats().shards_held == test_shards);  // alone: start() won them all
+  start_member(b, io, uri);
+  std::vector<member*> ms{&a, &b};
+  SUBCASE("three") {
+    start_member(c, io, uri);
+    ms.push_back(&c);
+  }
+  SUBCASE("two") {}
+  REQUIRE(wait_balanced(ms));
+  std::vector<std::string> names;
+  for (member* m : ms) names.push_back(m->name);
+
+  const std::vector<std::string> probes = probe_ids();
+  for (std::uint32_t s = 0; s < test_shards; ++s) {
+    CAPTURE(s);
+    const std::string owner = desired_owner(s, names);
+    for (member* m : ms) {
+      boost::system::error_code ec;
+      const bool found = m->eng->cancel(probes[s], ec);
+      CHECK_FALSE(found);
+      if (m->name == owner) {
+        CHECK_FALSE(ec);  // the owner answers: no such task
+      } else {
+        CHECK(ec == delayq::errc::not_owner);
+        // Every call naming the id, a schedule with it too.
+        delayq::schedule_options o;
+        o.id = probes[s];
+        boost::system::error_code sec;
+        m->eng->schedule_at("t", "p", clock_type::now() + 1h, o, sec);
+        CHECK(sec == delayq::errc::not_owner);
+        m->eng->reschedule(probes[s], clock_type::now(), sec);
+        CHECK(sec == delayq::errc::not_owner);
+      }
+    }
+  }
+  for (member* m : ms) m->eng->stop(patience);
+}
+
+TEST_CASE("cluster: 1000 tasks scheduled through three engines run once each, on their owner") {
+  const std::string uri = sharded_uri("cluster-run");
+  io_thread io;
+  member a{"a"}, b{"b"}, c{"c"};
+  start_member(a, io, uri);
+  start_member(b, io, uri);
+  start_member(c, io, uri);
+  std::vector<member*> ms{&a, &b, &c};
+  REQUIRE(wait_balanced(ms));
+  const std::vector<std::string> names{"a", "b", "c"};
+
+  constexpr std::size_t n = 1000;
+  std::map<std::string, std::string> scheduled_on;  // id -> member
+  for (std::size_t i = 0; i < n; ++i) {
+    member& m = *ms[i % ms.size()];
+    scheduled_on[m.eng->schedule("t", "p", std::chrono::milliseconds{0})] = m.name;
+  }
+  REQUIRE(scheduled_on.size() == n);
+  std::size_t elsewhere = 0;  // scheduled on one member, owned by another
+  for (const auto& [id, on] : scheduled_on)
+    if (desired_owner(delayq::shard_of(id, test_shards), names) != on) ++elsewhere;
+  CHECK(elsewhere > 0);
+
+  REQUIRE(eventually([&] {
+    std::size_t total = 0;
+    for (member* m : ms) total += m->ran.snapshot().size();
+    return total >= n;
+  }));
+  for (member* m : ms) m->eng->stop(patience);  // then nothing more can run
+  std::map<std::string, int> runs;
+  for (member* m : ms)
+    for (const auto& r : m->ran.snapshot()) {
+      ++runs[r.t.id];
+      CHECK(desired_owner(delayq::shard_of(r.t.id, test_shards), names) == m->name);
+    }
+  CHECK(runs.size() == n);
+  for (const auto& [id, count] : runs) {
+    CAPTURE(id);
+    CHECK(count == 1);
+    CHECK(scheduled_on.count(id) == 1);
+  }
+}
+
+TEST_CASE("cluster: shards and their tasks move when an engine joins and when one leaves") {
+  const std::string uri = sharded_uri("cluster-move");
+  io_thread io;
+  member a{"a"}, b{"b"};
+  start_member(a, io, uri);
+  // Alone, a holds every shard: far tasks through it are all held there.
+  constexpr std::size_t n = 200;
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i)
+    ids.push_back(a.eng->schedule("t", "p", std::chrono::hours{1}));
+  CHECK(a.eng->pending() == n);
+
+  // b joins: a lets go of the shards it gives away, b reads them in.
+  start_member(b, io, uri);
+  REQUIRE(wait_balanced({&a, &b}));
+  std::size_t on_a = 0;
+  for (const std::string& id : ids)
+    if (desired_owner(delayq::shard_of(id, test_shards), {"a", "b"}) == "a") ++on_a;
+  REQUIRE(on_a > 0);
+  REQUIRE(on_a < n);
+  CHECK(eventually([&] { return a.eng->pending() == on_a && b.eng->pending() == n - on_a; }));
+
+  // b leaves: it releases its leases, a takes them at its next round and
+  // reads their tasks in (just after it counts them held).
+  b.eng->stop(patience);
+  REQUIRE(eventually([&] { return a.eng->stats().shards_held == test_shards; }));
+  CHECK(eventually([&] { return a.eng->pending() == n; }));
+  // And it runs them: every one, brought forward.
+  for (const std::string& id : ids) CHECK(a.eng->reschedule(id, clock_type::now()));
+  REQUIRE(a.ran.wait_for_count(n));
+  a.eng->stop(patience);
+  CHECK(a.ran.snapshot().size() == n);
+  CHECK(b.ran.snapshot().empty());
+}
+
+TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is dropped, not retried") {
+  const std::string uri = sharded_uri("cluster-fence");
+  io_thread io;
+  member a{"a"};
+  latch gate;
+  std::atomic<bool> fail{false};
+  delayq::executor_factory f;
+  f.add("blocked", [&](const delayq::task&) {
+    gate.enter_and_wait();
+    if (fail) throw std::runtime_error("fails");
+  });
+  auto owned = std::make_unique<sharded_view>(uri);
+  sharded_view& view = *owned;
+  start_member(a, io, std::move(owned), f);
+  auto reader = delayq::open_store(uri);
+  SUBCASE("the removal after a success") {}
+  SUBCASE("the retry's save after a failure") { fail = true; }
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {"x"});
+  REQUIRE(gate.wait_entered(1));
+  view.refuse_fenced = true;  // the shard's lease moved on while x ran
+  gate.release();
+  REQUIRE(eventually([&] { return view.refused.load() >= 1; }));
+  // Unfenced writes still land (a schedule).
+  a.eng->schedule("t", "p", std::chrono::hours{1}, {"x2"});
+  CHECK(stored(*reader).count("x2") == 1);
+  // The refused outcome is not kept for retry, and the task is not held
+  // here any more: the store keeps it as it was, for the shard's owner.
+  CHECK(eventually([&] { return a.eng->stats().writes_kept == 0 && a.eng->pending() == 1; }));
+  CHECK(a.eng->stats().writes_kept == 0);
+  const auto left = stored(*reader);
+  REQUIRE(left.count("x") == 1);
+  CHECK(left.at("x").attempts == 0);
+  CHECK(a.eng->stop(patience));
+}
+
+TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost on its outcome") {
+  const std::string uri = sharded_uri("cluster-taken");
+  io_thread io;
+  member a{"a"};
+  latch gate;
+  std::atomic<bool> fail{false};
+  delayq::executor_factory f;
+  f.add("blocked", [&](const delayq::task&) {
+    gate.enter_and_wait();
+    if (fail) throw std::runtime_error("fails");
+  });
+  start_member(a, io, delayq::open_store(uri), f);
+  SUBCASE("the removal after a success") {}
+  SUBCASE("the retry's save after a failure") { fail = true; }
+  // An id whose shard a second instance, "thief", should own.
+  std::string id;
+  std::uint32_t shard = 0;
+  for (int k = 0; id.empty(); ++k) {
+    const std::string candidate = "taken-" + std::to_string(k);
+    shard = delayq::shard_of(candidate, test_shards);
+    if (desired_owner(shard, {"a", "thief"}) == "thief") id = candidate;
+  }
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {id});
+  REQUIRE(gate.wait_entered(1));
+
+  // While the attempt runs, the thief joins: a gives the shard away at its
+  // next round and the thief takes it with a new token.
+  auto thief = delayq::make_redis_shard_leases(
+      delayq::redis_options::parse(uri),
+      delayq::cluster_options{test_shards, std::chrono::milliseconds{600}, "thief"});
+  REQUIRE(eventually([&] {
+    const delayq::lease_round r = thief->renew();
+    return std::any_of(r.held.begin(), r.held.end(),
+                       [&](const delayq::shard_lease& l) { return l.shard == shard; });
+  }));
+  gate.release();
+  // a's outcome write carries its old token: refused, dropped, not kept.
+  CHECK(eventually([&] {
+    const auto s = a.eng->stats();
+    return (fail ? s.failed : s.succeeded) == 1 && s.writes_queued == 0 && a.eng->pending() == 0;
+  }));
+  CHECK(a.eng->stats().writes_kept == 0);
+  auto reader = delayq::open_store(uri);
+  const auto left = stored(*reader);
+  REQUIRE(left.count(id) == 1);  // as it was: the thief's to run
+  CHECK(left.at(id).attempts == 0);
+  CHECK(a.eng->stop(patience));
+  thief->release_all();
+}
