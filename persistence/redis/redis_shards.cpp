@@ -61,7 +61,10 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
                                       boost::system::error_code& ec) {
   ec = {};
   std::map<std::uint32_t, std::vector<store_change>> by_shard;
-  for (const store_change& c : changes) by_shard[shard_of(c.task->id, opts.shards)].push_back(c);
+  for (const store_change& c : changes) {
+    c.refused = false;
+    by_shard[shard_of(c.task->id, opts.shards)].push_back(c);
+  }
   // Encoded once, outside the lock and the retries.
   std::vector<const part*> where;
   std::vector<detail::redis::write_batch> batches;
@@ -152,6 +155,14 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
     ec = partial ? errc::outcome_unknown : *failure;
   } else if (fenced) {
     ec = errc::lease_lost;
+    // Say which changes were refused: the caller drops the fenced ones and
+    // writes the others again, and must not write again what landed (another
+    // instance may have run and removed a task meanwhile).
+    std::vector<bool> refused_shard(opts.shards, false);
+    for (std::size_t k = 0; k < n; ++k)
+      if (outcome[k] == group_outcome::fenced) refused_shard[where[k]->shard.shard] = true;
+    for (const store_change& c : changes)
+      c.refused = refused_shard[shard_of(c.task->id, opts.shards)];
   }
 }
 

@@ -324,6 +324,41 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   CHECK(a.eng->stop(patience));
 }
 
+TEST_CASE("cluster: a cancel, reschedule or replace refused by the fence fails and changes nothing") {
+  const std::string uri = sharded_uri("cluster-call-fence");
+  io_thread io;
+  member a{"a"};
+  auto owned = std::make_unique<sharded_view>(uri);
+  sharded_view& view = *owned;
+  start_member(a, io, std::move(owned));
+  auto reader = delayq::open_store(uri);
+  a.eng->schedule("t", "p", std::chrono::hours{1}, {"x"});
+  const auto before = stored(*reader);
+  REQUIRE(before.count("x") == 1);
+  // Another instance took x's shard since this one's last round: the lease
+  // still looks valid here, but the store refuses writes under its token.
+  view.refuse_fenced = true;
+  boost::system::error_code ec;
+  SUBCASE("cancel") { CHECK_FALSE(a.eng->cancel("x", ec)); }
+  SUBCASE("reschedule") {
+    CHECK_FALSE(a.eng->reschedule("x", std::chrono::system_clock::now() + std::chrono::hours{2}, ec));
+  }
+  SUBCASE("replace") {
+    delayq::schedule_options o{"x"};
+    o.conflict = delayq::on_conflict::replace;
+    a.eng->schedule("t", "other", std::chrono::hours{3}, o, ec);
+  }
+  CHECK(ec == delayq::errc::lease_lost);
+  CHECK(view.refused.load() >= 1);
+  // The store still holds x as it was, for the shard's new owner.
+  const auto after = stored(*reader);
+  REQUIRE(after.count("x") == 1);
+  CHECK(after.at("x").payload == "p");
+  CHECK(after.at("x").due == before.at("x").due);
+  view.refuse_fenced = false;
+  CHECK(a.eng->stop(patience));
+}
+
 TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost on its outcome") {
   const std::string uri = sharded_uri("cluster-taken");
   io_thread io;

@@ -185,6 +185,8 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
     CHECK_FALSE(ec);
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[0]}) == 1);
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[1]}) == 0);
+    CHECK_FALSE(changes[0].refused);
+    CHECK_FALSE(changes[1].refused);
   }
   SUBCASE("a stale token: lease_lost, nothing of the shard, the other shard lands") {
     raw.run({"HSET", lease_key, "token", "8"});  // another instance took it
@@ -201,6 +203,12 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[2]}) == 0);
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 6, "tasks"), other[0]}) == 1);
     CHECK(logs.contains("no longer carries token 7"));
+    // The refused shard's changes are marked, the landed ones not: the
+    // engine's writer drops or writes again only what was refused.
+    CHECK(changes[0].refused);
+    CHECK_FALSE(changes[1].refused);
+    CHECK(changes[2].refused);
+    CHECK(changes[3].refused);
     // async_write() reports the same.
     std::promise<boost::system::error_code> done;
     store.async_write(changes, [&](boost::system::error_code e) { done.set_value(e); });

@@ -160,6 +160,10 @@ struct engine_options {
   /// go (its owner runs it). Calls naming an id (cancel, reschedule, signal,
   /// requeue, schedule with an id) whose shard this instance does not hold
   /// fail with errc::not_owner: only the owner can say whether it will run.
+  /// Their store writes carry the shard's lease token (store_change::fence):
+  /// when another instance took the shard while the call decided, the write
+  /// is refused and the call fails with errc::lease_lost, having changed
+  /// nothing.
   /// find() and status() of such an id read the store. start() returns after
   /// the first lease round, holding the shards it won then; stop() releases
   /// every lease once the running attempts ended.

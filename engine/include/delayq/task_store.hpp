@@ -62,6 +62,12 @@ struct store_change {
   /// an unfenced change. The store applies a fenced change only while the
   /// shard's lease still carries that token; see write().
   std::uint64_t fence = 0;
+  /// Set by a sharded store's write() that reports errc::lease_lost: true on
+  /// every change of a shard part it refused (those did not land; every
+  /// change left false did). A store that reports lease_lost without setting
+  /// any leaves the caller to assume every fenced change was refused and
+  /// every unfenced one may not have landed.
+  mutable bool refused = false;
 };
 
 /// A saved task, as a sharded store announces it (task_store::listen()).

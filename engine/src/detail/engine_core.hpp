@@ -311,6 +311,18 @@ class engine_core final : public dispatcher::owner,
   // Off the lock: errc::not_owner unless this instance holds the shard of
   // `id` and its lease is surely ours now.
   bool owner_check(std::string_view id, boost::system::error_code& ec) const;
+  // Under the lock, when a call that changes the task of `id` decides: the
+  // lease token its store write carries (store_change::fence), so that the
+  // write is refused (errc::lease_lost, the call fails and changes nothing)
+  // if another instance took the shard since; 0 without a cluster. False
+  // with errc::not_owner when the lease is not surely ours now.
+  bool call_fence_locked(std::string_view id, std::uint64_t& fence,
+                         boost::system::error_code& ec) const {
+    fence = cluster_on() ? shards_->valid_token(id) : 0;
+    if (!cluster_on() || fence != 0) return true;
+    ec = errc::not_owner;
+    return false;
+  }
   // start(), under the lock: checks the store, makes the lease table, runs
   // the first round and reads the held shards' tasks due by `until`.
   void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,

@@ -346,6 +346,12 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     c.id = spec.id;
     if (durable) {
       write_op op = make_op(change_kind::save, c.why, c.h, true);
+      // Clusters: a replace of a held record is fenced: it must not land once
+      // another instance holds the shard (and read the old copy). A new
+      // record is written unfenced, as any instance may.
+      op.fence = cluster_on() && (c.why == p_replace || c.why == p_replace_running)
+                     ? shards_->valid_token(spec.id)
+                     : 0;
       op.aux = c.aux;
       op.ctx = std::move(ctx);
       ops.push_back(std::move(op));
@@ -483,6 +489,8 @@ bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
     }
     const timer_wheel::handle h = find_settled(lock, id, hash);
     if (h == timer_wheel::npos) return false;
+    std::uint64_t fence = 0;
+    if (!call_fence_locked(id, fence, ec)) return false;
     std::uint32_t w = tag(h);
     change c;
     c.h = h;
@@ -504,6 +512,7 @@ bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
       settle_locked(c, inline_result, after);
     } else {
       write_op op = make_op(change_kind::remove, c.why, h, false);
+      op.fence = fence;
       auto ctx = std::make_unique<op_ctx>();
       ctx->call = call;
       op.ctx = std::move(ctx);
@@ -539,6 +548,8 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
     }
     const timer_wheel::handle h = find_settled(lock, id, hash);
     if (h == timer_wheel::npos) return false;
+    std::uint64_t fence = 0;
+    if (!call_fence_locked(id, fence, ec)) return false;
     std::uint32_t w = tag(h);
     if (tsw::state_of(w) == tsw::armed) {
       set_tag(h, tsw::with_state(w, tsw::persisting));
@@ -558,6 +569,7 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
       settle_locked(change{p_reschedule, h, 0, nullptr, {}, id}, inline_result, after);
     } else {
       write_op op = make_op(change_kind::save, p_reschedule, h, true);
+      op.fence = fence;
       auto ctx = std::make_unique<op_ctx>();
       ctx->call = call;
       ctx->old_due_ms = old_due;
@@ -609,6 +621,8 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
       ec = errc::duplicate_id;
       return false;
     }
+    std::uint64_t fence = 0;
+    if (!call_fence_locked(id, fence, ec)) return false;
     if (pending_locked() >= options_.max_pending) {
       ec = errc::queue_full;
       return false;
@@ -630,6 +644,7 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
     // A revive always goes to the writer: even a store that keeps no live
     // tasks holds the dead letter (it writes a purge then).
     write_op op = make_op(change_kind::revive, p_insert, h, true);
+    op.fence = fence;
     op.aux = 1;  // a requeue: one dead letter fewer once it landed
     auto ctx = std::make_unique<op_ctx>();
     ctx->call = call;

@@ -55,6 +55,17 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
     return;
   }
   shards_ = std::make_unique<shard_table>(c.shards);
+  // Subscribed before the shards are read: a task another instance saves into
+  // one of them after its read is then noticed (a notice of a task the read
+  // found too is harmless: held ids are skipped).
+  listener_ = store_->listen(ec);
+  if (ec) {
+    log(log_level::warning, "cluster: " + store_->describe() +
+                                " sends no notices of saved tasks (" + ec.message() +
+                                "); re-reading the held shards every round instead");
+    listener_.reset();
+    ec = {};
+  }
   const lease_round r = leases_->renew(ec);
   if (ec) {
     boost::system::error_code rec;
@@ -85,14 +96,6 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
     shards_.reset();
     return;
   }
-  listener_ = store_->listen(ec);
-  if (ec) {
-    log(log_level::warning, "cluster: " + store_->describe() +
-                                " sends no notices of saved tasks (" + ec.message() +
-                                "); re-reading the held shards every round instead");
-    listener_.reset();
-    ec = {};
-  }
   log(log_level::info, "cluster: instance " + leases_->options().instance + " holds " +
                            std::to_string(r.held.size()) + " of " + std::to_string(c.shards) +
                            " shards (" + std::to_string(r.members.size()) + " members)");
@@ -103,9 +106,12 @@ void engine_core::apply_round(const lease_round& r) {
   {
     std::lock_guard lock(mutex_);
     for (std::uint32_t s : r.lost) shards_->clear(s);
-    for (const shard_lease& l : r.held) shards_->set(l);
     shards_lost_ += r.lost.size();
     shards_gained_ += r.gained.size();
+    // Before the held leases are set again: a shard lost and taken again in
+    // this round (a new token; another instance may have held it between)
+    // is let go of too, and read afresh below, so no stale copy of a task
+    // the other instance cancelled or ran stays here.
     if (!r.lost.empty()) {
       // Let go of the lost shards' idle records: the new owner runs them from
       // the store. A record a write or an attempt is busy with is let go when
@@ -116,6 +122,7 @@ void engine_core::apply_round(const lease_round& r) {
       });
       for (timer_wheel::handle h : drop) evict_if_far_locked(h);
     }
+    for (const shard_lease& l : r.held) shards_->set(l);
   }
   for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
   // A shard lost and taken again in one round (a new token) is read afresh.

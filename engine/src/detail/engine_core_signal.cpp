@@ -75,6 +75,8 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
       ec = errc::not_found;
       return {};
     }
+    std::uint64_t fence = 0;
+    if (!call_fence_locked(id, fence, ec)) return {};
     const std::uint32_t w = tag(h);
     const trigger_counts tc = trigger_of(h);
     if (tc.count == 0) {
@@ -99,6 +101,7 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
       settle_locked(change{p_signal, h, 0, nullptr, {}, id}, inline_result, after);
     } else {
       write_op op = make_op(change_kind::save, p_signal, h, true);
+      op.fence = fence;
       auto ctx = std::make_unique<op_ctx>();
       ctx->call = call;
       ctx->old_due_ms = old_due;

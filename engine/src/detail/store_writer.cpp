@@ -309,9 +309,22 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
   std::vector<write_op> reported;
   reported.reserve(b->ops.size());
   if (b->ec == errc::lease_lost) {
+    // A sharded store marks the changes of the shard parts it refused; the
+    // others landed and are done (writing them again could bring back a task
+    // another instance has run and removed since). A store that marks none
+    // leaves every change in doubt: fenced ones are dropped, the others
+    // written again.
+    const bool marked = std::any_of(b->changes.begin(), b->changes.end(),
+                                    [](const store_change& c) { return c.refused; });
     std::vector<write_op> again;
     std::size_t dropped = 0;
-    for (write_op& op : b->ops) {
+    for (std::size_t i = 0; i < b->ops.size(); ++i) {
+      write_op& op = b->ops[i];
+      if (marked && !b->changes[i].refused) {
+        op.ec = {};
+        if (op.report) reported.push_back(std::move(op));
+        continue;
+      }
       if (op.fence == 0) {
         again.push_back(std::move(op));
         continue;

@@ -38,6 +38,9 @@ api_error from_error_code(const boost::system::error_code& ec, const std::string
     // 421 Misdirected Request: the task's shard is held by another instance
     // of the cluster (--cluster); ask that one.
     case errc::not_owner: return {421, "not_owner", std::move(message)};
+    // The shard changed hands while the call decided: nothing changed, and
+    // this instance no longer answers for the task.
+    case errc::lease_lost: return {421, "not_owner", std::move(message)};
     default: return {503, "store_error", std::move(message)};
   }
 }
