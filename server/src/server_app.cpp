@@ -14,6 +14,7 @@
 #include "api/api_router.hpp"
 #include "delayq/log.hpp"
 #include "delayq/open_store.hpp"
+#include "delayq/shard_leases.hpp"
 #include "http/http_server.hpp"
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
@@ -150,6 +151,9 @@ tcp::endpoint server_app::start() {
     boost::system::error_code ec;
     cluster_options{options_.shards, options_.lease, options_.instance}.validate(ec, &why);
     if (ec) throw std::invalid_argument("--cluster: " + why);
+    // Named once here, so the leases and the pushes (X-Delayq-Instance)
+    // carry the same name (default_instance_name() is HOSTNAME:PID).
+    if (options_.instance.empty()) options_.instance = default_instance_name();
   }
   if (!at.address().is_loopback() && options_.token.empty())
     throw std::invalid_argument("refusing to listen on " + options_.listen +
@@ -169,7 +173,9 @@ tcp::endpoint server_app::start() {
       throw std::invalid_argument("--capacity names type \"" + type + "\" twice");
   }
   auto& p = *p_;
-  p.pusher = std::make_unique<push_client>(io_.get_executor());
+  push_client_options push_options;
+  if (options_.cluster) push_options.instance = options_.instance;
+  p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
   p.broker = std::make_unique<lease_broker>(io_.get_executor());
 
   http_limits limits;

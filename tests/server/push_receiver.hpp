@@ -27,10 +27,12 @@ namespace delayq::server_test {
 /// One call the receiver got.
 struct push_call {
   std::string target;
-  std::string task_id;  // X-Delayq-Task-Id
-  std::string attempt;  // X-Delayq-Attempt
-  json body;            // null when not JSON
+  std::string task_id;   // X-Delayq-Task-Id
+  std::string attempt;   // X-Delayq-Attempt
+  std::string instance;  // X-Delayq-Instance ("" when the server runs without --cluster)
+  json body;             // null when not JSON
   unsigned answered = 0;
+  std::size_t index = 0;  // position in calls(): the order calls were recorded in
 };
 
 /// An HTTP server on 127.0.0.1 (a free port) in the test process, on a thread
@@ -85,6 +87,7 @@ class push_receiver {
       c.target = std::string(req.target());
       c.task_id = std::string(req["X-Delayq-Task-Id"]);
       c.attempt = std::string(req["X-Delayq-Attempt"]);
+      c.instance = std::string(req["X-Delayq-Instance"]);
       c.body = json::parse(req.body(), nullptr, false);
       if (c.body.is_discarded()) c.body = nullptr;
       std::size_t index;
@@ -97,6 +100,7 @@ class push_receiver {
         // Never answered: the connection is kept open, silent, until the
         // receiver goes (a push that must time out).
         std::lock_guard lock(owner.mu_);
+        c.index = owner.calls_.size();
         owner.calls_.push_back(std::move(c));
         owner.silent_.push_back(shared_from_this());
         owner.cv_.notify_all();
@@ -111,6 +115,7 @@ class push_receiver {
         // Recorded before the answer is sent: a test that saw the call may
         // then wait on the server for what the answer causes.
         std::lock_guard lock(owner.mu_);
+        c.index = owner.calls_.size();
         owner.calls_.push_back(std::move(c));
         owner.cv_.notify_all();
       }

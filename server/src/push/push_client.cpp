@@ -83,7 +83,7 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
     std::deque<pending_delivery> queue;
   };
 
-  impl(asio::any_io_executor e, push_client_options o) : ex(std::move(e)), options(o) {}
+  impl(asio::any_io_executor e, push_client_options o) : ex(std::move(e)), options(std::move(o)) {}
 
   void deliver(pending_delivery p);
   void start(pending_delivery p);
@@ -142,6 +142,7 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     req.set(http::field::content_type, "application/json");
     req.set("X-Delayq-Task-Id", delivery.task.id);
     req.set("X-Delayq-Attempt", std::to_string(std::uint64_t{delivery.task.attempts} + 1));
+    if (!owner->options.instance.empty()) req.set("X-Delayq-Instance", owner->options.instance);
     req.keep_alive(true);
     req.body() = dump_json(task_json(delivery.task));
     req.prepare_payload();
@@ -441,7 +442,7 @@ void push_client::impl::stop() {
 }
 
 push_client::push_client(boost::asio::any_io_executor ex, push_client_options options)
-    : impl_(std::make_shared<impl>(std::move(ex), options)) {}
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(options))) {}
 
 push_client::~push_client() { impl_->stop(); }
 

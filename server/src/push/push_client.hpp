@@ -42,6 +42,9 @@ struct push_client_options {
   /// Largest response body read (and discarded); a longer one is not an
   /// error, its status still counts, but the connection is not reused.
   std::size_t max_response_body = 64 * 1024;
+  /// Sent as `X-Delayq-Instance` on every push when not empty: the server's
+  /// instance name under --cluster (which instance ran the task).
+  std::string instance;
 };
 
 /// HTTP/1.1 client that delivers tasks to push targets.
@@ -55,7 +58,8 @@ struct push_client_options {
 ///
 /// The request: `POST` of dump_json(task_json(t)) with `Content-Type:
 /// application/json`, `X-Delayq-Task-Id: <id>`, `X-Delayq-Attempt: <attempts
-/// + 1>`, `Host` and `User-Agent: delayq-server/<version>`.
+/// + 1>`, `Host` and `User-Agent: delayq-server/<version>`, and
+/// `X-Delayq-Instance: <name>` when push_client_options::instance is set.
 ///
 /// Thread safety: every member may be called from any thread, concurrently.
 /// The I/O runs on the executor given at construction, which may be run by

@@ -1,0 +1,182 @@
+// delayq-server process tests: three instances sharing one store
+// (docs/scale-out.md), with one instance killed (SIGKILL, then restarted)
+// and one stalled past its lease (SIGSTOP, then SIGCONT) in the middle of a
+// run. A push receiver in the test process records every delivery with the
+// instance that made it (X-Delayq-Instance).
+//
+// On one Redis (DELAYQ_TEST_REDIS) under the `server` label, and on the local
+// Redis Cluster (DELAYQ_TEST_REDIS_CLUSTER, scripts/with-redis-cluster.sh)
+// under the `cluster` label: that case is marked skip, so the `server`
+// discovery does not list it; tests/server/CMakeLists.txt runs it with
+// --no-skip inside with-redis-cluster.sh.
+//
+// Push targets are read from the store's settings when an instance starts
+// (push_registry::load) and not again: a PUT /v1/types on one instance is not
+// seen by instances already running. The target is therefore set on `a`
+// before `b` and `c` start.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "push_receiver.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+constexpr int shard_count = 16;
+constexpr std::size_t task_count = 10000;
+constexpr std::int64_t spread_ms = 20000;  // delays over ~20 s
+
+std::string cluster_store_uri(const std::string& base) {
+  std::string prefix = unique_name("scale");
+  if (prefix.size() > 64) prefix = prefix.substr(prefix.size() - 64);
+  return base + (base.find('?') == std::string::npos ? "?" : "&") + "prefix=" + prefix +
+         "&shards=" + std::to_string(shard_count);
+}
+
+std::unique_ptr<server_process> start_instance(const std::string& uri, const std::string& name) {
+  auto p = std::make_unique<server_process>(std::vector<std::string>{
+      "--listen", "127.0.0.1:0", "--store", uri, "--token", test_token, "--tick", "10", "--cluster",
+      "--shards", std::to_string(shard_count), "--lease", "1s", "--instance", name});
+  p->wait_listening();
+  return p;
+}
+
+int shards_held(http_client& c) {
+  auto s = c.get("/v1/stats");
+  if (s.status != 200) return -1;
+  auto n = find_number(s.body_json, "shards_held");
+  return n ? static_cast<int>(*n) : -1;
+}
+
+void run_three_instances(const std::string& base_uri) {
+  push_receiver receiver([](const push_call&, std::size_t) { return 200u; });
+  const std::string uri = cluster_store_uri(base_uri);
+  const std::string type = "scale";
+
+  auto a = start_instance(uri, "a");
+  INFO(a->output_tail());
+  http_client ca(a->port());
+  auto p = ca.put("/v1/types/" + type, json{{"push_url", receiver.url()}, {"concurrency", 64}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  auto b = start_instance(uri, "b");
+  auto c = start_instance(uri, "c");
+  // c is SIGSTOPped below: never leave it stopped when a check throws.
+  struct resume_guard {
+    std::unique_ptr<server_process>& p;
+    ~resume_guard() {
+      if (p) p->signal(SIGCONT);
+    }
+  } resume_c{c};
+  std::optional<http_client> cb(std::in_place, b->port());
+  http_client cc(c->port());
+  // Balanced: each holds some, together all, none twice (the leases say so;
+  // the sum says none is missing).
+  REQUIRE(eventually([&] {
+    const int x = shards_held(ca), y = shards_held(*cb), z = shards_held(cc);
+    return x > 0 && y > 0 && z > 0 && x + y + z == shard_count;
+  }));
+
+  // 10,000 tasks through all three, in batches, delays over ~20 s.
+  std::set<std::string> acked;
+  http_client* clients[] = {&ca, &*cb, &cc};
+  constexpr std::size_t batch = 500;
+  for (std::size_t i = 0; i < task_count; i += batch) {
+    json tasks = json::array();
+    for (std::size_t k = i; k < i + batch; ++k)
+      tasks.push_back({{"type", type},
+                       {"payload", std::to_string(k)},
+                       {"delay_ms", static_cast<std::int64_t>(k) * spread_ms / task_count}});
+    auto r = clients[(i / batch) % 3]->post("/v1/tasks:batch", json{{"tasks", tasks}});
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    for (const auto& id : r.body_json["ids"]) acked.insert(id.get<std::string>());
+  }
+  REQUIRE(acked.size() == task_count);
+
+  // SIGKILL b a fifth of the way through; restart it (same name) later.
+  REQUIRE(receiver.wait_for_calls(task_count / 5));
+  b->kill_now();
+  REQUIRE(receiver.wait_for_calls(task_count * 2 / 5));
+  // Every call of the killed b was recorded before the new b starts: the
+  // last of them was sent before the kill, a fifth of the run ago.
+  const std::size_t b_restarted_at = receiver.calls().size();
+  b = start_instance(uri, "b");
+  cb.emplace(b->port());
+
+  // SIGSTOP c past its lease: the others take all its shards; then SIGCONT.
+  REQUIRE(receiver.wait_for_calls(task_count * 3 / 5));
+  c->signal(SIGSTOP);
+  REQUIRE(eventually([&] { return shards_held(ca) + shards_held(*cb) == shard_count; }));
+  // Taken before SIGCONT: every later call of c was made after it resumed.
+  const std::size_t c_resumed_at = receiver.calls().size();
+  c->signal(SIGCONT);
+  REQUIRE(eventually([&] { return shards_held(cc) > 0; }));
+
+  // Every acknowledged task ran at least once.
+  std::map<std::string, std::vector<push_call>> runs;
+  REQUIRE(eventually([&] {
+    runs.clear();
+    for (auto& call : receiver.calls()) runs[call.task_id].push_back(call);
+    return std::all_of(acked.begin(), acked.end(), [&](auto& id) { return runs.count(id); });
+  }));
+  // A task ran twice only if it was running on an instance when that
+  // instance died or stalled: every run but the last was made by b before
+  // its kill or by c before it resumed. And no undisturbed instance ran a
+  // task twice.
+  const auto disturbed = [&](const push_call& run) {
+    return (run.instance == "b" && run.index < b_restarted_at) ||
+           (run.instance == "c" && run.index < c_resumed_at);
+  };
+  std::size_t twice = 0, extra_runs = 0, same_instance_twice = 0;
+  std::map<std::string, std::size_t> by_instance;
+  for (const auto& [id, list] : runs) {
+    for (const auto& run : list) ++by_instance[run.instance];
+    if (list.size() < 2) continue;
+    ++twice;
+    extra_runs += list.size() - 1;
+    INFO("task ", id, " ran ", list.size(), " times");
+    for (std::size_t k = 0; k + 1 < list.size(); ++k) {
+      const auto& run = list[k];
+      CHECK_MESSAGE(disturbed(run), "run ", k, " on ", run.instance, " attempt ", run.attempt,
+                    " call ", run.index, " (b restarted at call ", b_restarted_at,
+                    ", c resumed at call ", c_resumed_at, ")");
+    }
+    std::map<std::string, int> undisturbed;
+    for (const auto& run : list)
+      if (!disturbed(run)) ++undisturbed[run.instance];
+    for (const auto& [name, n] : undisturbed) {
+      if (n > 1) ++same_instance_twice;
+      CHECK_MESSAGE(n <= 1, "undisturbed instance ", name, " ran it ", n, " times");
+    }
+  }
+  for (const auto& [name, n] : by_instance)
+    CHECK_MESSAGE(!name.empty(), n, " calls without X-Delayq-Instance");
+  MESSAGE("calls: ", receiver.calls().size(), ", tasks run more than once: ", twice,
+          ", extra runs: ", extra_runs,
+          ", tasks an undisturbed instance ran twice: ", same_instance_twice,
+          ", calls by instance: a=", by_instance["a"], " b=", by_instance["b"],
+          " c=", by_instance["c"]);
+}
+
+}  // namespace
+
+TEST_CASE("scale-out: three instances on one Redis, one killed, one stalled") {
+  run_three_instances(test_redis_uri());
+}
+
+// Needs DELAYQ_TEST_REDIS_CLUSTER: skipped unless run with --no-skip (the
+// `cluster` label's add_test in tests/server/CMakeLists.txt).
+TEST_CASE("cluster: scale-out: three instances on a Redis Cluster, one killed, one stalled" *
+          doctest::skip()) {
+  const char* base = std::getenv("DELAYQ_TEST_REDIS_CLUSTER");
+  REQUIRE_MESSAGE(
+      (base && *base),
+      "DELAYQ_TEST_REDIS_CLUSTER is not set: run through scripts/with-redis-cluster.sh");
+  run_three_instances(base);
+}
