@@ -324,7 +324,8 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   CHECK(a.eng->stop(patience));
 }
 
-TEST_CASE("cluster: a cancel, reschedule or replace refused by the fence fails and changes nothing") {
+TEST_CASE(
+    "cluster: a cancel, reschedule or replace refused by the fence fails and changes nothing") {
   const std::string uri = sharded_uri("cluster-call-fence");
   io_thread io;
   member a{"a"};
@@ -341,7 +342,8 @@ TEST_CASE("cluster: a cancel, reschedule or replace refused by the fence fails a
   boost::system::error_code ec;
   SUBCASE("cancel") { CHECK_FALSE(a.eng->cancel("x", ec)); }
   SUBCASE("reschedule") {
-    CHECK_FALSE(a.eng->reschedule("x", std::chrono::system_clock::now() + std::chrono::hours{2}, ec));
+    CHECK_FALSE(
+        a.eng->reschedule("x", std::chrono::system_clock::now() + std::chrono::hours{2}, ec));
   }
   SUBCASE("replace") {
     delayq::schedule_options o{"x"};
