@@ -71,8 +71,8 @@ class redis_shard_leases final : public shard_leases {
       lease_keys_.push_back(redis_lease_key(redis_.prefix, s));
   }
 
-  lease_round renew(boost::system::error_code& ec) override;
-  void release_all(boost::system::error_code& ec) override;
+  lease_round renew(std::span<const std::uint32_t> keep, boost::system::error_code& ec) override;
+  void release_all(std::span<const std::uint32_t> keep, boost::system::error_code& ec) override;
   const cluster_options& options() const noexcept override { return cluster_; }
 
  private:
@@ -267,14 +267,20 @@ lease_round redis_shard_leases::finish(clock::time_point start,
     const auto now_held = held_.find(s);
     if (now_held == held_.end() || now_held->second.token != l.token) out.lost.push_back(s);
   }
-  if (!failed) out.members = members_;
+  if (!failed) {
+    out.members = members_;
+    // After trip 2 what is held and not ours to own was kept (renew's keep).
+    for (const auto& [s, l] : held_)
+      if (!mine_.empty() && !mine_[s]) out.leaving.push_back(s);
+  }
   const auto round = cluster_.lease / 3;
   const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
   out.next_round_in = std::max(std::chrono::milliseconds{0}, round - spent);
   return out;
 }
 
-lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
+lease_round redis_shard_leases::renew(std::span<const std::uint32_t> keep,
+                                      boost::system::error_code& ec) {
   std::lock_guard lock(mutex_);
   const auto before = held_;
 
@@ -317,8 +323,8 @@ lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
   calls.clear();
   std::vector<std::uint32_t> acquiring;
   for (auto it = held_.begin(); it != held_.end();) {
-    if (mine_[it->first]) {
-      ++it;
+    if (mine_[it->first] || std::find(keep.begin(), keep.end(), it->first) != keep.end()) {
+      ++it;  // ours, or the caller is not done with it (lease_round::leaving)
       continue;
     }
     calls.push_back({lease_script::release,
@@ -349,13 +355,15 @@ lease_round redis_shard_leases::renew(boost::system::error_code& ec) {
   return finish(start, before, false);
 }
 
-void redis_shard_leases::release_all(boost::system::error_code& ec) {
+void redis_shard_leases::release_all(std::span<const std::uint32_t> keep,
+                                     boost::system::error_code& ec) {
   std::lock_guard lock(mutex_);
   std::vector<call> calls;
   for (const auto& [s, l] : held_)
-    calls.push_back({lease_script::release,
-                     lease_keys_[s],
-                     {cluster_.instance, std::to_string(l.token), incarnation_}});
+    if (std::find(keep.begin(), keep.end(), s) == keep.end())
+      calls.push_back({lease_script::release,
+                       lease_keys_[s],
+                       {cluster_.instance, std::to_string(l.token), incarnation_}});
   calls.push_back({lease_script::leave, members_key_, {cluster_.instance}});
   held_.clear();
   members_.clear();

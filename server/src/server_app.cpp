@@ -174,7 +174,10 @@ tcp::endpoint server_app::start() {
   }
   auto& p = *p_;
   push_client_options push_options;
-  if (options_.cluster) push_options.instance = options_.instance;
+  if (options_.cluster) {
+    push_options.instance = options_.instance;
+    push_options.shards = options_.shards;
+  }
   p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
   p.broker = std::make_unique<lease_broker>(io_.get_executor());
 

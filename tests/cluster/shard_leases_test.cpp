@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 #include <thread>
 
@@ -105,9 +106,9 @@ struct member {
   std::unique_ptr<shard_leases> leases;
   lease_round last;
 
-  lease_round round() {
+  lease_round round(std::span<const std::uint32_t> keep = {}) {
     boost::system::error_code ec;
-    last = leases->renew(ec);
+    last = leases->renew(keep, ec);
     REQUIRE_MESSAGE(!ec, ec.message());
     return last;
   }
@@ -431,6 +432,47 @@ TEST_CASE("shard leases: release_all hands every shard over at once") {
   CHECK(r.gained.size() == a_last.held.size());
   CHECK(r.members == std::vector<std::string>{"b"});
   for (const shard_lease& l : a_last.held) CHECK(c.members.at("b").token(l.shard) > l.token);
+}
+
+TEST_CASE("shard leases: a kept shard stays, reported leaving, until it is let go") {
+  cluster c;
+  member& a = c.add("a");
+  a.round();
+  REQUIRE(a.held() == all_shards(c.shards));
+  member& b = c.add("b");
+  b.round();  // joins; every lease is held, so it takes nothing yet
+  const std::vector<std::string> ab{"a", "b"};
+  std::vector<std::uint32_t> to_b;
+  for (std::uint32_t s = 0; s < c.shards; ++s)
+    if (ab[rendezvous_owner(s, ab)] == "b") to_b.push_back(s);
+  REQUIRE(to_b.size() >= 2);
+  const std::uint64_t kept_token = a.token(to_b[0]);
+
+  // a keeps every shard b should own: renewed with their tokens, reported
+  // leaving; b gets none of them.
+  lease_round r = a.round(to_b);
+  CHECK(r.leaving == to_b);
+  CHECK(r.lost.empty());
+  CHECK(a.held() == all_shards(c.shards));
+  CHECK(b.round().held.empty());
+
+  // a keeps one and lets the rest go: b takes those at its next round.
+  r = a.round(std::span(to_b).first(1));
+  CHECK(r.leaving == std::vector<std::uint32_t>{to_b[0]});
+  CHECK(r.lost == std::vector<std::uint32_t>(to_b.begin() + 1, to_b.end()));
+  CHECK(a.token(to_b[0]) == kept_token);
+  b.round();
+  CHECK(b.held() == std::set<std::uint32_t>(to_b.begin() + 1, to_b.end()));
+
+  // Leaving, a keeps it still: release_all(keep) leaves that lease to expire
+  // (its owner stays a) and releases the others.
+  std::uint32_t own = 0;
+  while (ab[rendezvous_owner(own, ab)] != "a") ++own;
+  boost::system::error_code ec;
+  a.leases->release_all(std::span(to_b).first(1), ec);
+  REQUIRE_MESSAGE(!ec, ec.message());
+  CHECK(c.raw.get({"HGET", redis_lease_key(c.prefix, to_b[0]), "owner"}) == "a");
+  CHECK_FALSE(c.raw.get({"HGET", redis_lease_key(c.prefix, own), "owner"}));
 }
 
 TEST_CASE("shard leases: a server that lost the scripts gets them again (NOSCRIPT)") {

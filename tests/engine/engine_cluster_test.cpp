@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include <hiredis/hiredis.h>
 #include <algorithm>
 #include <delayq/delayq.hpp>
 #include <delayq/redis_shard_leases.hpp>
@@ -110,8 +111,9 @@ struct member {
   std::unique_ptr<delayq::engine> eng;
 };
 
-delayq::engine_options member_options(const std::string& name) {
+delayq::engine_options member_options(const std::string& name, std::size_t workers = 2) {
   auto o = fast_options();
+  o.workers = workers;
   o.cluster = delayq::cluster_options{test_shards, std::chrono::milliseconds{600}, name};
   return o;
 }
@@ -122,9 +124,10 @@ std::string sharded_uri(const std::string& name) {
 }
 
 void start_member(member& m, io_thread& io, std::unique_ptr<delayq::task_store> store,
-                  delayq::executor_factory f = {}) {
+                  delayq::executor_factory f = {}, std::size_t workers = 2) {
   f.add("t", std::ref(m.ran));
-  m.eng = std::make_unique<delayq::engine>(io.io, f, std::move(store), member_options(m.name));
+  m.eng =
+      std::make_unique<delayq::engine>(io.io, f, std::move(store), member_options(m.name, workers));
   m.eng->start();
 }
 void start_member(member& m, io_thread& io, const std::string& uri) {
@@ -150,6 +153,53 @@ bool wait_balanced(std::vector<member*> ms) {
     return true;
   });
 }
+
+// An id of the shard that `owner` should own among `names`, not in `taken`.
+std::string id_owned_by(const std::string& owner, const std::vector<std::string>& names,
+                        const std::string& stem, std::uint32_t* shard = nullptr,
+                        const std::string& beside = {}) {
+  for (int k = 0;; ++k) {
+    std::string id = stem + "-" + std::to_string(k);
+    const std::uint32_t s = delayq::shard_of(id, test_shards);
+    if (desired_owner(s, names) != owner) continue;
+    if (!beside.empty() && s != delayq::shard_of(beside, test_shards)) continue;
+    if (shard) *shard = s;
+    return id;
+  }
+}
+
+// Makes the lease of `shard` look expired in the store, as it is once its
+// holder stalled past it: the next instance that should own the shard takes
+// it with a new token. (The holder's next round renews it unless that
+// instance took it first: callers retry until it did.)
+void expire_lease(const std::string& uri, std::uint32_t shard) {
+  const auto o = delayq::redis_options::parse(uri);
+  redisContext* c = o.unix_socket.empty() ? redisConnect(o.host.c_str(), static_cast<int>(o.port))
+                                          : redisConnectUnix(o.unix_socket.c_str());
+  REQUIRE(c != nullptr);
+  REQUIRE_MESSAGE(c->err == 0, c->errstr);
+  const std::string key = delayq::redis_lease_key(o.prefix, shard);
+  auto* r =
+      static_cast<redisReply*>(redisCommand(c, "HSET %b expires_ms 0", key.data(), key.size()));
+  REQUIRE(r != nullptr);
+  freeReplyObject(r);
+  redisFree(c);
+}
+
+// A lease table of another instance, `name`, that takes `shard` as soon as
+// its lease lapses (expire_lease()); true once it holds it.
+bool steal_shard(const std::string& uri, delayq::shard_leases& thief, std::uint32_t shard) {
+  return eventually([&] {
+    expire_lease(uri, shard);
+    const delayq::lease_round r = thief.renew();
+    return std::any_of(r.held.begin(), r.held.end(),
+                       [&](const delayq::shard_lease& l) { return l.shard == shard; });
+  });
+}
+
+// A thief's lease outlives the test: the shard does not come back to its
+// old holder (and run the task there again) while the test looks.
+constexpr std::chrono::milliseconds thief_lease{60'000};
 
 // One id in each shard.
 std::vector<std::string> probe_ids() {
@@ -386,16 +436,13 @@ TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost o
   a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {id});
   REQUIRE(gate.wait_entered(1));
 
-  // While the attempt runs, the thief joins: a gives the shard away at its
-  // next round and the thief takes it with a new token.
-  auto thief = delayq::make_redis_shard_leases(
-      delayq::redis_options::parse(uri),
-      delayq::cluster_options{test_shards, std::chrono::milliseconds{600}, "thief"});
-  REQUIRE(eventually([&] {
-    const delayq::lease_round r = thief->renew();
-    return std::any_of(r.held.begin(), r.held.end(),
-                       [&](const delayq::shard_lease& l) { return l.shard == shard; });
-  }));
+  // While the attempt runs, the thief joins. a keeps the shard while its
+  // attempt runs (a hand-over waits for it), so a's lease is made to lapse,
+  // as in a stall, and the thief takes the shard with a new token.
+  auto thief =
+      delayq::make_redis_shard_leases(delayq::redis_options::parse(uri),
+                                      delayq::cluster_options{test_shards, thief_lease, "thief"});
+  REQUIRE(steal_shard(uri, *thief, shard));
   gate.release();
   // a's outcome write carries its old token: refused, dropped, not kept.
   CHECK(eventually([&] {
@@ -407,6 +454,111 @@ TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost o
   const auto left = stored(*reader);
   REQUIRE(left.count(id) == 1);  // as it was: the thief's to run
   CHECK(left.at(id).attempts == 0);
+  CHECK(a.eng->stop(patience));
+  thief->release_all();
+}
+
+TEST_CASE("cluster: a shard is handed over only once the attempt running on it settled") {
+  const std::string uri = sharded_uri("cluster-handover");
+  io_thread io;
+  member a{"a"}, b{"b"};
+  latch gate;
+  delayq::executor_factory fa;
+  fa.add("blocked", [&](const delayq::task&) { gate.enter_and_wait(); });
+  // A failed REQUIRE must not leave the attempt blocked (the engine's
+  // destructor would wait for it forever).
+  struct open_at_exit {
+    latch& l;
+    ~open_at_exit() { l.release(); }
+  };
+  recorder b_blocked;
+  delayq::executor_factory fb;
+  fb.add("blocked", std::ref(b_blocked));
+  start_member(a, io, delayq::open_store(uri), fa);
+  // x runs on a, in a shard b should own once it joins.
+  std::uint32_t shard = 0;
+  const std::string x = id_owned_by("b", {"a", "b"}, "handover-x", &shard);
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {x});
+  REQUIRE(gate.wait_entered(1));
+
+  start_member(b, io, delayq::open_store(uri), fb);
+  // a keeps the shard while x runs: leaving, not released.
+  REQUIRE(eventually([&] { return a.eng->stats().shards_leaving == 1; }));
+  // y, of the same shard, comes due on a meanwhile: no attempt starts on a
+  // leaving shard, so a holds it back for the new owner.
+  const std::string y = id_owned_by("b", {"a", "b"}, "handover-y", nullptr, x);
+  a.eng->schedule("t", "p", std::chrono::milliseconds{0}, {y});
+  // b had rounds enough to take the shard had a let go of it: it holds all
+  // its other shards, not this one.
+  std::size_t want_b = 0;
+  for (std::uint32_t s = 0; s < test_shards; ++s)
+    if (desired_owner(s, {"a", "b"}) == "b") ++want_b;
+  const auto rounds = b.eng->stats().lease_rounds;
+  REQUIRE(eventually([&] { return b.eng->stats().lease_rounds >= rounds + 3; }));
+  CHECK(b.eng->stats().shards_held == want_b - 1);
+  CHECK(a.eng->stats().shards_leaving == 1);
+
+  // x ends: a's removal lands, then a hands the shard over; b reads it and
+  // runs y, and never x.
+  gate.release();
+  REQUIRE(wait_balanced({&a, &b}));
+  REQUIRE(b.ran.wait_for_count(1));
+  CHECK(b.ran.ids() == std::vector<std::string>{y});
+  CHECK(a.ran.snapshot().empty());
+  CHECK(a.eng->stats().succeeded == 1);
+  CHECK(a.eng->stats().shards_leaving == 0);
+  // Once b read the shard (a round after it took it), x was not there.
+  const auto taken = b.eng->stats().lease_rounds;
+  REQUIRE(eventually([&] { return b.eng->stats().lease_rounds >= taken + 2; }));
+  CHECK(b_blocked.snapshot().empty());
+  CHECK(a.eng->stop(patience));
+  CHECK(b.eng->stop(patience));
+}
+
+TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start") {
+  const std::string uri = sharded_uri("cluster-lapsed");
+  io_thread io;
+  member a{"a"};
+  latch gate;
+  delayq::executor_factory f;
+  f.add("blocked", [&](const delayq::task&) { gate.enter_and_wait(); });
+  // A failed REQUIRE must not leave the attempt blocked (the engine's
+  // destructor would wait for it forever).
+  struct open_at_exit {
+    latch& l;
+    ~open_at_exit() { l.release(); }
+  };
+  // One worker: x occupies it, so y waits in the ready queue.
+  start_member(a, io, delayq::open_store(uri), f, 1);
+  std::uint32_t shard = 0;
+  const std::string x = id_owned_by("a", {"a"}, "lapsed-x", &shard);
+  const std::string y = id_owned_by("a", {"a"}, "lapsed-y", nullptr, x);
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {x});
+  REQUIRE(gate.wait_entered(1));
+  a.eng->schedule("t", "p", std::chrono::milliseconds{0}, {y});
+  REQUIRE(eventually([&] { return a.eng->stats().ready == 1; }));
+
+  // a stalls past its lease (as SIGSTOP would) and another process takes the
+  // shard: one under a's own name (a restart of a while it stalled), so
+  // that nothing else changes hands and a has nothing to give away; a's
+  // next round finds the shard lost.
+  auto thief = delayq::make_redis_shard_leases(
+      delayq::redis_options::parse(uri), delayq::cluster_options{test_shards, thief_lease, "a"});
+  REQUIRE(steal_shard(uri, *thief, shard));
+  REQUIRE(eventually([&] { return a.eng->stats().shards_lost == 1; }));
+  CHECK(a.eng->stats().shards_leaving == 0);
+
+  // The worker frees up: y, queued under the lost lease, does not start.
+  gate.release();
+  REQUIRE(eventually([&] {
+    const auto st = a.eng->stats();
+    return st.running == 0 && st.ready == 0 && a.eng->pending() == 0;
+  }));
+  CHECK(a.ran.snapshot().empty());
+  auto reader = delayq::open_store(uri);
+  const auto left = stored(*reader);
+  REQUIRE(left.count(y) == 1);  // as it was: the thief's to run
+  CHECK(left.at(y).attempts == 0);
   CHECK(a.eng->stop(patience));
   thief->release_all();
 }

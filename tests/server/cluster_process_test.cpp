@@ -23,6 +23,7 @@
 #include <optional>
 #include <set>
 
+#include "delayq/shard_leases.hpp"
 #include "push_receiver.hpp"
 
 namespace {
@@ -126,42 +127,54 @@ void run_three_instances(const std::string& base_uri) {
     return std::all_of(acked.begin(), acked.end(), [&](auto& id) { return runs.count(id); });
   }));
   // A task ran twice only if it was running on an instance when that
-  // instance died or stalled: every run but the last was made by b before
-  // its kill or by c before it resumed. And no undisturbed instance ran a
-  // task twice.
-  const auto disturbed = [&](const push_call& run) {
-    return (run.instance == "b" && run.index < b_restarted_at) ||
-           (run.instance == "c" && run.index < c_resumed_at);
-  };
-  std::size_t twice = 0, extra_runs = 0, same_instance_twice = 0;
+  // instance died or stalled. A run is "disturbed" when b made it before its
+  // kill, or c before its stall; or when c made it under a lease it lost in
+  // the stall: its fence token (X-Delayq-Fence) is lower than the one
+  // another instance ran the task under. Since an attempt starts only while
+  // its lease is surely valid, such a run of c started before the stall and
+  // its push reached the receiver only after SIGCONT. Every task has at
+  // most one undisturbed run, and never two under one lease.
+  std::size_t twice = 0, extra_runs = 0;
   std::map<std::string, std::size_t> by_instance;
+  std::size_t unfenced = 0, misrouted = 0;
   for (const auto& [id, list] : runs) {
-    for (const auto& run : list) ++by_instance[run.instance];
+    for (const auto& run : list) {
+      ++by_instance[run.instance];
+      if (run.fence.empty() || run.fence == "0") ++unfenced;
+      if (run.shard != std::to_string(delayq::shard_of(id, shard_count))) ++misrouted;
+    }
     if (list.size() < 2) continue;
     ++twice;
     extra_runs += list.size() - 1;
-    INFO("task ", id, " ran ", list.size(), " times");
-    for (std::size_t k = 0; k + 1 < list.size(); ++k) {
-      const auto& run = list[k];
-      CHECK_MESSAGE(disturbed(run), "run ", k, " on ", run.instance, " attempt ", run.attempt,
-                    " call ", run.index, " (b restarted at call ", b_restarted_at,
-                    ", c resumed at call ", c_resumed_at, ")");
-    }
-    std::map<std::string, int> undisturbed;
+    std::string story;
     for (const auto& run : list)
-      if (!disturbed(run)) ++undisturbed[run.instance];
-    for (const auto& [name, n] : undisturbed) {
-      if (n > 1) ++same_instance_twice;
-      CHECK_MESSAGE(n <= 1, "undisturbed instance ", name, " ran it ", n, " times");
+      story += " [" + run.instance + " call " + std::to_string(run.index) + " shard " + run.shard +
+               " fence " + run.fence + " attempt " + run.attempt + "]";
+    INFO("task ", id, " ran ", list.size(), " times:", story, " (b restarted at call ",
+         b_restarted_at, ", c resumed at call ", c_resumed_at, ")");
+    const auto fence_of = [](const push_call& run) { return std::stoull(run.fence); };
+    std::size_t undisturbed = 0;
+    std::set<std::string> leases;
+    for (const auto& run : list) {
+      REQUIRE(!run.fence.empty());
+      CHECK_MESSAGE(leases.insert(run.instance + "/" + run.fence).second,
+                    "two runs under one lease");
+      const bool stale = std::any_of(list.begin(), list.end(), [&](const push_call& other) {
+        return other.instance != run.instance && fence_of(other) > fence_of(run);
+      });
+      const bool disturbed = (run.instance == "b" && run.index < b_restarted_at) ||
+                             (run.instance == "c" && (run.index < c_resumed_at || stale));
+      if (!disturbed) ++undisturbed;
     }
+    CHECK_MESSAGE(undisturbed <= 1, undisturbed, " runs by undisturbed instances");
   }
   for (const auto& [name, n] : by_instance)
     CHECK_MESSAGE(!name.empty(), n, " calls without X-Delayq-Instance");
+  CHECK_MESSAGE(unfenced == 0, unfenced, " calls without X-Delayq-Fence");
+  CHECK_MESSAGE(misrouted == 0, misrouted, " calls whose X-Delayq-Shard is not the task's shard");
   MESSAGE("calls: ", receiver.calls().size(), ", tasks run more than once: ", twice,
-          ", extra runs: ", extra_runs,
-          ", tasks an undisturbed instance ran twice: ", same_instance_twice,
-          ", calls by instance: a=", by_instance["a"], " b=", by_instance["b"],
-          " c=", by_instance["c"]);
+          ", extra runs: ", extra_runs, ", calls by instance: a=", by_instance["a"],
+          " b=", by_instance["b"], " c=", by_instance["c"]);
 }
 
 }  // namespace

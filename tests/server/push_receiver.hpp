@@ -30,6 +30,8 @@ struct push_call {
   std::string task_id;   // X-Delayq-Task-Id
   std::string attempt;   // X-Delayq-Attempt
   std::string instance;  // X-Delayq-Instance ("" when the server runs without --cluster)
+  std::string shard;     // X-Delayq-Shard (--cluster)
+  std::string fence;     // X-Delayq-Fence (--cluster): the shard lease's token
   json body;             // null when not JSON
   unsigned answered = 0;
   std::size_t index = 0;  // position in calls(): the order calls were recorded in
@@ -88,6 +90,8 @@ class push_receiver {
       c.task_id = std::string(req["X-Delayq-Task-Id"]);
       c.attempt = std::string(req["X-Delayq-Attempt"]);
       c.instance = std::string(req["X-Delayq-Instance"]);
+      c.shard = std::string(req["X-Delayq-Shard"]);
+      c.fence = std::string(req["X-Delayq-Fence"]);
       c.body = json::parse(req.body(), nullptr, false);
       if (c.body.is_discarded()) c.body = nullptr;
       std::size_t index;

@@ -237,6 +237,11 @@ struct engine_stats {
   std::size_t shards_held = 0;
   std::uint64_t shards_gained = 0;
   std::uint64_t shards_lost = 0;
+  /// engine_options::cluster: held shards another member should own, kept
+  /// until the attempts running on them settle (no attempt starts on them
+  /// meanwhile); and lease rounds completed since start(), answered or not.
+  std::size_t shards_leaving = 0;
+  std::uint64_t lease_rounds = 0;
   std::uint64_t fired = 0;        ///< Attempts started.
   std::uint64_t succeeded = 0;    ///< Attempts that returned normally.
   std::uint64_t failed = 0;       ///< Attempts that threw or had no executor.

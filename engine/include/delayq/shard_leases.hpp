@@ -24,7 +24,9 @@
 // joins or leaves moves only the shards it wins or held, about 1/N of them.
 // An instance takes the shards it should own when they are free or expired,
 // gives away the shards it holds that another live member should own (that
-// member takes them at its next round), and renews the rest. A lease is only
+// member takes them at its next round) unless the caller keeps them a while
+// longer (renew()'s `keep`: the engine keeps a shard until the attempts
+// running on it settled), and renews the rest. A lease is only
 // ever taken when free or expired, so a shard never has two holders.
 //
 // Failover. A dead instance's membership entry and leases expire at most one
@@ -118,6 +120,10 @@ struct lease_round {
   /// round (its token changed) is in both `lost` and `gained`: whatever was
   /// done under the old token is fenced.
   std::vector<std::uint32_t> lost;
+  /// Shards held now that another live member should own, ascending: the
+  /// round kept them because the caller named them in renew()'s `keep` (it
+  /// is not done with them yet). Empty after a failed round.
+  std::vector<std::uint32_t> leaving;
   /// The live members this round saw (this instance included), sorted. Empty
   /// after a failed round.
   std::vector<std::string> members;
@@ -150,20 +156,33 @@ class shard_leases {
   /// the ones another live member should own, take the free or expired ones
   /// this instance should own. Returns what it holds now and what changed.
   ///
+  /// `keep`: held shards not to give away this round even when another live
+  /// member should own them: they are renewed instead and listed in
+  /// lease_round::leaving. The engine keeps a shard it should give away
+  /// until it stopped starting attempts on it and the last one settled and
+  /// its outcome landed, so that a hand-over never runs a task twice; the
+  /// desired owner waits meanwhile (it only takes free or expired leases).
+  ///
   /// Errors (the round stopped part-way; `held` keeps the leases whose
   /// valid_until has not passed, `lost` has the others, and the next round
   /// sorts out the rest): errc::store_unavailable, errc::outcome_unknown (a
   /// write got no answer in time), errc::store_error.
-  virtual lease_round renew(boost::system::error_code& ec) = 0;
+  virtual lease_round renew(std::span<const std::uint32_t> keep, boost::system::error_code& ec) = 0;
+  /// renew(keep, ec) keeping nothing: gives away at once.
+  lease_round renew(boost::system::error_code& ec) { return renew({}, ec); }
   /// Throwing form: boost::system::system_error.
   lease_round renew();
 
-  /// Leaves the cluster: releases every lease held and drops the
-  /// membership entry, so the others take the shards at their next round.
-  /// Afterwards nothing is held, whatever happened (a lease that could not
-  /// be released expires after one lease). A later renew() joins again.
+  /// Leaves the cluster: releases every lease held but those in `keep` and
+  /// drops the membership entry, so the others take the shards at their next
+  /// round. The leases in `keep` (attempts still run on them: a stop whose
+  /// drain timed out) are left to expire after one lease, and the others
+  /// take them then. Afterwards nothing is held, whatever happened (a lease
+  /// that could not be released expires too). A later renew() joins again.
   /// Errors as renew().
-  virtual void release_all(boost::system::error_code& ec) = 0;
+  virtual void release_all(std::span<const std::uint32_t> keep, boost::system::error_code& ec) = 0;
+  /// release_all(keep, ec) keeping nothing.
+  void release_all(boost::system::error_code& ec) { release_all({}, ec); }
   /// Throwing form: boost::system::system_error.
   void release_all();
 

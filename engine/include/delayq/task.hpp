@@ -33,6 +33,12 @@ struct task {
   std::uint32_t trigger_count = 0;
   /// Signals received so far (durable: each acknowledged signal is stored).
   std::uint32_t signals = 0;
+  /// Clusters (engine_options::cluster), in the copy an executor gets: the
+  /// fencing token of the shard lease the attempt runs under; 0 otherwise
+  /// (never stored). A receiver that keeps the highest token seen per shard
+  /// (shard_of()) can refuse the work of an instance that lost its lease
+  /// while it stalled (docs/scale-out.md, "Fencing downstream").
+  std::uint64_t fence = 0;
 
   friend bool operator==(const task&, const task&) = default;
 };

@@ -185,10 +185,18 @@ bool dispatcher::pop(ready_ref& r) {
         // this fails and the loop looks at what it made of it.
         if (word.compare_exchange_weak(cur, tsw::with_state(cur, tsw::running),
                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
-          if (g != gates_.end()) ++g->second.active;
           running_.fetch_add(1, std::memory_order_acq_rel);
           type_counters::add(types_.at(c.kind).counters.running, 1);
           count_ready(c.kind, -1);
+          if (check_starts_.load(std::memory_order_acquire) && !owner_.may_start(c)) {
+            // Taken (so no cancel decides meanwhile) but not started: the
+            // owner holds it again (a cluster whose lease on its shard
+            // lapsed while it waited here, e.g. in a stall).
+            outcomes_.push_back(outcome{
+                outcome::what::withheld, c.h, tsw::with_state(cur, tsw::running), c.kind, {}});
+            break;
+          }
+          if (g != gates_.end()) ++g->second.active;
           r = c;
           return true;
         }
@@ -222,6 +230,7 @@ void dispatcher::run(const ready_ref& r, task& t) {
   t.attempts = r.v.attempts();
   t.trigger_count = r.trigger_count;
   t.signals = r.signals;
+  t.fence = r.fence;
   const auto started = std::chrono::system_clock::now();
   const auto late = std::chrono::duration_cast<std::chrono::microseconds>(started - t.due);
   lateness_.record(late);

@@ -43,6 +43,7 @@ struct ready_ref {
   std::uint16_t kind = 0;
   timer_wheel::record_view v;
   std::uint32_t trigger_count = 0, signals = 0;  // a count-triggered task's, as it was queued
+  std::uint64_t fence = 0;  // clusters: the lease token it was dispatched under (task::fence)
 };
 
 /// What became of a reference the dispatcher took.
@@ -53,6 +54,7 @@ struct outcome {
     hopeless,   // no executor for the type: retrying changes nothing
     abandoned,  // an asynchronous executor dropped its completion
     dead,       // never started: cancelled while queued; free the record
+    withheld,   // never started: the owner's may_start() said no; hold it again
   };
   what result = what::succeeded;
   timer_wheel::handle h = 0;
@@ -75,6 +77,10 @@ class dispatcher {
     virtual void settle(std::span<outcome> outcomes) = 0;
     /// Keeps the engine alive while an asynchronous attempt is out.
     virtual std::shared_ptr<void> keep_alive() = 0;
+    /// Once check_starts() was called: asked, under the dispatcher's lock,
+    /// just before a queued reference starts; false withholds it (outcome
+    /// `withheld`). Must not take locks the owner holds while calling in.
+    virtual bool may_start(const ready_ref& r) const noexcept = 0;
   };
 
   dispatcher(owner& o, const type_registry& types, std::size_t workers,
@@ -89,6 +95,10 @@ class dispatcher {
 
   /// Queues due tasks, in the order given, and wakes workers.
   void push(std::span<const ready_ref> refs);
+
+  /// From now on ask owner::may_start() before each attempt starts (a
+  /// cluster: a reference may wait in the queue past its shard's lease).
+  void check_starts() noexcept { check_starts_.store(true, std::memory_order_release); }
 
   /// No attempt starts from now on (queued references stay where they are).
   void stop_starting() noexcept { starting_.store(false, std::memory_order_release); }
@@ -160,6 +170,7 @@ class dispatcher {
   bool exiting_ = false;
 
   std::atomic<bool> starting_{true};
+  std::atomic<bool> check_starts_{false};
   std::atomic<std::size_t> running_{0};
   std::atomic<std::ptrdiff_t> ready_count_{0};
   std::atomic<std::uint64_t> fired_{0};

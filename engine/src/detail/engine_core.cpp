@@ -339,9 +339,11 @@ void engine_core::on_tick() {
     const auto now = steady_clock::now();
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
       if (cluster_on()) {
-        const std::uint64_t token = shards_->valid_token(shards_->shard(wheel_.id(h)), now);
-        if (token == 0) {
-          held_back.push_back(h);  // not surely ours now: the next round decides
+        const std::uint32_t s = shards_->shard(wheel_.id(h));
+        const std::uint64_t token = shards_->valid_token(s, now);
+        if (token == 0 || shards_->leaving(s)) {
+          // Not surely ours now, or being handed over: the next round decides.
+          held_back.push_back(h);
           return;
         }
         fences_[h] = token;  // its outcome writes carry it (settle)
@@ -500,7 +502,10 @@ engine_stats engine_core::stats() const {
     s.scheduled = scheduled_;
     s.loaded = loaded_;
     s.paged = paged_;
-    if (cluster_on()) s.shards_held = shards_->held_count();
+    if (cluster_on()) {
+      s.shards_held = shards_->held_count();
+      s.shards_leaving = shards_->leaving_count();
+    }
     s.succeeded = succeeded_;
     s.failed = failed_;
     s.cancelled = cancelled_;
@@ -515,6 +520,7 @@ engine_stats engine_core::stats() const {
   s.timed_out = dispatcher_.timed_out();
   s.shards_gained = shards_gained_.load(std::memory_order_relaxed);
   s.shards_lost = shards_lost_.load(std::memory_order_relaxed);
+  s.lease_rounds = lease_rounds_.load(std::memory_order_relaxed);
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
   s.writes_queued = writer_.queued();
   s.writes_kept = writer_.kept();

@@ -97,6 +97,7 @@ class engine_core final : public dispatcher::owner,
   // dispatcher::owner
   void settle(std::span<outcome> outcomes) override;
   std::shared_ptr<void> keep_alive() override { return shared_from_this(); }
+  bool may_start(const ready_ref& r) const noexcept override;
 
  private:
   enum class run_state { idle, running, stopping, stopped };
@@ -328,6 +329,9 @@ class engine_core final : public dispatcher::owner,
   void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
                             list_summary& summary, boost::system::error_code& ec);
   void apply_round(const lease_round& r);
+  // Under the lock: the shards an attempt started on and has not settled,
+  // ascending. Such a shard is not given away.
+  std::vector<std::uint32_t> busy_shards_locked() const;
   // Reads the tasks of shard `s` due at or before the watermark into the
   // wheel (as the pager does); false if the store could not be read.
   bool page_in_shard(std::uint32_t s);
@@ -405,7 +409,7 @@ class engine_core final : public dispatcher::owner,
   std::thread listen_thread_;
   std::vector<std::uint32_t>
       unread_shards_;  // gained, not read yet (the store failed); lease thread
-  std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0};
+  std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0}, lease_rounds_{0};
   // The token of the shard's lease when a record was dispatched (under
   // mutex_): its attempt's outcome writes carry it as their fence.
   std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;

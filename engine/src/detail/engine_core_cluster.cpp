@@ -17,6 +17,17 @@
 //   lease is surely ours (shard_table::valid_token); otherwise it holds it
 //   back for a round, after which the shard is renewed (it runs) or lost
 //   (it is let go).
+// - a shard to give away (another member should own it: lease_round::
+//   leaving) is handed over only once no attempt runs on it: no attempt
+//   starts on it any more (on_tick holds its tasks back, may_start()
+//   withholds the queued ones), and the lease thread keeps it (renew's keep)
+//   while busy_shards_locked() names it, then flushes the writer so the
+//   outcomes of its last attempts land before the release. Without this the
+//   new owner would read a task whose attempt is still running here, or
+//   whose removal has not landed, and run it again.
+// - an attempt starts only while its lease is surely ours and still the one
+//   it was dispatched under (may_start()): a reference that waited in the
+//   ready queue through a stall past the lease does not start after it.
 // Calls naming an id of a shard not held answer errc::not_owner.
 #include <algorithm>
 
@@ -31,6 +42,25 @@ namespace tsw = task_state_word;
 constexpr std::size_t shard_page = 1000;
 
 }  // namespace
+
+bool engine_core::may_start(const ready_ref& r) const noexcept {
+  if (!cluster_on()) return true;
+  const std::uint32_t s = shards_->shard(r.v.id());
+  return r.fence != 0 && shards_->valid_token(s, shard_table::clock::now()) == r.fence &&
+         !shards_->leaving(s);
+}
+
+std::vector<std::uint32_t> engine_core::busy_shards_locked() const {
+  std::vector<bool> busy(shards_->size(), false);
+  // fences_ also names references still queued: they never start on a
+  // leaving or lost shard (may_start()), so only started attempts count.
+  for (const auto& [h, token] : fences_)
+    if (tsw::state_of(tag(h)) == tsw::running) busy[shards_->shard(wheel_.id(h))] = true;
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t s = 0; s < busy.size(); ++s)
+    if (busy[s]) out.push_back(s);
+  return out;
+}
 
 bool engine_core::owner_check(std::string_view id, boost::system::error_code& ec) const {
   if (!cluster_on() || shards_->valid_token(id) != 0) return true;
@@ -96,6 +126,7 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
     shards_.reset();
     return;
   }
+  dispatcher_.check_starts();
   log(log_level::info, "cluster: instance " + leases_->options().instance + " holds " +
                            std::to_string(r.held.size()) + " of " + std::to_string(c.shards) +
                            " shards (" + std::to_string(r.members.size()) + " members)");
@@ -123,6 +154,10 @@ void engine_core::apply_round(const lease_round& r) {
       for (timer_wheel::handle h : drop) evict_if_far_locked(h);
     }
     for (const shard_lease& l : r.held) shards_->set(l);
+    // Handing over: no attempt starts on a leaving shard from now on.
+    for (const shard_lease& l : r.held)
+      shards_->set_leaving(l.shard,
+                           std::binary_search(r.leaving.begin(), r.leaving.end(), l.shard));
   }
   for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
   // A shard lost and taken again in one round (a new token) is read afresh.
@@ -196,16 +231,34 @@ void engine_core::lease_loop() {
       if (lease_cv_.wait_until(lock, next, [&] { return lease_stop_; })) return;
     }
     const auto began = std::chrono::steady_clock::now();
+    // Every held shard is kept but the leaving ones no attempt is busy with:
+    // those are handed over this round, once what their last attempts wrote
+    // has landed (the new owner reads the shard from the store).
+    std::vector<std::uint32_t> keep;
+    bool handing_over = false;
+    {
+      std::lock_guard lock(mutex_);
+      const std::vector<std::uint32_t> busy = busy_shards_locked();
+      for (std::uint32_t s = 0; s < shards_->size(); ++s) {
+        if (!shards_->held(s)) continue;
+        if (shards_->leaving(s) && !std::binary_search(busy.begin(), busy.end(), s))
+          handing_over = true;
+        else
+          keep.push_back(s);
+      }
+    }
+    if (handing_over) writer_.flush();
     boost::system::error_code ec;
     lease_round r;
     try {
-      r = leases_->renew(ec);
+      r = leases_->renew(keep, ec);
     } catch (const std::exception& e) {
       log(log_level::error, std::string("cluster: a lease round failed: ") + e.what());
       ec = errc::store_error;
     }
     if (ec) log(log_level::warning, "cluster: a lease round failed: " + ec.message());
     apply_round(r);
+    lease_rounds_.fetch_add(1, std::memory_order_relaxed);
     if (!listener_) {
       // No notices: what other instances saved into our shards is found by
       // reading the held shards again, every round.
@@ -307,9 +360,21 @@ void engine_core::stop_cluster() {
   if (listen_thread_.joinable()) listen_thread_.join();
   if (lease_thread_.joinable()) lease_thread_.join();
   if (!leases_) return;
+  // A stop whose drain timed out leaves attempts running: their shards are
+  // not released (the others would run those tasks beside them) but left
+  // to expire after one lease.
+  std::vector<std::uint32_t> busy;
+  {
+    std::lock_guard lock(mutex_);
+    busy = busy_shards_locked();
+  }
+  if (!busy.empty())
+    log(log_level::warning, "cluster: " + std::to_string(busy.size()) +
+                                " shards still have attempts running: their leases are left to "
+                                "expire rather than released");
   boost::system::error_code ec;
   try {
-    leases_->release_all(ec);
+    leases_->release_all(busy, ec);
   } catch (const std::exception&) {
     ec = errc::store_error;
   }

@@ -275,7 +275,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       dispatcher_.attempt_done(o.kind);
       const type_registry::type_info& type = types_.at(o.kind);
       const bool ok = o.result == outcome::what::succeeded;
-      if (o.result != outcome::what::abandoned) {
+      if (o.result != outcome::what::abandoned && o.result != outcome::what::withheld) {
         ok ? ++succeeded_ : ++failed_;
         type_counters::add(ok ? type.counters.succeeded : type.counters.failed);
         failures_.note_outcome(type.name, ok, after.alerts);
@@ -286,7 +286,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         erase_locked(h);
         continue;
       }
-      if (o.result == outcome::what::abandoned) {
+      if (o.result == outcome::what::abandoned || o.result == outcome::what::withheld) {
         if (stopping) {
           erase_locked(h);  // as it was in the store, for the next start
         } else {

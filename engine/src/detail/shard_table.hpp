@@ -1,7 +1,8 @@
 // The engine's view of its shard leases (engine_options::cluster): per shard,
-// whether it is held, the lease's fencing token and until when the lease is
-// surely ours. The lease thread writes it (under the engine's lock, so that
-// a change and what it does to the wheel are one step); the fire path and
+// whether it is held, the lease's fencing token, until when the lease is
+// surely ours, and whether it is being handed over (another member should
+// own it: no attempt starts on it until it is given away). The lease thread writes it (under the
+// engine's lock, so that a change and what it does to the wheel are one step); the fire path and
 // the calls read it under the same lock. The fields are atomics so that
 // stats() can count without the lock.
 #pragma once
@@ -42,6 +43,18 @@ class shard_table {
   std::uint64_t valid_token(std::string_view id) const noexcept {
     return valid_token(shard(id), clock::now());
   }
+  /// Whether the shard is held and being handed over (lease_round::leaving).
+  bool leaving(std::uint32_t s) const noexcept {
+    return slots_[s].leaving.load(std::memory_order_acquire);
+  }
+  void set_leaving(std::uint32_t s, bool on) noexcept {
+    if (slots_[s].leaving.exchange(on, std::memory_order_acq_rel) != on)
+      leaving_.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
+  }
+  std::size_t leaving_count() const noexcept {
+    const std::ptrdiff_t n = leaving_.load(std::memory_order_relaxed);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
 
   void set(const shard_lease& l) noexcept {
     slot& s = slots_[l.shard];
@@ -50,6 +63,7 @@ class shard_table {
     s.token.store(l.token, std::memory_order_release);
   }
   void clear(std::uint32_t s) noexcept {
+    set_leaving(s, false);
     if (slots_[s].token.exchange(0, std::memory_order_acq_rel) != 0)
       held_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -59,10 +73,12 @@ class shard_table {
   struct slot {
     std::atomic<std::uint64_t> token{0};  // 0: not held (tokens start at 1)
     std::atomic<clock::rep> valid_until{0};
+    std::atomic<bool> leaving{false};
   };
   const std::uint32_t shards_;
   std::unique_ptr<slot[]> slots_;
   std::atomic<std::size_t> held_{0};
+  std::atomic<std::ptrdiff_t> leaving_{0};
 };
 
 }  // namespace delayq::detail

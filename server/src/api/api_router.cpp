@@ -544,6 +544,8 @@ void api_router::stats(call& c) {
       {"shards_held", s.shards_held},
       {"shards_gained", s.shards_gained},
       {"shards_lost", s.shards_lost},
+      {"shards_leaving", s.shards_leaving},
+      {"lease_rounds", s.lease_rounds},
       {"fired", s.fired},
       {"succeeded", s.succeeded},
       {"failed", s.failed},

@@ -20,6 +20,7 @@
 
 #include "api/task_json.hpp"
 #include "delayq/log.hpp"
+#include "delayq/shard_leases.hpp"
 
 namespace delayq::server {
 namespace {
@@ -143,6 +144,11 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     req.set("X-Delayq-Task-Id", delivery.task.id);
     req.set("X-Delayq-Attempt", std::to_string(std::uint64_t{delivery.task.attempts} + 1));
     if (!owner->options.instance.empty()) req.set("X-Delayq-Instance", owner->options.instance);
+    if (owner->options.shards != 0 && delivery.task.fence != 0) {
+      req.set("X-Delayq-Shard",
+              std::to_string(delayq::shard_of(delivery.task.id, owner->options.shards)));
+      req.set("X-Delayq-Fence", std::to_string(delivery.task.fence));
+    }
     req.keep_alive(true);
     req.body() = dump_json(task_json(delivery.task));
     req.prepare_payload();

@@ -45,6 +45,12 @@ struct push_client_options {
   /// Sent as `X-Delayq-Instance` on every push when not empty: the server's
   /// instance name under --cluster (which instance ran the task).
   std::string instance;
+  /// Under --cluster: the shard count. A push of an attempt that runs under
+  /// a shard lease (task::fence not 0) then carries `X-Delayq-Shard:
+  /// <shard_of(id, shards)>` and `X-Delayq-Fence: <task::fence>`, so that a
+  /// receiver can refuse the work of an instance that lost the shard's lease
+  /// (a lower token than one it saw for that shard: docs/scale-out.md).
+  std::uint32_t shards = 0;
 };
 
 /// HTTP/1.1 client that delivers tasks to push targets.
@@ -59,7 +65,8 @@ struct push_client_options {
 /// The request: `POST` of dump_json(task_json(t)) with `Content-Type:
 /// application/json`, `X-Delayq-Task-Id: <id>`, `X-Delayq-Attempt: <attempts
 /// + 1>`, `Host` and `User-Agent: delayq-server/<version>`, and
-/// `X-Delayq-Instance: <name>` when push_client_options::instance is set.
+/// `X-Delayq-Instance: <name>` when push_client_options::instance is set,
+/// `X-Delayq-Shard` and `X-Delayq-Fence` under a cluster (push_client_options::shards).
 ///
 /// Thread safety: every member may be called from any thread, concurrently.
 /// The I/O runs on the executor given at construction, which may be run by
