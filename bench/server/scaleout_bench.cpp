@@ -25,9 +25,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <atomic>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -37,7 +35,6 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdint>
-#include <cstdio>
 #include <delayq/shard_leases.hpp>
 #include <exception>
 #include <fstream>
@@ -54,7 +51,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
