@@ -678,8 +678,10 @@ json failover_round(const options& o, receiver& rx, int lease_ms, int round, std
     throw std::runtime_error("failover: tasks did not start running");
   }
   check_alive(in);
-  in[1]->kill();
+  // The clock starts when SIGKILL is sent: kill() also reaps the process,
+  // which takes a moment that belongs to the failover time.
   const auto killed_at = steady::now();
+  in[1]->kill();
 
   // The victim's shards: those of the tasks it pushed (all before the kill:
   // it is reaped, and the receiver records a call before answering).
