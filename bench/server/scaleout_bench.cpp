@@ -32,7 +32,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstdint>
 #include <delayq/shard_leases.hpp>
@@ -141,12 +140,21 @@ class receiver {
     std::lock_guard lock(mu_);
     return calls_.size();
   }
-  /// Waits until `done(calls)` holds (checked after every delivery) or the
-  /// deadline passes; false then.
+  /// Waits until `done(calls)` holds or the deadline passes; false then.
+  /// Polls every 5 ms instead of waking at every delivery: a notification
+  /// per push would wake this thread up to ~30,000 times a second, CPU taken
+  /// from the servers on a 2-core machine. The figures use the times the
+  /// receiver recorded, so the poll costs no precision.
   template <class Pred>
   bool wait_until(steady::time_point deadline, Pred done) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_until(lock, deadline, [&] { return done(calls_); });
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (done(calls_)) return true;
+      }
+      if (steady::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
 
  private:
@@ -166,7 +174,6 @@ class receiver {
         owner.calls_.push_back({steady::now(), std::string(req["X-Delayq-Task-Id"]),
                                 std::string(req["X-Delayq-Instance"])});
       }
-      owner.cv_.notify_all();
       res = http::response<http::string_body>(http::status::ok, 11);
       res.body() = "ok";
       res.keep_alive(req.keep_alive());
@@ -195,7 +202,6 @@ class receiver {
   tcp::acceptor acceptor_;
   std::thread thread_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::vector<delivery> calls_;
 };
 
