@@ -18,6 +18,10 @@
 # memory) on free loopback ports, runs every scenario tiny and stops them.
 # beanstalkd must be installed (scripts/common.sh lists it).
 #
+# delayq-bench-scaleout (bench/server) runs through scripts/bench-scaleout.sh
+# --quick (about 15 s): 1, 2 and 3 delayq-server --cluster instances of
+# <builddir> on a private redis-server, tiny sizes, and one failover round.
+#
 # Fails only when a binary crashes, exits non-zero or hangs (5 minutes). No
 # timing is checked: timings on a shared CI machine mean nothing. A benchmark
 # that reports an error (Google Benchmark's "ERROR OCCURRED", e.g. a cancel
@@ -41,7 +45,7 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
   ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
-  ! -name delayq-bench-horizon | sort)
+  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -192,6 +196,35 @@ else
     failed=1
   fi
   binaries+=("$server_bench")
+fi
+# delayq-bench-scaleout, through scripts/bench-scaleout.sh --quick on this
+# build (about 15 s): 1, 2 and 3 delayq-server --cluster instances on a
+# private redis-server, and one failover round. It fails when a batch is
+# refused, a task is never delivered, no shard of the killed instance is
+# taken over, a server died, or the JSON is invalid; never on a timing.
+scaleout_bench="$dir/bench/server/delayq-bench-scaleout"
+if [[ ! -x "$scaleout_bench" ]]; then
+  echo "FAIL delayq-bench-scaleout: $scaleout_bench was not built"
+  failed=1
+else
+  rc=0
+  timeout 120 bash "$DELAYQ_ROOT/scripts/bench-scaleout.sh" --quick --no-build --build "$dir" \
+    --out "$e2e_out/scaleout" >"$log" 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "FAIL bench-scaleout.sh --quick: still running after 120 s"
+  elif ((rc != 0)); then
+    echo "FAIL bench-scaleout.sh --quick: exit status $rc"
+  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/scaleout/scaleout.json" >/dev/null; then
+    echo "FAIL bench-scaleout.sh --quick: $e2e_out/scaleout/scaleout.json is not valid JSON"
+    rc=1
+  else
+    echo "ok   delayq-bench-scaleout (bench-scaleout.sh --quick): $(grep -c '^| [0-9]' "$e2e_out/scaleout/scaleout-tables.md" || true) table rows"
+  fi
+  if ((rc != 0)); then
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  fi
+  binaries+=("$scaleout_bench")
 fi
 echo "bench smoke: ${#binaries[@]} binaries in $((SECONDS - start)) s"
 exit "$failed"

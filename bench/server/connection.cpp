@@ -1,4 +1,4 @@
-// connection.cpp - the stream and the two protocol clients.
+// connection.cpp - the stream, the HTTP connection and the two protocol clients.
 #include "connection.hpp"
 
 #include <algorithm>
@@ -127,12 +127,6 @@ class beanstalk_client final : public queue_client {
 // ---------------------------------------------------------------------------
 // delayq-server: docs/server.md, HTTP/1.1 keep-alive, JSON bodies.
 
-struct http_response {
-  int status = 0;
-  std::string body;
-  bool close = false;  // the server said Connection: close
-};
-
 // Ids and types in a path: everything but RFC 3986's unreserved characters
 // percent-encoded.
 std::string percent_encode(std::string_view s) {
@@ -154,13 +148,9 @@ std::string percent_encode(std::string_view s) {
 
 class delayq_client final : public queue_client {
  public:
-  delayq_client(const target& t, asio::any_io_executor ex)
-      : ep_(endpoint_of(t)), stream_(std::move(ex)) {
-    host_header_ = "Host: " + t.host + ":" + std::to_string(t.port) + "\r\n";
-    if (!t.token.empty()) auth_header_ = "Authorization: Bearer " + t.token + "\r\n";
-  }
+  delayq_client(const target& t, asio::any_io_executor ex) : conn_(t, std::move(ex)) {}
 
-  asio::awaitable<void> connect() override { co_await stream_.connect(ep_); }
+  asio::awaitable<void> connect() override { co_await conn_.connect(); }
 
   asio::awaitable<void> put(const std::string& type, std::string_view payload,
                             std::int64_t delay_ms) override {
@@ -204,79 +194,11 @@ class delayq_client final : public queue_client {
     if (r.status != 204) throw unexpected("POST " + path, r);
   }
 
-  void close() noexcept override { stream_.close(); }
+  void close() noexcept override { conn_.close(); }
 
  private:
   asio::awaitable<http_response> request(std::string_view path, std::string_view body) {
-    if (!stream_.is_open()) {  // the server closed the last one: a new connection
-      co_await stream_.connect(ep_);
-      ++reconnects_;
-    }
-    req_.clear();
-    req_ += "POST ";
-    req_ += path;
-    req_ += " HTTP/1.1\r\n";
-    req_ += host_header_;
-    req_ += auth_header_;
-    req_ += "Content-Type: application/json\r\nContent-Length: ";
-    req_ += std::to_string(body.size());
-    req_ += "\r\n\r\n";
-    req_ += body;
-    co_await stream_.write(req_);
-    http_response r = co_await read_response();
-    if (r.close) stream_.close();
-    co_return r;
-  }
-
-  asio::awaitable<http_response> read_response() {
-    http_response r;
-    std::size_t length = 0;
-    bool chunked = false;
-    {
-      const std::string_view head = co_await stream_.read_until("\r\n\r\n");
-      // "HTTP/1.1 201 Created"
-      if (head.size() < 12 || head.substr(0, 5) != "HTTP/") {
-        throw std::runtime_error("delayq-server: not an HTTP answer: '" +
-                                 std::string(head.substr(0, 80)) + "'");
-      }
-      r.status = static_cast<int>(to_u64(head.substr(9, 3), "the status line"));
-      std::size_t p = head.find("\r\n");
-      while (p != std::string_view::npos) {
-        const std::size_t q = head.find("\r\n", p + 2);
-        const std::string_view line =
-            head.substr(p + 2, q == std::string_view::npos ? std::string_view::npos : q - p - 2);
-        p = q;
-        const std::size_t colon = line.find(':');
-        if (colon == std::string_view::npos) continue;
-        const std::string_view name = line.substr(0, colon);
-        const std::string_view value = trim(line.substr(colon + 1));
-        if (iequals(name, "content-length")) {
-          length = to_u64(value, "Content-Length");
-        } else if (iequals(name, "transfer-encoding")) {
-          chunked = iequals(value, "chunked");
-        } else if (iequals(name, "connection")) {
-          r.close = iequals(value, "close");
-        }
-      }
-    }
-    if (!chunked) {
-      if (length > 0) r.body.assign(co_await stream_.read_exact(length));
-      co_return r;
-    }
-    for (;;) {  // chunk-size [;ext] CRLF data CRLF ... 0 CRLF [trailers] CRLF
-      const std::string_view size_line = co_await stream_.read_until("\r\n");
-      std::size_t n = 0;
-      const std::string_view hex = size_line.substr(0, size_line.find(';'));
-      const auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), n, 16);
-      if (ec != std::errc{}) throw std::runtime_error("delayq-server: bad chunk size");
-      if (n == 0) {
-        while (!(co_await stream_.read_until("\r\n")).empty()) {
-        }
-        co_return r;
-      }
-      r.body += co_await stream_.read_exact(n);
-      co_await stream_.read_exact(2);
-    }
+    co_return co_await conn_.request("POST", path, body);
   }
 
   static std::runtime_error unexpected(const std::string& what, const http_response& r) {
@@ -284,13 +206,8 @@ class delayq_client final : public queue_client {
                               " " + r.body.substr(0, 200));
   }
 
-  tcp::endpoint ep_;
-  stream stream_;
-  std::string host_header_;
-  std::string auth_header_;
-  std::string req_;
+  http_connection conn_;
   std::string body_;
-  std::uint64_t reconnects_ = 0;
 };
 
 }  // namespace
@@ -394,6 +311,89 @@ void stream::close() noexcept {
   boost::system::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
+}
+
+http_connection::http_connection(const target& t, asio::any_io_executor ex)
+    : ep_(endpoint_of(t)), stream_(std::move(ex)) {
+  host_header_ = "Host: " + t.host + ":" + std::to_string(t.port) + "\r\n";
+  if (!t.token.empty()) auth_header_ = "Authorization: Bearer " + t.token + "\r\n";
+}
+
+asio::awaitable<void> http_connection::connect() { co_await stream_.connect(ep_); }
+
+asio::awaitable<http_response> http_connection::request(std::string_view method,
+                                                        std::string_view path,
+                                                        std::string_view body) {
+  if (!stream_.is_open()) {  // the server closed the last one: a new connection
+    co_await stream_.connect(ep_);
+    ++reconnects_;
+  }
+  req_.clear();
+  req_ += method;
+  req_ += ' ';
+  req_ += path;
+  req_ += " HTTP/1.1\r\n";
+  req_ += host_header_;
+  req_ += auth_header_;
+  req_ += "Content-Type: application/json\r\nContent-Length: ";
+  req_ += std::to_string(body.size());
+  req_ += "\r\n\r\n";
+  req_ += body;
+  co_await stream_.write(req_);
+  http_response r = co_await read_response();
+  if (r.close) stream_.close();
+  co_return r;
+}
+
+asio::awaitable<http_response> http_connection::read_response() {
+  http_response r;
+  std::size_t length = 0;
+  bool chunked = false;
+  {
+    const std::string_view head = co_await stream_.read_until("\r\n\r\n");
+    // "HTTP/1.1 201 Created"
+    if (head.size() < 12 || head.substr(0, 5) != "HTTP/") {
+      throw std::runtime_error("delayq-server: not an HTTP answer: '" +
+                               std::string(head.substr(0, 80)) + "'");
+    }
+    r.status = static_cast<int>(to_u64(head.substr(9, 3), "the status line"));
+    std::size_t p = head.find("\r\n");
+    while (p != std::string_view::npos) {
+      const std::size_t q = head.find("\r\n", p + 2);
+      const std::string_view line =
+          head.substr(p + 2, q == std::string_view::npos ? std::string_view::npos : q - p - 2);
+      p = q;
+      const std::size_t colon = line.find(':');
+      if (colon == std::string_view::npos) continue;
+      const std::string_view name = line.substr(0, colon);
+      const std::string_view value = trim(line.substr(colon + 1));
+      if (iequals(name, "content-length")) {
+        length = to_u64(value, "Content-Length");
+      } else if (iequals(name, "transfer-encoding")) {
+        chunked = iequals(value, "chunked");
+      } else if (iequals(name, "connection")) {
+        r.close = iequals(value, "close");
+      }
+    }
+  }
+  if (!chunked) {
+    if (length > 0) r.body.assign(co_await stream_.read_exact(length));
+    co_return r;
+  }
+  for (;;) {  // chunk-size [;ext] CRLF data CRLF ... 0 CRLF [trailers] CRLF
+    const std::string_view size_line = co_await stream_.read_until("\r\n");
+    std::size_t n = 0;
+    const std::string_view hex = size_line.substr(0, size_line.find(';'));
+    const auto [ptr, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), n, 16);
+    if (ec != std::errc{}) throw std::runtime_error("delayq-server: bad chunk size");
+    if (n == 0) {
+      while (!(co_await stream_.read_until("\r\n")).empty()) {
+      }
+      co_return r;
+    }
+    r.body += co_await stream_.read_exact(n);
+    co_await stream_.read_exact(2);
+  }
 }
 
 std::unique_ptr<queue_client> make_client(const target& t, asio::any_io_executor ex) {

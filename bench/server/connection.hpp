@@ -62,6 +62,40 @@ class stream {
   std::size_t end_ = 0;    // one past the last byte read
 };
 
+/// An answer of delayq-server: the status, the body (de-chunked), and
+/// whether the server closes the connection after it.
+struct http_response {
+  int status = 0;
+  std::string body;
+  bool close = false;  // the server said Connection: close
+};
+
+/// One keep-alive HTTP/1.1 connection to delayq-server (`Authorization:
+/// Bearer` when the target has a token). request() reconnects when the
+/// server closed the last connection; used by the queue client below and by
+/// delayq-bench-scaleout for calls the queue interface has no verb for
+/// (batches, stats).
+class http_connection {
+ public:
+  http_connection(const target& t, asio::any_io_executor ex);
+  asio::awaitable<void> connect();
+  /// `method path` with `body` as application/json (sent even when empty).
+  asio::awaitable<http_response> request(std::string_view method, std::string_view path,
+                                         std::string_view body);
+  void close() noexcept { stream_.close(); }
+  std::uint64_t reconnects() const noexcept { return reconnects_; }
+
+ private:
+  asio::awaitable<http_response> read_response();
+
+  tcp::endpoint ep_;
+  stream stream_;
+  std::string host_header_;
+  std::string auth_header_;
+  std::string req_;
+  std::uint64_t reconnects_ = 0;
+};
+
 /// A job as a consumer holds it between reserve and delete/finish.
 struct job {
   std::string id;
