@@ -470,7 +470,7 @@ TEST_CASE("cluster: a shard is handed over only once the attempt running on it s
   struct open_at_exit {
     latch& l;
     ~open_at_exit() { l.release(); }
-  };
+  } opener{gate};
   recorder b_blocked;
   delayq::executor_factory fb;
   fb.add("blocked", std::ref(b_blocked));
@@ -527,7 +527,7 @@ TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start")
   struct open_at_exit {
     latch& l;
     ~open_at_exit() { l.release(); }
-  };
+  } opener{gate};
   // One worker: x occupies it, so y waits in the ready queue.
   start_member(a, io, delayq::open_store(uri), f, 1);
   std::uint32_t shard = 0;
@@ -545,7 +545,7 @@ TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start")
   auto thief = delayq::make_redis_shard_leases(
       delayq::redis_options::parse(uri), delayq::cluster_options{test_shards, thief_lease, "a"});
   REQUIRE(steal_shard(uri, *thief, shard));
-  REQUIRE(eventually([&] { return a.eng->stats().shards_lost == 1; }));
+  REQUIRE(eventually([&] { return a.eng->stats().shards_lost >= 1; }));
   CHECK(a.eng->stats().shards_leaving == 0);
 
   // The worker frees up: y, queued under the lost lease, does not start.

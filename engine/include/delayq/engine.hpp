@@ -166,7 +166,10 @@ struct engine_options {
   /// nothing.
   /// find() and status() of such an id read the store. start() returns after
   /// the first lease round, holding the shards it won then; stop() releases
-  /// every lease once the running attempts ended.
+  /// the leases once the running attempts ended (after a drain that timed
+  /// out, the leases of shards with attempts still running are left to
+  /// expire instead). A shard another instance should own is handed over
+  /// only once no attempt runs on it (docs/scale-out.md).
   std::optional<cluster_options> cluster;
 };
 

@@ -194,7 +194,9 @@ bool dispatcher::pop(ready_ref& r) {
             // lapsed while it waited here, e.g. in a stall).
             outcomes_.push_back(outcome{
                 outcome::what::withheld, c.h, tsw::with_state(cur, tsw::running), c.kind, {}});
-            break;
+            // Settled before anything else starts (work() settles when pop()
+            // finds nothing): until then it looks running to the owner.
+            return false;
           }
           if (g != gates_.end()) ++g->second.active;
           r = c;

@@ -154,10 +154,12 @@ void engine_core::apply_round(const lease_round& r) {
       for (timer_wheel::handle h : drop) evict_if_far_locked(h);
     }
     for (const shard_lease& l : r.held) shards_->set(l);
-    // Handing over: no attempt starts on a leaving shard from now on.
-    for (const shard_lease& l : r.held)
-      shards_->set_leaving(l.shard,
-                           std::binary_search(r.leaving.begin(), r.leaving.end(), l.shard));
+    // Handing over: no attempt starts on a leaving shard from now on. A
+    // failed round says nothing about leaving: the flags stay as they were.
+    if (!r.members.empty())
+      for (const shard_lease& l : r.held)
+        shards_->set_leaving(l.shard,
+                             std::binary_search(r.leaving.begin(), r.leaving.end(), l.shard));
   }
   for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
   // A shard lost and taken again in one round (a new token) is read afresh.
@@ -236,12 +238,16 @@ void engine_core::lease_loop() {
     // has landed (the new owner reads the shard from the store).
     std::vector<std::uint32_t> keep;
     bool handing_over = false;
+    // A kept write (a removal that failed and waits for its retry) may be
+    // one of a leaving shard's last outcomes, and flush() does not wait for
+    // kept writes: no shard leaves until none is kept.
+    const bool writes_kept = writer_.kept() > 0;
     {
       std::lock_guard lock(mutex_);
       const std::vector<std::uint32_t> busy = busy_shards_locked();
       for (std::uint32_t s = 0; s < shards_->size(); ++s) {
         if (!shards_->held(s)) continue;
-        if (shards_->leaving(s) && !std::binary_search(busy.begin(), busy.end(), s))
+        if (shards_->leaving(s) && !writes_kept && !std::binary_search(busy.begin(), busy.end(), s))
           handing_over = true;
         else
           keep.push_back(s);
@@ -368,6 +374,8 @@ void engine_core::stop_cluster() {
     std::lock_guard lock(mutex_);
     busy = busy_shards_locked();
   }
+  // Outcomes settled since stop()'s flush land before the release.
+  writer_.flush();
   if (!busy.empty())
     log(log_level::warning, "cluster: " + std::to_string(busy.size()) +
                                 " shards still have attempts running: their leases are left to "
