@@ -170,10 +170,13 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
         if (wheel_.find(id) == timer_wheel::npos &&
             std::find(missing.begin(), missing.end(), id) == missing.end())
           missing.emplace_back(id);
-      if (missing.empty()) {
+      // Pinned before the read, in this hold of the lock: a record of one of
+      // them that appears while the store is read (an async schedule of the
+      // id settling: written, then let go of as far) is kept, not let go of
+      // behind a read that began before its write landed.
+      if (p.ids_.empty())
         for (std::string_view id : ids) ++pinned_[p.ids_.emplace_back(id)];
-        return;
-      }
+      if (missing.empty()) return;
       seq = begin_read_locked();
     }
     // Writes queued before the read began (a success's removal, a far
@@ -193,10 +196,6 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
         for (std::optional<task>& t : found) {
           if (t && !hold_read_locked(*t, seq, now_ms(), rejected)) again = true;
         }
-        // Pinned in the same hold of the lock: nothing lets go of them before
-        // the caller decides.
-        if (!again)
-          for (std::string_view id : ids) ++pinned_[p.ids_.emplace_back(id)];
       }
       end_read_locked(seq);
     }
