@@ -89,13 +89,8 @@ if [[ -z "${DELAYQ_BENCH_SERVER_INNER:-}" ]]; then
     ensure_packages "${DELAYQ_TEST_DEPS[@]}"
     configure_and_build "$build" "${DELAYQ_MAIN_BUILD_ARGS[@]}"
   fi
-  for tool in beanstalkd redis-server redis-cli gnuplot python3; do
-    command -v "$tool" >/dev/null ||
-      delayq_die "$tool not found: install the packages of scripts/common.sh (DELAYQ_TEST_DEPS)"
-  done
-  for bin in "$build/server/delayq-server" "$build/bench/server/delayq-bench-server"; do
-    [[ -x "$bin" ]] || delayq_die "$bin was not built (configure $build with -DDELAYQ_BUILD_BENCH=ON and build it)"
-  done
+  delayq_need_tools beanstalkd redis-server redis-cli gnuplot python3
+  delayq_need_built "$build" "$build/server/delayq-server" "$build/bench/server/delayq-bench-server"
   DELAYQ_BENCH_SERVER_INNER=1 exec "$DELAYQ_ROOT/scripts/with-redis.sh" \
     bash "${BASH_SOURCE[0]}" --no-build --build "$build" --out "$out" "${mode[@]}" \
     -- ${extra[@]+"${extra[@]}"}

@@ -74,6 +74,24 @@ delayq_need_redis() {
 }
 delayq_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# delayq_need_tools tool... : dies unless every tool is on PATH (the bench
+# scripts, after ensure_packages, or with --no-build on a machine set up by hand).
+delayq_need_tools() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null ||
+      delayq_die "$tool not found: install the packages of scripts/common.sh (DELAYQ_TEST_DEPS)"
+  done
+}
+
+# delayq_need_built <builddir> binary... : dies unless every binary was built.
+delayq_need_built() {
+  local bin
+  for bin in "${@:2}"; do
+    [[ -x "$bin" ]] || delayq_die "$bin was not built (configure $1 with -DDELAYQ_BUILD_BENCH=ON and build it)"
+  done
+}
+
 # ensure_packages pkg... : installs, with apt-get, those of the packages that
 # are not installed yet. Runs `apt-get update` only when something is missing.
 ensure_packages() {

@@ -323,7 +323,7 @@ lease_round redis_shard_leases::renew(std::span<const std::uint32_t> keep,
   calls.clear();
   std::vector<std::uint32_t> acquiring;
   for (auto it = held_.begin(); it != held_.end();) {
-    if (mine_[it->first] || std::find(keep.begin(), keep.end(), it->first) != keep.end()) {
+    if (mine_[it->first] || std::binary_search(keep.begin(), keep.end(), it->first)) {
       ++it;  // ours, or the caller is not done with it (lease_round::leaving)
       continue;
     }
@@ -360,7 +360,7 @@ void redis_shard_leases::release_all(std::span<const std::uint32_t> keep,
   std::lock_guard lock(mutex_);
   std::vector<call> calls;
   for (const auto& [s, l] : held_)
-    if (std::find(keep.begin(), keep.end(), s) == keep.end())
+    if (!std::binary_search(keep.begin(), keep.end(), s))
       calls.push_back({lease_script::release,
                        lease_keys_[s],
                        {cluster_.instance, std::to_string(l.token), incarnation_}});

@@ -201,6 +201,13 @@ bool steal_shard(const std::string& uri, delayq::shard_leases& thief, std::uint3
 // old holder (and run the task there again) while the test looks.
 constexpr std::chrono::milliseconds thief_lease{60'000};
 
+// Opens a gate when the test leaves, failed REQUIRE or not: an attempt left
+// blocked on it would make the engine's destructor wait forever.
+struct open_at_exit {
+  latch& l;
+  ~open_at_exit() { l.release(); }
+};
+
 // One id in each shard.
 std::vector<std::string> probe_ids() {
   std::vector<std::string> ids(test_shards);
@@ -465,12 +472,7 @@ TEST_CASE("cluster: a shard is handed over only once the attempt running on it s
   latch gate;
   delayq::executor_factory fa;
   fa.add("blocked", [&](const delayq::task&) { gate.enter_and_wait(); });
-  // A failed REQUIRE must not leave the attempt blocked (the engine's
-  // destructor would wait for it forever).
-  struct open_at_exit {
-    latch& l;
-    ~open_at_exit() { l.release(); }
-  } opener{gate};
+  open_at_exit opener{gate};  // a failed REQUIRE must not leave x blocked
   recorder b_blocked;
   delayq::executor_factory fb;
   fb.add("blocked", std::ref(b_blocked));
@@ -522,12 +524,7 @@ TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start")
   latch gate;
   delayq::executor_factory f;
   f.add("blocked", [&](const delayq::task&) { gate.enter_and_wait(); });
-  // A failed REQUIRE must not leave the attempt blocked (the engine's
-  // destructor would wait for it forever).
-  struct open_at_exit {
-    latch& l;
-    ~open_at_exit() { l.release(); }
-  } opener{gate};
+  open_at_exit opener{gate};  // a failed REQUIRE must not leave x blocked
   // One worker: x occupies it, so y waits in the ready queue.
   start_member(a, io, delayq::open_store(uri), f, 1);
   std::uint32_t shard = 0;

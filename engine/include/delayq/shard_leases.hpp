@@ -156,7 +156,7 @@ class shard_leases {
   /// the ones another live member should own, take the free or expired ones
   /// this instance should own. Returns what it holds now and what changed.
   ///
-  /// `keep`: held shards not to give away this round even when another live
+  /// `keep` (ascending): held shards not to give away this round even when another live
   /// member should own them: they are renewed instead and listed in
   /// lease_round::leaving. The engine keeps a shard it should give away
   /// until it stopped starting attempts on it and the last one settled and
@@ -173,7 +173,7 @@ class shard_leases {
   /// Throwing form: boost::system::system_error.
   lease_round renew();
 
-  /// Leaves the cluster: releases every lease held but those in `keep` and
+  /// Leaves the cluster: releases every lease held but those in `keep` (ascending) and
   /// drops the membership entry, so the others take the shards at their next
   /// round. The leases in `keep` (attempts still run on them: a stop whose
   /// drain timed out) are left to expire after one lease, and the others
