@@ -42,9 +42,9 @@ const char* state_name(task_state s) {
   return "running";
 }
 
-// How many times a cancel or reschedule chases a task that the engine keeps
+// How long a cancel or reschedule chases a task that the engine keeps
 // handing to the broker between our two steps (give back, then act).
-constexpr int chase_rounds = 50;
+constexpr std::chrono::seconds chase_patience{5};
 
 std::optional<std::size_t> parse_size(const std::optional<std::string>& s, std::size_t dflt,
                                       std::size_t max) {
@@ -282,28 +282,38 @@ http_answer api_router::chase(const std::string& id, const char* what,
                               const std::function<bool(boost::system::error_code&)>& act) {
   // The engine cannot cancel or move a task that is "running", which a task
   // waiting here for a consumer is: give it back to the engine first, then
-  // act. The engine may fire it again in between (one tick later), or still
-  // be settling the give-back (outcomes are applied in batches during
-  // bursts): both only need another round. Reserved (leased) and pushed
-  // tasks are attempts that cannot be taken back: 409.
+  // act. Three moments need only another round:
+  // - the engine fired it again after the give-back (one tick later);
+  // - the engine is still settling the give-back (outcomes are applied in
+  //   batches during bursts);
+  // - a worker has started the attempt of a pulled type but has not offered
+  //   it here yet (a GET in that moment says "ready", from the engine).
+  // Reserved (leased) and pushed tasks are attempts that cannot be taken
+  // back: 409 at once. The rounds are bounded by time, not by count: under
+  // load (or a sanitizer) a worker can take longer than a count allows.
+  const auto give_up = std::chrono::steady_clock::now() + chase_patience;
   bool gave_back = false;
-  for (int round = 0; round < chase_rounds; ++round) {
+  for (;;) {
     boost::system::error_code ec;
     if (act(ec)) return no_content();
     if (ec) return error_answer(from_error_code(ec));
     auto st = parts_.engine->status(id);
     if (!st) return error_answer(not_found("no pending task with id " + id));
-    if (st->state != task_state::running) continue;  // it moved between the two calls
-    if (parts_.broker->release_ready(id)) {
-      gave_back = true;
-      continue;
+    if (st->state == task_state::running) {
+      if (parts_.broker->release_ready(id)) {
+        gave_back = true;
+        continue;
+      }
+      const bool pushed = !gave_back && parts_.registry->find(st->task.type).has_value();
+      if (parts_.broker->state_of(id) == lease_broker::held::reserved || pushed)
+        return error_answer(conflict("conflict", "task " + id +
+                                                     " is reserved by a consumer or being "
+                                                     "pushed; it can be " +
+                                                     what + " once its attempt ends"));
     }
-    if (parts_.broker->state_of(id) == lease_broker::held::reserved || !gave_back)
-      return error_answer(conflict("conflict", "task " + id +
-                                                   " is reserved by a consumer or being pushed; "
-                                                   "it can be " +
-                                                   what + " once its attempt ends"));
-    std::this_thread::sleep_for(std::chrono::milliseconds{1});  // the give-back is settling
+    if (std::chrono::steady_clock::now() >= give_up) break;
+    // Settling, on its way here, or moved between the two calls.
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
   }
   return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
 }
