@@ -1,7 +1,8 @@
 // redis_store::listen(): the notices of saved tasks in the sharded layout.
 //
 // The sharded write script PUBLISHes "SHARD DUE_MS ID" on `PREFIX:notify`
-// for every save and revive (scripts.hpp). A listener holds a connection of
+// for every save and revive (scripts.hpp), and save_setting/erase_setting
+// "setting KEY" (redis_store.cpp). A listener holds a connection of
 // its own, SUBSCRIBEd to that channel (on a Redis Cluster, to the first
 // seed that answers: a classic PUBLISH reaches every node). wait() polls the
 // socket and an eventfd together, so close() from another thread wakes it
@@ -40,8 +41,16 @@ timeval to_tv(std::chrono::milliseconds ms) {
   return tv;
 }
 
-// "SHARD DUE_MS ID": the id is everything after the second space.
+// "SHARD DUE_MS ID": the id is everything after the second space; or
+// "setting KEY" (redis_store.cpp, add_setting_notice).
 bool parse_notice(std::string_view s, task_notice& out) {
+  constexpr std::string_view setting = "setting ";
+  if (s.starts_with(setting)) {
+    if (s.size() == setting.size()) return false;
+    out.kind = notice_kind::setting;
+    out.id = std::string(s.substr(setting.size()));
+    return true;
+  }
   const auto sp1 = s.find(' ');
   if (sp1 == std::string_view::npos) return false;
   const auto sp2 = s.find(' ', sp1 + 1);

@@ -272,22 +272,52 @@ std::vector<std::pair<std::string, std::string>> redis_store::load_settings(
   return out;
 }
 
+namespace {
+
+// The sharded layout announces a changed setting on the notice channel, so
+// every instance of a cluster rereads it (redis_listener.cpp parses
+// "setting KEY"). Sent after the change, on the same connection: a notice
+// never comes before what it announces. PUBLISH has no key, so any node of a
+// Redis Cluster takes it and spreads it to all. Holds the strings the
+// command borrows: keep it until the exchange is done.
+struct setting_notice {
+  setting_notice(const redis_options& opts, std::string_view key)
+      : on(opts.shards != 0), channel(opts.prefix + ":notify"), message("setting ") {
+    message += key;
+  }
+  void add_to(std::vector<command>& cmds) const {
+    if (on) cmds.push_back(std::move(command().arg("PUBLISH").arg(channel).arg(message)));
+  }
+  bool on;
+  std::string channel;
+  std::string message;
+};
+
+}  // namespace
+
 void redis_store::save_setting(std::string_view key, std::string_view value,
                                boost::system::error_code& ec) {
   impl& m = *impl_;
+  const setting_notice notice(m.opts, key);
   std::lock_guard lock(m.mutex);
   m.conn.run(m.slot, "save_setting", ec, [&](detail::redis::connection& c) {
-    auto replies =
-        c.exchange({command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)}, true);
+    std::vector<command> cmds;
+    cmds.push_back(std::move(command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)));
+    notice.add_to(cmds);
+    auto replies = c.exchange(std::move(cmds), true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HSET", replies[0].get());
   });
 }
 
 void redis_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
   impl& m = *impl_;
+  const setting_notice notice(m.opts, key);
   std::lock_guard lock(m.mutex);
   m.conn.run(m.slot, "erase_setting", ec, [&](detail::redis::connection& c) {
-    auto replies = c.exchange({command().arg("HDEL").arg(m.keys.settings).arg(key)}, true);
+    std::vector<command> cmds;
+    cmds.push_back(std::move(command().arg("HDEL").arg(m.keys.settings).arg(key)));
+    notice.add_to(cmds);
+    auto replies = c.exchange(std::move(cmds), true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HDEL", replies[0].get());
   });
 }

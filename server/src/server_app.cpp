@@ -288,8 +288,25 @@ void server_app::bring_up() {
   eo.workers = options_.workers;
   eo.retry = options_.retry;
   eo.horizon = options_.horizon;
-  if (options_.cluster)
+  if (options_.cluster) {
     eo.cluster = cluster_options{options_.shards, options_.lease, options_.instance};
+    // Push targets are cluster-wide: a PUT or DELETE on any instance reaches
+    // the others through the store's setting notice. A type that just gained
+    // a target has its tasks waiting for consumers pushed, as the PUT does
+    // on the instance that took it. Runs on the engine's notice thread; the
+    // engine stops (and joins it) before the registry and broker go.
+    eo.on_settings_changed = [&p] {
+      boost::system::error_code load_ec;
+      const std::vector<std::string> gained = p.registry->load(load_ec);
+      if (load_ec) {
+        log(log_level::warning,
+            "delayq-server: rereading the push targets failed: " + load_ec.message() +
+                "; the ones known stay in use until the next change");
+        return;
+      }
+      for (const std::string& type : gained) p.broker->release_type(type);
+    };
+  }
   for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));
   auto store = open_store(uri, ec);
   if (ec) fail(ec, "");

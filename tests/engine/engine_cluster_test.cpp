@@ -14,6 +14,7 @@
 #include <delayq/redis_shard_leases.hpp>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -172,18 +173,58 @@ std::string id_owned_by(const std::string& owner, const std::vector<std::string>
 // holder stalled past it: the next instance that should own the shard takes
 // it with a new token. (The holder's next round renews it unless that
 // instance took it first: callers retry until it did.)
+// A plain hiredis connection to the Redis of `uri`, for what the store does
+// not do: play a stalled instance, or a broken connection.
+struct raw_connection {
+  explicit raw_connection(const std::string& uri) : opts(delayq::redis_options::parse(uri)) {
+    c = opts.unix_socket.empty() ? redisConnect(opts.host.c_str(), static_cast<int>(opts.port))
+                                 : redisConnectUnix(opts.unix_socket.c_str());
+    REQUIRE(c != nullptr);
+    REQUIRE_MESSAGE(c->err == 0, c->errstr);
+  }
+  ~raw_connection() { redisFree(c); }
+  raw_connection(const raw_connection&) = delete;
+  raw_connection& operator=(const raw_connection&) = delete;
+  // The reply of one command, as text ("" for a non-string reply).
+  std::string run(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
+    REQUIRE(r != nullptr);
+    std::string text = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS
+                           ? std::string(r->str, r->len)
+                           : std::string();
+    freeReplyObject(r);
+    return text;
+  }
+  delayq::redis_options opts;
+  redisContext* c = nullptr;
+};
+
 void expire_lease(const std::string& uri, std::uint32_t shard) {
-  const auto o = delayq::redis_options::parse(uri);
-  redisContext* c = o.unix_socket.empty() ? redisConnect(o.host.c_str(), static_cast<int>(o.port))
-                                          : redisConnectUnix(o.unix_socket.c_str());
-  REQUIRE(c != nullptr);
-  REQUIRE_MESSAGE(c->err == 0, c->errstr);
-  const std::string key = delayq::redis_lease_key(o.prefix, shard);
-  auto* r =
-      static_cast<redisReply*>(redisCommand(c, "HSET %b expires_ms 0", key.data(), key.size()));
-  REQUIRE(r != nullptr);
-  freeReplyObject(r);
-  redisFree(c);
+  raw_connection raw(uri);
+  raw.run({"HSET", delayq::redis_lease_key(raw.opts.prefix, shard), "expires_ms", "0"});
+}
+
+// Closes the notice connections of the stores on `uri`'s prefix (named
+// "delayq:PREFIX:listen"), as a network fault would; returns how many.
+int kill_listeners(const std::string& uri) {
+  raw_connection raw(uri);
+  const std::string name = "name=delayq:" + raw.opts.prefix + ":listen ";
+  std::istringstream clients(raw.run({"CLIENT", "LIST"}));
+  int killed = 0;
+  for (std::string line; std::getline(clients, line);) {
+    if ((line + " ").find(name) == std::string::npos) continue;
+    const std::string id = line.substr(3, line.find(' ') - 3);  // "id=N ..."
+    raw.run({"CLIENT", "KILL", "ID", id});
+    ++killed;
+  }
+  return killed;
 }
 
 // A lease table of another instance, `name`, that takes `shard` as soon as
@@ -558,4 +599,35 @@ TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start")
   CHECK(left.at(y).attempts == 0);
   CHECK(a.eng->stop(patience));
   thief->release_all();
+}
+
+TEST_CASE("cluster: a setting changed elsewhere reaches on_settings_changed, also after a lost notice") {
+  const std::string uri = sharded_uri("cluster-settings");
+  io_thread io;
+  recorder changed;  // one entry per call
+  auto o = member_options("a");
+  o.on_settings_changed = [&] { changed(delayq::task{}); };
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) {});
+  delayq::engine eng(io.io, f, delayq::open_store(uri), o);
+  eng.start();
+  CHECK(changed.snapshot().empty());
+
+  // Another instance's store saves, then erases, a setting.
+  auto other = delayq::open_store(uri);
+  boost::system::error_code ec;
+  other->save_setting("push:t", "{}", ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(changed.wait_for_count(1));
+  const std::size_t after_save = changed.snapshot().size();
+  other->erase_setting("push:t", ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(changed.wait_for_count(after_save + 1));
+
+  // The notice connection breaks: what was sent meanwhile may be lost, so
+  // the engine says a setting may have changed once it is back.
+  const std::size_t before_kill = changed.snapshot().size();
+  REQUIRE(kill_listeners(uri) == 1);
+  REQUIRE(changed.wait_for_count(before_kill + 1));
+  eng.stop(patience);
 }

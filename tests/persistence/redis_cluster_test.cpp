@@ -308,6 +308,20 @@ TEST_CASE("redis cluster: a sharded store spreads its shards and its notices rea
   std::set<std::uint32_t> want_shards;
   for (const std::string& id : want) want_shards.insert(shard_of(id, 8));
   CHECK(shards == want_shards);
+
+  // A setting's notice comes from the settings key's node: it reaches the
+  // listener subscribed to a seed as well.
+  store.save_setting("push:x", "v", ec);
+  REQUIRE_FALSE(ec);
+  std::vector<task_notice> settings;
+  while (settings.empty()) {
+    auto batch = listener->wait(std::chrono::milliseconds{10'000}, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE_MESSAGE(!batch.empty(), "no setting notice for 10 s");
+    for (task_notice& n : batch)
+      if (n.kind == notice_kind::setting) settings.push_back(std::move(n));
+  }
+  CHECK(settings[0].id == "push:x");
   for (std::uint32_t s = 0; s < 8; ++s) raw.drop_prefix(prefix + ":" + std::to_string(s));
   raw.drop_prefix(prefix);
 }

@@ -301,6 +301,7 @@ TEST_CASE("redis shards: listen() gets a notice per saved task, with its shard a
   }
   REQUIRE(got.count(a) == 1);
   REQUIRE(got.count(b) == 1);
+  CHECK(got[a].kind == notice_kind::task);
   CHECK(got[a].shard == 0);
   CHECK(got[a].due_ms == 1'000);
   CHECK(got[b].shard == 3);
@@ -324,6 +325,42 @@ TEST_CASE("redis shards: listen() gets a notice per saved task, with its shard a
   }
   CHECK(after[0].id == a);
   CHECK(after[0].due_ms == 5);
+}
+
+TEST_CASE("redis shards: listen() gets a notice per setting saved or erased, after the change") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shs");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  redis_store other(sharded(prefix));  // another instance's connection
+  boost::system::error_code ec;
+  auto listener = store.listen(ec);
+  REQUIRE_MESSAGE(listener, ec.message());
+
+  other.save_setting("push:mail", "v1", ec);
+  REQUIRE_FALSE(ec);
+  other.erase_setting("push:mail with space", ec);  // an unknown key is announced too
+  REQUIRE_FALSE(ec);
+  std::vector<task_notice> got;
+  while (got.size() < 2) {
+    auto batch = listener->wait(std::chrono::milliseconds{10'000}, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE_MESSAGE(!batch.empty(), "no notice for 10 s");
+    for (task_notice& n : batch) {
+      // Sent after the change: what the notice names is already readable.
+      if (n.id == "push:mail") {
+        auto settings = store.load_settings(ec);
+        REQUIRE_FALSE(ec);
+        CHECK(settings == std::vector<std::pair<std::string, std::string>>{{"push:mail", "v1"}});
+      }
+      got.push_back(std::move(n));
+    }
+  }
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].kind == notice_kind::setting);
+  CHECK(got[0].id == "push:mail");
+  CHECK(got[1].kind == notice_kind::setting);
+  CHECK(got[1].id == "push:mail with space");
 }
 
 TEST_CASE("redis shards: close() from another thread wakes a wait()") {

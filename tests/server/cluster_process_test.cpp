@@ -10,10 +10,11 @@
 // discovery does not list it; tests/server/CMakeLists.txt runs it with
 // --no-skip inside with-redis-cluster.sh.
 //
-// Push targets are read from the store's settings when an instance starts
-// (push_registry::load) and not again: a PUT /v1/types on one instance is not
-// seen by instances already running. The target is therefore set on `a`
-// before `b` and `c` start.
+// Push targets are cluster-wide: a PUT or DELETE /v1/types on one instance
+// reaches the running others through the store's setting notice
+// (engine_options::on_settings_changed). The second case here shows that;
+// the first sets its target before `b` and `c` start, so every task is
+// pushed from the start.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -177,10 +178,106 @@ void run_three_instances(const std::string& base_uri) {
           " b=", by_instance["b"], " c=", by_instance["c"]);
 }
 
+double server_number(http_client& c, const std::string& key) {
+  auto s = c.get("/v1/stats");
+  auto n = find_number(s.body_json, key);
+  return n ? *n : -1;
+}
+
+json schedule_now(http_client& c, const std::string& type, std::size_t n) {
+  json tasks = json::array();
+  for (std::size_t k = 0; k < n; ++k)
+    tasks.push_back({{"type", type}, {"payload", std::to_string(k)}, {"delay_ms", 0}});
+  auto r = c.post("/v1/tasks:batch", json{{"tasks", tasks}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  return r.body_json["ids"];
+}
+
+// A push target set, changed or removed on one running instance is used by
+// the other at once after its notice: tasks its shards hold that were waiting
+// for consumers are pushed, later ones too, and after a DELETE they wait for
+// consumers again.
+void run_shared_targets(const std::string& base_uri) {
+  push_receiver receiver([](const push_call&, std::size_t) { return 200u; });
+  const std::string uri = cluster_store_uri(base_uri);
+  const std::string type = "shared";
+  auto a = start_instance(uri, "a");
+  auto b = start_instance(uri, "b");
+  INFO(a->output_tail());
+  INFO(b->output_tail());
+  http_client ca(a->port());
+  http_client cb(b->port());
+  REQUIRE(eventually([&] {
+    const int x = shards_held(ca), y = shards_held(cb);
+    return x > 0 && y > 0 && x + y == shard_count;
+  }));
+
+  // No target yet: due tasks wait for consumers on their shard's owner. 64
+  // tasks over 16 shards: both instances hold some (the check says so).
+  constexpr std::size_t n = 64;
+  schedule_now(ca, type, n);
+  REQUIRE(eventually([&] {
+    return server_number(ca, "ready_for_consumers") + server_number(cb, "ready_for_consumers") ==
+           static_cast<double>(n);
+  }));
+  const double waiting_on_b = server_number(cb, "ready_for_consumers");
+  REQUIRE(waiting_on_b > 0);
+  REQUIRE(server_number(ca, "ready_for_consumers") > 0);
+
+  // Set on a: b learns it, and pushes what it held back and what comes next.
+  auto p = ca.put("/v1/types/" + type, json{{"push_url", receiver.url()}, {"concurrency", 8}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  REQUIRE(receiver.wait_for_calls(n));
+  const auto pushed_by = [&](const std::string& who) {
+    auto calls = receiver.calls();
+    return std::count_if(calls.begin(), calls.end(),
+                         [&](const push_call& c) { return c.instance == who; });
+  };
+  CHECK(static_cast<double>(pushed_by("b")) == waiting_on_b);
+  schedule_now(cb, type, n);
+  REQUIRE(receiver.wait_for_calls(2 * n));
+  CHECK(static_cast<double>(pushed_by("b")) > waiting_on_b);
+  CHECK(server_number(cb, "ready_for_consumers") == 0);
+
+  // Changed on b: a reads the new limits.
+  p = cb.put("/v1/types/" + type, json{{"push_url", receiver.url()}, {"concurrency", 3}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  CHECK(eventually([&] {
+    auto g = ca.get("/v1/types/" + type);
+    return g.status == 200 && g.body_json["concurrency"] == 3;
+  }));
+
+  // Removed on b: a pulls the type again; nothing more is pushed.
+  auto d = cb.del("/v1/types/" + type);
+  REQUIRE_MESSAGE(d.status == 204, d.describe());
+  REQUIRE(eventually([&] { return ca.get("/v1/types/" + type).status == 404; }));
+  const std::size_t calls_before = receiver.calls().size();
+  schedule_now(ca, type, n);
+  REQUIRE(eventually([&] {
+    return server_number(ca, "ready_for_consumers") + server_number(cb, "ready_for_consumers") ==
+           static_cast<double>(n);
+  }));
+  CHECK(receiver.calls().size() == calls_before);
+}
+
 }  // namespace
 
 TEST_CASE("scale-out: three instances on one Redis, one killed, one stalled") {
   run_three_instances(test_redis_uri());
+}
+
+TEST_CASE("scale-out: a push target set on one instance is used by the others") {
+  run_shared_targets(test_redis_uri());
+}
+
+// As below: run with --no-skip by the `cluster` label.
+TEST_CASE("cluster: scale-out: a push target set on one instance is used by the others" *
+          doctest::skip()) {
+  const char* base = std::getenv("DELAYQ_TEST_REDIS_CLUSTER");
+  REQUIRE_MESSAGE(
+      (base && *base),
+      "DELAYQ_TEST_REDIS_CLUSTER is not set: run through scripts/with-redis-cluster.sh");
+  run_shared_targets(base);
 }
 
 // Needs DELAYQ_TEST_REDIS_CLUSTER: skipped unless run with --no-skip (the

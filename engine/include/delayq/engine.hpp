@@ -171,6 +171,16 @@ struct engine_options {
   /// expire instead). A shard another instance should own is handed over
   /// only once no attempt runs on it (docs/scale-out.md).
   std::optional<cluster_options> cluster;
+  /// engine_options::cluster: called when a store setting may have changed
+  /// on another instance (task_store::save_setting, erase_setting), so an
+  /// application that keeps its configuration in the settings (delayq-server:
+  /// push targets) rereads it and the whole cluster runs with one. It runs
+  /// on the engine's notice thread, without the engine's lock, once per batch
+  /// of setting notices; also after the notice connection was lost and came
+  /// back (notices may have been missed), and every lease round when the
+  /// store sends no notices. It may call the store; while it runs, notices of
+  /// saved tasks wait. An exception from it is caught and logged.
+  std::function<void()> on_settings_changed;
 };
 
 /// What schedule() does when a task with the same id is pending.

@@ -70,17 +70,26 @@ struct store_change {
   mutable bool refused = false;
 };
 
-/// A saved task, as a sharded store announces it (task_store::listen()).
+/// What a task_notice announces.
+enum class notice_kind : std::uint8_t {
+  task,     ///< A live task was saved: shard, due_ms and id are set.
+  setting,  ///< A setting was saved or erased: id is its key (shard, due_ms 0).
+};
+
+/// A saved task, or a changed setting, as a sharded store announces it
+/// (task_store::listen()).
 struct task_notice {
   std::uint32_t shard = 0;  ///< shard_of(id, shards())
   std::int64_t due_ms = 0;  ///< the saved task's due time, ms since the Unix epoch
-  std::string id;
+  std::string id;           ///< the task's id, or the setting's key
+  notice_kind kind = notice_kind::task;
 };
 
 /// Receives the notices a sharded store sends for every live task saved
-/// (schedule, reschedule, retry, revive), from any instance: how the owner of
-/// a shard learns of a task another instance wrote to it, without reading
-/// the store in a loop. Delivery is best effort (Redis pub/sub): a listener
+/// (schedule, reschedule, retry, revive) and every setting saved or erased,
+/// from any instance: how the owner of a shard learns of a task another
+/// instance wrote to it, and every instance of a setting another one changed,
+/// without reading the store in a loop. Delivery is best effort (Redis pub/sub): a listener
 /// whose connection broke missed what was sent meanwhile, and wait() says so
 /// with an error, after which the caller re-reads what it holds.
 ///
@@ -236,8 +245,9 @@ class task_store {
     return nullptr;
   }
 
-  /// A listener for the notices of saved tasks (task_listener), on a
-  /// connection of its own. Default: null and errc::unsupported.
+  /// A listener for the notices of saved tasks and changed settings
+  /// (task_listener), on a connection of its own. Default: null and
+  /// errc::unsupported.
   virtual std::unique_ptr<task_listener> listen(boost::system::error_code& ec) {
     ec = errc::unsupported;
     return nullptr;
@@ -261,7 +271,9 @@ class task_store {
   // ---- settings -----------------------------------------------------------
   // A few named values kept beside the tasks and shared by every engine on
   // the store (delayq-server keeps its push targets here). Keys are 1-256
-  // bytes, values at most 64 KiB. Defaults: errc::unsupported.
+  // bytes, values at most 64 KiB. A store that listens (listen()) announces
+  // every change with a notice_kind::setting notice, after it is durable.
+  // Defaults: errc::unsupported.
 
   /// Every setting, sorted by key.
   virtual std::vector<std::pair<std::string, std::string>> load_settings(

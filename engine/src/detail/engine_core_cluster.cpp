@@ -267,9 +267,10 @@ void engine_core::lease_loop() {
     lease_rounds_.fetch_add(1, std::memory_order_relaxed);
     if (!listener_) {
       // No notices: what other instances saved into our shards is found by
-      // reading the held shards again, every round.
+      // reading the held shards again, every round, and settings likewise.
       for (std::uint32_t s = 0; s < shards_->size(); ++s)
         if (shards_->held(s) && !page_in_shard(s)) break;
+      settings_changed();
     }
     // After a failed round, try again soon (the leases still held are kept
     // until their valid_until only).
@@ -302,10 +303,30 @@ void engine_core::listen_loop() {
     }
     if (resync) {
       resync = false;
+      settings_changed();
       for (std::uint32_t s = 0; s < shards_->size(); ++s)
         if (shards_->held(s) && !page_in_shard(s)) resync = true;
     }
+    // Setting notices are not tasks: one call for the batch, then the tasks.
+    const auto settings_end =
+        std::partition(notices.begin(), notices.end(),
+                       [](const task_notice& n) { return n.kind == notice_kind::setting; });
+    if (settings_end != notices.begin()) {
+      notices.erase(notices.begin(), settings_end);
+      settings_changed();
+    }
     if (!notices.empty()) hold_noticed(notices);
+  }
+}
+
+void engine_core::settings_changed() {
+  if (!options_.on_settings_changed) return;
+  try {
+    options_.on_settings_changed();
+  } catch (const std::exception& e) {
+    log(log_level::error, std::string("cluster: on_settings_changed threw: ") + e.what());
+  } catch (...) {
+    log(log_level::error, "cluster: on_settings_changed threw");
   }
 }
 

@@ -31,11 +31,11 @@ std::string key_of(std::string_view type) {
 
 push_registry::push_registry(delayq::task_store& store) : store_(store) {}
 
-void push_registry::load(boost::system::error_code& ec) {
+std::vector<std::string> push_registry::load(boost::system::error_code& ec) {
   ec.clear();
   std::lock_guard write_lock{write_mutex_};
   auto settings = store_.load_settings(ec);
-  if (ec) return;
+  if (ec) return {};
   std::map<std::string, push_target, std::less<>> loaded;
   for (auto& [key, value] : settings) {
     if (!key.starts_with(key_prefix)) continue;
@@ -58,8 +58,12 @@ void push_registry::load(boost::system::error_code& ec) {
     }
     loaded.emplace(std::move(type), std::move(*target));
   }
+  std::vector<std::string> gained;
   std::unique_lock lock{mutex_};
+  for (const auto& [type, target] : loaded)
+    if (!targets_.contains(type)) gained.push_back(type);
   targets_ = std::move(loaded);
+  return gained;
 }
 
 void push_registry::put(const std::string& type, const push_target& target,

@@ -10,6 +10,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/system/error_code.hpp>
 
@@ -52,8 +53,12 @@ class push_registry {
 
   /// Replaces the map with every `push:` setting of the store. A value that
   /// is not a valid target (corrupt JSON, a refused field) is logged through
-  /// delayq::log and skipped. Errors: the store's (the map is then unchanged).
-  void load(boost::system::error_code& ec);
+  /// delayq::log and skipped. Returns the types that had no target before
+  /// and have one now (so their tasks waiting for consumers can be pushed).
+  /// Errors: the store's (the map is then unchanged, and nothing returned).
+  /// Called at start, and again whenever another instance may have changed
+  /// a target (engine_options::on_settings_changed).
+  std::vector<std::string> load(boost::system::error_code& ec);
 
   /// Registers or replaces the target of `type`. Errors: errc::invalid_type
   /// for a type the engine would refuse (empty, over 251 bytes, characters
