@@ -42,7 +42,7 @@ timeval to_tv(std::chrono::milliseconds ms) {
 }
 
 // "SHARD DUE_MS ID": the id is everything after the second space; or
-// "setting KEY" (redis_store.cpp, add_setting_notice).
+// "setting KEY" (redis_store.cpp, setting_notice).
 bool parse_notice(std::string_view s, task_notice& out) {
   constexpr std::string_view setting = "setting ";
   if (s.starts_with(setting)) {

@@ -276,20 +276,24 @@ namespace {
 
 // The sharded layout announces a changed setting on the notice channel, so
 // every instance of a cluster rereads it (redis_listener.cpp parses
-// "setting KEY"). Sent after the change, on the same connection: a notice
-// never comes before what it announces. PUBLISH has no key, so any node of a
-// Redis Cluster takes it and spreads it to all. Holds the strings the
-// command borrows: keep it until the exchange is done.
+// "setting KEY"). Sent only once the change's own reply came back without
+// an error or a redirect (a second exchange: on a Redis Cluster a MOVED
+// reply is seen only after every reply of an exchange was read), so a
+// notice never comes before what it announces. A retry after a lost
+// connection may announce a change twice, which costs a reread. PUBLISH has
+// no key: any node of a Redis Cluster takes it and spreads it to all.
 struct setting_notice {
   setting_notice(const redis_options& opts, std::string_view key)
       : on(opts.shards != 0), channel(opts.prefix + ":notify"), message("setting ") {
     message += key;
   }
-  void add_to(std::vector<command>& cmds) const {
-    if (on) cmds.push_back(std::move(command().arg("PUBLISH").arg(channel).arg(message)));
+  void send(detail::redis::connection& c) const {
+    if (!on) return;
+    auto replies = c.exchange({command().arg("PUBLISH").arg(channel).arg(message)}, true);
+    if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("PUBLISH", replies[0].get());
   }
   bool on;
-  std::string channel;
+  std::string channel;  // the command borrows these two
   std::string message;
 };
 
@@ -301,11 +305,10 @@ void redis_store::save_setting(std::string_view key, std::string_view value,
   const setting_notice notice(m.opts, key);
   std::lock_guard lock(m.mutex);
   m.conn.run(m.slot, "save_setting", ec, [&](detail::redis::connection& c) {
-    std::vector<command> cmds;
-    cmds.push_back(std::move(command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)));
-    notice.add_to(cmds);
-    auto replies = c.exchange(std::move(cmds), true);
+    auto replies =
+        c.exchange({command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HSET", replies[0].get());
+    notice.send(c);
   });
 }
 
@@ -314,11 +317,9 @@ void redis_store::erase_setting(std::string_view key, boost::system::error_code&
   const setting_notice notice(m.opts, key);
   std::lock_guard lock(m.mutex);
   m.conn.run(m.slot, "erase_setting", ec, [&](detail::redis::connection& c) {
-    std::vector<command> cmds;
-    cmds.push_back(std::move(command().arg("HDEL").arg(m.keys.settings).arg(key)));
-    notice.add_to(cmds);
-    auto replies = c.exchange(std::move(cmds), true);
+    auto replies = c.exchange({command().arg("HDEL").arg(m.keys.settings).arg(key)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HDEL", replies[0].get());
+    notice.send(c);
   });
 }
 

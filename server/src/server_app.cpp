@@ -281,6 +281,10 @@ void server_app::bring_up() {
                         [done](std::string failure) { done(std::move(failure)); });
     } else {
       p.broker->offer(t, std::move(done));
+      // A target registered between the find() above and the offer (a PUT
+      // here, or another instance's noticed) released the type's ready
+      // tasks before this one arrived: give it back, so it is pushed.
+      if (p.registry->find(t.type)) p.broker->release_ready(t.id);
     }
   });
   engine_options eo;
@@ -293,18 +297,24 @@ void server_app::bring_up() {
     // Push targets are cluster-wide: a PUT or DELETE on any instance reaches
     // the others through the store's setting notice. A type that just gained
     // a target has its tasks waiting for consumers pushed, as the PUT does
-    // on the instance that took it. Runs on the engine's notice thread; the
-    // engine stops (and joins it) before the registry and broker go.
-    eo.on_settings_changed = [&p] {
+    // on the instance that took it. Runs on an engine thread, one call at a
+    // time; the engine stops (and joins it) before the registry and broker go.
+    eo.on_settings_changed = [&p, failing = false]() mutable {
       boost::system::error_code load_ec;
       const std::vector<std::string> gained = p.registry->load(load_ec);
       if (load_ec) {
-        log(log_level::warning,
-            "delayq-server: rereading the push targets failed: " + load_ec.message() +
-                "; the ones known stay in use until the next change");
-        return;
+        // The engine calls again within a second: one line per outage.
+        if (!failing)
+          log(log_level::warning,
+              "delayq-server: rereading the push targets failed: " + load_ec.message() +
+                  "; the ones known stay in use, trying again every second");
+        failing = true;
+        return false;
       }
+      if (failing) log(log_level::info, "delayq-server: push targets reread");
+      failing = false;
       for (const std::string& type : gained) p.broker->release_type(type);
+      return true;
     };
   }
   for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));

@@ -207,14 +207,22 @@ void run_shared_targets(const std::string& base_uri) {
   INFO(b->output_tail());
   http_client ca(a->port());
   http_client cb(b->port());
+  // Settled: each holds the shards rendezvous hashing gives it, so no shard
+  // moves while the test counts who pushed what.
+  const std::vector<std::string> names{"a", "b"};
+  int want_a = 0;
+  for (std::uint32_t s = 0; s < shard_count; ++s)
+    if (delayq::rendezvous_owner(s, names) == 0) ++want_a;
+  REQUIRE(want_a > 0);
+  REQUIRE(want_a < shard_count);
   REQUIRE(eventually([&] {
-    const int x = shards_held(ca), y = shards_held(cb);
-    return x > 0 && y > 0 && x + y == shard_count;
+    return shards_held(ca) == want_a && shards_held(cb) == shard_count - want_a &&
+           server_number(ca, "shards_leaving") == 0 && server_number(cb, "shards_leaving") == 0;
   }));
 
-  // No target yet: due tasks wait for consumers on their shard's owner. 64
-  // tasks over 16 shards: both instances hold some (the check says so).
-  constexpr std::size_t n = 64;
+  // No target yet: due tasks wait for consumers on their shard's owner. Both
+  // instances hold some of the 200 (the check says so).
+  constexpr std::size_t n = 200;
   schedule_now(ca, type, n);
   REQUIRE(eventually([&] {
     return server_number(ca, "ready_for_consumers") + server_number(cb, "ready_for_consumers") ==

@@ -118,6 +118,16 @@ void registry_round_trip(delayq::task_store& store,
     CHECK_FALSE(ec);
     CHECK_FALSE(r.erase("never", ec));
     CHECK_FALSE(ec);
+
+    // Put by another server on the store, not reread here yet: the store
+    // says it had one.
+    push_registry other{again};
+    other.put("late", mail, ec);
+    REQUIRE_FALSE(ec);
+    CHECK_FALSE(r.find("late").has_value());
+    CHECK(r.erase("late", ec));
+    CHECK_FALSE(ec);
+    CHECK_FALSE(r.erase("late", ec));
   }
   {
     auto& again = reopen();

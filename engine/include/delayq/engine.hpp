@@ -174,13 +174,19 @@ struct engine_options {
   /// engine_options::cluster: called when a store setting may have changed
   /// on another instance (task_store::save_setting, erase_setting), so an
   /// application that keeps its configuration in the settings (delayq-server:
-  /// push targets) rereads it and the whole cluster runs with one. It runs
-  /// on the engine's notice thread, without the engine's lock, once per batch
-  /// of setting notices; also after the notice connection was lost and came
-  /// back (notices may have been missed), and every lease round when the
-  /// store sends no notices. It may call the store; while it runs, notices of
-  /// saved tasks wait. An exception from it is caught and logged.
-  std::function<void()> on_settings_changed;
+  /// push targets) rereads it and the whole cluster runs with one. Called
+  /// once per batch of setting notices; once after start() (a change made
+  /// between the application's own read and the engine's subscription would
+  /// otherwise be missed); after the notice connection was lost and came
+  /// back (notices may have been missed); and every lease round when the
+  /// store sends no notices. Return false when the reread failed: it is
+  /// called again after the next wait for notices (at most a second later),
+  /// until it returns true. Never two calls at once: it runs on the engine's
+  /// notice thread (on its lease thread when the store sends no notices),
+  /// without the engine's lock, and notices of saved tasks wait meanwhile.
+  /// It may call the store. An exception from it is logged and counts as
+  /// false.
+  std::function<bool()> on_settings_changed;
 };
 
 /// What schedule() does when a task with the same id is pending.

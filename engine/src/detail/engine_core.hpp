@@ -340,8 +340,9 @@ class engine_core final : public dispatcher::owner,
   // held shards (task_store::listen()), as fault_in() would.
   void listen_loop();
   void hold_noticed(std::vector<task_notice>& notices);
-  // Calls engine_options::on_settings_changed, if any; catches what it throws.
-  void settings_changed();
+  // Calls engine_options::on_settings_changed, if any: false when it failed
+  // (returned false or threw; a throw is logged), so it is called again.
+  bool settings_changed();
   // Stops the lease thread and leaves the cluster (release_all). Idempotent.
   void stop_cluster();
 

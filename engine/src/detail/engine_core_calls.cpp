@@ -488,9 +488,11 @@ bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
       return false;
     }
     const timer_wheel::handle h = find_settled(lock, id, hash);
-    if (h == timer_wheel::npos) return false;
+    // Before "not found": a shard lost since owner_check() had its records
+    // let go, and its task lives on with the new owner (not_owner, not false).
     std::uint64_t fence = 0;
     if (!call_fence_locked(id, fence, ec)) return false;
+    if (h == timer_wheel::npos) return false;
     std::uint32_t w = tag(h);
     change c;
     c.h = h;
@@ -547,9 +549,11 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
       return false;
     }
     const timer_wheel::handle h = find_settled(lock, id, hash);
-    if (h == timer_wheel::npos) return false;
+    // Before "not found": a shard lost since owner_check() had its records
+    // let go, and its task lives on with the new owner (not_owner, not false).
     std::uint64_t fence = 0;
     if (!call_fence_locked(id, fence, ec)) return false;
+    if (h == timer_wheel::npos) return false;
     std::uint32_t w = tag(h);
     if (tsw::state_of(w) == tsw::armed) {
       set_tag(h, tsw::with_state(w, tsw::persisting));

@@ -270,7 +270,7 @@ void engine_core::lease_loop() {
       // reading the held shards again, every round, and settings likewise.
       for (std::uint32_t s = 0; s < shards_->size(); ++s)
         if (shards_->held(s) && !page_in_shard(s)) break;
-      settings_changed();
+      settings_changed();  // called again next round whatever it returns
     }
     // After a failed round, try again soon (the leases still held are kept
     // until their valid_until only).
@@ -281,6 +281,10 @@ void engine_core::lease_loop() {
 
 void engine_core::listen_loop() {
   bool resync = false;
+  // The listener subscribed in start(), after the application read its
+  // settings: a change in between was not noticed, so reread them once.
+  // Also set while a reread failed: it is tried again after every wait.
+  bool settings_stale = true;
   for (;;) {
     boost::system::error_code ec;
     std::vector<task_notice> notices;
@@ -292,10 +296,12 @@ void engine_core::listen_loop() {
     if (ec == errc::not_running) return;
     if (ec) {
       // Notices may have been missed while the connection was down: once it
-      // is back, read the held shards again (up to the watermark).
+      // is back (subscribed again), read the held shards and the settings
+      // again (up to the watermark).
       if (!resync)
         log(log_level::warning, "cluster: listening for saved tasks failed: " + ec.message());
       resync = true;
+      settings_stale = true;
       std::unique_lock lock(lease_mutex_);
       if (lease_cv_.wait_for(lock, std::chrono::milliseconds{200}, [&] { return lease_stop_; }))
         return;
@@ -303,7 +309,6 @@ void engine_core::listen_loop() {
     }
     if (resync) {
       resync = false;
-      settings_changed();
       for (std::uint32_t s = 0; s < shards_->size(); ++s)
         if (shards_->held(s) && !page_in_shard(s)) resync = true;
     }
@@ -313,21 +318,23 @@ void engine_core::listen_loop() {
                        [](const task_notice& n) { return n.kind == notice_kind::setting; });
     if (settings_end != notices.begin()) {
       notices.erase(notices.begin(), settings_end);
-      settings_changed();
+      settings_stale = true;
     }
+    if (settings_stale) settings_stale = !settings_changed();
     if (!notices.empty()) hold_noticed(notices);
   }
 }
 
-void engine_core::settings_changed() {
-  if (!options_.on_settings_changed) return;
+bool engine_core::settings_changed() {
+  if (!options_.on_settings_changed) return true;
   try {
-    options_.on_settings_changed();
+    return options_.on_settings_changed();
   } catch (const std::exception& e) {
     log(log_level::error, std::string("cluster: on_settings_changed threw: ") + e.what());
   } catch (...) {
     log(log_level::error, "cluster: on_settings_changed threw");
   }
+  return false;
 }
 
 void engine_core::hold_noticed(std::vector<task_notice>& notices) {

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <charconv>
+#include <optional>
 #include <thread>
 
 #include "api/metrics_text.hpp"
@@ -43,8 +44,11 @@ const char* state_name(task_state s) {
 }
 
 // How long a cancel or reschedule chases a task that the engine keeps
-// handing to the broker between our two steps (give back, then act).
+// handing to the broker between our two steps (give back, then act), and
+// how long it waits for a task the engine runs to reach the broker. Both
+// hold one of the blocking threads meanwhile, polling.
 constexpr std::chrono::seconds chase_patience{5};
+constexpr std::chrono::seconds transit_patience{2};
 
 std::optional<std::size_t> parse_size(const std::optional<std::string>& s, std::size_t dflt,
                                       std::size_t max) {
@@ -286,14 +290,28 @@ http_answer api_router::chase(const std::string& id, const char* what,
   // - the engine fired it again after the give-back (one tick later);
   // - the engine is still settling the give-back (outcomes are applied in
   //   batches during bursts);
-  // - a worker has started the attempt of a pulled type but has not offered
-  //   it here yet (a GET in that moment says "ready", from the engine).
+  // - a worker has just started the attempt of a pulled type and has not
+  //   offered it here yet (a GET just before said "ready": the engine had
+  //   it queued for a worker).
   // Reserved (leased) and pushed tasks are attempts that cannot be taken
-  // back: 409 at once. The rounds are bounded by time, not by count: under
-  // load (or a sanitizer) a worker can take longer than a count allows.
-  const auto give_up = std::chrono::steady_clock::now() + chase_patience;
+  // back: 409 at once. A task running and not here that was never here (in
+  // transit, or an attempt this check cannot name: a push whose target was
+  // just removed, a finish still being written) gets 409 once it stayed so
+  // for transit_patience. The rounds are bounded by time, not by count (a
+  // loaded worker can take longer than a count allows), and poll every few
+  // ms: one tick is the window between a settled give-back and the next fire.
+  using steady = std::chrono::steady_clock;
+  const auto give_up = steady::now() + chase_patience;
+  std::optional<steady::time_point> unheld_since;
   bool gave_back = false;
-  for (;;) {
+  auto pause = std::chrono::milliseconds{1};
+  const auto running = [&] {
+    return error_answer(conflict("conflict", "task " + id +
+                                                 " is running (reserved by a consumer or being "
+                                                 "pushed); it can be " +
+                                                 what + " once its attempt ends"));
+  };
+  while (steady::now() < give_up) {
     boost::system::error_code ec;
     if (act(ec)) return no_content();
     if (ec) return error_answer(from_error_code(ec));
@@ -302,18 +320,20 @@ http_answer api_router::chase(const std::string& id, const char* what,
     if (st->state == task_state::running) {
       if (parts_.broker->release_ready(id)) {
         gave_back = true;
+        pause = std::chrono::milliseconds{1};
         continue;
       }
-      const bool pushed = !gave_back && parts_.registry->find(st->task.type).has_value();
-      if (parts_.broker->state_of(id) == lease_broker::held::reserved || pushed)
-        return error_answer(conflict("conflict", "task " + id +
-                                                     " is reserved by a consumer or being "
-                                                     "pushed; it can be " +
-                                                     what + " once its attempt ends"));
+      if (parts_.broker->state_of(id) == lease_broker::held::reserved) return running();
+      if (!gave_back) {
+        if (parts_.registry->find(st->task.type)) return running();  // being pushed
+        const auto now = steady::now();
+        if (!unheld_since) unheld_since = now;
+        if (now - *unheld_since >= transit_patience) return running();
+      }
     }
-    if (std::chrono::steady_clock::now() >= give_up) break;
     // Settling, on its way here, or moved between the two calls.
-    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds{4});
   }
   return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
 }

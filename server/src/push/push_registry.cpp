@@ -89,14 +89,26 @@ void push_registry::put(const std::string& type, const push_target& target,
 
 bool push_registry::erase(std::string_view type, boost::system::error_code& ec) {
   ec.clear();
+  const std::string key = key_of(type);
   std::lock_guard write_lock{write_mutex_};
-  store_.erase_setting(key_of(type), ec);
+  bool had = false;
+  {
+    std::shared_lock lock{mutex_};
+    had = targets_.contains(type);
+  }
+  if (!had) {
+    // Another server may have added it, and this one not reread it yet (a
+    // cluster rereads on a notice): the store says whether there was one.
+    const auto settings = store_.load_settings(ec);
+    if (ec) return false;
+    had = std::any_of(settings.begin(), settings.end(),
+                      [&](const auto& kv) { return kv.first == key; });
+  }
+  store_.erase_setting(key, ec);
   if (ec) return false;
   std::unique_lock lock{mutex_};
-  const auto it = targets_.find(type);
-  if (it == targets_.end()) return false;
-  targets_.erase(it);
-  return true;
+  if (const auto it = targets_.find(type); it != targets_.end()) targets_.erase(it);
+  return had;
 }
 
 std::optional<push_target> push_registry::find(std::string_view type) const {

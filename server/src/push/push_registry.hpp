@@ -66,9 +66,9 @@ class push_registry {
   /// parse_http_url refuses or limits outside the JSON form's; the store's.
   void put(const std::string& type, const push_target& target, boost::system::error_code& ec);
 
-  /// Removes the target of `type` and returns whether it had one. The
-  /// setting is erased from the store even when the map has none (another
-  /// server on the store may have added it). Errors: the store's (false).
+  /// Removes the target of `type` and returns whether it had one, here or
+  /// in the store (another server on the store may have added it, and this
+  /// one not reread it yet). Errors: the store's (false).
   bool erase(std::string_view type, boost::system::error_code& ec);
 
   /// The target of `type`, if any.
