@@ -281,16 +281,28 @@ namespace {
 // reply is seen only after every reply of an exchange was read), so a
 // notice never comes before what it announces. A retry after a lost
 // connection may announce a change twice, which costs a reread. PUBLISH has
-// no key: any node of a Redis Cluster takes it and spreads it to all.
+// no key: any node of a Redis Cluster takes it and spreads it to all. The
+// notice is best effort: once the change landed the call succeeds, and a
+// notice that could not be sent is logged (engines reread their settings
+// every minute anyway).
 struct setting_notice {
   setting_notice(const redis_options& opts, std::string_view key)
       : on(opts.shards != 0), channel(opts.prefix + ":notify"), message("setting ") {
     message += key;
   }
-  void send(detail::redis::connection& c) const {
+  void send(detail::redis::connection& c, const std::string& store_name) const {
     if (!on) return;
-    auto replies = c.exchange({command().arg("PUBLISH").arg(channel).arg(message)}, true);
-    if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("PUBLISH", replies[0].get());
+    std::string why;
+    try {
+      auto replies = c.exchange({command().arg("PUBLISH").arg(channel).arg(message)}, true);
+      if (replies[0]->type == REDIS_REPLY_ERROR) why = reply_text(replies[0].get());
+    } catch (const redis_failure& f) {
+      why = f.message;  // the connection was dropped: the next call dials again
+    }
+    if (!why.empty())
+      log(log_level::warning, store_name + ": the notice of a changed setting (" + message +
+                                  ") was not sent: " + why +
+                                  "; other instances see the change at their next reread");
   }
   bool on;
   std::string channel;  // the command borrows these two
@@ -308,7 +320,7 @@ void redis_store::save_setting(std::string_view key, std::string_view value,
     auto replies =
         c.exchange({command().arg("HSET").arg(m.keys.settings).arg(key).arg(value)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HSET", replies[0].get());
-    notice.send(c);
+    notice.send(c, m.name);
   });
 }
 
@@ -319,7 +331,7 @@ void redis_store::erase_setting(std::string_view key, boost::system::error_code&
   m.conn.run(m.slot, "erase_setting", ec, [&](detail::redis::connection& c) {
     auto replies = c.exchange({command().arg("HDEL").arg(m.keys.settings).arg(key)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HDEL", replies[0].get());
-    notice.send(c);
+    notice.send(c, m.name);
   });
 }
 

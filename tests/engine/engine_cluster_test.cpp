@@ -601,10 +601,7 @@ TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start")
   thief->release_all();
 }
 
-TEST_CASE(
-    "cluster: on_settings_changed: after start, per setting changed elsewhere, after a lost "
-    "notice, "
-    "again when it failed") {
+TEST_CASE("cluster: on_settings_changed: after start, per change, after a lost notice, a failure") {
   const std::string uri = sharded_uri("cluster-settings");
   io_thread io;
   recorder changed;  // one entry per call

@@ -178,10 +178,10 @@ struct engine_options {
   /// once per batch of setting notices; once after start() (a change made
   /// between the application's own read and the engine's subscription would
   /// otherwise be missed); after the notice connection was lost and came
-  /// back (notices may have been missed); and every lease round when the
-  /// store sends no notices. Return false when the reread failed: it is
-  /// called again after the next wait for notices (at most a second later),
-  /// until it returns true. Never two calls at once: it runs on the engine's
+  /// back (notices may have been missed); every minute, since notices are
+  /// best effort; and every lease round when the store sends no notices.
+  /// Return false when the reread failed: it is called again about once a
+  /// second until it returns true. Never two calls at once: it runs on the engine's
   /// notice thread (on its lease thread when the store sends no notices),
   /// without the engine's lock, and notices of saved tasks wait meanwhile.
   /// It may call the store. An exception from it is logged and counts as

@@ -283,8 +283,17 @@ void engine_core::listen_loop() {
   bool resync = false;
   // The listener subscribed in start(), after the application read its
   // settings: a change in between was not noticed, so reread them once.
-  // Also set while a reread failed: it is tried again after every wait.
+  // Also set while a reread failed: it is tried again at most once a second
+  // (a store that cannot answer would otherwise hold up every batch of task
+  // notices by its timeout), and every settings_backstop, since notices are
+  // best effort (a PUBLISH lost after its change landed).
+  using steady = std::chrono::steady_clock;
+  constexpr std::chrono::seconds settings_retry{1};
+  constexpr std::chrono::seconds settings_backstop{60};
   bool settings_stale = true;
+  bool settings_noticed = true;  // call at once, not at the next retry time
+  auto settings_read_at = steady::now();
+  auto settings_retry_at = steady::now();
   for (;;) {
     boost::system::error_code ec;
     std::vector<task_notice> notices;
@@ -301,7 +310,7 @@ void engine_core::listen_loop() {
       if (!resync)
         log(log_level::warning, "cluster: listening for saved tasks failed: " + ec.message());
       resync = true;
-      settings_stale = true;
+      settings_stale = settings_noticed = true;
       std::unique_lock lock(lease_mutex_);
       if (lease_cv_.wait_for(lock, std::chrono::milliseconds{200}, [&] { return lease_stop_; }))
         return;
@@ -318,9 +327,16 @@ void engine_core::listen_loop() {
                        [](const task_notice& n) { return n.kind == notice_kind::setting; });
     if (settings_end != notices.begin()) {
       notices.erase(notices.begin(), settings_end);
-      settings_stale = true;
+      settings_stale = settings_noticed = true;
     }
-    if (settings_stale) settings_stale = !settings_changed();
+    const auto now = steady::now();
+    if (now - settings_read_at >= settings_backstop) settings_stale = settings_noticed = true;
+    if (settings_stale && (settings_noticed || now >= settings_retry_at)) {
+      settings_stale = !settings_changed();
+      settings_noticed = false;
+      settings_read_at = now;
+      settings_retry_at = now + settings_retry;
+    }
     if (!notices.empty()) hold_noticed(notices);
   }
 }

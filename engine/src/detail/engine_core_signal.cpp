@@ -73,12 +73,14 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
       return {};
     }
     const timer_wheel::handle h = find_settled(lock, id, hash);
+    // Before "not found", as cancel(): a shard lost since owner_check()
+    // answers not_owner.
+    std::uint64_t fence = 0;
+    if (!call_fence_locked(id, fence, ec)) return {};
     if (h == timer_wheel::npos) {
       ec = errc::not_found;
       return {};
     }
-    std::uint64_t fence = 0;
-    if (!call_fence_locked(id, fence, ec)) return {};
     const std::uint32_t w = tag(h);
     const trigger_counts tc = trigger_of(h);
     if (tc.count == 0) {
