@@ -284,7 +284,7 @@ void server_app::bring_up() {
       // A target registered between the find() above and the offer (a PUT
       // here, or another instance's noticed) released the type's ready
       // tasks before this one arrived: give it back, so it is pushed.
-      if (p.registry->find(t.type)) p.broker->release_ready(t.id);
+      if (p.registry->has(t.type)) p.broker->release_ready(t.id);
     }
   });
   engine_options eo;

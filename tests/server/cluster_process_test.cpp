@@ -278,23 +278,27 @@ TEST_CASE("scale-out: a push target set on one instance is used by the others") 
   run_shared_targets(test_redis_uri());
 }
 
-// As below: run with --no-skip by the `cluster` label.
-TEST_CASE("cluster: scale-out: a push target set on one instance is used by the others" *
-          doctest::skip()) {
+namespace {
+
+// The local Redis Cluster's URI; the test fails without one.
+std::string redis_cluster_uri() {
   const char* base = std::getenv("DELAYQ_TEST_REDIS_CLUSTER");
   REQUIRE_MESSAGE(
       (base && *base),
       "DELAYQ_TEST_REDIS_CLUSTER is not set: run through scripts/with-redis-cluster.sh");
-  run_shared_targets(base);
+  return base;
 }
 
-// Needs DELAYQ_TEST_REDIS_CLUSTER: skipped unless run with --no-skip (the
-// `cluster` label's add_test in tests/server/CMakeLists.txt).
+}  // namespace
+
+// The two below need DELAYQ_TEST_REDIS_CLUSTER: skipped unless run with
+// --no-skip (the `cluster` label's add_tests in tests/server/CMakeLists.txt).
+TEST_CASE("cluster: scale-out: a push target set on one instance is used by the others" *
+          doctest::skip()) {
+  run_shared_targets(redis_cluster_uri());
+}
+
 TEST_CASE("cluster: scale-out: three instances on a Redis Cluster, one killed, one stalled" *
           doctest::skip()) {
-  const char* base = std::getenv("DELAYQ_TEST_REDIS_CLUSTER");
-  REQUIRE_MESSAGE(
-      (base && *base),
-      "DELAYQ_TEST_REDIS_CLUSTER is not set: run through scripts/with-redis-cluster.sh");
-  run_three_instances(base);
+  run_three_instances(redis_cluster_uri());
 }

@@ -291,9 +291,12 @@ void engine_core::listen_loop() {
   constexpr std::chrono::seconds settings_retry{1};
   constexpr std::chrono::seconds settings_backstop{60};
   bool settings_stale = true;
-  bool settings_noticed = true;  // call at once, not at the next retry time
   auto settings_read_at = steady::now();
-  auto settings_retry_at = steady::now();
+  auto settings_retry_at = steady::time_point::min();  // min: at once
+  const auto settings_changed_elsewhere = [&] {
+    settings_stale = true;
+    settings_retry_at = steady::time_point::min();
+  };
   for (;;) {
     boost::system::error_code ec;
     std::vector<task_notice> notices;
@@ -310,7 +313,7 @@ void engine_core::listen_loop() {
       if (!resync)
         log(log_level::warning, "cluster: listening for saved tasks failed: " + ec.message());
       resync = true;
-      settings_stale = settings_noticed = true;
+      settings_changed_elsewhere();
       std::unique_lock lock(lease_mutex_);
       if (lease_cv_.wait_for(lock, std::chrono::milliseconds{200}, [&] { return lease_stop_; }))
         return;
@@ -327,13 +330,12 @@ void engine_core::listen_loop() {
                        [](const task_notice& n) { return n.kind == notice_kind::setting; });
     if (settings_end != notices.begin()) {
       notices.erase(notices.begin(), settings_end);
-      settings_stale = settings_noticed = true;
+      settings_changed_elsewhere();
     }
     const auto now = steady::now();
-    if (now - settings_read_at >= settings_backstop) settings_stale = settings_noticed = true;
-    if (settings_stale && (settings_noticed || now >= settings_retry_at)) {
+    if (now - settings_read_at >= settings_backstop) settings_stale = true;
+    if (settings_stale && now >= settings_retry_at) {
       settings_stale = !settings_changed();
-      settings_noticed = false;
       settings_read_at = now;
       settings_retry_at = now + settings_retry;
     }

@@ -325,7 +325,7 @@ http_answer api_router::chase(const std::string& id, const char* what,
       }
       if (parts_.broker->state_of(id) == lease_broker::held::reserved) return running();
       if (!gave_back) {
-        if (parts_.registry->find(st->task.type)) return running();  // being pushed
+        if (parts_.registry->has(st->task.type)) return running();  // being pushed
         const auto now = steady::now();
         if (!unheld_since) unheld_since = now;
         if (now - *unheld_since >= transit_patience) return running();

@@ -91,11 +91,7 @@ bool push_registry::erase(std::string_view type, boost::system::error_code& ec) 
   ec.clear();
   const std::string key = key_of(type);
   std::lock_guard write_lock{write_mutex_};
-  bool had = false;
-  {
-    std::shared_lock lock{mutex_};
-    had = targets_.contains(type);
-  }
+  bool had = has(type);
   if (!had) {
     // Another server may have added it, and this one not reread it yet (a
     // cluster rereads on a notice): the store says whether there was one.
@@ -109,6 +105,11 @@ bool push_registry::erase(std::string_view type, boost::system::error_code& ec) 
   std::unique_lock lock{mutex_};
   if (const auto it = targets_.find(type); it != targets_.end()) targets_.erase(it);
   return had;
+}
+
+bool push_registry::has(std::string_view type) const {
+  std::shared_lock lock{mutex_};
+  return targets_.contains(type);
 }
 
 std::optional<push_target> push_registry::find(std::string_view type) const {

@@ -73,6 +73,8 @@ class push_registry {
 
   /// The target of `type`, if any.
   std::optional<push_target> find(std::string_view type) const;
+  /// Whether `type` has a target (find() without copying it).
+  bool has(std::string_view type) const;
 
   /// A copy of every target, by type.
   std::map<std::string, push_target> all() const;
