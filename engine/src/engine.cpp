@@ -159,6 +159,8 @@ std::vector<task> engine::upcoming(std::size_t limit, std::string_view type) con
   return core_->upcoming(limit, type);
 }
 std::size_t engine::pending() const { return core_->pending(); }
+std::string engine::owner_of(std::string_view id) const { return core_->owner_of(id); }
+
 engine_stats engine::stats() const { return core_->stats(); }
 engine_metrics engine::metrics() const { return core_->metrics(); }
 bool engine::stop(duration drain) { return core_->stop(drain); }

@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
                  "with --cluster: this instance's name, unique among live instances "
                  "(default HOSTNAME:PID)")
       ->needs(cluster);
+  app.add_option("--advertise", o.advertise,
+                 "with --cluster: the http:// URL the other instances reach this one's API at, "
+                 "to forward calls on its tasks (default: the address it listens on; the host "
+                 "name when that is 0.0.0.0 or ::)")
+      ->needs(cluster);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

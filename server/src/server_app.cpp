@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/host_name.hpp>
 #include <charconv>
 #include <condition_variable>
 #include <future>
@@ -12,6 +13,8 @@
 #include <thread>
 
 #include "api/api_router.hpp"
+#include "cluster/peer_directory.hpp"
+#include "cluster/peer_forwarder.hpp"
 #include "delayq/log.hpp"
 #include "delayq/open_store.hpp"
 #include "delayq/shard_leases.hpp"
@@ -19,6 +22,7 @@
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
 #include "push/push_registry.hpp"
+#include "push/push_target.hpp"
 
 namespace delayq::server {
 
@@ -47,10 +51,32 @@ tcp::endpoint parse_listen(const std::string& text) {
   return {addr, static_cast<unsigned short>(port)};
 }
 
+namespace {
+
+// How long a call forwarded to another instance may take: the owner's own
+// answer can wait for a durable write or chase a task for up to 5 s.
+constexpr std::chrono::seconds forward_timeout{15};
+
+// The URL other instances forward calls to when --advertise is not given:
+// the bound address, or the host name for a wildcard (the others cannot
+// reach 0.0.0.0).
+std::string advertised_url(const tcp::endpoint& bound) {
+  const auto addr = bound.address();
+  std::string host = addr.is_unspecified() ? boost::asio::ip::host_name() : addr.to_string();
+  if (!addr.is_unspecified() && addr.is_v6()) host = "[" + host + "]";
+  return "http://" + host + ":" + std::to_string(bound.port());
+}
+
+}  // namespace
+
 // Declared in the order they must be built; destroyed the other way round.
 struct server_app::parts {
   std::unique_ptr<task_store> settings_store;  // push targets, health probes
   std::unique_ptr<push_registry> registry;
+  // --cluster: the instances' API addresses, and the client that forwards a
+  // call on an id to its shard's owner.
+  std::unique_ptr<peer_directory> peers;
+  std::unique_ptr<peer_forwarder> forwarder;
   std::unique_ptr<push_client> pusher;
   std::unique_ptr<lease_broker> broker;
   std::unique_ptr<delayq::engine> engine;
@@ -154,6 +180,8 @@ tcp::endpoint server_app::start() {
     // Named once here, so the leases and the pushes (X-Delayq-Instance)
     // carry the same name (default_instance_name() is HOSTNAME:PID).
     if (options_.instance.empty()) options_.instance = default_instance_name();
+    if (!options_.advertise.empty() && !parse_http_url(options_.advertise, why))
+      throw std::invalid_argument("--advertise: " + why);
   }
   if (!at.address().is_loopback() && options_.token.empty())
     throw std::invalid_argument("refusing to listen on " + options_.listen +
@@ -212,6 +240,7 @@ tcp::endpoint server_app::start() {
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
   }
+  if (options_.cluster && options_.advertise.empty()) options_.advertise = advertised_url(bound);
   try {
     bring_up();
   } catch (const start_error& e) {
@@ -246,6 +275,7 @@ void server_app::bring_up() {
   const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
   const auto fail = [&](boost::system::error_code ec, const std::string& what) {
     p.engine.reset();
+    p.peers.reset();
     p.registry.reset();
     p.settings_store.reset();
     throw start_error(ec, "store " + uri + ": " + what + ec.message());
@@ -256,6 +286,7 @@ void server_app::bring_up() {
   p.settings_store = open_store(uri, ec);
   if (ec) fail(ec, "");
   p.registry = std::make_unique<push_registry>(*p.settings_store);
+  if (options_.cluster) p.peers = std::make_unique<peer_directory>(*p.settings_store);
   p.registry->load(ec);
   if (ec) fail(ec, "loading push targets: ");
   for (const std::string& spec : options_.push) {
@@ -314,6 +345,10 @@ void server_app::bring_up() {
       if (failing) log(log_level::info, "delayq-server: push targets reread");
       failing = false;
       for (const std::string& type : gained) p.broker->release_type(type);
+      // An instance that came back on another address: a forward would
+      // otherwise find the new one only after failing to reach the old.
+      // Best effort: peer_directory::url_of() reads again on a miss.
+      p.peers->load(load_ec);
       return true;
     };
   }
@@ -323,6 +358,13 @@ void server_app::bring_up() {
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
+  if (options_.cluster) {
+    // Once this instance runs its shards: a call forwarded here earlier
+    // would have found nothing to act on.
+    p.peers->announce(options_.instance, options_.advertise, ec);
+    if (ec) fail(ec, "announcing this instance's address (" + options_.advertise + "): ");
+    p.forwarder = std::make_unique<peer_forwarder>(options_.instance, forward_timeout);
+  }
 
   api_parts ap;
   ap.engine = p.engine.get();
@@ -331,6 +373,8 @@ void server_app::bring_up() {
   ap.pusher = p.pusher.get();
   ap.http = p.http.get();
   ap.token = options_.token;
+  ap.peers = p.peers.get();
+  ap.forwarder = p.forwarder.get();
   ap.store_healthy = [store = p.settings_store.get()] {
     boost::system::error_code probe;
     store->load_settings(probe);
@@ -382,6 +426,12 @@ void server_app::drain(std::chrono::milliseconds grace) {
   p.pusher->stop();
   if (!stopped.get()) log(log_level::warning, "drain: attempts still running at exit");
   p.router->join();
+  if (p.peers) {
+    // Calls on our shards go to their new owners now: nothing to send here.
+    boost::system::error_code ec;
+    p.peers->withdraw(options_.instance, ec);
+    if (ec) log(log_level::warning, "drain: erasing this instance's address: " + ec.message());
+  }
   p.http->close_all();
   io_.stop();
 }

@@ -36,6 +36,10 @@ struct server_options {
   std::uint32_t shards = cluster_options{}.shards;
   std::chrono::milliseconds lease = cluster_options{}.lease;
   std::string instance;  ///< Empty: HOSTNAME:PID.
+  /// --advertise: the URL other instances forward calls on this one's tasks
+  /// to. Empty: http:// and the bound address (the host name when it is a
+  /// wildcard).
+  std::string advertise;
 };
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"

@@ -266,7 +266,9 @@ std::vector<std::string> probe_ids() {
 
 }  // namespace
 
-TEST_CASE("cluster: engines hold every shard once between them; only the owner answers on an id") {
+TEST_CASE(
+    "cluster: engines hold every shard once between them; only the owner answers on an id, "
+    "and each names it") {
   const std::string uri = sharded_uri("cluster-hold");
   io_thread io;
   member a{"a"}, b{"b"}, c{"c"};
@@ -288,6 +290,8 @@ TEST_CASE("cluster: engines hold every shard once between them; only the owner a
     CAPTURE(s);
     const std::string owner = desired_owner(s, names);
     for (member* m : ms) {
+      // Every engine names the owner, the one that answers below.
+      CHECK(m->eng->owner_of(probes[s]) == owner);
       boost::system::error_code ec;
       const bool found = m->eng->cancel(probes[s], ec);
       CHECK_FALSE(found);

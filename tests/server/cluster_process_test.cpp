@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 
+#include "cluster_support.hpp"
 #include "delayq/shard_leases.hpp"
 #include "push_receiver.hpp"
 
@@ -31,31 +32,8 @@ namespace {
 
 using namespace delayq::server_test;
 
-constexpr int shard_count = 16;
 constexpr std::size_t task_count = 10000;
 constexpr std::int64_t spread_ms = 20000;  // delays over ~20 s
-
-std::string cluster_store_uri(const std::string& base) {
-  std::string prefix = unique_name("scale");
-  if (prefix.size() > 64) prefix = prefix.substr(prefix.size() - 64);
-  return base + (base.find('?') == std::string::npos ? "?" : "&") + "prefix=" + prefix +
-         "&shards=" + std::to_string(shard_count);
-}
-
-std::unique_ptr<server_process> start_instance(const std::string& uri, const std::string& name) {
-  auto p = std::make_unique<server_process>(std::vector<std::string>{
-      "--listen", "127.0.0.1:0", "--store", uri, "--token", test_token, "--tick", "10", "--cluster",
-      "--shards", std::to_string(shard_count), "--lease", "1s", "--instance", name});
-  p->wait_listening();
-  return p;
-}
-
-int shards_held(http_client& c) {
-  auto s = c.get("/v1/stats");
-  if (s.status != 200) return -1;
-  auto n = find_number(s.body_json, "shards_held");
-  return n ? static_cast<int>(*n) : -1;
-}
 
 void run_three_instances(const std::string& base_uri) {
   push_receiver receiver([](const push_call&, std::size_t) { return 200u; });
@@ -178,12 +156,6 @@ void run_three_instances(const std::string& base_uri) {
           " b=", by_instance["b"], " c=", by_instance["c"]);
 }
 
-double server_number(http_client& c, const std::string& key) {
-  auto s = c.get("/v1/stats");
-  auto n = find_number(s.body_json, key);
-  return n ? *n : -1;
-}
-
 json schedule_now(http_client& c, const std::string& type, std::size_t n) {
   json tasks = json::array();
   for (std::size_t k = 0; k < n; ++k)
@@ -209,16 +181,7 @@ void run_shared_targets(const std::string& base_uri) {
   http_client cb(b->port());
   // Settled: each holds the shards rendezvous hashing gives it, so no shard
   // moves while the test counts who pushed what.
-  const std::vector<std::string> names{"a", "b"};
-  int want_a = 0;
-  for (std::uint32_t s = 0; s < shard_count; ++s)
-    if (delayq::rendezvous_owner(s, names) == 0) ++want_a;
-  REQUIRE(want_a > 0);
-  REQUIRE(want_a < shard_count);
-  REQUIRE(eventually([&] {
-    return shards_held(ca) == want_a && shards_held(cb) == shard_count - want_a &&
-           server_number(ca, "shards_leaving") == 0 && server_number(cb, "shards_leaving") == 0;
-  }));
+  REQUIRE(eventually([&] { return settled({"a", "b"}, {&ca, &cb}); }));
 
   // No target yet: due tasks wait for consumers on their shard's owner. Both
   // instances hold some of the 200 (the check says so).
@@ -277,19 +240,6 @@ TEST_CASE("scale-out: three instances on one Redis, one killed, one stalled") {
 TEST_CASE("scale-out: a push target set on one instance is used by the others") {
   run_shared_targets(test_redis_uri());
 }
-
-namespace {
-
-// The local Redis Cluster's URI; the test fails without one.
-std::string redis_cluster_uri() {
-  const char* base = std::getenv("DELAYQ_TEST_REDIS_CLUSTER");
-  REQUIRE_MESSAGE(
-      (base && *base),
-      "DELAYQ_TEST_REDIS_CLUSTER is not set: run through scripts/with-redis-cluster.sh");
-  return base;
-}
-
-}  // namespace
 
 // The two below need DELAYQ_TEST_REDIS_CLUSTER: skipped unless run with
 // --no-skip (the `cluster` label's add_tests in tests/server/CMakeLists.txt).

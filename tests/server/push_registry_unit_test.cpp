@@ -15,47 +15,15 @@
 #include <delayq/open_store.hpp>
 
 #include "push/push_registry.hpp"
+#include "unit_support.hpp"
 
-namespace fs = std::filesystem;
 using delayq::server::push_registry;
 using delayq::server::push_target;
 using namespace std::chrono_literals;
+using delayq::server_test::log_capture;
+using delayq::server_test::scratch_dir;
 
 namespace {
-
-// A scratch directory removed at the end of the test.
-struct scratch_dir {
-  scratch_dir() {
-    path = fs::temp_directory_path() /
-           ("delayq-push-registry-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~scratch_dir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  static inline int counter = 0;
-  fs::path path;
-};
-
-// Collects delayq::log lines while alive.
-struct log_capture {
-  log_capture() {
-    previous = delayq::set_log_function([this](delayq::log_level, std::string_view line) {
-      std::lock_guard lock{mutex};
-      lines.emplace_back(line);
-    });
-  }
-  ~log_capture() { delayq::set_log_function(previous); }
-  std::vector<std::string> taken() {
-    std::lock_guard lock{mutex};
-    return lines;
-  }
-  delayq::log_function previous;
-  std::mutex mutex;
-  std::vector<std::string> lines;
-};
 
 const push_target mail{"http://127.0.0.1:9000/mail", 2500ms, 8};
 const push_target sms{"http://[::1]:9001/sms?x=1", 10000ms, 64};

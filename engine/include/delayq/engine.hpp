@@ -500,6 +500,16 @@ class engine {
   /// due time; whether it runs now only its owner knows).
   std::optional<task_status> status(std::string_view id) const;
 
+  /// engine_options::cluster: the instance that can act on `id` (cancel,
+  /// reschedule, signal, requeue, a schedule naming this id): this
+  /// instance's name while it holds the lease of the id's shard; otherwise
+  /// the member that should own the shard among the live members of the
+  /// last answered lease round (rendezvous_owner()), which holds it but
+  /// while a hand-over is under way (a call there then answers not_owner).
+  /// Empty without a cluster, before start(), and when no round named the
+  /// members yet. Never touches the store.
+  std::string owner_of(std::string_view id) const;
+
   /// The next `limit` pending tasks not yet running, earliest due first;
   /// only those of `type` when it is not empty. Costs a pass over every
   /// pending task (an admin view, not a hot path).

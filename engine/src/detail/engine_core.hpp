@@ -83,6 +83,7 @@ class engine_core final : public dispatcher::owner,
   std::optional<task> find(std::string_view id) const;
   std::optional<task_status> status(std::string_view id) const;
   std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
+  std::string owner_of(std::string_view id) const;
   std::size_t pending() const;
   engine_stats stats() const;
   engine_metrics metrics() const;
@@ -329,6 +330,7 @@ class engine_core final : public dispatcher::owner,
   void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
                             list_summary& summary, boost::system::error_code& ec);
   void apply_round(const lease_round& r);
+  void set_members(const lease_round& r);  // for owner_of()
   // Under the lock: the shards an attempt started on and has not settled,
   // ascending. Such a shard is not given away.
   std::vector<std::uint32_t> busy_shards_locked() const;
@@ -413,6 +415,11 @@ class engine_core final : public dispatcher::owner,
   std::vector<std::uint32_t>
       unread_shards_;  // gained, not read yet (the store failed); lease thread
   std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0}, lease_rounds_{0};
+  // For owner_of(): the live members of the last answered round, sorted,
+  // and this instance's name (leases_ goes at stop; these stay).
+  mutable std::mutex members_mutex_;
+  std::vector<std::string> members_;
+  std::string instance_;
   // The token of the shard's lease when a record was dispatched (under
   // mutex_): its attempt's outcome writes carry it as their fence.
   std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;

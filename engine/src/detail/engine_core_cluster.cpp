@@ -68,6 +68,23 @@ bool engine_core::owner_check(std::string_view id, boost::system::error_code& ec
   return false;
 }
 
+std::string engine_core::owner_of(std::string_view id) const {
+  if (!cluster_on()) return {};
+  const std::uint32_t s = shards_->shard(id);
+  std::lock_guard lock(members_mutex_);
+  if (shards_->valid_token(s, shard_table::clock::now()) != 0) return instance_;
+  const std::size_t i = rendezvous_owner(s, members_);
+  return i < members_.size() ? members_[i] : std::string{};
+}
+
+void engine_core::set_members(const lease_round& r) {
+  // A failed round names no members: the last known stay.
+  if (r.members.empty()) return;
+  std::lock_guard lock(members_mutex_);
+  if (instance_.empty()) instance_ = leases_->options().instance;
+  if (members_ != r.members) members_ = r.members;
+}
+
 void engine_core::start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
                                        list_summary& summary, boost::system::error_code& ec) {
   const cluster_options& c = *options_.cluster;
@@ -106,6 +123,7 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   }
   lease_round_ = r.next_round_in;
   for (const shard_lease& l : r.held) shards_->set(l);
+  set_members(r);
   shards_gained_ += r.held.size();
   // Every held shard's tasks due by `until`, one shard after the other.
   for (const shard_lease& l : r.held) {
@@ -133,6 +151,7 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
 }
 
 void engine_core::apply_round(const lease_round& r) {
+  set_members(r);
   std::vector<std::uint32_t> gained;
   {
     std::lock_guard lock(mutex_);

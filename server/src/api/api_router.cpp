@@ -43,6 +43,10 @@ const char* state_name(task_state s) {
   return "running";
 }
 
+// Under --cluster: how many calls may be forwarded to other instances at
+// once (each holds a thread while it waits for the owner's answer).
+constexpr std::size_t forward_threads = 8;
+
 // How long a cancel or reschedule chases a task that the engine keeps
 // handing to the broker between our two steps (give back, then act), and
 // how long it waits for a task the engine runs to reach the broker. Both
@@ -70,7 +74,9 @@ http_answer json_answer(unsigned status, const json& body) {
 
 http_answer error_answer(const api_error& e) {
   http_answer a = json_answer(e.status, json{{"error", e.name}, {"message", e.message}});
-  if (e.status == 503) a.headers.emplace_back("Retry-After", "1");
+  // 421 too: under --cluster it means a shard is changing hands, which
+  // settles within a lease round or two.
+  if (e.status == 503 || e.status == 421) a.headers.emplace_back("Retry-After", "1");
   return a;
 }
 
@@ -97,11 +103,16 @@ struct api_router::call {
 };
 
 api_router::api_router(api_parts parts, std::size_t blocking_threads)
-    : parts_(std::move(parts)), pool_(blocking_threads), settings_(pool_.get_executor()) {}
+    : parts_(std::move(parts)), pool_(blocking_threads), settings_(pool_.get_executor()) {
+  if (parts_.forwarder != nullptr) forwards_.emplace(forward_threads);
+}
 
 api_router::~api_router() { join(); }
 
-void api_router::join() { pool_.join(); }
+void api_router::join() {
+  pool_.join();
+  if (forwards_) forwards_->join();
+}
 
 bool api_router::is_long_poll(const http_request& req) {
   const std::string_view target(req.target().data(), req.target().size());
@@ -208,12 +219,77 @@ void api_router::route(call& c) {
   c.fail(not_found("no such path: " + c.path));
 }
 
+// ------------------------------------------------------------------ cluster
+
+bool api_router::forward_foreign(call& c, const std::string& id,
+                                 std::function<http_answer()> local) {
+  // Forwarded here already: answer from here, whatever this instance
+  // thinks, so that two instances that disagree on the owner during a
+  // hand-over answer 421 instead of passing the call back and forth.
+  if (parts_.forwarder == nullptr || peer_forwarder::is_forwarded(c.req)) return false;
+  std::string owner = parts_.engine->owner_of(id);
+  if (owner.empty() || owner == parts_.forwarder->instance()) return false;
+  // On threads of their own: a forward waits for the owner, which answers
+  // a forwarded call on its blocking threads. Were forwards queued there
+  // too, two instances forwarding to each other could fill both pools
+  // with calls that each wait for a thread the other's hold.
+  boost::asio::post(*forwards_, [this, respond = std::move(c.respond), owner = std::move(owner),
+                                 req = std::move(c.req), id, local = std::move(local)] {
+    bool reached = false;
+    http_answer a = forward_to(owner, req, id, reached);
+    // A GET the owner cannot answer reads the store here instead.
+    respond(!reached && local ? local() : std::move(a));
+  });
+  return true;
+}
+
+http_answer api_router::forward_to(const std::string& owner, const http_request& req,
+                                   const std::string& id, bool& reached) {
+  reached = false;
+  boost::system::error_code ec;
+  std::optional<std::string> url = parts_.peers->url_of(owner, ec);
+  if (ec) return error_answer(from_error_code(ec));
+  if (!url)
+    return error_answer({421, "not_owner",
+                         "task " + id + " belongs to instance " + owner +
+                             ", which announced no address to forward the call to"});
+  bool sent = false;
+  http_answer a = parts_.forwarder->forward(*url, req, sent, ec);
+  if (ec && !sent) {
+    // It may have come back on another address (a restart): read again, once.
+    boost::system::error_code reread;
+    parts_.peers->load(reread);
+    if (!reread)
+      if (auto again = parts_.peers->url_of(owner, reread); again && *again != *url) {
+        url = std::move(again);
+        a = parts_.forwarder->forward(*url, req, sent, ec);
+      }
+  }
+  reached = sent;
+  if (ec && !sent)
+    return error_answer({503, "owner_unreachable",
+                         "task " + id + " belongs to instance " + owner + " at " + *url +
+                             ", which cannot be reached (" + ec.message() +
+                             "); nothing was done. If it is gone, its shards move to another "
+                             "instance within two leases"});
+  if (ec)
+    return error_answer({503, "outcome_unknown",
+                         "the call was sent to instance " + owner + " (which owns task " + id +
+                             "), and its answer did not come back (" + ec.message() +
+                             "): it may or may not have been carried out there"});
+  a.headers.emplace_back("X-Delayq-Instance", owner);
+  return a;
+}
+
 // ------------------------------------------------------------------ tasks
 
 void api_router::add_task(call& c) {
   if (!c.parse_body()) return;
   add_request r;
   if (auto e = parse_add(c.body, r)) return c.fail(*e);
+  // A task with an id is checked against the id's shard (a conflict with a
+  // pending task): its owner decides.
+  if (!r.id.empty() && forward_foreign(c, r.id)) return;
   schedule_options opts;
   opts.id = std::move(r.id);
   opts.conflict = r.conflict;
@@ -234,6 +310,26 @@ void api_router::add_batch(call& c) {
   if (!c.parse_body()) return;
   std::vector<add_request> rs;
   if (auto e = parse_batch(c.body, rs)) return c.fail(*e);
+  // Tasks with ids are checked against their shards: a batch whose ids all
+  // belong to one other instance goes there whole (tasks without an id may
+  // be added anywhere). Ids of several owners get 421 (docs/scale-out.md).
+  if (parts_.forwarder != nullptr) {
+    const add_request* named = nullptr;
+    std::string owner;
+    bool one_owner = true;
+    for (const add_request& r : rs) {
+      if (r.id.empty()) continue;
+      std::string o = parts_.engine->owner_of(r.id);
+      if (named == nullptr) {
+        named = &r;
+        owner = std::move(o);
+      } else if (o != owner) {
+        one_owner = false;
+        break;
+      }
+    }
+    if (named != nullptr && one_owner && forward_foreign(c, named->id)) return;
+  }
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
   const auto now = system_clock::now();
@@ -267,8 +363,15 @@ void api_router::add_batch(call& c) {
 }
 
 void api_router::get_task(call& c, const std::string& id) {
+  // The owner knows whether its attempt runs; when it cannot be reached,
+  // the store says what it can (delayed or ready by the due time).
+  if (forward_foreign(c, id, [this, id] { return task_answer(id); })) return;
+  c.answer(task_answer(id));
+}
+
+http_answer api_router::task_answer(const std::string& id) const {
   auto st = parts_.engine->status(id);
-  if (!st) return c.fail(not_found("no pending task with id " + id));
+  if (!st) return error_answer(not_found("no pending task with id " + id));
   json j = task_json(st->task);
   std::string state = state_name(st->state);
   if (st->state == task_state::running) {
@@ -279,7 +382,7 @@ void api_router::get_task(call& c, const std::string& id) {
     }
   }
   j["state"] = state;
-  c.answer(json_answer(200, j));
+  return json_answer(200, j);
 }
 
 http_answer api_router::chase(const std::string& id, const char* what,
@@ -339,6 +442,7 @@ http_answer api_router::chase(const std::string& id, const char* what,
 }
 
 void api_router::cancel_task(call& c, const std::string& id) {
+  if (forward_foreign(c, id)) return;
   blocking(std::move(c.respond), [this, id] {
     return chase(id, "cancelled", [&](boost::system::error_code& ec) {
       if (!parts_.engine->cancel(id, ec)) return false;
@@ -354,6 +458,7 @@ void api_router::reschedule_task(call& c, const std::string& id) {
   if (!c.parse_body()) return;
   when_spec w;
   if (auto e = parse_when(c.body, w)) return c.fail(*e);
+  if (forward_foreign(c, id)) return;
   blocking(std::move(c.respond), [this, id, w] {
     const auto due = w.due(system_clock::now());
     return chase(id, "rescheduled", [&](boost::system::error_code& ec) {
@@ -366,6 +471,7 @@ void api_router::signal_task(call& c, const std::string& id) {
   if (!c.parse_body(true)) return;
   std::uint32_t n = 1;
   if (auto e = parse_signal(c.body, n)) return c.fail(*e);
+  if (forward_foreign(c, id)) return;
   // Blocks until the new count is durable: off the I/O threads. A task that
   // waits for a consumer or is reserved is running for the engine: 409
   // already_triggered, like any task whose attempt started.
@@ -419,6 +525,9 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
   else
     e = parse_touch(c.body, r);
   if (e) return c.fail(*e);
+  // The consumer reserved it from the owner; a lease held here (the shard
+  // moved during the attempt) is still ended here.
+  if (parts_.broker->state_of(id) == lease_broker::held::none && forward_foreign(c, id)) return;
   const auto stale = [&] {
     c.fail(conflict("stale_lease", "lease " + r.lease + " is not the current lease of task " + id +
                                        " (it ended, was replaced, or never existed)"));
@@ -520,6 +629,7 @@ void api_router::requeue_dead(call& c, const std::string& id) {
   if (!c.parse_body(true)) return;
   milliseconds delay{0};
   if (auto e = parse_requeue(c.body, delay)) return c.fail(*e);
+  if (forward_foreign(c, id)) return;
   blocking(std::move(c.respond), [this, id, delay] {
     when_spec w;
     w.delay_ms = delay.count();

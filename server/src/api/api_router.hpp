@@ -9,9 +9,12 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "api/api_error.hpp"
+#include "cluster/peer_directory.hpp"
+#include "cluster/peer_forwarder.hpp"
 #include "delayq/engine.hpp"
 #include "http/http_server.hpp"
 #include "pull/lease_broker.hpp"
@@ -30,6 +33,11 @@ struct api_parts {
   /// Answers whether the store is reachable (blocking; run on the pool).
   std::function<bool()> store_healthy;
   std::string token;  ///< Empty: no auth.
+  /// Under --cluster: where the other instances take calls, and the client
+  /// that forwards a call on an id to its shard's owner. Null: no cluster
+  /// (or no forwarding): such calls answer 421 not_owner.
+  peer_directory* peers = nullptr;
+  const peer_forwarder* forwarder = nullptr;
 };
 
 /// Thread safety: handle() may be called from any thread, concurrently.
@@ -59,10 +67,20 @@ class api_router {
   http_answer chase(const std::string& id, const char* what,
                     const std::function<bool(boost::system::error_code&)>& act);
   void settings(http_respond respond, std::function<http_answer()> fn);
+  // Under --cluster, a call on an id whose shard another instance owns is
+  // sent there, once: true when it was (the answer is on its way). `local`
+  // answers a GET from this instance's view when the owner cannot be reached.
+  bool forward_foreign(call& c, const std::string& id,
+                       std::function<http_answer()> local = nullptr);
+  // `reached`: the call may have reached the owner (its answer, or
+  // outcome_unknown); false when nothing was done there.
+  http_answer forward_to(const std::string& owner, const http_request& req, const std::string& id,
+                         bool& reached);
 
   void add_task(call& c);
   void add_batch(call& c);
   void get_task(call& c, const std::string& id);
+  http_answer task_answer(const std::string& id) const;  // GET of a task, from here
   void cancel_task(call& c, const std::string& id);
   void reschedule_task(call& c, const std::string& id);
   void signal_task(call& c, const std::string& id);
@@ -82,6 +100,9 @@ class api_router {
 
   api_parts parts_;
   boost::asio::thread_pool pool_;
+  // Under --cluster: the calls forwarded to their task's owner (apart from
+  // pool_, which answers the calls forwarded here: api_router.cpp says why).
+  std::optional<boost::asio::thread_pool> forwards_;
   // Settings calls and health probes share one store connection: one at a time.
   boost::asio::strand<boost::asio::thread_pool::executor_type> settings_;
 };

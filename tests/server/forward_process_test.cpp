@@ -1,0 +1,154 @@
+// delayq-server process tests: under --cluster a call on a task's id answers
+// on any instance (docs/scale-out.md, "Calls on any instance"). Two
+// instances on one Redis; every call below names a task of b's shards and is
+// made on a, which forwards it to b once and brings b's answer back. When b
+// is gone, a says so (503 owner_unreachable: nothing was done) until it has
+// taken b's shards over, and a GET reads the store meanwhile.
+#include <doctest/doctest.h>
+
+#include "cluster_support.hpp"
+#include "push_receiver.hpp"
+
+namespace {
+
+using namespace delayq::server_test;
+
+const std::vector<std::string> names{"a", "b"};
+
+// The next id from `stem` whose shard rendezvous hashing gives to `owner`.
+std::string id_owned_by(const std::string& owner, const std::string& stem) {
+  for (int i = 0;; ++i) {
+    std::string id = stem + "-" + std::to_string(i);
+    const std::uint32_t s = delayq::shard_of(id, shard_count);
+    if (names[delayq::rendezvous_owner(s, names)] == owner) return id;
+  }
+}
+
+// `name` in lower case (http_response::headers keys are).
+std::string header(const http_response& r, const std::string& name) {
+  const auto it = r.headers.find(name);
+  return it == r.headers.end() ? std::string{} : it->second;
+}
+
+}  // namespace
+
+TEST_CASE("scale-out: a call on a task's id answers on any instance") {
+  const std::string uri = cluster_store_uri(test_redis_uri());
+  // 2 s leases: b's shards stay b's for a while after its kill below.
+  const std::vector<std::string> fail_fast{"--retry-max", "2", "--retry-base", "1"};
+  auto a = start_instance(uri, "a", "2s", fail_fast);
+  auto b = start_instance(uri, "b", "2s", fail_fast);
+  INFO(a->output_tail());
+  INFO(b->output_tail());
+  http_client ca(a->port());
+  http_client cb(b->port());
+  REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
+  const std::string type = "fwd";  // no push target: consumers reserve it
+
+  // A schedule naming an id: b decides (it holds the shard), and keeps it.
+  const std::string x = id_owned_by("b", "x");
+  auto r = add_task(ca, type, "x", 600000, x);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  CHECK(r.body_json["id"] == x);
+  CHECK(header(r, "x-delayq-instance") == "b");
+  CHECK(cb.get(task_path(x)).status == 200);
+  r = add_task(ca, type, "x again", 600000, x);
+  CHECK_MESSAGE(r.error() == "duplicate_id", r.describe());
+
+  // A batch whose ids are all b's goes to b whole; ids of both get 421.
+  const std::string b1 = id_owned_by("b", "b1"), b2 = id_owned_by("b", b1);
+  r = ca.post("/v1/tasks:batch",
+              json{{"tasks", json::array({{{"type", type}, {"delay_ms", 600000}, {"id", b1}},
+                                          {{"type", type}, {"delay_ms", 600000}},
+                                          {{"type", type}, {"delay_ms", 600000}, {"id", b2}}})}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  CHECK(header(r, "x-delayq-instance") == "b");
+  CHECK(cb.get(task_path(b1)).status == 200);
+  CHECK(cb.get(task_path(b2)).status == 200);
+  const std::string a1 = id_owned_by("a", "a1"), b3 = id_owned_by("b", "b3");
+  r = ca.post("/v1/tasks:batch",
+              json{{"tasks", json::array({{{"type", type}, {"delay_ms", 600000}, {"id", a1}},
+                                          {{"type", type}, {"delay_ms", 600000}, {"id", b3}}})}});
+  CHECK_MESSAGE(r.status == 421, r.describe());
+  CHECK(r.error() == "not_owner");
+  CHECK(header(r, "retry-after") == "1");
+  CHECK(ca.get(task_path(a1)).status == 404);
+
+  // GET and reschedule through a: b's view, b's change.
+  auto g = ca.get(task_path(x));
+  REQUIRE_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["state"] == "delayed");
+  CHECK(header(g, "x-delayq-instance") == "b");
+  const auto due = g.body_json["due_ms"].get<std::int64_t>();
+  r = ca.post(task_path(x) + "/reschedule", json{{"delay_ms", 1200000}});
+  CHECK_MESSAGE(r.status == 204, r.describe());
+  CHECK(cb.get(task_path(x)).body_json["due_ms"].get<std::int64_t>() > due);
+
+  // Cancel through a: b cancelled it (a true cancel: it will not run).
+  r = ca.del(task_path(x));
+  CHECK_MESSAGE(r.status == 204, r.describe());
+  CHECK(cb.get(task_path(x)).status == 404);
+  CHECK(server_number(cb, "cancelled") == 1);
+  CHECK(ca.del(task_path(x)).status == 404);
+
+  // Signal through a: b counts it.
+  const std::string t = id_owned_by("b", "t");
+  r = ca.post(
+      "/v1/tasks",
+      json{
+          {"type", type}, {"payload", "t"}, {"delay_ms", 600000}, {"id", t}, {"trigger_count", 2}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  r = ca.post(task_path(t) + "/signal", json::object());
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  CHECK(r.body_json["signals"] == 1);
+  CHECK(cb.get(task_path(t)).body_json["signals"] == 1);
+
+  // A consumer that reserved from b ends its lease through a: touch, fail
+  // (until the task is a dead letter), requeue, finish.
+  const std::string y = id_owned_by("b", "y");
+  REQUIRE(add_task(ca, type, "y", 0, y).status == 201);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto task = reserve_one(cb, {type});
+    REQUIRE(task.is_object());
+    REQUIRE(task["id"] == y);
+    const std::string lease = task["lease"].get<std::string>();
+    if (attempt == 0) {
+      r = ca.post(task_path(y) + "/touch", json{{"lease", lease}});
+      CHECK_MESSAGE(r.status == 204, r.describe());
+    }
+    r = ca.post(task_path(y) + "/fail", json{{"lease", lease}, {"error", "boom"}});
+    REQUIRE_MESSAGE(r.status == 204, r.describe());
+  }
+  REQUIRE(eventually([&] { return server_number(cb, "dead") == 1; }));
+  r = ca.post("/v1/dead/" + path_escape(y) + "/requeue", json::object());
+  REQUIRE_MESSAGE(r.status == 204, r.describe());
+  auto task = reserve_one(cb, {type});
+  REQUIRE(task.is_object());
+  REQUIRE(task["id"] == y);
+  r = ca.post(task_path(y) + "/finish", json{{"lease", task["lease"]}});
+  CHECK_MESSAGE(r.status == 204, r.describe());
+  REQUIRE(eventually([&] { return cb.get(task_path(y)).status == 404; }));
+
+  // Once only: a call forwarded here is answered here, not sent on.
+  r = ca.request_text(http::verb::delete_, task_path(t), std::nullopt, std::nullopt,
+                      {{"X-Delayq-Forwarded-By", "b"}});
+  CHECK_MESSAGE(r.status == 421, r.describe());
+  CHECK(r.error() == "not_owner");
+  CHECK(cb.get(task_path(t)).status == 200);
+
+  // b dies. Until a holds b's shards a call on them cannot be made (503
+  // owner_unreachable, and nothing was done), or a makes it itself; a GET
+  // reads the store.
+  const std::string w = id_owned_by("b", "w");
+  REQUIRE(add_task(ca, type, "w", 600000, w).status == 201);
+  b->kill_now();
+  g = ca.get(task_path(w));
+  CHECK_MESSAGE(g.status == 200, g.describe());
+  r = ca.del(task_path(w));
+  const bool unreachable = r.status == 503 && r.error() == "owner_unreachable";
+  CHECK_MESSAGE((unreachable || r.status == 204), r.describe());
+  MESSAGE("a call right after b's kill: ", r.status, " ", r.error());
+  REQUIRE(eventually([&] { return shards_held(ca) == shard_count; }));
+  CHECK(ca.get(task_path(w)).status == (unreachable ? 200 : 404));
+  CHECK(ca.del(task_path(t)).status == 204);
+}
