@@ -37,6 +37,20 @@ class sharded_view final : public delayq::task_store {
   std::atomic<bool> refuse_fenced{false};
   std::atomic<int> refused{0};  // changes refused so far
 
+  // While set, list_due_shard() (a shard read) waits until release_reads().
+  void hold_reads() {
+    std::lock_guard lock(gate_mutex_);
+    holding_ = true;
+  }
+  void release_reads() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      holding_ = false;
+    }
+    gate_cv_.notify_all();
+  }
+  std::atomic<int> reads_held{0};  // reads that waited so far
+
   void write(std::span<const delayq::store_change> changes,
              boost::system::error_code& ec) override {
     if (refuse_fenced) {
@@ -73,6 +87,13 @@ class sharded_view final : public delayq::task_store {
                                       std::int64_t until_ms, std::size_t limit,
                                       const std::function<void(delayq::task&&)>& sink,
                                       boost::system::error_code& ec) override {
+    {
+      std::unique_lock lock(gate_mutex_);
+      if (holding_) {
+        ++reads_held;
+        gate_cv_.wait(lock, [&] { return !holding_; });
+      }
+    }
     return inner_->list_due_shard(shard, after, until_ms, limit, sink, ec);
   }
   void save(std::span<const delayq::task> tasks, boost::system::error_code& ec) override {
@@ -103,6 +124,9 @@ class sharded_view final : public delayq::task_store {
 
  private:
   std::unique_ptr<delayq::task_store> inner_;
+  std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
+  bool holding_ = false;
 };
 
 // One instance: an engine whose executor of type "t" records its runs.
@@ -646,4 +670,48 @@ TEST_CASE("cluster: on_settings_changed: after start, per change, after a lost n
   REQUIRE(kill_listeners(uri) == 1);
   REQUIRE(changed.wait_for_count(before_kill + 1));
   eng.stop(patience);
+}
+
+TEST_CASE("cluster: a slow shard read does not hold up the lease rounds") {
+  const std::string uri = sharded_uri("cluster-slow-read");
+  io_thread io;
+  member a{"a"}, b{"b"};
+  start_member(a, io, uri);
+  // A task in every shard, so that b has something to read in.
+  const std::vector<std::string> probes = probe_ids();
+  for (const std::string& id : probes) {
+    delayq::schedule_options o;
+    o.id = id;
+    a.eng->schedule_at("t", "p", clock_type::now() + 1h, o);
+  }
+  auto view = std::make_unique<sharded_view>(uri);
+  sharded_view& v = *view;
+  // b starts holding nothing (a holds every live lease), then gains its
+  // share from a; the reads of those shards wait at the gate.
+  start_member(b, io, std::move(view));
+  v.hold_reads();
+  struct release_at_exit {
+    sharded_view& v;
+    ~release_at_exit() { v.release_reads(); }
+  } release{v};
+  REQUIRE(eventually([&] { return v.reads_held > 0; }));
+  // The rounds go on meanwhile, and b keeps what it holds.
+  const std::uint64_t rounds = b.eng->stats().lease_rounds;
+  REQUIRE(eventually([&] { return b.eng->stats().lease_rounds >= rounds + 3; }));
+  CHECK(b.eng->stats().shards_held > 0);
+  CHECK(b.eng->stats().shards_lost == 0);
+
+  // Once the reads go through, b holds its shards' tasks.
+  v.release_reads();
+  REQUIRE(wait_balanced({&a, &b}));
+  const std::vector<std::string> names{"a", "b"};
+  const auto on_b = static_cast<std::size_t>(
+      std::count_if(probes.begin(), probes.end(), [&](const std::string& id) {
+        return desired_owner(delayq::shard_of(id, test_shards), names) == "b";
+      }));
+  REQUIRE(on_b > 0);
+  CHECK(eventually([&] { return b.eng->stats().pending == on_b; }));
+  CHECK(eventually([&] { return a.eng->stats().pending == probes.size() - on_b; }));
+  a.eng->stop(patience);
+  b.eng->stop(patience);
 }

@@ -242,6 +242,8 @@ void engine_core::start(boost::system::error_code& ec) {
   if (horizon_on() && !pager_.joinable()) pager_ = std::thread([this] { pager_loop(); });
   if (cluster_on() && !lease_thread_.joinable())
     lease_thread_ = std::thread([this] { lease_loop(); });
+  if (cluster_on() && !reader_thread_.joinable())
+    reader_thread_ = std::thread([this] { reader_loop(); });
   if (listener_ && !listen_thread_.joinable())
     listen_thread_ = std::thread([this] { listen_loop(); });
   armed_tick_ = wheel_.next_due_tick();

@@ -341,6 +341,12 @@ class engine_core final : public dispatcher::owner,
   // The listener thread: holds the tasks other instances save into the
   // held shards (task_store::listen()), as fault_in() would.
   void listen_loop();
+  // The shard reader thread: reads the shards queued by queue_shard_reads()
+  // one after the other (page_in_shard). A failed read is queued again at
+  // the next lease round (unread_shards_).
+  void reader_loop();
+  void queue_shard_reads(const std::vector<std::uint32_t>& shards);
+  void queue_held_shard_reads();
   void hold_noticed(std::vector<task_notice>& notices);
   // Calls engine_options::on_settings_changed, if any: false when it failed
   // (returned false or threw; a throw is logged), so it is called again.
@@ -413,7 +419,13 @@ class engine_core final : public dispatcher::owner,
   std::unique_ptr<task_listener> listener_;  // null: the store sends no notices
   std::thread listen_thread_;
   std::vector<std::uint32_t>
-      unread_shards_;  // gained, not read yet (the store failed); lease thread
+      unread_shards_;  // gained, not read yet (the store failed); under lease_mutex_
+  // Shards to read in, in order, none twice (under lease_mutex_), and the
+  // thread that reads them: a large shard read on the lease thread would
+  // hold up the renewals past the leases' valid_until.
+  std::deque<std::uint32_t> to_read_;
+  std::condition_variable reader_cv_;
+  std::thread reader_thread_;
   std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0}, lease_rounds_{0};
   // For owner_of(): the live members of the last answered round, sorted,
   // and this instance's name (leases_ goes at stop; these stay).

@@ -182,6 +182,8 @@ void engine_core::apply_round(const lease_round& r) {
   }
   for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
   // A shard lost and taken again in one round (a new token) is read afresh.
+  // The reads run on the reader thread: this one must be back for the next
+  // round in time, however large the shards.
   gained = r.gained;
   {
     std::lock_guard lock(lease_mutex_);
@@ -189,10 +191,41 @@ void engine_core::apply_round(const lease_round& r) {
       if (std::find(gained.begin(), gained.end(), s) == gained.end()) gained.push_back(s);
     unread_shards_.clear();
   }
-  for (std::uint32_t s : gained) {
+  queue_shard_reads(gained);
+}
+
+void engine_core::queue_shard_reads(const std::vector<std::uint32_t>& shards) {
+  if (shards.empty()) return;
+  {
+    std::lock_guard lock(lease_mutex_);
+    for (std::uint32_t s : shards)
+      if (std::find(to_read_.begin(), to_read_.end(), s) == to_read_.end()) to_read_.push_back(s);
+  }
+  reader_cv_.notify_one();
+}
+
+void engine_core::queue_held_shard_reads() {
+  std::vector<std::uint32_t> held;
+  for (std::uint32_t s = 0; s < shards_->size(); ++s)
+    if (shards_->held(s)) held.push_back(s);
+  queue_shard_reads(held);
+}
+
+void engine_core::reader_loop() {
+  for (;;) {
+    std::uint32_t s = 0;
+    {
+      std::unique_lock lock(lease_mutex_);
+      reader_cv_.wait(lock, [&] { return lease_stop_ || !to_read_.empty(); });
+      if (lease_stop_) return;
+      s = to_read_.front();
+      to_read_.pop_front();
+    }
+    // Lost meanwhile: its new owner reads it.
     if (!shards_->held(s) || page_in_shard(s)) continue;
     std::lock_guard lock(lease_mutex_);
-    unread_shards_.push_back(s);
+    if (std::find(unread_shards_.begin(), unread_shards_.end(), s) == unread_shards_.end())
+      unread_shards_.push_back(s);
   }
 }
 
@@ -229,6 +262,7 @@ bool engine_core::page_in_shard(std::uint32_t s) {
       for (const task& t : page) hold_read_locked(t, seq, now, rejected);
     }
     if (got.tasks + got.quarantined < shard_page) break;
+    if (state_.load() != run_state::running) break;  // stopping: no use reading on
   }
   {
     std::lock_guard lock(mutex_);
@@ -287,8 +321,7 @@ void engine_core::lease_loop() {
     if (!listener_) {
       // No notices: what other instances saved into our shards is found by
       // reading the held shards again, every round, and settings likewise.
-      for (std::uint32_t s = 0; s < shards_->size(); ++s)
-        if (shards_->held(s) && !page_in_shard(s)) break;
+      queue_held_shard_reads();
       settings_changed();  // called again next round whatever it returns
     }
     // After a failed round, try again soon (the leases still held are kept
@@ -339,9 +372,9 @@ void engine_core::listen_loop() {
       continue;
     }
     if (resync) {
+      // A read that fails is queued again at the next lease round.
       resync = false;
-      for (std::uint32_t s = 0; s < shards_->size(); ++s)
-        if (shards_->held(s) && !page_in_shard(s)) resync = true;
+      queue_held_shard_reads();
     }
     // Setting notices are not tasks: one call for the batch, then the tasks.
     const auto settings_end =
@@ -427,9 +460,11 @@ void engine_core::stop_cluster() {
     lease_stop_ = true;
   }
   lease_cv_.notify_all();
+  reader_cv_.notify_all();
   if (listener_) listener_->close();
   if (listen_thread_.joinable()) listen_thread_.join();
   if (lease_thread_.joinable()) lease_thread_.join();
+  if (reader_thread_.joinable()) reader_thread_.join();
   if (!leases_) return;
   // A stop whose drain timed out leaves attempts running: their shards are
   // not released (the others would run those tasks beside them) but left
