@@ -135,10 +135,13 @@ void memory_store::save_setting(std::string_view key, std::string_view value,
   settings_.insert_or_assign(std::string(key), std::string(value));
 }
 
-void memory_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
+bool memory_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
   ec = {};
   std::lock_guard lock(mutex_);
-  if (auto it = settings_.find(key); it != settings_.end()) settings_.erase(it);
+  const auto it = settings_.find(key);
+  if (it == settings_.end()) return false;
+  settings_.erase(it);
+  return true;
 }
 
 std::size_t memory_store::size() const {

@@ -324,15 +324,20 @@ void redis_store::save_setting(std::string_view key, std::string_view value,
   });
 }
 
-void redis_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
+bool redis_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
   impl& m = *impl_;
   const setting_notice notice(m.opts, key);
+  bool erased = false;
   std::lock_guard lock(m.mutex);
   m.conn.run(m.slot, "erase_setting", ec, [&](detail::redis::connection& c) {
     auto replies = c.exchange({command().arg("HDEL").arg(m.keys.settings).arg(key)}, true);
     if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("HDEL", replies[0].get());
+    if (replies[0]->type != REDIS_REPLY_INTEGER)
+      throw redis_failure{errc::store_error, "unexpected HDEL reply"};
+    erased = replies[0]->integer > 0;
     notice.send(c, m.name);
   });
+  return erased && !ec;
 }
 
 // ---- dead-letter reads ----------------------------------------------------

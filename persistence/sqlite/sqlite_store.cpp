@@ -563,15 +563,17 @@ void sqlite_store::save_setting(std::string_view key, std::string_view value,
   });
 }
 
-void sqlite_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
+bool sqlite_store::erase_setting(std::string_view key, boost::system::error_code& ec) {
   impl& m = *impl_;
+  bool erased = false;
   std::lock_guard lock(m.mutex);
   m.guarded("erase_setting", ec, [&] {
     SQLite::Statement& st = *m.settings_erase;
     impl::reset_on_exit reset{st};
     bind_bytes(st, 1, key);
-    st.exec();
+    erased = st.exec() > 0;
   });
+  return erased && !ec;
 }
 
 sqlite_options::synchronous_level sqlite_store::synchronous(boost::system::error_code& ec) {

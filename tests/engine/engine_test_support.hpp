@@ -232,8 +232,8 @@ class borrowed_store : public delayq::task_store {
                     boost::system::error_code& ec) override {
     inner_.save_setting(key, value, ec);
   }
-  void erase_setting(std::string_view key, boost::system::error_code& ec) override {
-    inner_.erase_setting(key, ec);
+  bool erase_setting(std::string_view key, boost::system::error_code& ec) override {
+    return inner_.erase_setting(key, ec);
   }
 
  private:

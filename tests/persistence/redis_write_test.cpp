@@ -468,9 +468,10 @@ TEST_CASE("redis: settings live in {P}:settings") {
   using kv = std::vector<std::pair<std::string, std::string>>;
   CHECK(store.load_settings(ec) == kv{{"push.a", "2"}, {"push.b", binary}});
   CHECK(raw.get({"HGET", key(prefix, "settings"), "push.b"}) == binary);
-  store.erase_setting("push.a", ec);
+  CHECK(store.erase_setting("push.a", ec));
   CHECK_FALSE(ec);
-  store.erase_setting("unknown", ec);
+  CHECK_FALSE(store.erase_setting("push.a", ec));  // erased already
+  CHECK_FALSE(store.erase_setting("unknown", ec));
   CHECK_FALSE(ec);
   redis_store again(redis_test_options(prefix));
   CHECK(again.load_settings(ec) == kv{{"push.b", binary}});

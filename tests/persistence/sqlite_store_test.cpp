@@ -346,9 +346,10 @@ TEST_CASE("sqlite: settings are sorted, upserted, erased, byte-exact and survive
     store.save_setting(std::string("k\0\xfe", 3), big, ec);
     store.save_setting("push.b", "2", ec);  // an upsert
     REQUIRE_FALSE(ec);
-    store.erase_setting("empty", ec);
-    store.erase_setting("never-set", ec);  // not an error
+    CHECK(store.erase_setting("empty", ec));
+    CHECK_FALSE(store.erase_setting("never-set", ec));  // not an error
     CHECK_FALSE(ec);
+    CHECK_FALSE(store.erase_setting("empty", ec));  // erased already
     store.save_setting("later-empty", "", ec);
     CHECK_FALSE(ec);
   }

@@ -63,7 +63,7 @@ class memory_store final : public task_store {
       boost::system::error_code& ec) override;
   void save_setting(std::string_view key, std::string_view value,
                     boost::system::error_code& ec) override;
-  void erase_setting(std::string_view key, boost::system::error_code& ec) override;
+  bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
 
   /// The number of stored live tasks.
   std::size_t size() const;

@@ -288,10 +288,15 @@ class task_store {
     (void)value;
     ec = errc::unsupported;
   }
-  /// Deletes one setting; an unknown key is not an error.
-  virtual void erase_setting(std::string_view key, boost::system::error_code& ec) {
+  /// Deletes one setting and returns whether there was one (false on an
+  /// error); an unknown key is not an error. delayq-server answers a DELETE
+  /// of a push target 204 or 404 from it. A store that retries a call whose
+  /// answer was lost may find the key gone by its own first try: it then
+  /// answers false for a key it erased.
+  virtual bool erase_setting(std::string_view key, boost::system::error_code& ec) {
     (void)key;
     ec = errc::unsupported;
+    return false;
   }
 
   // ---- dead letters -------------------------------------------------------

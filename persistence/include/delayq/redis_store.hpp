@@ -204,7 +204,7 @@ class redis_store final : public task_store {
       boost::system::error_code& ec) override;
   void save_setting(std::string_view key, std::string_view value,
                     boost::system::error_code& ec) override;
-  void erase_setting(std::string_view key, boost::system::error_code& ec) override;
+  bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
 
   /// redis_options::describe(): the URI without the password.
   std::string describe() const override;

@@ -140,7 +140,7 @@ class sqlite_store final : public task_store {
       boost::system::error_code& ec) override;
   void save_setting(std::string_view key, std::string_view value,
                     boost::system::error_code& ec) override;
-  void erase_setting(std::string_view key, boost::system::error_code& ec) override;
+  bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
 
   /// The `synchronous` level in effect on the store's connection, read back
   /// with `PRAGMA synchronous` (what sqlite_options asked for, unless SQLite

@@ -91,17 +91,13 @@ bool push_registry::erase(std::string_view type, boost::system::error_code& ec) 
   ec.clear();
   const std::string key = key_of(type);
   std::lock_guard write_lock{write_mutex_};
-  bool had = has(type);
-  if (!had) {
-    // Another server may have added it, and this one not reread it yet (a
-    // cluster rereads on a notice): the store says whether there was one.
-    const auto settings = store_.load_settings(ec);
-    if (ec) return false;
-    had = std::any_of(settings.begin(), settings.end(),
-                      [&](const auto& kv) { return kv.first == key; });
-  }
-  store_.erase_setting(key, ec);
+  // Another server may have added it, and this one not reread it yet (a
+  // cluster rereads on a notice): the store's erase says whether there was
+  // one, in the same step as it erases.
+  const bool had_here = has(type);
+  const bool erased = store_.erase_setting(key, ec);
   if (ec) return false;
+  const bool had = had_here || erased;
   std::unique_lock lock{mutex_};
   if (const auto it = targets_.find(type); it != targets_.end()) targets_.erase(it);
   return had;
