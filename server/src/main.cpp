@@ -86,6 +86,19 @@ int main(int argc, char** argv) {
                  "with --cluster: this instance's name, unique among live instances "
                  "(default HOSTNAME:PID)")
       ->needs(cluster);
+  std::string forward_timeout_text = "15s";
+  app.add_option("--forward-timeout", forward_timeout_text,
+                 "with --cluster: the most a call forwarded to the instance that owns its task "
+                 "may take before it is answered 503 outcome_unknown (default 15s)")
+      ->check([](const std::string& text) -> std::string {
+        try {
+          delayq::server::parse_duration(text);
+          return {};
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      })
+      ->needs(cluster);
   app.add_option("--advertise", o.advertise,
                  "with --cluster: the http:// URL the other instances reach this one's API at, "
                  "to forward calls on its tasks (default: the address it listens on; the host "
@@ -99,6 +112,7 @@ int main(int argc, char** argv) {
   o.tick = std::chrono::milliseconds{tick_ms};
   o.horizon = std::chrono::seconds{horizon_s};
   o.lease = delayq::server::parse_duration(lease_text);
+  o.forward_timeout = delayq::server::parse_duration(forward_timeout_text);
   o.retry.max_attempts = retry_max;
   o.retry.base = std::chrono::milliseconds{retry_base};
   o.retry.cap = std::chrono::milliseconds{retry_cap};

@@ -53,10 +53,6 @@ tcp::endpoint parse_listen(const std::string& text) {
 
 namespace {
 
-// How long a call forwarded to another instance may take: the owner's own
-// answer can wait for a durable write or chase a task for up to 5 s.
-constexpr std::chrono::seconds forward_timeout{15};
-
 // The URL other instances forward calls to when --advertise is not given:
 // the bound address, or the host name for a wildcard (the others cannot
 // reach 0.0.0.0).
@@ -180,8 +176,16 @@ tcp::endpoint server_app::start() {
     // Named once here, so the leases and the pushes (X-Delayq-Instance)
     // carry the same name (default_instance_name() is HOSTNAME:PID).
     if (options_.instance.empty()) options_.instance = default_instance_name();
-    if (!options_.advertise.empty() && !parse_http_url(options_.advertise, why))
-      throw std::invalid_argument("--advertise: " + why);
+    if (!options_.advertise.empty()) {
+      const auto url = parse_http_url(options_.advertise, why);
+      // The parser speaks of push URLs, its first use.
+      if (const auto at = why.find("the push URL"); at != std::string::npos)
+        why.replace(at, 12, "the URL");
+      if (!url) throw std::invalid_argument("--advertise: " + why);
+      if (url->target != "/")
+        throw std::invalid_argument("--advertise wants http://HOST:PORT without a path, got \"" +
+                                    options_.advertise + "\"");
+    }
   }
   if (!at.address().is_loopback() && options_.token.empty())
     throw std::invalid_argument("refusing to listen on " + options_.listen +
@@ -207,7 +211,8 @@ tcp::endpoint server_app::start() {
     push_options.shards = options_.shards;
   }
   p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
-  p.broker = std::make_unique<lease_broker>(io_.get_executor());
+  p.broker = std::make_unique<lease_broker>(io_.get_executor(),
+                                            options_.cluster ? options_.instance : std::string{});
 
   http_limits limits;
   limits.max_body = options_.max_body;
@@ -240,7 +245,14 @@ tcp::endpoint server_app::start() {
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
   }
-  if (options_.cluster && options_.advertise.empty()) options_.advertise = advertised_url(bound);
+  if (options_.cluster && options_.advertise.empty()) {
+    options_.advertise = advertised_url(bound);
+    std::string why;
+    if (!parse_http_url(options_.advertise, why))
+      throw std::invalid_argument("--advertise: the default " + options_.advertise +
+                                  " is not a URL the others can use (" + why +
+                                  "); give --advertise http://HOST:PORT");
+  }
   try {
     bring_up();
   } catch (const start_error& e) {
@@ -275,6 +287,7 @@ void server_app::bring_up() {
   const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
   const auto fail = [&](boost::system::error_code ec, const std::string& what) {
     p.engine.reset();
+    p.forwarder.reset();
     p.peers.reset();
     p.registry.reset();
     p.settings_store.reset();
@@ -347,24 +360,28 @@ void server_app::bring_up() {
       for (const std::string& type : gained) p.broker->release_type(type);
       // An instance that came back on another address: a forward would
       // otherwise find the new one only after failing to reach the old.
-      // Best effort: peer_directory::url_of() reads again on a miss.
+      // And ours, if the store lost it. Best effort: peer_directory::url_of()
+      // reads again on a miss, and this runs again at least every minute.
       p.peers->load(load_ec);
+      if (!load_ec) p.peers->keep_announced(load_ec);
       return true;
     };
   }
   for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));
   auto store = open_store(uri, ec);
   if (ec) fail(ec, "");
+  if (options_.cluster) {
+    // Before the engine starts, so that a failure here has started nothing.
+    // Nobody forwards here before this instance is a member (its first
+    // lease round, in start()), and until start() returns the calls that
+    // are forwarded get 503 like any other.
+    p.peers->announce(options_.instance, options_.advertise, ec);
+    if (ec) fail(ec, "announcing this instance's address (" + options_.advertise + "): ");
+    p.forwarder = std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance);
+  }
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
-  if (options_.cluster) {
-    // Once this instance runs its shards: a call forwarded here earlier
-    // would have found nothing to act on.
-    p.peers->announce(options_.instance, options_.advertise, ec);
-    if (ec) fail(ec, "announcing this instance's address (" + options_.advertise + "): ");
-    p.forwarder = std::make_unique<peer_forwarder>(options_.instance, forward_timeout);
-  }
 
   api_parts ap;
   ap.engine = p.engine.get();
@@ -375,6 +392,7 @@ void server_app::bring_up() {
   ap.token = options_.token;
   ap.peers = p.peers.get();
   ap.forwarder = p.forwarder.get();
+  ap.forwarding.timeout = options_.forward_timeout;
   ap.store_healthy = [store = p.settings_store.get()] {
     boost::system::error_code probe;
     store->load_settings(probe);
@@ -429,7 +447,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
   if (p.peers) {
     // Calls on our shards go to their new owners now: nothing to send here.
     boost::system::error_code ec;
-    p.peers->withdraw(options_.instance, ec);
+    p.peers->withdraw(ec);
     if (ec) log(log_level::warning, "drain: erasing this instance's address: " + ec.message());
   }
   p.http->close_all();

@@ -40,6 +40,8 @@ struct server_options {
   /// to. Empty: http:// and the bound address (the host name when it is a
   /// wildcard).
   std::string advertise;
+  /// --forward-timeout: the most a call forwarded to another instance takes.
+  std::chrono::milliseconds forward_timeout{15000};
 };
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"

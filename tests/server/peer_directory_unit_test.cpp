@@ -27,10 +27,7 @@ TEST_CASE("peer directory: announce, find from another connection, change, withd
   peer_directory b{*store_b};
   boost::system::error_code ec;
 
-  CHECK_FALSE(b.url_of("a", ec).has_value());
-  REQUIRE_FALSE(ec);
-
-  // Announced after b's last read: a miss reads the store again.
+  // Announced after b's last read (none yet): a miss reads the store.
   a.announce("a", "http://127.0.0.1:7001", ec);
   REQUIRE_FALSE(ec);
   CHECK(b.url_of("a", ec) == "http://127.0.0.1:7001");
@@ -44,19 +41,55 @@ TEST_CASE("peer directory: announce, find from another connection, change, withd
   REQUIRE_FALSE(ec);
   CHECK(b.url_of("a", ec) == "http://[::1]:7002");
 
-  // Refused before the store is touched.
+  // Refused before the store is touched: not http, or with a path.
   a.announce("c", "https://127.0.0.1:7003", ec);
   CHECK(ec == boost::system::errc::invalid_argument);
+  a.announce("c", "http://127.0.0.1:7003/api", ec);
+  CHECK(ec == boost::system::errc::invalid_argument);
+  b.load(ec);
   CHECK_FALSE(b.url_of("c", ec).has_value());
 
-  // Withdrawn: gone at the next load(), and a miss finds nothing.
-  a.withdraw("a", ec);
+  // Lost by the store (a settings key erased): announced again by its owner
+  // at its next reread, and only by it.
+  store_b->erase_setting("instance:a", ec);
   REQUIRE_FALSE(ec);
-  CHECK_FALSE(a.url_of("a", ec).has_value());
+  b.load(ec);
+  b.keep_announced(ec);  // b announced nothing: nothing to keep
+  REQUIRE_FALSE(ec);
+  CHECK_FALSE(b.url_of("a", ec).has_value());
+  a.load(ec);
+  a.keep_announced(ec);
+  REQUIRE_FALSE(ec);
+  b.load(ec);
+  CHECK(b.url_of("a", ec) == "http://[::1]:7002");
+
+  // Withdrawn: gone at the next load().
+  a.withdraw(ec);
+  REQUIRE_FALSE(ec);
   b.load(ec);
   REQUIRE_FALSE(ec);
   CHECK_FALSE(b.url_of("a", ec).has_value());
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("peer directory: a withdraw leaves a successor's entry under the same name") {
+  scratch_dir dir;
+  const std::string uri = "sqlite:" + (dir.path / "peers.db").string();
+  auto store_old = delayq::open_store(uri);
+  auto store_new = delayq::open_store(uri);
+  peer_directory old_one{*store_old};
+  peer_directory successor{*store_new};
+  boost::system::error_code ec;
+  old_one.announce("a", "http://127.0.0.1:7001", ec);
+  REQUIRE_FALSE(ec);
+  successor.announce("a", "http://127.0.0.1:7002", ec);
+  REQUIRE_FALSE(ec);
+  old_one.withdraw(ec);  // the old process ends its drain late
+  REQUIRE_FALSE(ec);
+  peer_directory reader{*store_old};
+  reader.load(ec);
+  REQUIRE_FALSE(ec);
+  CHECK(reader.url_of("a", ec) == "http://127.0.0.1:7002");
 }
 
 TEST_CASE("peer directory: a bad stored address is skipped, and push targets are not addresses") {

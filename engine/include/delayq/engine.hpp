@@ -504,8 +504,10 @@ class engine {
   /// reschedule, signal, requeue, a schedule naming this id): this
   /// instance's name while it holds the lease of the id's shard; otherwise
   /// the member that should own the shard among the live members of the
-  /// last answered lease round (rendezvous_owner()), which holds it but
-  /// while a hand-over is under way (a call there then answers not_owner).
+  /// last answered lease round (rendezvous_owner()). That member holds the
+  /// shard except during a hand-over, while the old holder waits for its
+  /// running attempts on the shard to settle: a call there then answers
+  /// not_owner.
   /// Empty without a cluster, before start(), and when no round named the
   /// members yet. Never touches the store.
   std::string owner_of(std::string_view id) const;

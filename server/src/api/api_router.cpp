@@ -43,10 +43,6 @@ const char* state_name(task_state s) {
   return "running";
 }
 
-// Under --cluster: how many calls may be forwarded to other instances at
-// once (each holds a thread while it waits for the owner's answer).
-constexpr std::size_t forward_threads = 8;
-
 // How long a cancel or reschedule chases a task that the engine keeps
 // handing to the broker between our two steps (give back, then act), and
 // how long it waits for a task the engine runs to reach the broker. Both
@@ -74,9 +70,7 @@ http_answer json_answer(unsigned status, const json& body) {
 
 http_answer error_answer(const api_error& e) {
   http_answer a = json_answer(e.status, json{{"error", e.name}, {"message", e.message}});
-  // 421 too: under --cluster it means a shard is changing hands, which
-  // settles within a lease round or two.
-  if (e.status == 503 || e.status == 421) a.headers.emplace_back("Retry-After", "1");
+  if (e.status == 503) a.headers.emplace_back("Retry-After", "1");
   return a;
 }
 
@@ -104,28 +98,42 @@ struct api_router::call {
 
 api_router::api_router(api_parts parts, std::size_t blocking_threads)
     : parts_(std::move(parts)), pool_(blocking_threads), settings_(pool_.get_executor()) {
-  if (parts_.forwarder != nullptr) forwards_.emplace(forward_threads);
+  if (parts_.forwarder != nullptr && parts_.peers != nullptr)
+    forwarding_ = std::make_unique<call_forwarder>(*parts_.peers, *parts_.forwarder, pool_,
+                                                   parts_.forwarding);
 }
 
 api_router::~api_router() { join(); }
 
-void api_router::join() {
-  pool_.join();
-  if (forwards_) forwards_->join();
-}
+void api_router::join() { pool_.join(); }
 
 bool api_router::is_long_poll(const http_request& req) {
   const std::string_view target(req.target().data(), req.target().size());
   return req.method() == bhttp::verb::post && target.starts_with("/v1/reserve");
 }
 
+namespace {
+
+// fn()'s answer, or 500 when it threw: a bug, not the client's fault, and
+// an exception escaping a pool thread would end the process.
+http_answer answer_of(const std::function<http_answer()>& fn) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return error_answer({500, "internal_error", e.what()});
+  }
+}
+
+}  // namespace
+
 void api_router::blocking(http_respond respond, std::function<http_answer()> fn) {
-  boost::asio::post(pool_, [respond = std::move(respond), fn = std::move(fn)] { respond(fn()); });
+  boost::asio::post(pool_,
+                    [respond = std::move(respond), fn = std::move(fn)] { respond(answer_of(fn)); });
 }
 
 void api_router::settings(http_respond respond, std::function<http_answer()> fn) {
   boost::asio::post(settings_,
-                    [respond = std::move(respond), fn = std::move(fn)] { respond(fn()); });
+                    [respond = std::move(respond), fn = std::move(fn)] { respond(answer_of(fn)); });
 }
 
 void api_router::handle(http_request&& req, http_respond respond,
@@ -223,62 +231,20 @@ void api_router::route(call& c) {
 
 bool api_router::forward_foreign(call& c, const std::string& id,
                                  std::function<http_answer()> local) {
+  if (!forwarding_) return false;
+  return forward_to(c, parts_.engine->owner_of(id), id, std::move(local));
+}
+
+bool api_router::forward_to(call& c, std::string to, const std::string& id,
+                            std::function<http_answer()> local) {
   // Forwarded here already: answer from here, whatever this instance
   // thinks, so that two instances that disagree on the owner during a
   // hand-over answer 421 instead of passing the call back and forth.
-  if (parts_.forwarder == nullptr || peer_forwarder::is_forwarded(c.req)) return false;
-  std::string owner = parts_.engine->owner_of(id);
-  if (owner.empty() || owner == parts_.forwarder->instance()) return false;
-  // On threads of their own: a forward waits for the owner, which answers
-  // a forwarded call on its blocking threads. Were forwards queued there
-  // too, two instances forwarding to each other could fill both pools
-  // with calls that each wait for a thread the other's hold.
-  boost::asio::post(*forwards_, [this, respond = std::move(c.respond), owner = std::move(owner),
-                                 req = std::move(c.req), id, local = std::move(local)] {
-    bool reached = false;
-    http_answer a = forward_to(owner, req, id, reached);
-    // A GET the owner cannot answer reads the store here instead.
-    respond(!reached && local ? local() : std::move(a));
-  });
+  if (!forwarding_ || peer_forwarder::is_forwarded(c.req)) return false;
+  if (to.empty() || to == forwarding_->instance()) return false;
+  forwarding_->forward(std::move(to), std::move(c.req), id, std::exchange(c.respond, nullptr),
+                       std::move(local));
   return true;
-}
-
-http_answer api_router::forward_to(const std::string& owner, const http_request& req,
-                                   const std::string& id, bool& reached) {
-  reached = false;
-  boost::system::error_code ec;
-  std::optional<std::string> url = parts_.peers->url_of(owner, ec);
-  if (ec) return error_answer(from_error_code(ec));
-  if (!url)
-    return error_answer({421, "not_owner",
-                         "task " + id + " belongs to instance " + owner +
-                             ", which announced no address to forward the call to"});
-  bool sent = false;
-  http_answer a = parts_.forwarder->forward(*url, req, sent, ec);
-  if (ec && !sent) {
-    // It may have come back on another address (a restart): read again, once.
-    boost::system::error_code reread;
-    parts_.peers->load(reread);
-    if (!reread)
-      if (auto again = parts_.peers->url_of(owner, reread); again && *again != *url) {
-        url = std::move(again);
-        a = parts_.forwarder->forward(*url, req, sent, ec);
-      }
-  }
-  reached = sent;
-  if (ec && !sent)
-    return error_answer({503, "owner_unreachable",
-                         "task " + id + " belongs to instance " + owner + " at " + *url +
-                             ", which cannot be reached (" + ec.message() +
-                             "); nothing was done. If it is gone, its shards move to another "
-                             "instance within two leases"});
-  if (ec)
-    return error_answer({503, "outcome_unknown",
-                         "the call was sent to instance " + owner + " (which owns task " + id +
-                             "), and its answer did not come back (" + ec.message() +
-                             "): it may or may not have been carried out there"});
-  a.headers.emplace_back("X-Delayq-Instance", owner);
-  return a;
 }
 
 // ------------------------------------------------------------------ tasks
@@ -525,9 +491,10 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
   else
     e = parse_touch(c.body, r);
   if (e) return c.fail(*e);
-  // The consumer reserved it from the owner; a lease held here (the shard
-  // moved during the attempt) is still ended here.
-  if (parts_.broker->state_of(id) == lease_broker::held::none && forward_foreign(c, id)) return;
+  // To the instance that handed the lease out (its name ends the lease),
+  // where the attempt runs: during a hand-over that is not the shard's
+  // next owner, and the attempt is what the hand-over waits for.
+  if (forward_to(c, lease_broker::instance_of(r.lease), id)) return;
   const auto stale = [&] {
     c.fail(conflict("stale_lease", "lease " + r.lease + " is not the current lease of task " + id +
                                        " (it ended, was replaced, or never existed)"));

@@ -9,10 +9,11 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <functional>
-#include <optional>
+#include <memory>
 #include <string>
 
 #include "api/api_error.hpp"
+#include "api/forward_call.hpp"
 #include "cluster/peer_directory.hpp"
 #include "cluster/peer_forwarder.hpp"
 #include "delayq/engine.hpp"
@@ -38,6 +39,7 @@ struct api_parts {
   /// (or no forwarding): such calls answer 421 not_owner.
   peer_directory* peers = nullptr;
   const peer_forwarder* forwarder = nullptr;
+  forward_limits forwarding;
 };
 
 /// Thread safety: handle() may be called from any thread, concurrently.
@@ -72,10 +74,9 @@ class api_router {
   // answers a GET from this instance's view when the owner cannot be reached.
   bool forward_foreign(call& c, const std::string& id,
                        std::function<http_answer()> local = nullptr);
-  // `reached`: the call may have reached the owner (its answer, or
-  // outcome_unknown); false when nothing was done there.
-  http_answer forward_to(const std::string& owner, const http_request& req, const std::string& id,
-                         bool& reached);
+  // The same to a named instance (`to`), unless it is this one.
+  bool forward_to(call& c, std::string to, const std::string& id,
+                  std::function<http_answer()> local = nullptr);
 
   void add_task(call& c);
   void add_batch(call& c);
@@ -100,9 +101,7 @@ class api_router {
 
   api_parts parts_;
   boost::asio::thread_pool pool_;
-  // Under --cluster: the calls forwarded to their task's owner (apart from
-  // pool_, which answers the calls forwarded here: api_router.cpp says why).
-  std::optional<boost::asio::thread_pool> forwards_;
+  std::unique_ptr<call_forwarder> forwarding_;  // under --cluster
   // Settings calls and health probes share one store connection: one at a time.
   boost::asio::strand<boost::asio::thread_pool::executor_type> settings_;
 };

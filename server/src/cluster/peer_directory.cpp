@@ -1,5 +1,7 @@
 #include "cluster/peer_directory.hpp"
 
+#include <random>
+
 #include "api/task_json.hpp"
 #include "delayq/log.hpp"
 #include "push/push_target.hpp"
@@ -13,6 +15,19 @@ std::string key_of(std::string_view instance) {
   return key;
 }
 
+// Tells this process's entry from a successor's under the same name.
+std::string new_incarnation() {
+  std::random_device rd;
+  std::mt19937_64 rng(rd());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+// A url_of() miss reads the store at most this often: a member that never
+// announces (an older version) would otherwise cost a read per call.
+constexpr std::chrono::seconds miss_reload{1};
+
 }  // namespace
 
 peer_directory::peer_directory(delayq::task_store& store) : store_(store) {}
@@ -21,29 +36,66 @@ void peer_directory::announce(const std::string& instance, const std::string& ur
                               boost::system::error_code& ec) {
   ec.clear();
   std::string why;
-  if (!parse_http_url(url, why)) {
+  const auto parsed = parse_http_url(url, why);
+  if (!parsed || parsed->target != "/") {
     ec = make_error_code(boost::system::errc::invalid_argument);
     return;
   }
-  store_.save_setting(key_of(instance), dump_json(nlohmann::json{{"url", url}}), ec);
+  std::string incarnation;
+  {
+    std::lock_guard lock(mutex_);
+    if (incarnation_.empty()) incarnation_ = new_incarnation();
+    incarnation = incarnation_;
+  }
+  store_.save_setting(key_of(instance),
+                      dump_json(nlohmann::json{{"url", url}, {"incarnation", incarnation}}), ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
-  urls_.insert_or_assign(instance, url);
+  self_ = instance;
+  self_url_ = url;
+  entries_.insert_or_assign(instance, entry{url, incarnation});
 }
 
-void peer_directory::withdraw(const std::string& instance, boost::system::error_code& ec) {
+void peer_directory::keep_announced(boost::system::error_code& ec) {
   ec.clear();
-  store_.erase_setting(key_of(instance), ec);
+  std::string self, url;
+  {
+    std::lock_guard lock(mutex_);
+    if (self_.empty() || entries_.contains(self_)) return;
+    self = self_;
+    url = self_url_;
+  }
+  delayq::log(delayq::log_level::warning,
+              "delayq-server: the store lost this instance's address; announcing it again");
+  announce(self, url, ec);
+}
+
+void peer_directory::withdraw(boost::system::error_code& ec) {
+  ec.clear();
+  std::string self, incarnation;
+  {
+    std::lock_guard lock(mutex_);
+    self = self_;
+    incarnation = incarnation_;
+  }
+  if (self.empty()) return;
+  std::lock_guard load_lock(load_mutex_);
+  const auto stored = read_locked(ec);
+  if (ec) return;
+  const auto it = stored.find(self);
+  // A successor under our name announced since: its entry stays.
+  if (it == stored.end() || it->second.incarnation != incarnation) return;
+  store_.erase_setting(key_of(self), ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
-  if (const auto it = urls_.find(instance); it != urls_.end()) urls_.erase(it);
+  if (const auto mine = entries_.find(self); mine != entries_.end()) entries_.erase(mine);
 }
 
-void peer_directory::load(boost::system::error_code& ec) {
-  ec.clear();
+std::map<std::string, peer_directory::entry, std::less<>> peer_directory::read_locked(
+    boost::system::error_code& ec) {
   const auto settings = store_.load_settings(ec);
-  if (ec) return;
-  std::map<std::string, std::string, std::less<>> loaded;
+  std::map<std::string, entry, std::less<>> loaded;
+  if (ec) return loaded;
   for (const auto& [key, value] : settings) {
     if (!key.starts_with(key_prefix)) continue;
     std::string instance = key.substr(key_prefix.size());
@@ -51,16 +103,31 @@ void peer_directory::load(boost::system::error_code& ec) {
     std::string why = "not {\"url\": ...}";
     if (j.is_object() && j.contains("url") && j["url"].is_string() &&
         parse_http_url(j["url"].get<std::string>(), why)) {
-      loaded.emplace(std::move(instance), j["url"].get<std::string>());
+      entry e{j["url"].get<std::string>(), {}};
+      if (j.contains("incarnation") && j["incarnation"].is_string())
+        e.incarnation = j["incarnation"].get<std::string>();
+      loaded.emplace(std::move(instance), std::move(e));
       continue;
     }
-    // A hand edit must not hide the other instances.
+    // A hand edit must not hide the other instances; said once per value.
+    {
+      std::lock_guard lock(mutex_);
+      if (!warned_.insert(key + '\n' + value).second) continue;
+    }
     delayq::log(delayq::log_level::warning,
                 "delayq-server: skipping the stored address of instance \"" + instance + "\" (" +
                     why + ")");
   }
+  return loaded;
+}
+
+void peer_directory::load(boost::system::error_code& ec) {
+  ec.clear();
+  std::lock_guard load_lock(load_mutex_);
+  auto loaded = read_locked(ec);
+  if (ec) return;
   std::lock_guard lock(mutex_);
-  urls_ = std::move(loaded);
+  entries_ = std::move(loaded);
 }
 
 std::optional<std::string> peer_directory::url_of(std::string_view instance,
@@ -68,13 +135,16 @@ std::optional<std::string> peer_directory::url_of(std::string_view instance,
   ec.clear();
   {
     std::lock_guard lock(mutex_);
-    if (const auto it = urls_.find(instance); it != urls_.end()) return it->second;
+    if (const auto it = entries_.find(instance); it != entries_.end()) return it->second.url;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_miss_load_ < miss_reload) return std::nullopt;
+    last_miss_load_ = now;
   }
   // Announced after our last read (it started since), or never: ask the store.
   load(ec);
   if (ec) return std::nullopt;
   std::lock_guard lock(mutex_);
-  if (const auto it = urls_.find(instance); it != urls_.end()) return it->second;
+  if (const auto it = entries_.find(instance); it != entries_.end()) return it->second.url;
   return std::nullopt;
 }
 

@@ -5,9 +5,11 @@
 #include <utility>  // before any Boost header: Boost 1.74 + C++20 needs it
 
 #include <boost/system/error_code.hpp>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -17,12 +19,14 @@ namespace delayq::server {
 
 /// The API address (an http:// URL) of each instance under --cluster, by
 /// instance name: the setting `"instance:" + name` whose value is
-/// {"url": "..."}. An instance announces itself once it serves and
-/// withdraws at a clean stop; one that died leaves its entry behind, which
-/// is only read if a live member carries its name again, and that member
-/// overwrote it when it started. A call on an id whose shard another
-/// instance owns is forwarded to the address found here (docs/scale-out.md,
-/// "Calls on any instance").
+/// {"url": "...", "incarnation": "..."}. An instance announces itself at
+/// start, announces itself again when its entry is found missing (a store
+/// that lost its settings), and withdraws at a clean stop, only the entry it
+/// wrote (the incarnation says so: a successor under the same name keeps
+/// its own). One that died leaves its entry behind; it is read only for a
+/// live member of that name, which overwrote it when it started. A call on
+/// an id whose shard another instance owns is forwarded to the address
+/// found here (docs/scale-out.md, "Calls on any instance").
 ///
 /// Example:
 /// \code
@@ -32,8 +36,8 @@ namespace delayq::server {
 /// \endcode
 ///
 /// Thread safety: every member may be called concurrently. announce(),
-/// withdraw(), load() and a url_of() that misses call the store and may
-/// block: call them off the I/O threads.
+/// keep_announced(), withdraw(), load() and a url_of() that misses call the
+/// store and may block: call them off the I/O threads.
 class peer_directory {
  public:
   /// The settings key prefix.
@@ -44,24 +48,41 @@ class peer_directory {
   peer_directory(const peer_directory&) = delete;
   peer_directory& operator=(const peer_directory&) = delete;
 
-  /// Stores `url` as the address of `instance` (durably, then in the map).
-  /// Errors: boost::system::errc::invalid_argument for a URL parse_http_url
-  /// refuses; the store's.
+  /// Stores `url` as the address of `instance`, this process's (durably,
+  /// then in the map). Errors: boost::system::errc::invalid_argument for a
+  /// URL parse_http_url refuses or one with a path (calls go to the root);
+  /// the store's.
   void announce(const std::string& instance, const std::string& url, boost::system::error_code& ec);
-  /// Erases the address of `instance`. Errors: the store's.
-  void withdraw(const std::string& instance, boost::system::error_code& ec);
+  /// After load(): announces again when the map has no entry for the
+  /// instance announce() named (a store that lost its settings); an entry
+  /// of another process under the name is left alone. Errors: the store's.
+  void keep_announced(boost::system::error_code& ec);
+  /// Erases this process's entry, if the store still holds the one it
+  /// wrote. Errors: the store's.
+  void withdraw(boost::system::error_code& ec);
   /// Replaces the map with every `instance:` setting of the store. A value
-  /// that is not {"url": an http:// URL} is logged and skipped. Errors: the
-  /// store's (the map is then unchanged).
+  /// that is not {"url": an http:// URL, ...} is skipped, and logged once.
+  /// Errors: the store's (the map is then unchanged).
   void load(boost::system::error_code& ec);
   /// The address of `instance`: from the map, and on a miss from the store
-  /// (load()) once; nothing when neither knows it. Errors: the store's.
+  /// (load(), at most once a second); nothing when neither knows it.
+  /// Errors: the store's.
   std::optional<std::string> url_of(std::string_view instance, boost::system::error_code& ec);
 
  private:
+  struct entry {
+    std::string url;
+    std::string incarnation;
+  };
+  std::map<std::string, entry, std::less<>> read_locked(boost::system::error_code& ec);
+
   delayq::task_store& store_;
-  std::mutex mutex_;  // guards urls_
-  std::map<std::string, std::string, std::less<>> urls_;
+  std::mutex load_mutex_;  // one load at a time, so an older read never replaces a newer
+  std::mutex mutex_;       // guards what follows
+  std::map<std::string, entry, std::less<>> entries_;
+  std::string self_, self_url_, incarnation_;  // set by announce()
+  std::chrono::steady_clock::time_point last_miss_load_{};
+  std::set<std::string> warned_;  // bad stored values already logged
 };
 
 }  // namespace delayq::server

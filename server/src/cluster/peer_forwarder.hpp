@@ -5,8 +5,10 @@
 
 #include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -14,42 +16,46 @@
 
 namespace delayq::server {
 
-/// Forwards one request to another instance of the cluster, over a fresh
-/// HTTP/1.1 connection, and waits for its answer. The call goes once: a
-/// forwarded request carries `X-Delayq-Forwarded-By: <this instance>`, and
-/// an instance never forwards such a request again, so two instances that
-/// disagree on the owner (a hand-over under way) answer not_owner instead
-/// of sending the call back and forth.
+/// Forwards one request to another instance of the cluster over a fresh
+/// HTTP/1.1 connection, asynchronously: no thread waits for the answer, so a
+/// stalled owner holds sockets, not threads. The call goes once: a forwarded
+/// request carries `X-Delayq-Forwarded-By: <this instance>`, and an instance
+/// never forwards such a request again, so two instances that disagree on
+/// the owner (a hand-over under way) answer not_owner instead of sending the
+/// call back and forth.
 ///
 /// Example:
 /// \code
-///   delayq::server::peer_forwarder fwd{"a", std::chrono::seconds{15}};
-///   bool sent = false;
-///   http_answer a = fwd.forward("http://10.0.0.6:7700", req, sent, ec);
+///   delayq::server::peer_forwarder fwd{io.get_executor(), "a"};
+///   fwd.async_forward("http://10.0.0.6:7700", req, steady_clock::now() + 15s,
+///                     [](http_answer a, bool sent, boost::system::error_code ec) { ... });
 /// \endcode
 ///
-/// Thread safety: forward() may be called from any number of threads at
-/// once; each call blocks its thread (run it off the I/O threads) on an
-/// io_context of its own.
+/// Thread safety: async_forward() may be called from any thread, any number
+/// of times at once; each exchange runs on the executor.
 class peer_forwarder {
  public:
+  using clock = std::chrono::steady_clock;
+  /// The answer (when `ec` is clear); `sent`: whether any of the request may
+  /// have reached the peer (it connected), so that on an error the call may
+  /// have been carried out there.
+  using handler = std::function<void(http_answer answer, bool sent, boost::system::error_code ec)>;
+
   /// The header a forwarded request carries.
   static constexpr std::string_view forwarded_header = "X-Delayq-Forwarded-By";
 
-  /// `instance`: this instance's name (sent in forwarded_header). `timeout`:
-  /// the most a forward() takes, from connecting to the answer's last byte.
-  peer_forwarder(std::string instance, std::chrono::milliseconds timeout);
+  /// `instance`: this instance's name (sent in forwarded_header).
+  peer_forwarder(boost::asio::any_io_executor ex, std::string instance);
 
   /// Sends `req` (its method, target, body, Content-Type and Authorization)
-  /// to the host and port of `url` and returns the answer (status, body,
-  /// Content-Type, Retry-After and Location). Errors: a bad `url`
-  /// (boost::system::errc::invalid_argument), and what resolving,
-  /// connecting, writing or reading met (boost::asio::error::timed_out
-  /// past the timeout). `sent` tells, on an error, whether any of the
-  /// request may have reached the peer (after connecting): then the call
-  /// may have been carried out there.
-  http_answer forward(const std::string& url, const http_request& req, bool& sent,
-                      boost::system::error_code& ec) const;
+  /// to the host and port of `url` and calls `done` once, on the executor,
+  /// with the answer (status, body, Content-Type, Retry-After and
+  /// Location). `deadline` bounds resolving, connecting, writing and
+  /// reading together (boost::asio::error::timed_out past it). Other
+  /// errors: a bad `url` (boost::system::errc::invalid_argument), and what
+  /// the network met.
+  void async_forward(const std::string& url, const http_request& req, clock::time_point deadline,
+                     handler done) const;
 
   /// Whether `req` was forwarded here by another instance.
   static bool is_forwarded(const http_request& req);
@@ -57,8 +63,8 @@ class peer_forwarder {
   const std::string& instance() const noexcept { return instance_; }
 
  private:
+  boost::asio::any_io_executor ex_;
   std::string instance_;
-  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace delayq::server

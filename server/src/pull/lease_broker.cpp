@@ -7,8 +7,15 @@
 
 namespace delayq::server {
 
-lease_broker::lease_broker(boost::asio::any_io_executor ex)
-    : ex_(boost::asio::make_strand(ex)), sweep_timer_(ex_), rng_(std::random_device{}()) {}
+lease_broker::lease_broker(boost::asio::any_io_executor ex, std::string instance)
+    : ex_(boost::asio::make_strand(ex)), sweep_timer_(ex_), rng_(std::random_device{}()) {
+  if (!instance.empty()) lease_suffix_ = "@" + instance;
+}
+
+std::string lease_broker::instance_of(std::string_view lease) {
+  const std::size_t at = lease.find('@');
+  return at == std::string_view::npos ? std::string{} : std::string(lease.substr(at + 1));
+}
 
 // Handlers hold `this`: the owner stops the io_context before destroying us.
 lease_broker::~lease_broker() = default;
@@ -20,7 +27,7 @@ std::string lease_broker::new_lease() {
   std::snprintf(buf, sizeof buf, "%016llx%016llx-%llx", static_cast<unsigned long long>(rng_()),
                 static_cast<unsigned long long>(rng_()),
                 static_cast<unsigned long long>(++lease_counter_));
-  return buf;
+  return buf + lease_suffix_;
 }
 
 void lease_broker::offer(const task& t, attempt_completion done) {

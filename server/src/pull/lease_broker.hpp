@@ -59,7 +59,15 @@ class lease_broker {
   using clock = std::chrono::steady_clock;
   using reserve_handler = std::function<void(std::vector<leased_task>)>;
 
-  explicit lease_broker(boost::asio::any_io_executor ex);
+  /// `instance` (under --cluster, else empty): every lease ends in
+  /// "@" + instance, so that a finish, fail or touch made on another
+  /// instance of the cluster is forwarded here, where the attempt runs,
+  /// even while the task's shard is being handed over.
+  explicit lease_broker(boost::asio::any_io_executor ex, std::string instance = {});
+
+  /// The instance named at the end of `lease` (after its first '@'), or
+  /// empty for a lease without one.
+  static std::string instance_of(std::string_view lease);
   ~lease_broker();
   lease_broker(const lease_broker&) = delete;
   lease_broker& operator=(const lease_broker&) = delete;
@@ -165,6 +173,7 @@ class lease_broker {
   void sweep();
   void answer(reserve_handler h, std::vector<leased_task> tasks);
   std::string new_lease();
+  std::string lease_suffix_;  // "@" + instance, or empty
 
   boost::asio::any_io_executor ex_;
   mutable std::mutex mutex_;

@@ -1,0 +1,113 @@
+#include "api/forward_call.hpp"
+
+#include <boost/asio/post.hpp>
+#include <optional>
+
+#include "api/api_error.hpp"
+#include "api/api_router.hpp"
+
+namespace delayq::server {
+
+struct call_forwarder::state {
+  std::string owner;
+  http_request req;
+  std::string id;
+  http_respond respond;
+  std::function<http_answer()> local;
+  peer_forwarder::clock::time_point deadline;
+  std::string url;          // the address tried last
+  bool reread = false;      // the directory was read again after a failed connect
+  std::string unreachable;  // why the last try could not be sent
+};
+
+call_forwarder::call_forwarder(peer_directory& peers, const peer_forwarder& fwd,
+                               boost::asio::thread_pool& pool, forward_limits limits)
+    : peers_(peers), fwd_(fwd), pool_(pool), limits_(limits) {}
+
+void call_forwarder::forward(std::string owner, http_request req, std::string id,
+                             http_respond respond, std::function<http_answer()> local) {
+  if (in_flight_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_in_flight) {
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    return respond(error_answer({503, "busy",
+                                 "too many calls are being forwarded to other instances; "
+                                 "nothing was done"}));
+  }
+  auto f = std::make_shared<state>();
+  f->owner = std::move(owner);
+  f->req = std::move(req);
+  f->id = std::move(id);
+  f->respond = std::move(respond);
+  f->local = std::move(local);
+  f->deadline = peer_forwarder::clock::now() + limits_.timeout;
+  boost::asio::post(pool_, [this, f] { send(f, false); });
+}
+
+// On the pool: the lookup may read the store.
+void call_forwarder::send(const std::shared_ptr<state>& f, bool reread) {
+  try {
+    boost::system::error_code ec;
+    if (reread) peers_.load(ec);
+    std::optional<std::string> url;
+    if (!ec) url = peers_.url_of(f->owner, ec);
+    if (ec && !reread) return answer(f, error_answer(from_error_code(ec)), false);
+    if (reread && (ec || !url || *url == f->url))
+      // Nothing new to try: the first try's answer stands.
+      return answer(f, error_answer({503, "owner_unreachable", f->unreachable}), false);
+    if (!url)
+      return answer(f,
+                    error_answer({421, "not_owner",
+                                  "task " + f->id + " belongs to instance " + f->owner +
+                                      ", which announced no address to forward the call to"}),
+                    false);
+    f->url = *url;
+    fwd_.async_forward(
+        *url, f->req, f->deadline,
+        [this, f](http_answer a, bool sent, boost::system::error_code ec) {
+          if (!ec) {
+            a.headers.emplace_back("X-Delayq-Instance", f->owner);
+            return answer(f, std::move(a), true);
+          }
+          if (sent)
+            return answer(
+                f,
+                error_answer({503, "outcome_unknown",
+                              "the call was sent to instance " + f->owner + " (which owns task " +
+                                  f->id + "), and its answer did not come back (" + ec.message() +
+                                  "): it may or may not have been carried out there"}),
+                true);
+          f->unreachable = "task " + f->id + " belongs to instance " + f->owner + " at " + f->url +
+                           ", which cannot be reached (" + ec.message() +
+                           "); nothing was done. If it is gone, its shards move "
+                           "to another instance within two leases";
+          // It may have come back on another address (a
+          // restart): read the directory again, once.
+          if (!f->reread && peer_forwarder::clock::now() < f->deadline) {
+            f->reread = true;
+            return boost::asio::post(pool_, [this, f] { send(f, true); });
+          }
+          answer(f, error_answer({503, "owner_unreachable", f->unreachable}), false);
+        });
+  } catch (const std::exception& e) {
+    answer(f, error_answer({500, "internal_error", e.what()}), true);
+  }
+}
+
+void call_forwarder::answer(const std::shared_ptr<state>& f, http_answer a, bool reached) {
+  if (!reached && f->local) {
+    // A read answered from here, on the pool (it may read the store).
+    return boost::asio::post(pool_, [this, f] {
+      http_answer local;
+      try {
+        local = f->local();
+      } catch (const std::exception& e) {
+        local = error_answer({500, "internal_error", e.what()});
+      }
+      f->local = nullptr;
+      answer(f, std::move(local), true);
+    });
+  }
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  std::exchange(f->respond, nullptr)(std::move(a));
+}
+
+}  // namespace delayq::server
