@@ -161,6 +161,8 @@ std::vector<task> engine::upcoming(std::size_t limit, std::string_view type) con
 std::size_t engine::pending() const { return core_->pending(); }
 std::string engine::owner_of(std::string_view id) const { return core_->owner_of(id); }
 
+std::vector<std::string> engine::members() const { return core_->members(); }
+
 engine_stats engine::stats() const { return core_->stats(); }
 engine_metrics engine::metrics() const { return core_->metrics(); }
 bool engine::stop(duration drain) { return core_->stop(drain); }

@@ -89,10 +89,12 @@ int main(int argc, char** argv) {
   std::string forward_timeout_text = "15s";
   app.add_option("--forward-timeout", forward_timeout_text,
                  "with --cluster: the most a call forwarded to the instance that owns its task "
-                 "may take before it is answered 503 outcome_unknown (default 15s)")
+                 "may take before it is answered 503 outcome_unknown, 100ms to 10m (default 15s)")
       ->check([](const std::string& text) -> std::string {
         try {
-          delayq::server::parse_duration(text);
+          const auto d = delayq::server::parse_duration(text);
+          if (d < std::chrono::milliseconds{100} || d > std::chrono::minutes{10})
+            return "must be from 100ms to 10m, got " + text;
           return {};
         } catch (const std::invalid_argument& e) {
           return std::string(e.what());

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <delayq/delayq.hpp>
 #include <delayq/redis_shard_leases.hpp>
+#include <future>
 #include <map>
 #include <set>
 #include <sstream>
@@ -50,6 +51,19 @@ class sharded_view final : public delayq::task_store {
     gate_cv_.notify_all();
   }
   std::atomic<int> reads_held{0};  // reads that waited so far
+  // The same for find() (a call's lookup of one id).
+  void hold_finds() {
+    std::lock_guard lock(gate_mutex_);
+    holding_finds_ = true;
+  }
+  void release_finds() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      holding_finds_ = false;
+    }
+    gate_cv_.notify_all();
+  }
+  std::atomic<int> finds_held{0};
 
   void write(std::span<const delayq::store_change> changes,
              boost::system::error_code& ec) override {
@@ -113,6 +127,13 @@ class sharded_view final : public delayq::task_store {
   }
   std::vector<std::optional<delayq::task>> find(std::span<const std::string> ids,
                                                 boost::system::error_code& ec) override {
+    {
+      std::unique_lock lock(gate_mutex_);
+      if (holding_finds_) {
+        ++finds_held;
+        gate_cv_.wait(lock, [&] { return !holding_finds_; });
+      }
+    }
     return inner_->find(ids, ec);
   }
   void quarantine(std::string_view id, std::string_view reason,
@@ -127,6 +148,7 @@ class sharded_view final : public delayq::task_store {
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;
   bool holding_ = false;
+  bool holding_finds_ = false;
 };
 
 // One instance: an engine whose executor of type "t" records its runs.
@@ -692,7 +714,10 @@ TEST_CASE("cluster: a slow shard read does not hold up the lease rounds") {
   v.hold_reads();
   struct release_at_exit {
     sharded_view& v;
-    ~release_at_exit() { v.release_reads(); }
+    ~release_at_exit() {
+      v.release_finds();
+      v.release_reads();
+    }
   } release{v};
   REQUIRE(eventually([&] { return v.reads_held > 0; }));
   // The rounds go on meanwhile, and b keeps what it holds.
@@ -701,16 +726,32 @@ TEST_CASE("cluster: a slow shard read does not hold up the lease rounds") {
   CHECK(b.eng->stats().shards_held > 0);
   CHECK(b.eng->stats().shards_lost == 0);
 
+  // A status() of a task of a shard not read yet asks the store; the
+  // shard's read holds the task before the store answers: the wheel then
+  // answers (not "no such task").
+  const std::vector<std::string> names{"a", "b"};
+  const auto owned_by_b = [&](const std::string& id) {
+    return desired_owner(delayq::shard_of(id, test_shards), names) == "b";
+  };
+  const auto on_b =
+      static_cast<std::size_t>(std::count_if(probes.begin(), probes.end(), owned_by_b));
+  REQUIRE(on_b > 0);
+  const std::string asked = *std::find_if(probes.begin(), probes.end(), owned_by_b);
+  v.hold_finds();
+  auto status = std::async(std::launch::async, [&] { return b.eng->status(asked); });
+  // Before the future's destructor waits for the call, on a failed REQUIRE.
+  release_at_exit release_first{v};
+  REQUIRE(eventually([&] { return v.finds_held > 0; }));
+
   // Once the reads go through, b holds its shards' tasks.
   v.release_reads();
   REQUIRE(wait_balanced({&a, &b}));
-  const std::vector<std::string> names{"a", "b"};
-  const auto on_b = static_cast<std::size_t>(
-      std::count_if(probes.begin(), probes.end(), [&](const std::string& id) {
-        return desired_owner(delayq::shard_of(id, test_shards), names) == "b";
-      }));
-  REQUIRE(on_b > 0);
   CHECK(eventually([&] { return b.eng->stats().pending == on_b; }));
+  v.release_finds();
+  const auto st = status.get();
+  REQUIRE(st.has_value());
+  CHECK(st->task.id == asked);
+  CHECK(st->state == delayq::task_state::delayed);
   CHECK(eventually([&] { return a.eng->stats().pending == probes.size() - on_b; }));
   a.eng->stop(patience);
   b.eng->stop(patience);

@@ -140,6 +140,12 @@ TEST_CASE("scale-out: a call on a task's id answers on any instance") {
   // reads the store.
   const std::string w = id_owned_by("b", "w");
   REQUIRE(add_task(ca, type, "w", 600000, w).status == 201);
+  // And a consumer holds a lease of b's when b dies.
+  const std::string z = id_owned_by("b", "z");
+  REQUIRE(add_task(ca, type, "z", 0, z).status == 201);
+  const auto reserved = reserve_one(cb, {type});
+  REQUIRE(reserved.is_object());
+  REQUIRE(reserved["id"] == z);
   b->kill_now();
   g = ca.get(task_path(w));
   CHECK_MESSAGE(g.status == 200, g.describe());
@@ -150,6 +156,15 @@ TEST_CASE("scale-out: a call on a task's id answers on any instance") {
   REQUIRE(eventually([&] { return shards_held(ca) == shard_count; }));
   CHECK(ca.get(task_path(w)).status == (unreachable ? 200 : 404));
   CHECK(ca.del(task_path(t)).status == 204);
+  // b's lease cannot be ended any more (409, not "try again"); a delivers
+  // the task again.
+  r = ca.post(task_path(z) + "/finish", json{{"lease", reserved["lease"]}});
+  CHECK_MESSAGE(r.status == 409, r.describe());
+  CHECK(r.error() == "stale_lease");
+  const auto again = reserve_one(ca, {type});
+  REQUIRE(again.is_object());
+  CHECK(again["id"] == z);
+  CHECK(again["lease"].get<std::string>().ends_with("@a"));
 }
 
 TEST_CASE("scale-out: a lease is ended where it was handed out, during a hand-over too") {

@@ -512,6 +512,11 @@ class engine {
   /// members yet. Never touches the store.
   std::string owner_of(std::string_view id) const;
 
+  /// engine_options::cluster: the live members of the last answered lease
+  /// round, sorted (this instance among them); empty without a cluster or
+  /// before start(). Never touches the store.
+  std::vector<std::string> members() const;
+
   /// The next `limit` pending tasks not yet running, earliest due first;
   /// only those of `type` when it is not empty. Costs a pass over every
   /// pending task (an admin view, not a hot path).

@@ -404,15 +404,22 @@ std::optional<task> engine_core::find(std::string_view id) const {
 
 std::optional<task_status> engine_core::status(std::string_view id) const {
   std::unique_lock lock(mutex_);
-  const timer_wheel::handle h = wheel_.find(id);
-  if (h == timer_wheel::npos) {
+  timer_wheel::handle h = wheel_.find(id);
+  // Not held: maybe due past the horizon (or of a shard gained and not read
+  // yet), in the store only. A read (the pager, a shard's) may hold it while
+  // the store is asked: then the wheel answers, on the next round.
+  for (int round = 0; h == timer_wheel::npos; ++round) {
     if (!horizon_on()) return std::nullopt;
     lock.unlock();
-    // Not held: maybe due past the horizon, in the store only.
-    std::optional<task> t = find_stored(id);
-    if (!t) return std::nullopt;
-    const bool due = to_epoch_ms(t->due) <= now_ms();
-    return task_status{std::move(*t), due ? task_state::ready : task_state::delayed};
+    bool held_meanwhile = false;
+    std::optional<task> t = find_stored(id, &held_meanwhile);
+    lock.lock();
+    if (!held_meanwhile || round == 8) {
+      if (!t) return std::nullopt;
+      const bool due = to_epoch_ms(t->due) <= now_ms();
+      return task_status{std::move(*t), due ? task_state::ready : task_state::delayed};
+    }
+    h = wheel_.find(id);
   }
   const std::uint32_t w = tag(h);
   if (w & tsw::fresh) return std::nullopt;  // not acknowledged yet

@@ -84,6 +84,7 @@ class engine_core final : public dispatcher::owner,
   std::optional<task_status> status(std::string_view id) const;
   std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
   std::string owner_of(std::string_view id) const;
+  std::vector<std::string> members() const;
   std::size_t pending() const;
   engine_stats stats() const;
   engine_metrics metrics() const;
@@ -281,7 +282,9 @@ class engine_core final : public dispatcher::owner,
   // due past the watermark and idle (the store has it).
   void evict_if_far_locked(timer_wheel::handle h);
   // The stored task `id` the engine does not hold, read from the store.
-  std::optional<task> find_stored(std::string_view id) const;
+  // The stored task `id` (horizon only), unless the wheel holds it by the
+  // time the store answered: then nothing, and `held_meanwhile` says so.
+  std::optional<task> find_stored(std::string_view id, bool* held_meanwhile = nullptr) const;
   // Stored tasks the engine cannot accept: id, why.
   using rejected_tasks = std::vector<std::pair<std::string, std::string>>;
   // Under the lock: holds a task a read of the store found, unless its id is

@@ -77,6 +77,11 @@ std::string engine_core::owner_of(std::string_view id) const {
   return i < members_.size() ? members_[i] : std::string{};
 }
 
+std::vector<std::string> engine_core::members() const {
+  std::lock_guard lock(members_mutex_);
+  return members_;
+}
+
 void engine_core::set_members(const lease_round& r) {
   // A failed round names no members: the last known stay.
   if (r.members.empty()) return;
@@ -232,11 +237,13 @@ void engine_core::reader_loop() {
 bool engine_core::page_in_shard(std::uint32_t s) {
   std::int64_t until = 0;
   std::uint64_t seq = 0;
+  std::uint64_t token = 0;
   {
     std::lock_guard lock(mutex_);
     if (state_.load() != run_state::running) return true;
     until = watermark_;
     seq = begin_read_locked();
+    token = shards_->token(s);
   }
   // Writes queued before the read began (a schedule of this shard that was
   // let go while another instance held it) land first.
@@ -255,12 +262,21 @@ bool engine_core::page_in_shard(std::uint32_t s) {
       ec = errc::store_error;
     }
     if (ec) break;
+    bool stale = false;
     {
       std::lock_guard lock(mutex_);
-      quarantined_ += got.quarantined;
-      const std::int64_t now = now_ms();
-      for (const task& t : page) hold_read_locked(t, seq, now, rejected);
+      // Lost and taken again since the read began (this thread reads while
+      // the lease thread runs rounds): the page may hold tasks another
+      // instance ran or cancelled meanwhile, and the regain queued a fresh
+      // read of the shard. Nothing of this one is held.
+      stale = shards_->token(s) != token;
+      if (!stale) {
+        quarantined_ += got.quarantined;
+        const std::int64_t now = now_ms();
+        for (const task& t : page) hold_read_locked(t, seq, now, rejected);
+      }
     }
+    if (stale) break;
     if (got.tasks + got.quarantined < shard_page) break;
     if (state_.load() != run_state::running) break;  // stopping: no use reading on
   }

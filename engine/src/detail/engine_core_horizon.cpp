@@ -209,7 +209,7 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
   ec = errc::busy;  // the ids kept changing while they were read: let the caller retry
 }
 
-std::optional<task> engine_core::find_stored(std::string_view id) const {
+std::optional<task> engine_core::find_stored(std::string_view id, bool* held_meanwhile) const {
   if (!horizon_on()) return std::nullopt;
   auto& self = const_cast<engine_core&>(*this);
   self.writer_.flush();  // a task that just succeeded is gone from the store too
@@ -218,7 +218,10 @@ std::optional<task> engine_core::find_stored(std::string_view id) const {
   std::vector<std::optional<task>> found = store_->find(std::span(&key, 1), ec);
   if (ec || found.empty() || !found[0]) return std::nullopt;
   std::lock_guard lock(mutex_);
-  if (wheel_.find(id) != timer_wheel::npos) return std::nullopt;  // held now: ask the wheel
+  if (wheel_.find(id) != timer_wheel::npos) {  // held now: ask the wheel
+    if (held_meanwhile) *held_meanwhile = true;
+    return std::nullopt;
+  }
   return std::move(found[0]);
 }
 

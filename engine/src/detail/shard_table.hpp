@@ -43,6 +43,11 @@ class shard_table {
   std::uint64_t valid_token(std::string_view id) const noexcept {
     return valid_token(shard(id), clock::now());
   }
+  /// The token of the lease held, valid or not; 0 when not held. A read
+  /// that began under one token is stale once it changed (lost, taken again).
+  std::uint64_t token(std::uint32_t s) const noexcept {
+    return slots_[s].token.load(std::memory_order_acquire);
+  }
   /// Whether the shard is held and being handed over (lease_round::leaving).
   bool leaving(std::uint32_t s) const noexcept {
     return slots_[s].leaving.load(std::memory_order_acquire);

@@ -1,5 +1,6 @@
 #include "api/api_router.hpp"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <charconv>
@@ -494,7 +495,21 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
   // To the instance that handed the lease out (its name ends the lease),
   // where the attempt runs: during a hand-over that is not the shard's
   // next owner, and the attempt is what the hand-over waits for.
-  if (forward_to(c, lease_broker::instance_of(r.lease), id)) return;
+  if (forwarding_ && !peer_forwarder::is_forwarded(c.req)) {
+    std::string holder = lease_broker::instance_of(r.lease);
+    if (!holder.empty() && holder != forwarding_->instance()) {
+      // An instance no longer among the live members took its attempts
+      // with it (its shards' new owners deliver the tasks again): no call
+      // can end that lease any more.
+      const auto live = parts_.engine->members();
+      if (!live.empty() && !std::binary_search(live.begin(), live.end(), holder))
+        return c.fail(conflict("stale_lease", "lease " + r.lease + " was handed out by instance " +
+                                                  holder +
+                                                  ", which is gone: the task is delivered "
+                                                  "again under a new lease"));
+      if (forward_to(c, std::move(holder), id)) return;
+    }
+  }
   const auto stale = [&] {
     c.fail(conflict("stale_lease", "lease " + r.lease + " is not the current lease of task " + id +
                                        " (it ended, was replaced, or never existed)"));

@@ -14,6 +14,7 @@ struct call_forwarder::state {
   std::string id;
   http_respond respond;
   std::function<http_answer()> local;
+  peer_forwarder::clock::time_point began;
   peer_forwarder::clock::time_point deadline;
   std::string url;          // the address tried last
   bool reread = false;      // the directory was read again after a failed connect
@@ -38,61 +39,70 @@ void call_forwarder::forward(std::string owner, http_request req, std::string id
   f->id = std::move(id);
   f->respond = std::move(respond);
   f->local = std::move(local);
-  f->deadline = peer_forwarder::clock::now() + limits_.timeout;
+  f->began = peer_forwarder::clock::now();
+  f->deadline = f->began + limits_.timeout;
   boost::asio::post(pool_, [this, f] { send(f, false); });
 }
 
 // On the pool: the lookup may read the store.
 void call_forwarder::send(const std::shared_ptr<state>& f, bool reread) {
+  boost::system::error_code ec;
+  std::optional<std::string> url;
   try {
-    boost::system::error_code ec;
-    if (reread) peers_.load(ec);
-    std::optional<std::string> url;
+    // A failed connect reads the directory again, unless a read finished
+    // since this forward began: an owner that died fails every call on its
+    // shards, and each must not cost a read of the store.
+    if (reread) peers_.load_since(f->began, ec);
     if (!ec) url = peers_.url_of(f->owner, ec);
-    if (ec && !reread) return answer(f, error_answer(from_error_code(ec)), false);
-    if (reread && (ec || !url || *url == f->url))
-      // Nothing new to try: the first try's answer stands.
-      return answer(f, error_answer({503, "owner_unreachable", f->unreachable}), false);
-    if (!url)
-      return answer(f,
-                    error_answer({421, "not_owner",
-                                  "task " + f->id + " belongs to instance " + f->owner +
-                                      ", which announced no address to forward the call to"}),
-                    false);
-    f->url = *url;
-    fwd_.async_forward(
-        *url, f->req, f->deadline,
-        [this, f](http_answer a, bool sent, boost::system::error_code ec) {
-          if (!ec) {
-            a.headers.emplace_back("X-Delayq-Instance", f->owner);
-            return answer(f, std::move(a), true);
-          }
-          if (sent)
-            return answer(
-                f,
-                error_answer({503, "outcome_unknown",
-                              "the call was sent to instance " + f->owner + " (which owns task " +
-                                  f->id + "), and its answer did not come back (" + ec.message() +
-                                  "): it may or may not have been carried out there"}),
-                true);
-          f->unreachable = "task " + f->id + " belongs to instance " + f->owner + " at " + f->url +
-                           ", which cannot be reached (" + ec.message() +
-                           "); nothing was done. If it is gone, its shards move "
-                           "to another instance within two leases";
-          // It may have come back on another address (a
-          // restart): read the directory again, once.
-          if (!f->reread && peer_forwarder::clock::now() < f->deadline) {
-            f->reread = true;
-            return boost::asio::post(pool_, [this, f] { send(f, true); });
-          }
-          answer(f, error_answer({503, "owner_unreachable", f->unreachable}), false);
-        });
   } catch (const std::exception& e) {
-    answer(f, error_answer({500, "internal_error", e.what()}), true);
+    return answer(f, error_answer({500, "internal_error", e.what()}), false);
   }
+  if (ec && !reread) return answer(f, error_answer(from_error_code(ec)), false);
+  if (reread && (ec || !url || *url == f->url))
+    // Nothing new to try: the first try's answer stands.
+    return answer(f, error_answer({503, "owner_unreachable", f->unreachable}), false);
+  if (!url)
+    return answer(f,
+                  error_answer({421, "not_owner",
+                                "task " + f->id + " belongs to instance " + f->owner +
+                                    ", which announced no address to forward the call to"}),
+                  false);
+  f->url = *url;
+  fwd_.async_forward(*url, f->req, f->deadline,
+                     [this, f](http_answer a, bool sent, boost::system::error_code ec) {
+                       on_answer(f, std::move(a), sent, ec);
+                     });
+}
+
+// On the I/O threads.
+void call_forwarder::on_answer(const std::shared_ptr<state>& f, http_answer a, bool sent,
+                               boost::system::error_code ec) {
+  if (!ec) {
+    a.headers.emplace_back("X-Delayq-Instance", f->owner);
+    return answer(f, std::move(a), true);
+  }
+  if (sent)
+    return answer(f,
+                  error_answer({503, "outcome_unknown",
+                                "the call was sent to instance " + f->owner + " (which owns task " +
+                                    f->id + "), and its answer did not come back (" + ec.message() +
+                                    "): it may or may not have been carried out there"}),
+                  true);
+  f->unreachable = "task " + f->id + " belongs to instance " + f->owner + " at " + f->url +
+                   ", which cannot be reached (" + ec.message() +
+                   "); nothing was done. If it is gone, its shards move to another instance "
+                   "within two leases";
+  // It may have come back on another address (a restart): read the
+  // directory again, once.
+  if (!f->reread && peer_forwarder::clock::now() < f->deadline) {
+    f->reread = true;
+    return boost::asio::post(pool_, [this, f] { send(f, true); });
+  }
+  answer(f, error_answer({503, "owner_unreachable", f->unreachable}), false);
 }
 
 void call_forwarder::answer(const std::shared_ptr<state>& f, http_answer a, bool reached) {
+  if (!f->respond) return;  // answered already
   if (!reached && f->local) {
     // A read answered from here, on the pool (it may read the store).
     return boost::asio::post(pool_, [this, f] {

@@ -60,6 +60,10 @@ class call_forwarder {
  private:
   struct state;  // one forward (forward_call.cpp)
   void send(const std::shared_ptr<state>& f, bool reread);
+  void on_answer(const std::shared_ptr<state>& f, http_answer a, bool sent,
+                 boost::system::error_code ec);
+  // Answers once (later calls do nothing); `reached`: the call may have
+  // been carried out by the owner, so `local` must not answer instead.
   void answer(const std::shared_ptr<state>& f, http_answer a, bool reached);
 
   peer_directory& peers_;

@@ -121,31 +121,61 @@ std::map<std::string, peer_directory::entry, std::less<>> peer_directory::read_l
   return loaded;
 }
 
-void peer_directory::load(boost::system::error_code& ec) {
-  ec.clear();
-  std::lock_guard load_lock(load_mutex_);
+void peer_directory::load_locked(boost::system::error_code& ec) {
   auto loaded = read_locked(ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
   entries_ = std::move(loaded);
+  loaded_at_ = std::chrono::steady_clock::now();
+}
+
+void peer_directory::load(boost::system::error_code& ec) {
+  ec.clear();
+  std::lock_guard load_lock(load_mutex_);
+  load_locked(ec);
+}
+
+void peer_directory::load_since(std::chrono::steady_clock::time_point since,
+                                boost::system::error_code& ec) {
+  ec.clear();
+  std::lock_guard load_lock(load_mutex_);  // waits for a load under way
+  {
+    std::lock_guard lock(mutex_);
+    if (loaded_at_ > since) return;
+  }
+  load_locked(ec);
 }
 
 std::optional<std::string> peer_directory::url_of(std::string_view instance,
                                                   boost::system::error_code& ec) {
   ec.clear();
+  const auto find = [&]() -> std::optional<std::string> {
+    if (const auto it = entries_.find(instance); it != entries_.end()) return it->second.url;
+    return std::nullopt;
+  };
   {
     std::lock_guard lock(mutex_);
-    if (const auto it = entries_.find(instance); it != entries_.end()) return it->second.url;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_miss_load_ < miss_reload) return std::nullopt;
-    last_miss_load_ = now;
+    if (auto url = find()) return url;
   }
-  // Announced after our last read (it started since), or never: ask the store.
-  load(ec);
+  // Announced after our last read (it started since), or never: ask the
+  // store, after a load under way (which may bring it) and at most once a
+  // second per name (a member that never announces, an older version,
+  // would otherwise cost a read per call).
+  std::lock_guard load_lock(load_mutex_);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto url = find()) return url;
+    const auto now = std::chrono::steady_clock::now();
+    auto& missed = misses_[std::string(instance)];
+    if (missed != std::chrono::steady_clock::time_point{} && now - missed < miss_reload)
+      return std::nullopt;
+    missed = now;
+    if (misses_.size() > 1024) misses_.clear();  // made-up names must not grow it
+  }
+  load_locked(ec);
   if (ec) return std::nullopt;
   std::lock_guard lock(mutex_);
-  if (const auto it = entries_.find(instance); it != entries_.end()) return it->second.url;
-  return std::nullopt;
+  return find();
 }
 
 }  // namespace delayq::server

@@ -64,8 +64,11 @@ class peer_directory {
   /// that is not {"url": an http:// URL, ...} is skipped, and logged once.
   /// Errors: the store's (the map is then unchanged).
   void load(boost::system::error_code& ec);
+  /// load(), unless a load finished after `since` (or is under way and
+  /// finishes): many callers that each saw the map fail read the store once.
+  void load_since(std::chrono::steady_clock::time_point since, boost::system::error_code& ec);
   /// The address of `instance`: from the map, and on a miss from the store
-  /// (load(), at most once a second); nothing when neither knows it.
+  /// (a load, at most once a second per name); nothing when neither knows it.
   /// Errors: the store's.
   std::optional<std::string> url_of(std::string_view instance, boost::system::error_code& ec);
 
@@ -74,14 +77,17 @@ class peer_directory {
     std::string url;
     std::string incarnation;
   };
+  // Under load_mutex_: reads the store, and on success replaces the map.
+  void load_locked(boost::system::error_code& ec);
   std::map<std::string, entry, std::less<>> read_locked(boost::system::error_code& ec);
 
   delayq::task_store& store_;
   std::mutex load_mutex_;  // one load at a time, so an older read never replaces a newer
   std::mutex mutex_;       // guards what follows
   std::map<std::string, entry, std::less<>> entries_;
-  std::string self_, self_url_, incarnation_;  // set by announce()
-  std::chrono::steady_clock::time_point last_miss_load_{};
+  std::string self_, self_url_, incarnation_;          // set by announce()
+  std::chrono::steady_clock::time_point loaded_at_{};  // when the last load finished
+  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> misses_;
   std::set<std::string> warned_;  // bad stored values already logged
 };
 

@@ -31,24 +31,24 @@ struct exchange : std::enable_shared_from_this<exchange> {
   }
 
   void start(const http_url& to, peer_forwarder::clock::time_point deadline) {
-    // The stream's expiry bounds connect, write and read; the resolver has
-    // none of its own (a name lookup), so a timer cancels it.
+    // The stream's expiry bounds connect, write and read. A name lookup
+    // cannot be interrupted (getaddrinfo runs to its end on Asio's resolver
+    // thread), so at the deadline the timer answers for it, and the lookup's
+    // late result is dropped.
     stream.expires_at(deadline);
     resolve_timer.expires_at(deadline);
     resolve_timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
-      if (!e) {
-        self->resolve_timed_out = true;
-        self->resolver.cancel();
-      }
+      if (e || self->resolved) return;
+      self->resolver.cancel();
+      self->finish(asio::error::timed_out);
     });
     resolver.async_resolve(to.host, to.port,
                            [self = shared_from_this()](boost::system::error_code e,
                                                        tcp::resolver::results_type hosts) {
+                             if (!self->done) return;  // the deadline answered
+                             self->resolved = true;
                              self->resolve_timer.cancel();
-                             if (e) {
-                               if (self->resolve_timed_out) e = asio::error::timed_out;
-                               return self->finish(e);
-                             }
+                             if (e) return self->finish(e);
                              self->connect(hosts);
                            });
   }
@@ -87,7 +87,7 @@ struct exchange : std::enable_shared_from_this<exchange> {
   tcp::resolver resolver;
   beast::tcp_stream stream;
   asio::steady_timer resolve_timer;
-  bool resolve_timed_out = false;
+  bool resolved = false;  // on the strand, as everything here
   beast::flat_buffer buffer;
   bhttp::request<bhttp::string_body> out;
   bhttp::response_parser<bhttp::string_body> parser;
