@@ -5,7 +5,7 @@
 #   bash scripts/bench-forward.sh [--build DIR] [--rounds N] [--seconds S]
 #
 # Needs a built DIR/server/delayq-server (default build/, as scripts/test.sh
-# builds it), wrk and redis-server (scripts/common.sh installs both). Starts a
+# builds it); installs wrk, redis-server and curl with apt-get if missing. Starts a
 # private redis-server (scripts/with-redis.sh) and two instances a and b
 # (--cluster --shards 16 --lease 2s) on free loopback ports, adds one task
 # owned by b, and runs wrk (2 threads, 16 connections) on GET /v1/tasks/ID
@@ -33,6 +33,7 @@ while (($#)); do
 done
 server="$build/server/delayq-server"
 [[ -x "$server" ]] || delayq_die "$server was not built (bash scripts/test.sh builds it)"
+[[ -n "${inner:-}" ]] || ensure_packages wrk redis-server curl
 delayq_need_tools wrk redis-server curl
 
 if [[ -z "${inner:-}" ]]; then

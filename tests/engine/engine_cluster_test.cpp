@@ -38,32 +38,10 @@ class sharded_view final : public delayq::task_store {
   std::atomic<bool> refuse_fenced{false};
   std::atomic<int> refused{0};  // changes refused so far
 
-  // While set, list_due_shard() (a shard read) waits until release_reads().
-  void hold_reads() {
-    std::lock_guard lock(gate_mutex_);
-    holding_ = true;
-  }
-  void release_reads() {
-    {
-      std::lock_guard lock(gate_mutex_);
-      holding_ = false;
-    }
-    gate_cv_.notify_all();
-  }
-  std::atomic<int> reads_held{0};  // reads that waited so far
-  // The same for find() (a call's lookup of one id).
-  void hold_finds() {
-    std::lock_guard lock(gate_mutex_);
-    holding_finds_ = true;
-  }
-  void release_finds() {
-    {
-      std::lock_guard lock(gate_mutex_);
-      holding_finds_ = false;
-    }
-    gate_cv_.notify_all();
-  }
-  std::atomic<int> finds_held{0};
+  // While gated, list_due_shard() (a shard read) and find() (a call's
+  // lookup of ids) wait at their latch until it is released.
+  std::atomic<bool> gate_reads{false}, gate_finds{false};
+  latch reads, finds;
 
   void write(std::span<const delayq::store_change> changes,
              boost::system::error_code& ec) override {
@@ -101,13 +79,7 @@ class sharded_view final : public delayq::task_store {
                                       std::int64_t until_ms, std::size_t limit,
                                       const std::function<void(delayq::task&&)>& sink,
                                       boost::system::error_code& ec) override {
-    {
-      std::unique_lock lock(gate_mutex_);
-      if (holding_) {
-        ++reads_held;
-        gate_cv_.wait(lock, [&] { return !holding_; });
-      }
-    }
+    if (gate_reads) reads.enter_and_wait();
     return inner_->list_due_shard(shard, after, until_ms, limit, sink, ec);
   }
   void save(std::span<const delayq::task> tasks, boost::system::error_code& ec) override {
@@ -127,13 +99,7 @@ class sharded_view final : public delayq::task_store {
   }
   std::vector<std::optional<delayq::task>> find(std::span<const std::string> ids,
                                                 boost::system::error_code& ec) override {
-    {
-      std::unique_lock lock(gate_mutex_);
-      if (holding_finds_) {
-        ++finds_held;
-        gate_cv_.wait(lock, [&] { return !holding_finds_; });
-      }
-    }
+    if (gate_finds) finds.enter_and_wait();
     return inner_->find(ids, ec);
   }
   void quarantine(std::string_view id, std::string_view reason,
@@ -145,10 +111,6 @@ class sharded_view final : public delayq::task_store {
 
  private:
   std::unique_ptr<delayq::task_store> inner_;
-  std::mutex gate_mutex_;
-  std::condition_variable gate_cv_;
-  bool holding_ = false;
-  bool holding_finds_ = false;
 };
 
 // One instance: an engine whose executor of type "t" records its runs.
@@ -711,15 +673,15 @@ TEST_CASE("cluster: a slow shard read does not hold up the lease rounds") {
   // b starts holding nothing (a holds every live lease), then gains its
   // share from a; the reads of those shards wait at the gate.
   start_member(b, io, std::move(view));
-  v.hold_reads();
+  v.gate_reads = true;
   struct release_at_exit {
     sharded_view& v;
     ~release_at_exit() {
-      v.release_finds();
-      v.release_reads();
+      v.finds.release();
+      v.reads.release();
     }
   } release{v};
-  REQUIRE(eventually([&] { return v.reads_held > 0; }));
+  REQUIRE(v.reads.wait_entered(1));
   // The rounds go on meanwhile, and b keeps what it holds.
   const std::uint64_t rounds = b.eng->stats().lease_rounds;
   REQUIRE(eventually([&] { return b.eng->stats().lease_rounds >= rounds + 3; }));
@@ -737,17 +699,17 @@ TEST_CASE("cluster: a slow shard read does not hold up the lease rounds") {
       static_cast<std::size_t>(std::count_if(probes.begin(), probes.end(), owned_by_b));
   REQUIRE(on_b > 0);
   const std::string asked = *std::find_if(probes.begin(), probes.end(), owned_by_b);
-  v.hold_finds();
+  v.gate_finds = true;
   auto status = std::async(std::launch::async, [&] { return b.eng->status(asked); });
   // Before the future's destructor waits for the call, on a failed REQUIRE.
   release_at_exit release_first{v};
-  REQUIRE(eventually([&] { return v.finds_held > 0; }));
+  REQUIRE(v.finds.wait_entered(1));
 
   // Once the reads go through, b holds its shards' tasks.
-  v.release_reads();
+  v.reads.release();
   REQUIRE(wait_balanced({&a, &b}));
   CHECK(eventually([&] { return b.eng->stats().pending == on_b; }));
-  v.release_finds();
+  v.finds.release();
   const auto st = status.get();
   REQUIRE(st.has_value());
   CHECK(st->task.id == asked);

@@ -280,22 +280,14 @@ void api_router::add_batch(call& c) {
   // Tasks with ids are checked against their shards: a batch whose ids all
   // belong to one other instance goes there whole (tasks without an id may
   // be added anywhere). Ids of several owners get 421 (docs/scale-out.md).
-  if (parts_.forwarder != nullptr) {
-    const add_request* named = nullptr;
-    std::string owner;
-    bool one_owner = true;
-    for (const add_request& r : rs) {
-      if (r.id.empty()) continue;
-      std::string o = parts_.engine->owner_of(r.id);
-      if (named == nullptr) {
-        named = &r;
-        owner = std::move(o);
-      } else if (o != owner) {
-        one_owner = false;
-        break;
-      }
-    }
-    if (named != nullptr && one_owner && forward_foreign(c, named->id)) return;
+  const auto has_id = [](const add_request& r) { return !r.id.empty(); };
+  if (const auto named = std::find_if(rs.begin(), rs.end(), has_id);
+      forwarding_ && named != rs.end()) {
+    std::string owner = parts_.engine->owner_of(named->id);
+    const bool one_owner = std::all_of(named + 1, rs.end(), [&](const add_request& r) {
+      return !has_id(r) || parts_.engine->owner_of(r.id) == owner;
+    });
+    if (one_owner && forward_to(c, std::move(owner), named->id)) return;
   }
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
