@@ -64,10 +64,19 @@ struct dispatcher::attempt {
 
   void settle(outcome::what w, std::string failure,
               attempt_completion::stored_handler on_stored = nullptr) {
-    if (settled.exchange(true, std::memory_order_acq_rel)) {
+    if (!claim()) {
       if (on_stored) on_stored(errc::attempt_ended);
       return;
     }
+    report(w, std::move(failure), std::move(on_stored));
+  }
+
+  // Whether this caller is the one that ends the attempt.
+  bool claim() noexcept { return !settled.exchange(true, std::memory_order_acq_rel); }
+
+  // After a successful claim().
+  void report(outcome::what w, std::string failure,
+              attempt_completion::stored_handler on_stored = nullptr) {
     if (timer) boost::asio::post(d->strand_, [timer = timer] { timer->cancel(); });
     // An abandoned attempt is started again later: it has no end to time.
     if (w != outcome::what::abandoned) counters->execution.record(micros_since(began));
@@ -286,10 +295,12 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
     boost::asio::post(strand_, [a, after = ti.timeout] {
       a->timer->expires_after(after);
       a->timer->async_wait([a, after](const boost::system::error_code& ec) {
-        if (ec || a->settled.load(std::memory_order_acquire)) return;
+        // Claimed before it is counted: a completion racing the timer
+        // must not find the attempt counted as timed out and still win.
+        if (ec || !a->claim()) return;
         a->d->timed_out_.fetch_add(1, std::memory_order_relaxed);
         type_counters::add(a->counters->timed_out);
-        a->settle(outcome::what::failed,
+        a->report(outcome::what::failed,
                   "timed out after " + std::to_string(after.count()) + " ms");
       });
     });
