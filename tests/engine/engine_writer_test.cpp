@@ -188,6 +188,36 @@ TEST_CASE("writer: a kept dead letter is written even when the id is scheduled a
   CHECK(eng.stop());
 }
 
+TEST_CASE("writer: a kept write counts as kept until its retry has landed") {
+  // A cluster's hand-over waits until no write is kept (a leaving shard's
+  // last removal may be one): a kept write on its way to the store again is
+  // still unwritten, and must still count.
+  io_thread io;
+  latch running;
+  delayq::executor_factory f;
+  f.add("t", [&](const delayq::task&) { running.enter_and_wait(); });
+  delayq::memory_store inner;
+  auto owned = std::make_unique<controlled_store>(inner);
+  controlled_store& store = *owned;
+  delayq::engine eng(io.io, f, std::move(owned), fast_options());
+  eng.start();
+  eng.schedule("t", "", 0ms, {"x"});
+  REQUIRE(running.wait_entered(1));
+  store.down = true;  // the success's removal fails, and is kept
+  running.release();
+  REQUIRE(eventually([&] { return eng.stats().succeeded == 1 && eng.stats().writes_kept == 1; }));
+  // The next write is the removal's retry: hold it on its way.
+  store.hold_next_write();
+  store.down = false;
+  REQUIRE(store.wait_held());
+  CHECK(eng.stats().writes_kept == 1);
+  CHECK(eng.metrics().store.writes_kept == 1);
+  store.release();
+  REQUIRE(eventually([&] { return eng.stats().writes_kept == 0; }));
+  CHECK(stored(inner).empty());
+  CHECK(eng.stop());
+}
+
 TEST_CASE("writer: past max_queued_writes, calls that wait for their write are refused with busy") {
   io_thread io;
   delayq::executor_factory f;

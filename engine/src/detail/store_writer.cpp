@@ -109,7 +109,7 @@ void store_writer::flush() {
 
 std::size_t store_writer::kept() const {
   std::lock_guard lock(mutex_);
-  return kept_.size();
+  return kept_live_;
 }
 
 std::size_t store_writer::queued() const {
@@ -137,7 +137,7 @@ void store_writer::metrics(store_metrics& out) const {
   {
     std::lock_guard lock(mutex_);
     out.writes_queued = queue_.size();
-    out.writes_kept = kept_.size();
+    out.writes_kept = kept_live_;
   }
   out.outage = out.writes_kept > 0 || last_failed_.load(std::memory_order_relaxed);
 }
@@ -282,6 +282,8 @@ std::unique_ptr<store_writer::batch> store_writer::form_batch() {
             ++out;
           } else if (!covers(op.what, it->what)) {
             b->ops.push_back(std::move(*it));
+          } else {
+            --kept_live_;  // moot: `op` rewrites all it touched
           }
         }
         kept_.erase(out, kept_.end());
@@ -322,6 +324,7 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
       write_op& op = b->ops[i];
       if (marked && !b->changes[i].refused) {
         op.ec = {};
+        if (!op.report) --kept_live_;
         if (op.report) reported.push_back(std::move(op));
         continue;
       }
@@ -330,6 +333,7 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
         continue;
       }
       ++dropped;
+      if (!op.report) --kept_live_;
       op.ec = b->ec;
       if (op.report) reported.push_back(std::move(op));
     }
@@ -351,6 +355,7 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
                               (keep ? "; changes nobody waits for are kept" : ""));
   for (write_op& op : b->ops) {
     op.ec = b->ec;
+    if (!op.report) --kept_live_;  // landed, or kept again below
     if (keep && op.must_land) {
       if (kept_.empty()) next_retry_ = std::chrono::steady_clock::now() + opts_.retry_interval;
       write_op k;
@@ -364,6 +369,7 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
       k.report = false;
       ++kept_ids_[k.id_hash];
       kept_.push_back(std::move(k));
+      ++kept_live_;
     }
     if (op.report) reported.push_back(std::move(op));
   }

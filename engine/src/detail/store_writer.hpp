@@ -161,7 +161,8 @@ class store_writer {
   /// caller's thread. Idempotent.
   void stop();
 
-  /// Ops kept for retry (their store write failed).
+  /// Ops kept for retry (their store write failed), until their retry lands
+  /// (or is dropped: a newer change rewrote them, or a lease was lost).
   std::size_t kept() const;
   /// Ops queued and not yet sent.
   std::size_t queued() const;
@@ -205,6 +206,10 @@ class store_writer {
   std::unordered_map<std::uint64_t, std::uint32_t> in_flight_ids_;
   std::vector<write_op> kept_;  // oldest first
   std::unordered_map<std::uint64_t, std::uint32_t> kept_ids_;
+  // Kept ops not landed (nor dropped) yet: in kept_, or queued again, or in
+  // flight. kept() counts these, not kept_: an op on its retry is still
+  // unwritten, and a shard must not be handed over meanwhile.
+  std::size_t kept_live_ = 0;
   std::chrono::steady_clock::time_point next_retry_{};
   std::size_t last_batch_ = 0;  // ops in the batch that landed last
   std::chrono::steady_clock::time_point linger_until_{};
