@@ -141,8 +141,10 @@ TEST_CASE(
   CHECK(cancelled.count("c-99") == 1);
   REQUIRE(eventually([&] { return eng.stats().succeeded == n - cancelled.size(); }));
   for (const std::string& id : ran.ids()) CHECK(cancelled.count(id) == 0);
-  CHECK(stored(inner).empty());
+  // A success is counted before its removal is written: stop() writes what
+  // is queued.
   CHECK(eng.stop());
+  CHECK(stored(inner).empty());
 }
 
 TEST_CASE("cancel: a running attempt is not stopped: cancel() says false and changes nothing") {

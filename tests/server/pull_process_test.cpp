@@ -139,11 +139,13 @@ TEST_CASE("server: reserve hands out at most max tasks, of the types asked") {
   }
   // All 7 must be offered to consumers before the counts below are exact:
   // GET says "ready" both for a due task the engine has not dispatched yet
-  // and for one waiting for a consumer, so wait for the engine's count of
-  // attempts started (a pull attempt runs until finish, fail or expiry).
+  // and for one waiting for a consumer, so wait for the broker's count of
+  // tasks it holds for consumers (the engine's count of attempts started
+  // goes up before the attempt reaches the broker).
   REQUIRE(eventually([&] {
     auto s = c.get("/v1/stats");
-    return s.status == 200 && find_number(s.body_json, "running") == std::optional<double>(7);
+    return s.status == 200 &&
+           find_number(s.body_json, "ready_for_consumers") == std::optional<double>(7);
   }));
   for (const auto& id : ids_a) CHECK(task_state(c, id) == "ready");
   for (const auto& id : ids_b) CHECK(task_state(c, id) == "ready");
