@@ -1,14 +1,6 @@
 // push_client_unit_test.cpp - the push client against a real HTTP receiver.
 //
-// The receiver is a small Beast server on 127.0.0.1:0 inside the test, run
-// by a thread of its own; what it does depends on the request's path:
-//   /ok             200, keep-alive
-//   /fail           500, keep-alive
-//   /hang           reads the request and never answers
-//   /close          reads the request and closes the connection
-//   /ok-then-close  200 (announcing keep-alive), then closes the connection
-//   /hold           holds the request until release_held()
-//   /big            200 with a body larger than the client reads
+// The receiver is a path_receiver (path_receiver.hpp).
 // The client runs on two threads. Tests wait on events (condition variables,
 // with a generous bound only so that a bug fails instead of hanging); no test
 // sleeps or measures time.
@@ -35,6 +27,7 @@
 #include <boost/beast/http.hpp>
 
 #include "api/task_json.hpp"
+#include "path_receiver.hpp"
 #include "push/push_client.hpp"
 
 namespace asio = boost::asio;
@@ -44,172 +37,11 @@ using tcp = asio::ip::tcp;
 using delayq::server::push_client;
 using delayq::server::push_target;
 using namespace std::chrono_literals;
+using receiver = delayq::server_test::path_receiver;
 
 namespace {
 
-// Bounds every wait, so that a lost callback fails the test instead of hanging it.
-constexpr auto wait_bound = 60s;
-
-class receiver {
- public:
-  struct seen_request {
-    std::string method;
-    std::string target;
-    std::map<std::string, std::string> headers;
-    std::string body;
-  };
-
-  receiver() : acceptor_(io_, tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}) {
-    accept();
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~receiver() {
-    io_.stop();
-    thread_.join();
-  }
-
-  std::string url(std::string_view path) const {
-    return "http://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()) +
-           std::string(path);
-  }
-  std::string host() const {
-    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
-  }
-
-  std::vector<seen_request> requests() const {
-    std::lock_guard lock{mutex_};
-    return requests_;
-  }
-  std::size_t connections() const {
-    std::lock_guard lock{mutex_};
-    return connections_;
-  }
-  std::size_t max_held() const {
-    std::lock_guard lock{mutex_};
-    return max_held_;
-  }
-  // Waits until `total` /hold requests have arrived since the start.
-  bool wait_held_total(std::size_t total) {
-    std::unique_lock lock{mutex_};
-    return cv_.wait_for(lock, wait_bound, [&] { return held_total_ >= total; });
-  }
-  // Answers every held request 200.
-  void release_held() {
-    asio::post(io_, [this] {
-      auto sessions = std::move(held_sessions_);
-      held_sessions_.clear();
-      {
-        std::lock_guard lock{mutex_};
-        held_now_ -= sessions.size();
-      }
-      for (auto& s : sessions) s->respond(200, false, "released");
-    });
-  }
-
- private:
-  struct session : std::enable_shared_from_this<session> {
-    session(receiver& r, tcp::socket s) : owner(r), socket(std::move(s)) {}
-
-    void read() {
-      req = {};
-      http::async_read(socket, buffer, req,
-                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                         if (!ec) self->on_request();
-                       });
-    }
-
-    void on_request() {
-      seen_request seen{
-          std::string(req.method_string()), std::string(req.target()), {}, req.body()};
-      for (const auto& f : req) seen.headers[std::string(f.name_string())] = std::string(f.value());
-      {
-        std::lock_guard lock{owner.mutex_};
-        owner.requests_.push_back(std::move(seen));
-      }
-      const std::string target{req.target()};
-      const std::string path = target.substr(0, target.find('?'));
-      if (path == "/ok") return respond(200, false, "ok");
-      if (path == "/fail") return respond(500, false, "no");
-      if (path == "/ok-then-close") return respond(200, true, "ok");
-      if (path == "/big") return respond(200, false, std::string(200 * 1024, 'x'));
-      if (path == "/close") {
-        beast::error_code ignored;
-        socket.shutdown(tcp::socket::shutdown_both, ignored);
-        socket.close(ignored);
-        return;
-      }
-      if (path == "/hang") {
-        owner.hung_sessions_.push_back(shared_from_this());
-        return;
-      }
-      if (path == "/hold") {
-        owner.held_sessions_.push_back(shared_from_this());
-        {
-          std::lock_guard lock{owner.mutex_};
-          ++owner.held_total_;
-          ++owner.held_now_;
-          owner.max_held_ = std::max(owner.max_held_, owner.held_now_);
-        }
-        owner.cv_.notify_all();
-        return;
-      }
-      respond(404, false, "unknown path");
-    }
-
-    void respond(unsigned status, bool close_after, std::string body) {
-      res = {};
-      res.version(11);
-      res.result(status);
-      res.keep_alive(true);
-      res.set(http::field::content_type, "text/plain");
-      res.body() = std::move(body);
-      res.prepare_payload();
-      http::async_write(
-          socket, res, [self = shared_from_this(), close_after](beast::error_code ec, std::size_t) {
-            if (ec) return;
-            if (close_after) {
-              beast::error_code ignored;
-              self->socket.close(ignored);
-              return;
-            }
-            self->read();
-          });
-    }
-
-    receiver& owner;
-    tcp::socket socket;
-    beast::flat_buffer buffer;
-    http::request<http::string_body> req;
-    http::response<http::string_body> res;
-  };
-
-  void accept() {
-    acceptor_.async_accept([this](beast::error_code ec, tcp::socket s) {
-      if (ec) return;
-      {
-        std::lock_guard lock{mutex_};
-        ++connections_;
-      }
-      std::make_shared<session>(*this, std::move(s))->read();
-      accept();
-    });
-  }
-
-  asio::io_context io_;
-  tcp::acceptor acceptor_;
-  // Touched on the receiver's thread only.
-  std::vector<std::shared_ptr<session>> hung_sessions_;
-  std::vector<std::shared_ptr<session>> held_sessions_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  std::vector<seen_request> requests_;
-  std::size_t connections_ = 0;
-  std::size_t held_total_ = 0;
-  std::size_t held_now_ = 0;
-  std::size_t max_held_ = 0;
-  std::thread thread_;
-};
+using delayq::server_test::wait_bound;
 
 // What became of each delivery: the failures `done` was called with, and
 // whether its last copy was destroyed without a call.
@@ -443,11 +275,11 @@ TEST_CASE("push client: keep-alive connections are reused") {
   CHECK(f.client->failed() == 2);
 }
 
-TEST_CASE("push client: a pooled connection the peer closed is retried once on a fresh one") {
+TEST_CASE("push client: a pooled connection the peer closed is not used") {
   receiver rx;
   client_fixture f;
   // The receiver answers with keep-alive and then closes: the client pools a
-  // connection that is dead by the time the next request is written on it.
+  // connection that is dead by the time the next request comes.
   f.deliver(target_of(rx.url("/ok-then-close")), "first");
   REQUIRE(f.results.wait_ended(1));
   f.deliver(target_of(rx.url("/ok-then-close")), "second");
@@ -456,6 +288,21 @@ TEST_CASE("push client: a pooled connection the peer closed is retried once on a
   CHECK(f.results.only("second") == "");
   CHECK(rx.connections() == 2);
   CHECK(rx.requests().size() == 2);
+}
+
+TEST_CASE("push client: a request the peer drops unread on a pooled connection goes again") {
+  receiver rx;
+  client_fixture f;
+  // The second request is written on the pooled connection, open when it was
+  // taken, which the peer then closes without reading it.
+  f.deliver(target_of(rx.url("/ok-then-drop-next")), "first");
+  REQUIRE(f.results.wait_ended(1));
+  f.deliver(target_of(rx.url("/ok-then-drop-next")), "second");
+  REQUIRE(f.results.wait_ended(2));
+  CHECK(f.results.only("first") == "");
+  CHECK(f.results.only("second") == "");
+  CHECK(rx.dropped() == 1);
+  CHECK(rx.connections() == 2);
 }
 
 TEST_CASE("push client: at most `concurrency` requests per type in flight, FIFO") {

@@ -41,6 +41,9 @@ void call_forwarder::forward(std::string owner, http_request req, std::string id
   f->local = std::move(local);
   f->began = peer_forwarder::clock::now();
   f->deadline = f->began + limits_.timeout;
+  // An address the directory holds is used from here; a miss may read the
+  // store, which only the pool may wait on.
+  if (auto url = peers_.cached_url_of(f->owner)) return send_to(f, std::move(*url));
   boost::asio::post(pool_, [this, f] { send(f, false); });
 }
 
@@ -67,8 +70,12 @@ void call_forwarder::send(const std::shared_ptr<state>& f, bool reread) {
                                 "task " + f->id + " belongs to instance " + f->owner +
                                     ", which announced no address to forward the call to"}),
                   false);
-  f->url = *url;
-  fwd_.async_forward(*url, f->req, f->deadline,
+  send_to(f, std::move(*url));
+}
+
+void call_forwarder::send_to(const std::shared_ptr<state>& f, std::string url) {
+  f->url = std::move(url);
+  fwd_.async_forward(f->url, f->req, f->deadline,
                      [this, f](http_answer a, bool sent, boost::system::error_code ec) {
                        on_answer(f, std::move(a), sent, ec);
                      });

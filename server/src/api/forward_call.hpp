@@ -29,8 +29,8 @@ struct forward_limits {
   std::size_t max_in_flight = 1024;
 };
 
-/// Forwards calls to their owner. The address lookup (a store read when the
-/// owner is not in the directory's map) runs on `pool`; the exchange is
+/// Forwards calls to their owner. An address the directory's map holds is
+/// used at once; a miss (a store read) runs on `pool`. The exchange is
 /// asynchronous (peer_forwarder), so no thread waits for the owner.
 ///
 /// Answers: the owner's (with `X-Delayq-Instance: OWNER` added); 421
@@ -59,7 +59,9 @@ class call_forwarder {
 
  private:
   struct state;  // one forward (forward_call.cpp)
+  // On the pool: finds the address (reading the store again when `reread`).
   void send(const std::shared_ptr<state>& f, bool reread);
+  void send_to(const std::shared_ptr<state>& f, std::string url);
   void on_answer(const std::shared_ptr<state>& f, http_answer a, bool sent,
                  boost::system::error_code ec);
   // Answers once (later calls do nothing); `reached`: the call may have

@@ -146,6 +146,12 @@ void peer_directory::load_since(std::chrono::steady_clock::time_point since,
   load_locked(ec);
 }
 
+std::optional<std::string> peer_directory::cached_url_of(std::string_view instance) const {
+  std::lock_guard lock(mutex_);
+  if (const auto it = entries_.find(instance); it != entries_.end()) return it->second.url;
+  return std::nullopt;
+}
+
 std::optional<std::string> peer_directory::url_of(std::string_view instance,
                                                   boost::system::error_code& ec) {
   ec.clear();

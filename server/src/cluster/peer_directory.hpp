@@ -37,7 +37,8 @@ namespace delayq::server {
 ///
 /// Thread safety: every member may be called concurrently. announce(),
 /// keep_announced(), withdraw(), load() and a url_of() that misses call the
-/// store and may block: call them off the I/O threads.
+/// store and may block: call them off the I/O threads (cached_url_of()
+/// never blocks).
 class peer_directory {
  public:
   /// The settings key prefix.
@@ -71,6 +72,8 @@ class peer_directory {
   /// (a load, at most once a second per name); nothing when neither knows it.
   /// Errors: the store's.
   std::optional<std::string> url_of(std::string_view instance, boost::system::error_code& ec);
+  /// The address of `instance` if the map holds it; never reads the store.
+  std::optional<std::string> cached_url_of(std::string_view instance) const;
 
  private:
   struct entry {
@@ -82,8 +85,8 @@ class peer_directory {
   std::map<std::string, entry, std::less<>> read_locked(boost::system::error_code& ec);
 
   delayq::task_store& store_;
-  std::mutex load_mutex_;  // one load at a time, so an older read never replaces a newer
-  std::mutex mutex_;       // guards what follows
+  std::mutex load_mutex_;     // one load at a time, so an older read never replaces a newer
+  mutable std::mutex mutex_;  // guards what follows
   std::map<std::string, entry, std::less<>> entries_;
   std::string self_, self_url_, incarnation_;          // set by announce()
   std::chrono::steady_clock::time_point loaded_at_{};  // when the last load finished

@@ -7,7 +7,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <memory>
+#include <optional>
 
+#include "http/connection_pool.hpp"
 #include "push/push_target.hpp"
 
 namespace delayq::server {
@@ -22,20 +24,37 @@ using tcp = asio::ip::tcp;
 // page, stays well under this).
 constexpr std::size_t max_answer_body = 16 << 20;
 
-// One forward: resolve, connect, write, read, each step's handler starting
-// the next; the object lives as long as a step is pending.
+// Idle connections kept per peer, and for how long: less than the 10 s a
+// delayq-server keeps an idle connection open (http_limits::header_timeout),
+// so that the peer rarely closes one as a call is written on it.
+constexpr std::size_t max_idle_per_peer = 64;
+constexpr std::chrono::milliseconds max_idle{5000};
+
+// One forward: on a pooled connection, write and read; on a fresh one,
+// resolve and connect first. Each step's handler starts the next, on the
+// connection's strand; the object lives as long as a step is pending.
 struct exchange : std::enable_shared_from_this<exchange> {
-  exchange(const asio::any_io_executor& ex, peer_forwarder::handler h)
-      : resolver(ex), stream(ex), resolve_timer(ex), done(std::move(h)) {
-    parser.body_limit(max_answer_body);
+  exchange(std::shared_ptr<connection_pool> p, std::unique_ptr<pooled_connection> c,
+           pooled_connection::strand_type s, peer_forwarder::handler h)
+      : pool(std::move(p)),
+        strand(std::move(s)),
+        conn(std::move(c)),
+        reused(conn != nullptr),
+        resolver(asio::any_io_executor{strand}),
+        resolve_timer(asio::any_io_executor{strand}),
+        done(std::move(h)) {}
+
+  void start() {
+    if (conn) return send();
+    resolve();
   }
 
-  void start(const http_url& to, peer_forwarder::clock::time_point deadline) {
+  void resolve() {
+    conn = std::make_unique<pooled_connection>(strand);
     // The stream's expiry bounds connect, write and read. A name lookup
     // cannot be interrupted (getaddrinfo runs to its end on Asio's resolver
     // thread), so at the deadline the timer answers for it, and the lookup's
     // late result is dropped.
-    stream.expires_at(deadline);
     resolve_timer.expires_at(deadline);
     resolve_timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
       if (e || self->resolved) return;
@@ -54,25 +73,64 @@ struct exchange : std::enable_shared_from_this<exchange> {
   }
 
   void connect(const tcp::resolver::results_type& hosts) {
-    stream.async_connect(hosts, [self = shared_from_this()](boost::system::error_code e,
-                                                            const tcp::endpoint&) {
-      if (e) return self->finish(e);
-      self->sent = true;
-      bhttp::async_write(self->stream, self->out, [self](boost::system::error_code e, std::size_t) {
-        if (e) return self->finish(e);
-        bhttp::async_read(self->stream, self->buffer, self->parser,
-                          [self](boost::system::error_code e, std::size_t) { self->finish(e); });
-      });
-    });
+    conn->stream.expires_at(deadline);
+    conn->stream.async_connect(
+        hosts, [self = shared_from_this()](boost::system::error_code e, const tcp::endpoint&) {
+          if (e) return self->finish(e);
+          self->send();
+        });
+  }
+
+  void send() {
+    sent = true;
+    conn->stream.expires_at(deadline);
+    bhttp::async_write(conn->stream, out,
+                       [self = shared_from_this()](boost::system::error_code e, std::size_t) {
+                         if (e && self->reused && connection_pool::peer_closed(e))
+                           return self->retry();
+                         if (e) return self->finish(e);
+                         self->read();
+                       });
+  }
+
+  void read() {
+    parser.emplace();
+    parser->body_limit(max_answer_body);
+    bhttp::async_read(conn->stream, conn->buffer, *parser,
+                      [self = shared_from_this()](boost::system::error_code e, std::size_t) {
+                        self->on_read(e);
+                      });
+  }
+
+  void on_read(boost::system::error_code e) {
+    if (e && reused && !parser->got_some() && conn->buffer.size() == 0 &&
+        connection_pool::peer_closed(e))
+      return retry();
+    finish(e);
+  }
+
+  // Once, and only after a pooled connection failed before any byte of an
+  // answer: the peer closed it while it sat idle, having read nothing. A
+  // peer that read the call and died cannot be told from that; then the
+  // fresh connection fails too, and the error is reported with `sent` set
+  // (the outcome is unknown).
+  void retry() {
+    reused = false;
+    boost::system::error_code ignored;
+    conn->stream.socket().close(ignored);
+    conn.reset();
+    if (peer_forwarder::clock::now() >= deadline) return finish(asio::error::timed_out);
+    resolve();
   }
 
   void finish(boost::system::error_code e) {
+    if (!done) return;
     if (e == beast::error::timeout) e = asio::error::timed_out;
-    boost::system::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     http_answer a;
+    bool keep = false;
     if (!e) {
-      auto& in = parser.get();
+      auto& in = parser->get();
+      keep = in.keep_alive() && conn->buffer.size() == 0;
       a.status = in.result_int();
       a.body = std::move(in.body());
       if (const auto ct = in.find(bhttp::field::content_type); ct != in.end())
@@ -81,16 +139,28 @@ struct exchange : std::enable_shared_from_this<exchange> {
         if (const auto h = in.find(field); h != in.end())
           a.headers.emplace_back(std::string(h->name_string()), std::string(h->value()));
     }
+    if (conn && keep) {
+      pool->put(key, std::move(conn));
+    } else if (conn) {
+      boost::system::error_code ignored;
+      conn->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      conn->stream.close();
+    }
     std::exchange(done, nullptr)(std::move(a), sent, e);
   }
 
+  const std::shared_ptr<connection_pool> pool;
+  const pooled_connection::strand_type strand;
+  std::unique_ptr<pooled_connection> conn;
+  bool reused;
+  http_url to;
+  std::string key;  // the pool's: host:port
+  peer_forwarder::clock::time_point deadline{};
   tcp::resolver resolver;
-  beast::tcp_stream stream;
   asio::steady_timer resolve_timer;
   bool resolved = false;  // on the strand, as everything here
-  beast::flat_buffer buffer;
   bhttp::request<bhttp::string_body> out;
-  bhttp::response_parser<bhttp::string_body> parser;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   bool sent = false;
   peer_forwarder::handler done;
 };
@@ -98,7 +168,11 @@ struct exchange : std::enable_shared_from_this<exchange> {
 }  // namespace
 
 peer_forwarder::peer_forwarder(boost::asio::any_io_executor ex, std::string instance)
-    : ex_(std::move(ex)), instance_(std::move(instance)) {}
+    : ex_(std::move(ex)),
+      instance_(std::move(instance)),
+      pool_(std::make_shared<connection_pool>(max_idle_per_peer, max_idle)) {}
+
+peer_forwarder::~peer_forwarder() { pool_->close_all(); }
 
 bool peer_forwarder::is_forwarded(const http_request& req) {
   return req.find(beast::string_view(forwarded_header.data(), forwarded_header.size())) !=
@@ -115,9 +189,16 @@ void peer_forwarder::async_forward(const std::string& url, const http_request& r
     });
     return;
   }
-  // Its own strand: the timer's and the stream's handlers may otherwise run
-  // at once on the server's several I/O threads.
-  auto x = std::make_shared<exchange>(asio::make_strand(ex_), std::move(done));
+  // A pooled connection's strand, or a strand of its own: the timer's and
+  // the stream's handlers may otherwise run at once on the server's several
+  // I/O threads.
+  std::string key = to->host + ":" + to->port;
+  auto conn = pool_->take(key);
+  auto strand = conn ? conn->strand : asio::make_strand(ex_);
+  auto x = std::make_shared<exchange>(pool_, std::move(conn), strand, std::move(done));
+  x->to = *to;
+  x->key = std::move(key);
+  x->deadline = deadline;
   auto& out = x->out;
   out = {req.method(), req.target(), 11};
   out.set(bhttp::field::host, to->host_header());
@@ -129,7 +210,7 @@ void peer_forwarder::async_forward(const std::string& url, const http_request& r
   out.set(beast::string_view(forwarded_header.data(), forwarded_header.size()), instance_);
   out.body() = req.body();
   out.prepare_payload();
-  asio::post(x->stream.get_executor(), [x, to = *to, deadline] { x->start(to, deadline); });
+  asio::post(strand, [x] { x->start(); });
 }
 
 }  // namespace delayq::server

@@ -9,6 +9,7 @@
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -16,13 +17,19 @@
 
 namespace delayq::server {
 
-/// Forwards one request to another instance of the cluster over a fresh
-/// HTTP/1.1 connection, asynchronously: no thread waits for the answer, so a
-/// stalled owner holds sockets, not threads. The call goes once: a forwarded
-/// request carries `X-Delayq-Forwarded-By: <this instance>`, and an instance
-/// never forwards such a request again, so two instances that disagree on
-/// the owner (a hand-over under way) answer not_owner instead of sending the
-/// call back and forth.
+class connection_pool;
+
+/// Forwards one request to another instance of the cluster over HTTP/1.1,
+/// asynchronously: no thread waits for the answer, so a stalled owner holds
+/// sockets, not threads. Connections are kept alive and pooled per peer
+/// (http/connection_pool.hpp); a call that fails on a pooled connection
+/// before any byte of an answer (the peer closed it while idle) is sent once
+/// more on a fresh one.
+///
+/// The call goes once: a forwarded request carries `X-Delayq-Forwarded-By:
+/// <this instance>`, and an instance never forwards such a request again, so
+/// two instances that disagree on the owner (a hand-over under way) answer
+/// not_owner instead of sending the call back and forth.
 ///
 /// Example:
 /// \code
@@ -37,8 +44,8 @@ class peer_forwarder {
  public:
   using clock = std::chrono::steady_clock;
   /// The answer (when `ec` is clear); `sent`: whether any of the request may
-  /// have reached the peer (it connected), so that on an error the call may
-  /// have been carried out there.
+  /// have reached the peer (it connected, or a pooled connection was written
+  /// on), so that on an error the call may have been carried out there.
   using handler = std::function<void(http_answer answer, bool sent, boost::system::error_code ec)>;
 
   /// The header a forwarded request carries.
@@ -46,6 +53,10 @@ class peer_forwarder {
 
   /// `instance`: this instance's name (sent in forwarded_header).
   peer_forwarder(boost::asio::any_io_executor ex, std::string instance);
+  /// Closes the idle connections; forwards in flight end on the executor.
+  ~peer_forwarder();
+  peer_forwarder(const peer_forwarder&) = delete;
+  peer_forwarder& operator=(const peer_forwarder&) = delete;
 
   /// Sends `req` (its method, target, body, Content-Type and Authorization)
   /// to the host and port of `url` and calls `done` once, on the executor,
@@ -65,6 +76,7 @@ class peer_forwarder {
  private:
   boost::asio::any_io_executor ex_;
   std::string instance_;
+  std::shared_ptr<connection_pool> pool_;  // shared with the forwards in flight
 };
 
 }  // namespace delayq::server

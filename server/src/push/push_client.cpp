@@ -21,6 +21,7 @@
 #include "api/task_json.hpp"
 #include "delayq/log.hpp"
 #include "delayq/shard_leases.hpp"
+#include "http/connection_pool.hpp"
 
 namespace delayq::server {
 namespace {
@@ -37,25 +38,7 @@ using clock_type = std::chrono::steady_clock;
 #endif
 constexpr char user_agent[] = "delayq-server/" DELAYQ_VERSION;
 
-// One TCP connection to a host:port. It keeps the strand it was made with for
-// its whole life: the stream's internal timer may still have a handler queued
-// on that strand when the connection goes back to the pool, and the next
-// request on it must run on the same strand to stay ordered after it.
-struct connection {
-  explicit connection(const strand_type& s) : strand(s), stream(asio::any_io_executor{s}) {}
-  strand_type strand;
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
-  clock_type::time_point idle_since{};
-};
-
-// A failure on a reused connection before any byte of a response: the peer
-// closed it while it sat idle in our pool.
-bool peer_closed(const boost::system::error_code& ec) {
-  return ec == http::error::end_of_stream || ec == asio::error::eof ||
-         ec == asio::error::connection_reset || ec == asio::error::connection_aborted ||
-         ec == asio::error::broken_pipe;
-}
+using connection = pooled_connection;
 
 // A delivery not yet started.
 struct pending_delivery {
@@ -64,14 +47,6 @@ struct pending_delivery {
   delayq::task task;
   push_client::completion done;
 };
-
-// A connection is only ever touched on its strand (see above), closing it
-// included.
-void close_on_strand(std::unique_ptr<connection> c) {
-  std::shared_ptr<connection> shared{std::move(c)};
-  const strand_type strand = shared->strand;
-  asio::post(strand, [shared = std::move(shared)] { shared->stream.close(); });
-}
 
 }  // namespace
 
@@ -89,12 +64,11 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   void deliver(pending_delivery p);
   void start(pending_delivery p);
   void complete(request& r, std::string result);
-  std::unique_ptr<connection> take_idle(const std::string& key);
-  void put_idle(const std::string& key, std::unique_ptr<connection> c);
   void stop();
 
   const asio::any_io_executor ex;
   const push_client_options options;
+  connection_pool idle{options.max_idle_per_host, options.idle_timeout};
 
   // Read without the lock by requests deciding whether to go on; written
   // under it, so complete() sees a consistent answer with the queues.
@@ -109,7 +83,6 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   std::size_t queued = 0;
   std::uint64_t next_id = 0;
   std::map<std::uint64_t, std::weak_ptr<request>> live;
-  std::map<std::string, std::vector<std::unique_ptr<connection>>, std::less<>> idle;
 };
 
 // One delivery in flight. Everything it does runs on its strand.
@@ -195,7 +168,8 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                         if (self->owner->stopped_flag) return self->finish({});
                         if (ec == beast::error::timeout) return self->finish(self->timed_out());
-                        if (ec && self->reused && peer_closed(ec)) return self->retry();
+                        if (ec && self->reused && connection_pool::peer_closed(ec))
+                          return self->retry();
                         if (ec) return self->finish(self->fail("write: " + ec.message()));
                         self->read();
                       });
@@ -226,7 +200,8 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
   void on_read(boost::system::error_code ec) {
     if (owner->stopped_flag) return finish({});
     if (ec == beast::error::timeout) return finish(timed_out());
-    if (ec && reused && !parser->got_some() && conn->buffer.size() == 0 && peer_closed(ec)) {
+    if (ec && reused && !parser->got_some() && conn->buffer.size() == 0 &&
+        connection_pool::peer_closed(ec)) {
       return retry();
     }
     bool reusable = !ec;
@@ -243,7 +218,7 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     reusable = reusable && res.keep_alive() && conn->buffer.size() == 0;
     const unsigned status = res.result_int();
     if (reusable) {
-      owner->put_idle(url->host + ":" + url->port, std::move(conn));
+      owner->idle.put(url->host + ":" + url->port, std::move(conn));
     }
     if (status >= 200 && status < 300) return finish({});
     finish(fail("HTTP " + std::to_string(status)));
@@ -327,7 +302,7 @@ void push_client::impl::start(pending_delivery p) {
   std::string why;
   auto url = parse_http_url(p.target.url, why);
   std::unique_ptr<connection> conn;
-  if (url) conn = take_idle(url->host + ":" + url->port);
+  if (url) conn = idle.take(url->host + ":" + url->port);
   const strand_type strand = conn ? conn->strand : asio::make_strand(ex);
   std::shared_ptr<request> r;
   {
@@ -383,44 +358,9 @@ void push_client::impl::complete(request& r, std::string result) {
   for (auto& p : next) start(std::move(p));
 }
 
-std::unique_ptr<connection> push_client::impl::take_idle(const std::string& key) {
-  std::vector<std::unique_ptr<connection>> stale;
-  std::unique_ptr<connection> found;
-  {
-    std::lock_guard lock{mutex};
-    const auto it = idle.find(key);
-    if (it == idle.end()) return nullptr;
-    auto& pool = it->second;
-    const auto now = clock_type::now();
-    // Most recently used first: the least likely to have been closed by the peer.
-    while (!pool.empty() && !found) {
-      auto c = std::move(pool.back());
-      pool.pop_back();
-      if (now - c->idle_since < options.idle_timeout) {
-        found = std::move(c);
-      } else {
-        stale.push_back(std::move(c));
-      }
-    }
-    if (pool.empty()) idle.erase(it);
-  }
-  for (auto& c : stale) close_on_strand(std::move(c));
-  return found;
-}
-
-void push_client::impl::put_idle(const std::string& key, std::unique_ptr<connection> c) {
-  c->idle_since = clock_type::now();
-  c->buffer.clear();
-  std::lock_guard lock{mutex};
-  if (stopped) return;
-  auto& pool = idle[key];
-  if (pool.size() < options.max_idle_per_host) pool.push_back(std::move(c));
-}
-
 void push_client::impl::stop() {
   std::vector<pending_delivery> dropped;
   std::vector<std::shared_ptr<request>> cancelling;
-  std::map<std::string, std::vector<std::unique_ptr<connection>>, std::less<>> closing;
   {
     std::lock_guard lock{mutex};
     if (stopped) return;
@@ -434,14 +374,11 @@ void push_client::impl::stop() {
     for (auto& [id, weak] : live) {
       if (auto r = weak.lock()) cancelling.push_back(std::move(r));
     }
-    closing.swap(idle);
   }
+  idle.close_all();
   for (auto& r : cancelling) {
     const strand_type strand = r->strand;
     asio::post(strand, [r = std::move(r)] { r->cancel(); });
-  }
-  for (auto& [key, pool] : closing) {
-    for (auto& c : pool) close_on_strand(std::move(c));
   }
   // `dropped` goes out of scope here, outside the lock: its completions are
   // destroyed without a call.

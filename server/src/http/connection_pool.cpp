@@ -1,0 +1,95 @@
+#include "http/connection_pool.hpp"
+
+#include <sys/socket.h>
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/http/error.hpp>
+#include <cerrno>
+
+namespace delayq::server {
+namespace {
+
+// A connection is only ever touched on its strand, closing it included.
+void close_on_strand(std::unique_ptr<pooled_connection> c) {
+  std::shared_ptr<pooled_connection> shared{std::move(c)};
+  const auto strand = shared->strand;
+  boost::asio::post(strand, [shared = std::move(shared)] { shared->stream.close(); });
+}
+
+// Whether the peer is still there and silent: a peek that would block. An
+// end of stream (the peer closed it), an error, or bytes nobody asked for
+// (an answer to nothing) make the connection useless. No operation is
+// pending on an idle connection, so the socket may be read here.
+bool still_open(pooled_connection& c) {
+  char byte = 0;
+  const auto n = ::recv(c.stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+}  // namespace
+
+connection_pool::connection_pool(std::size_t max_idle_per_host,
+                                 std::chrono::milliseconds idle_timeout)
+    : max_idle_per_host_(max_idle_per_host), idle_timeout_(idle_timeout) {}
+
+connection_pool::~connection_pool() { close_all(); }
+
+std::unique_ptr<pooled_connection> connection_pool::take(const std::string& key) {
+  std::vector<std::unique_ptr<pooled_connection>> stale;
+  std::unique_ptr<pooled_connection> found;
+  {
+    std::lock_guard lock{mutex_};
+    const auto it = idle_.find(key);
+    if (it == idle_.end()) return nullptr;
+    auto& pool = it->second;
+    const auto now = std::chrono::steady_clock::now();
+    // Most recently used first: the least likely to have been closed by the peer.
+    while (!pool.empty() && !found) {
+      auto c = std::move(pool.back());
+      pool.pop_back();
+      if (now - c->idle_since < idle_timeout_ && still_open(*c)) {
+        found = std::move(c);
+      } else {
+        stale.push_back(std::move(c));
+      }
+    }
+    if (pool.empty()) idle_.erase(it);
+  }
+  for (auto& c : stale) close_on_strand(std::move(c));
+  return found;
+}
+
+void connection_pool::put(const std::string& key, std::unique_ptr<pooled_connection> c) {
+  c->idle_since = std::chrono::steady_clock::now();
+  c->buffer.clear();
+  {
+    std::lock_guard lock{mutex_};
+    if (!closed_) {
+      auto& pool = idle_[key];
+      if (pool.size() < max_idle_per_host_) return pool.push_back(std::move(c));
+    }
+  }
+  // Not kept: closed here, on its strand (put()'s caller is on it).
+  c->stream.close();
+}
+
+void connection_pool::close_all() {
+  std::map<std::string, std::vector<std::unique_ptr<pooled_connection>>, std::less<>> closing;
+  {
+    std::lock_guard lock{mutex_};
+    closed_ = true;
+    closing.swap(idle_);
+  }
+  for (auto& [key, pool] : closing)
+    for (auto& c : pool) close_on_strand(std::move(c));
+}
+
+bool connection_pool::peer_closed(const boost::system::error_code& ec) {
+  namespace asio = boost::asio;
+  return ec == boost::beast::http::error::end_of_stream || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::connection_aborted ||
+         ec == asio::error::broken_pipe;
+}
+
+}  // namespace delayq::server

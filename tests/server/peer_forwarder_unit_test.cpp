@@ -1,0 +1,206 @@
+// peer_forwarder_unit_test.cpp - the client that carries a call to the
+// instance owning its task, against a real HTTP receiver (path_receiver.hpp):
+// the request it sends, kept-alive connections, and what each failure says
+// of whether the call may have reached the peer.
+#include <doctest/doctest.h>
+
+#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/peer_forwarder.hpp"
+#include "http/connection_pool.hpp"
+#include "path_receiver.hpp"
+
+namespace {
+
+using delayq::server::http_answer;
+using delayq::server::http_request;
+using delayq::server::peer_forwarder;
+using delayq::server_test::path_receiver;
+using delayq::server_test::wait_bound;
+using namespace std::chrono_literals;
+namespace bhttp = boost::beast::http;
+
+struct result {
+  http_answer answer;
+  bool sent = false;
+  boost::system::error_code ec;
+};
+
+// A forwarder on an io_context run by two threads, as the server's.
+struct forwarder_fixture {
+  forwarder_fixture() : work(io.get_executor()) {
+    fwd.emplace(io.get_executor(), "a");
+    for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
+  }
+  ~forwarder_fixture() {
+    fwd.reset();
+    work.reset();
+    for (auto& t : threads) t.join();
+  }
+
+  // Forwards `method target` to `base` and waits for the outcome.
+  result call(const std::string& base, bhttp::verb method, const std::string& target,
+              std::chrono::milliseconds timeout = 30s) {
+    http_request req{method, target, 11};
+    req.set(bhttp::field::content_type, "application/json");
+    req.set(bhttp::field::authorization, "Bearer secret");
+    req.body() = R"({"n":1})";
+    req.prepare_payload();
+    std::promise<result> done;
+    auto got = done.get_future();
+    fwd->async_forward(base, req, peer_forwarder::clock::now() + timeout,
+                       [&done](http_answer a, bool sent, boost::system::error_code ec) {
+                         done.set_value(result{std::move(a), sent, ec});
+                       });
+    REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
+    return got.get();
+  }
+
+  boost::asio::io_context io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work;
+  std::optional<peer_forwarder> fwd;
+  std::vector<std::thread> threads;
+};
+
+std::string base_of(const path_receiver& rx) { return "http://" + rx.host(); }
+
+}  // namespace
+
+TEST_CASE("peer forwarder: the call arrives as made, marked forwarded; its answer comes back") {
+  path_receiver rx;
+  forwarder_fixture f;
+  auto r = f.call(base_of(rx), bhttp::verb::post, "/fail?x=1");
+  REQUIRE_FALSE(r.ec);
+  CHECK(r.sent);
+  CHECK(r.answer.status == 500);
+  CHECK(r.answer.body == "no");
+  CHECK(r.answer.content_type == "text/plain");
+  const auto seen = rx.requests();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].method == "POST");
+  CHECK(seen[0].target == "/fail?x=1");
+  CHECK(seen[0].body == R"({"n":1})");
+  CHECK(seen[0].headers.at("Content-Type") == "application/json");
+  CHECK(seen[0].headers.at("Authorization") == "Bearer secret");
+  CHECK(seen[0].headers.at("X-Delayq-Forwarded-By") == "a");
+}
+
+TEST_CASE("peer forwarder: calls to one peer share a kept-alive connection") {
+  path_receiver rx;
+  forwarder_fixture f;
+  for (int i = 0; i < 5; ++i) {
+    auto r = f.call(base_of(rx), i % 2 ? bhttp::verb::get : bhttp::verb::post, "/ok");
+    REQUIRE_FALSE(r.ec);
+    CHECK(r.answer.status == 200);
+  }
+  CHECK(rx.requests().size() == 5);
+  CHECK(rx.connections() == 1);
+}
+
+TEST_CASE("peer forwarder: a pooled connection the peer closed is not used") {
+  path_receiver rx;
+  forwarder_fixture f;
+  // Closed after an answer that announced keep-alive: the connection is back
+  // in the pool, and dead.
+  for (int i = 0; i < 2; ++i) {
+    auto r = f.call(base_of(rx), bhttp::verb::post, "/ok-then-close");
+    REQUIRE_FALSE(r.ec);
+    CHECK(r.answer.status == 200);
+  }
+  CHECK(rx.requests().size() == 2);
+  CHECK(rx.connections() == 2);
+}
+
+TEST_CASE("peer forwarder: a call the peer drops unread on a pooled connection goes again") {
+  path_receiver rx;
+  forwarder_fixture f;
+  // The second call is written on the pooled connection, which the peer then
+  // closes without reading it (as when its idle timeout fires just then):
+  // sent once more on a fresh connection, it is answered.
+  for (int i = 0; i < 2; ++i) {
+    auto r = f.call(base_of(rx), bhttp::verb::post, "/ok-then-drop-next");
+    REQUIRE_FALSE(r.ec);
+    CHECK(r.answer.status == 200);
+  }
+  CHECK(rx.dropped() == 1);
+  CHECK(rx.requests().size() == 2);
+  CHECK(rx.connections() == 2);
+}
+
+TEST_CASE("peer forwarder: whether a failed call may have reached the peer") {
+  forwarder_fixture f;
+  SUBCASE("refused: not sent") {
+    boost::asio::io_context scratch;
+    boost::asio::ip::tcp::acceptor probe(
+        scratch, {boost::asio::ip::make_address("127.0.0.1"), 0});  // a port nobody listens on
+    const auto port = probe.local_endpoint().port();
+    probe.close();
+    auto r = f.call("http://127.0.0.1:" + std::to_string(port), bhttp::verb::delete_, "/x");
+    CHECK(r.ec);
+    CHECK_FALSE(r.sent);
+  }
+  SUBCASE("closed without an answer: sent, and not sent again on a fresh connection") {
+    path_receiver rx;
+    auto r = f.call(base_of(rx), bhttp::verb::post, "/close");
+    CHECK(r.ec);
+    CHECK(r.sent);
+    CHECK(rx.requests().size() == 1);
+  }
+  SUBCASE("no answer by the deadline: sent, timed out") {
+    path_receiver rx;
+    auto r = f.call(base_of(rx), bhttp::verb::post, "/hang", 200ms);
+    CHECK(r.ec == boost::asio::error::timed_out);
+    CHECK(r.sent);
+  }
+  SUBCASE("a URL it cannot use") {
+    auto r = f.call("ftp://h", bhttp::verb::get, "/x");
+    CHECK(r.ec == boost::system::errc::invalid_argument);
+    CHECK_FALSE(r.sent);
+  }
+}
+
+TEST_CASE("connection pool: hands out an open idle connection, not a closed or stale one") {
+  namespace asio = boost::asio;
+  using tcp = asio::ip::tcp;
+  asio::io_context io;
+  tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  // A connection to the acceptor, pooled as `key`; returns the peer's end.
+  const auto pooled = [&](delayq::server::connection_pool& pool, const std::string& key) {
+    auto c = std::make_unique<delayq::server::pooled_connection>(asio::make_strand(io));
+    c->stream.connect(acceptor.local_endpoint());
+    tcp::socket peer = acceptor.accept();
+    pool.put(key, std::move(c));
+    return peer;
+  };
+  delayq::server::connection_pool pool(4, std::chrono::hours(1));
+  CHECK(pool.take("h:1") == nullptr);
+  {
+    tcp::socket peer = pooled(pool, "h:1");
+    auto c = pool.take("h:1");
+    REQUIRE(c != nullptr);
+    CHECK(c->stream.socket().remote_endpoint() == acceptor.local_endpoint());
+    CHECK(pool.take("h:1") == nullptr);  // taken: not handed out twice
+    CHECK(pool.take("h:2") == nullptr);  // another host's
+  }
+  {
+    tcp::socket peer = pooled(pool, "h:1");
+    peer.close();  // the peer's idle timeout
+    CHECK(pool.take("h:1") == nullptr);
+  }
+  {
+    delayq::server::connection_pool stale_pool(4, std::chrono::milliseconds(0));
+    tcp::socket peer = pooled(stale_pool, "h:1");
+    CHECK(stale_pool.take("h:1") == nullptr);
+  }
+  io.run();  // the closes posted to the connections' strands
+}
