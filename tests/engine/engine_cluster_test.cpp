@@ -412,10 +412,17 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   });
   auto owned = std::make_unique<sharded_view>(uri);
   sharded_view& view = *owned;
-  start_member(a, io, std::move(owned), f);
-  auto reader = delayq::open_store(uri);
+  auto opts = member_options(a.name, 2);
   SUBCASE("the removal after a success") {}
   SUBCASE("the retry's save after a failure") { fail = true; }
+  SUBCASE("the dead letter after the last failure") {
+    fail = true;
+    opts.retry.max_attempts = 1;
+  }
+  f.add("t", std::ref(a.ran));
+  a.eng = std::make_unique<delayq::engine>(io.io, f, std::move(owned), opts);
+  a.eng->start();
+  auto reader = delayq::open_store(uri);
   a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {"x"});
   REQUIRE(gate.wait_entered(1));
   view.refuse_fenced = true;  // the shard's lease moved on while x ran
@@ -431,6 +438,9 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   const auto left = stored(*reader);
   REQUIRE(left.count("x") == 1);
   CHECK(left.at("x").attempts == 0);
+  // No dead letter was written, and none is counted.
+  CHECK_FALSE(reader->find_dead("x").has_value());
+  CHECK(a.eng->stats().dead == 0);
   CHECK(a.eng->stop(patience));
 }
 

@@ -115,6 +115,7 @@ class engine_core final : public dispatcher::owner,
     p_reschedule,       // arm at the new time, or back at the old one
     p_retry,            // a failed attempt's new count and due time: arm either way
     p_purge,            // a dead letter went
+    p_bury,             // a dead letter written (counted already): uncount it if fenced off
     p_signal,           // a trigger's new count (and due time): arm either way, old ones on failure
   };
 

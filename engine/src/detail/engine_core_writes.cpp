@@ -89,6 +89,13 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
   bool settled_record = h != timer_wheel::npos;
   switch (op.why) {
     case p_none: settled_record = false; break;
+    case p_bury:
+      // Counted when the attempt died, so that stats() shows it at once; a
+      // write refused by the fence (the shard moved on) made no dead letter:
+      // the new owner runs the task again.
+      settled_record = false;
+      if (op.ec == errc::lease_lost && dead_ > 0) --dead_;
+      break;
     case p_insert:
       if (ok) {
         arm_locked(h, wheel_.due_ms(h));
@@ -310,7 +317,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       const std::uint32_t attempts = wheel_.attempts(h) + 1;
       const retry_policy& policy = *type.retry;
       if (!failure_policy::may_retry(policy, attempts, o.result == outcome::what::hopeless)) {
-        write_op op = make_op(change_kind::bury, p_none, h, true);
+        write_op op = make_op(change_kind::bury, p_bury, h, true);
         op.t.attempts = attempts;
         op.error = o.failure;
         op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
