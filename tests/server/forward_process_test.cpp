@@ -150,11 +150,16 @@ TEST_CASE("scale-out: a call on a task's id answers on any instance") {
   g = ca.get(task_path(w));
   CHECK_MESSAGE(g.status == 200, g.describe());
   r = ca.del(task_path(w));
+  // 204 once a took b's shards over. outcome_unknown if the DELETE was
+  // written on a kept-alive connection whose end b's kernel had not shown
+  // yet (nothing tells a dead owner from one that read the call and died).
   const bool unreachable = r.status == 503 && r.error() == "owner_unreachable";
-  CHECK_MESSAGE((unreachable || r.status == 204), r.describe());
+  const bool unknown = r.status == 503 && r.error() == "outcome_unknown";
+  CHECK_MESSAGE((unreachable || unknown || r.status == 204), r.describe());
   MESSAGE("a call right after b's kill: ", r.status, " ", r.error());
   REQUIRE(eventually([&] { return shards_held(ca) == shard_count; }));
-  CHECK(ca.get(task_path(w)).status == (unreachable ? 200 : 404));
+  // b was dead: a 503 did nothing.
+  CHECK(ca.get(task_path(w)).status == (r.status == 204 ? 404 : 200));
   CHECK(ca.del(task_path(t)).status == 204);
   // b's lease cannot be ended any more (409, not "try again"); a delivers
   // the task again.

@@ -39,6 +39,7 @@ inline constexpr auto wait_bound = std::chrono::seconds(60);
 ///   /ok-then-close  200 (announcing keep-alive), then closes the connection
 ///   /ok-then-drop-next  200, keep-alive; then closes the connection as the next
 ///                   request arrives, without reading it
+///   /draining       503 {"error":"draining"}, as delayq-server shutting down
 ///   /hold           holds the request until release_held()
 ///   /big            200 with a body larger than the client reads
 ///
@@ -132,6 +133,8 @@ class path_receiver {
       if (path == "/fail") return respond(500, false, "no");
       if (path == "/ok-then-close") return respond(200, true, "ok");
       if (path == "/ok-then-drop-next") return respond(200, false, "ok", true);
+      if (path == "/draining")
+        return respond(503, false, R"({"error":"draining","message":"shutting down"})");
       if (path == "/big") return respond(200, false, std::string(200 * 1024, 'x'));
       if (path == "/close") {
         beast::error_code ignored;

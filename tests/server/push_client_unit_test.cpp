@@ -275,7 +275,7 @@ TEST_CASE("push client: keep-alive connections are reused") {
   CHECK(f.client->failed() == 2);
 }
 
-TEST_CASE("push client: a pooled connection the peer closed is not used") {
+TEST_CASE("push client: a pooled connection the peer closed does not fail the next push") {
   receiver rx;
   client_fixture f;
   // The receiver answers with keep-alive and then closes: the client pools a

@@ -1,12 +1,26 @@
 #include "api/forward_call.hpp"
 
 #include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "api/api_error.hpp"
 #include "api/api_router.hpp"
 
 namespace delayq::server {
+
+namespace {
+
+// The owner's own 503 while it shuts down (http_server: "draining"): it did
+// nothing with the call. Reached on a kept-alive connection; a new one
+// would have been refused.
+bool owner_draining(const http_answer& a) {
+  if (a.status != 503) return false;
+  const auto body = nlohmann::json::parse(a.body, nullptr, false);
+  return body.is_object() && body.value("error", "") == "draining";
+}
+
+}  // namespace
 
 struct call_forwarder::state {
   std::string owner;
@@ -84,6 +98,15 @@ void call_forwarder::send_to(const std::shared_ptr<state>& f, std::string url) {
 // On the I/O threads.
 void call_forwarder::on_answer(const std::shared_ptr<state>& f, http_answer a, bool sent,
                                boost::system::error_code ec) {
+  if (!ec && owner_draining(a))
+    // It refused the call: as when it cannot be reached, nothing was done
+    // (and a read is answered from the store here).
+    return answer(f,
+                  error_answer({503, "owner_unreachable",
+                                "task " + f->id + " belongs to instance " + f->owner +
+                                    ", which is shutting down; nothing was done. Its shards "
+                                    "move to another instance within two leases"}),
+                  false);
   if (!ec) {
     a.headers.emplace_back("X-Delayq-Instance", f->owner);
     return answer(f, std::move(a), true);

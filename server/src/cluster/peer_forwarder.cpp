@@ -86,6 +86,8 @@ struct exchange : std::enable_shared_from_this<exchange> {
     conn->stream.expires_at(deadline);
     bhttp::async_write(conn->stream, out,
                        [self = shared_from_this()](boost::system::error_code e, std::size_t) {
+                         // Closed before the request was whole: the peer cannot
+                         // have acted on it.
                          if (e && self->reused && connection_pool::peer_closed(e))
                            return self->retry();
                          if (e) return self->finish(e);
@@ -103,19 +105,22 @@ struct exchange : std::enable_shared_from_this<exchange> {
   }
 
   void on_read(boost::system::error_code e) {
+    // Closed with no answer after the whole request went: the peer may have
+    // closed it idle just then, or read the call and died. Only a GET, which
+    // changes nothing, goes again; any other call may have been carried out
+    // (outcome unknown), and must not be carried out twice.
     if (e && reused && !parser->got_some() && conn->buffer.size() == 0 &&
-        connection_pool::peer_closed(e))
+        connection_pool::peer_closed(e) && out.method() == bhttp::verb::get)
       return retry();
     finish(e);
   }
 
-  // Once, and only after a pooled connection failed before any byte of an
-  // answer: the peer closed it while it sat idle, having read nothing. A
-  // peer that read the call and died cannot be told from that; then the
-  // fresh connection fails too, and the error is reported with `sent` set
-  // (the outcome is unknown).
+  // Once, on a fresh connection, after a pooled one failed in a way that
+  // left the call without effect (see the callers): what happens now is
+  // reported as if the first try had never been made.
   void retry() {
     reused = false;
+    sent = false;
     boost::system::error_code ignored;
     conn->stream.socket().close(ignored);
     conn.reset();

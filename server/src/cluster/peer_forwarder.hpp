@@ -22,9 +22,11 @@ class connection_pool;
 /// Forwards one request to another instance of the cluster over HTTP/1.1,
 /// asynchronously: no thread waits for the answer, so a stalled owner holds
 /// sockets, not threads. Connections are kept alive and pooled per peer
-/// (http/connection_pool.hpp); a call that fails on a pooled connection
-/// before any byte of an answer (the peer closed it while idle) is sent once
-/// more on a fresh one.
+/// (http/connection_pool.hpp). A call goes once more, on a fresh connection,
+/// when a pooled one fails in a way that leaves it without effect: the peer
+/// closed it before the request was written whole, or, for a GET, before any
+/// byte of an answer. Any other call that gets no answer is reported with
+/// `sent` set: it may have been carried out, and is not sent twice.
 ///
 /// The call goes once: a forwarded request carries `X-Delayq-Forwarded-By:
 /// <this instance>`, and an instance never forwards such a request again, so

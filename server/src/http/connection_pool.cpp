@@ -2,10 +2,12 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/http/error.hpp>
 #include <cerrno>
+#include <iterator>
 
 namespace delayq::server {
 namespace {
@@ -61,17 +63,39 @@ std::unique_ptr<pooled_connection> connection_pool::take(const std::string& key)
 }
 
 void connection_pool::put(const std::string& key, std::unique_ptr<pooled_connection> c) {
-  c->idle_since = std::chrono::steady_clock::now();
+  const auto now = std::chrono::steady_clock::now();
+  c->idle_since = now;
   c->buffer.clear();
+  std::vector<std::unique_ptr<pooled_connection>> stale;
+  bool kept = false;
   {
     std::lock_guard lock{mutex_};
     if (!closed_) {
       auto& pool = idle_[key];
-      if (pool.size() < max_idle_per_host_) return pool.push_back(std::move(c));
+      if (pool.size() < max_idle_per_host_) {
+        pool.push_back(std::move(c));
+        kept = true;
+      }
+    }
+    // Now and then, the connections of every host: those of a peer no
+    // longer called (it moved to another address) would otherwise stay open.
+    if (now - swept_at_ >= idle_timeout_) {
+      swept_at_ = now;
+      for (auto it = idle_.begin(); it != idle_.end();) {
+        auto& pool = it->second;
+        // Oldest first: the expired ones are a prefix.
+        const auto fresh = std::find_if(pool.begin(), pool.end(), [&](const auto& p) {
+          return now - p->idle_since < idle_timeout_;
+        });
+        std::move(pool.begin(), fresh, std::back_inserter(stale));
+        pool.erase(pool.begin(), fresh);
+        it = pool.empty() ? idle_.erase(it) : std::next(it);
+      }
     }
   }
+  for (auto& old : stale) close_on_strand(std::move(old));
   // Not kept: closed here, on its strand (put()'s caller is on it).
-  c->stream.close();
+  if (!kept) c->stream.close();
 }
 
 void connection_pool::close_all() {

@@ -58,7 +58,8 @@ class connection_pool {
   std::unique_ptr<pooled_connection> take(const std::string& key);
   /// Keeps `c` (idle: no operation pending, its answer read whole) for
   /// `key`; closes it when the host has max_idle_per_host already, or after
-  /// close_all(). Called on c's strand.
+  /// close_all(). Called on c's strand. At most once per idle_timeout it
+  /// also closes the expired connections of every host.
   void put(const std::string& key, std::unique_ptr<pooled_connection> c);
   /// Closes every idle connection, and those put() later.
   void close_all();
@@ -72,6 +73,7 @@ class connection_pool {
   const std::chrono::milliseconds idle_timeout_;
   std::mutex mutex_;
   bool closed_ = false;
+  std::chrono::steady_clock::time_point swept_at_{};  // when put() last closed expired ones
   std::map<std::string, std::vector<std::unique_ptr<pooled_connection>>, std::less<>> idle_;
 };
 
