@@ -36,8 +36,9 @@ struct forward_limits {
 /// Answers: the owner's (with `X-Delayq-Instance: OWNER` added); 421
 /// not_owner when the owner announced no address; 503 owner_unreachable
 /// when the call could not be sent, or the owner refused it as it shuts
-/// down (nothing was done; a GET answers from `local` instead); 503 outcome_unknown when it was
-/// sent and no answer came in time; 503 busy past max_in_flight.
+/// down (nothing was done; a GET answers from `local` instead); 503
+/// outcome_unknown when it was sent and no answer came in time; 503 busy
+/// past max_in_flight.
 ///
 /// Thread safety: forward() may be called from any thread, concurrently.
 /// `peers`, `fwd` and `pool` must outlive every forward (join the pool and
