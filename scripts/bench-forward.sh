@@ -44,9 +44,11 @@ fi
 token=bench-forward
 store="$DELAYQ_TEST_REDIS/0?prefix=bench-forward-$$&shards=16"
 tmp="$(mktemp -d)"
-pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # start() runs in a command substitution (a subshell): its pids are in files.
+  for f in "$tmp"/*.pid; do
+    if [[ -e "$f" ]]; then kill "$(cat "$f")" 2>/dev/null || true; fi
+  done
   wait 2>/dev/null || true
   rm -rf "$tmp"
 }
@@ -55,7 +57,7 @@ trap cleanup EXIT
 start() {  # name -> prints the port
   "$server" --listen 127.0.0.1:0 --store "$store" --token "$token" --cluster --shards 16 \
     --lease 2s --instance "$1" >"$tmp/$1.out" 2>"$tmp/$1.err" &
-  pids+=($!)
+  echo $! >"$tmp/$1.pid"
   local port=""
   for _ in $(seq 100); do
     port="$(sed -n 's/^delayq-server listening on 127.0.0.1:\([0-9]*\)$/\1/p' "$tmp/$1.out")"

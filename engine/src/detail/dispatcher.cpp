@@ -295,13 +295,14 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
     boost::asio::post(strand_, [a, after = ti.timeout] {
       a->timer->expires_after(after);
       a->timer->async_wait([a, after](const boost::system::error_code& ec) {
+        if (ec) return;
+        std::string why = "timed out after " + std::to_string(after.count()) + " ms";
         // Claimed before it is counted: a completion racing the timer
         // must not find the attempt counted as timed out and still win.
-        if (ec || !a->claim()) return;
+        if (!a->claim()) return;
         a->d->timed_out_.fetch_add(1, std::memory_order_relaxed);
         type_counters::add(a->counters->timed_out);
-        a->report(outcome::what::failed,
-                  "timed out after " + std::to_string(after.count()) + " ms");
+        a->report(outcome::what::failed, std::move(why));
       });
     });
   }

@@ -306,7 +306,7 @@ void engine_core::lease_loop() {
     // those are handed over this round, once what their last attempts wrote
     // has landed (the new owner reads the shard from the store).
     std::vector<std::uint32_t> keep;
-    bool handing_over = false;
+    std::vector<std::uint32_t> handed;  // the shards that go this round
     // A kept write (a removal that failed and waits for its retry) may be
     // one of a leaving shard's last outcomes, and flush() does not wait for
     // kept writes: no shard leaves until none is kept.
@@ -317,12 +317,20 @@ void engine_core::lease_loop() {
       for (std::uint32_t s = 0; s < shards_->size(); ++s) {
         if (!shards_->held(s)) continue;
         if (shards_->leaving(s) && !writes_kept && !std::binary_search(busy.begin(), busy.end(), s))
-          handing_over = true;
+          handed.push_back(s);
         else
           keep.push_back(s);
       }
     }
-    if (handing_over) writer_.flush();
+    if (!handed.empty()) {
+      writer_.flush();
+      // A write the flush waited for may have failed, and be kept now: the
+      // shards stay until it lands.
+      if (writer_.kept() > 0) {
+        keep.insert(keep.end(), handed.begin(), handed.end());
+        std::sort(keep.begin(), keep.end());
+      }
+    }
     boost::system::error_code ec;
     lease_round r;
     try {
