@@ -320,12 +320,18 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
                                     [](const store_change& c) { return c.refused; });
     std::vector<write_op> again;
     std::size_t dropped = 0;
+    // An op that is done: reported, or, a kept copy, no longer kept.
+    const auto ended = [&](write_op& op) {
+      if (op.report)
+        reported.push_back(std::move(op));
+      else
+        --kept_live_;
+    };
     for (std::size_t i = 0; i < b->ops.size(); ++i) {
       write_op& op = b->ops[i];
       if (marked && !b->changes[i].refused) {
         op.ec = {};
-        if (!op.report) --kept_live_;
-        if (op.report) reported.push_back(std::move(op));
+        ended(op);
         continue;
       }
       if (op.fence == 0) {
@@ -333,9 +339,8 @@ void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>
         continue;
       }
       ++dropped;
-      if (!op.report) --kept_live_;
       op.ec = b->ec;
-      if (op.report) reported.push_back(std::move(op));
+      ended(op);
     }
     log(log_level::warning, "store " + store_.describe() + ": " + std::to_string(dropped) +
                                 " outcome writes of attempts on shards this instance no longer "

@@ -40,23 +40,39 @@ connection_pool::~connection_pool() { close_all(); }
 std::unique_ptr<pooled_connection> connection_pool::take(const std::string& key) {
   std::vector<std::unique_ptr<pooled_connection>> stale;
   std::unique_ptr<pooled_connection> found;
-  {
+  const auto now = std::chrono::steady_clock::now();
+  // The most recently used one not past the idle limit (the least likely to
+  // have been closed by the peer), or null.
+  const auto pop_newest = [&]() -> std::unique_ptr<pooled_connection> {
     std::lock_guard lock{mutex_};
     const auto it = idle_.find(key);
     if (it == idle_.end()) return nullptr;
     auto& pool = it->second;
-    const auto now = std::chrono::steady_clock::now();
-    // Most recently used first: the least likely to have been closed by the peer.
-    while (!pool.empty() && !found) {
-      auto c = std::move(pool.back());
+    std::unique_ptr<pooled_connection> c;
+    if (pool.empty()) {  // a pool of max_idle_per_host 0
+      idle_.erase(it);
+      return c;
+    }
+    if (now - pool.back()->idle_since < idle_timeout_) {
+      c = std::move(pool.back());
       pool.pop_back();
-      if (now - c->idle_since < idle_timeout_ && still_open(*c)) {
-        found = std::move(c);
-      } else {
-        stale.push_back(std::move(c));
-      }
+    } else {
+      // The newest is past the limit: all are.
+      std::move(pool.begin(), pool.end(), std::back_inserter(stale));
+      pool.clear();
     }
     if (pool.empty()) idle_.erase(it);
+    return c;
+  };
+  while (!found) {
+    auto c = pop_newest();
+    if (!c) break;
+    // The peek is a system call: made outside the lock every forward and
+    // push takes.
+    if (still_open(*c))
+      found = std::move(c);
+    else
+      stale.push_back(std::move(c));
   }
   for (auto& c : stale) close_on_strand(std::move(c));
   return found;
