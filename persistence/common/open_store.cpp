@@ -199,4 +199,185 @@ std::size_t copy_tasks(task_store& from, task_store& to) {
   return n;
 }
 
+// ---- migrate_to_shards ----------------------------------------------------
+
+namespace {
+
+constexpr std::size_t migration_batch = 1000;
+
+// Removes from `from` the tasks `to` holds as they are in `from`, a batch
+// of `from`'s listing at a time; returns how many. A task changed since the
+// copy (or not copied) stays, for the next pass.
+std::size_t remove_landed_tasks(redis_store& from, redis_store& to, boost::system::error_code& ec) {
+  ec = {};
+  std::size_t removed = 0;
+  std::vector<task> batch;
+  batch.reserve(migration_batch);
+  // The sink removes from the hash list() scans: HSCAN still returns every
+  // record that stays there for the whole scan.
+  const auto flush = [&] {
+    std::vector<std::string> ids;
+    ids.reserve(batch.size());
+    for (const task& t : batch) ids.push_back(t.id);
+    const auto there = to.find(ids, ec);
+    if (ec) throw copy_aborted{};
+    std::vector<std::string> landed;
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      if (there[i] && *there[i] == batch[i]) landed.push_back(std::move(ids[i]));
+    from.remove(landed, ec);
+    if (ec) throw copy_aborted{};
+    removed += landed.size();
+    batch.clear();
+  };
+  try {
+    boost::system::error_code list_ec;
+    from.list(
+        [&](task&& t) {
+          batch.push_back(std::move(t));
+          if (batch.size() == migration_batch) flush();
+        },
+        list_ec);
+    if (list_ec) {
+      ec = list_ec;
+      return removed;
+    }
+    if (!batch.empty()) flush();
+  } catch (const copy_aborted&) {
+  }
+  return removed;
+}
+
+// Buries every dead letter of `from` in `to`; returns how many.
+std::size_t copy_dead_letters(redis_store& from, redis_store& to, boost::system::error_code& ec) {
+  ec = {};
+  std::size_t copied = 0;
+  for (;;) {
+    // Nothing removes letters from `from` meanwhile: offsets are stable.
+    const auto page = from.list_dead(copied, migration_batch, ec);
+    if (ec || page.empty()) return copied;
+    to.bury(page, ec);
+    if (ec) return copied;
+    copied += page.size();
+  }
+}
+
+// Purges from `from` the dead letters `to` holds as they are in `from`;
+// returns how many.
+std::size_t remove_landed_dead(redis_store& from, redis_store& to, boost::system::error_code& ec) {
+  ec = {};
+  std::size_t removed = 0, kept = 0;
+  for (;;) {
+    // The letters purged so far are gone from the index, the ones kept are
+    // still at its front (in order): the next page starts after those.
+    const auto page = from.list_dead(kept, migration_batch, ec);
+    if (ec || page.empty()) return removed;
+    std::vector<std::string> landed;
+    for (const dead_letter& d : page) {
+      const auto there = to.find_dead(d.task.id, ec);
+      if (ec) return removed;
+      if (there && *there == d)
+        landed.push_back(d.task.id);
+      else
+        ++kept;
+    }
+    from.purge(landed, ec);
+    if (ec) return removed;
+    removed += landed.size();
+  }
+}
+
+}  // namespace
+
+shard_migration migrate_to_shards(std::string_view uri, std::uint32_t shards,
+                                  boost::system::error_code& ec, std::string* message) {
+  ec = {};
+  shard_migration result;
+  std::string why;
+  const auto fail = [&](boost::system::error_code e, std::string text) {
+    ec = e;
+    if (message)
+      *message = std::move(text);
+    else
+      log(log_level::error, "delayq: migrate_to_shards: " + text);
+    return result;
+  };
+  if (!uri.starts_with("redis://") && !uri.starts_with("unix://") &&
+      !uri.starts_with("redis-cluster://"))
+    return fail(errc::invalid_store_uri,
+                "only a Redis store (redis://, unix://, redis-cluster://) has a sharded layout");
+  redis_options opts = redis_options::parse(uri, ec, &why);
+  if (ec) return fail(ec, why);
+  if (shards == 0 || shards > 16384)
+    return fail(errc::invalid_cluster_options,
+                "a shard count must be from 1 to 16384, not " + std::to_string(shards));
+  if (opts.shards != 0 && opts.shards != shards)
+    return fail(errc::shard_mismatch, "the store URI says shards=" + std::to_string(opts.shards) +
+                                          ", the migration " + std::to_string(shards) +
+                                          " shards: give the count once");
+  opts.shards = shards;
+  redis_options plain = opts;
+  plain.shards = 0;
+  const std::string name = plain.describe();
+
+  // 1. The count first: from here on no server opens the store unsharded,
+  // and a cluster refuses it until the unsharded layout is empty.
+  redis_layout layout = redis_store::claim_shards(opts, false, ec, &why);
+  if (ec) return fail(ec, name + ": " + why);
+  if (layout.shards != shards)
+    return fail(
+        errc::shard_mismatch,
+        name + " is sharded with " + std::to_string(layout.shards) + " shards already, not " +
+            std::to_string(shards) +
+            (layout.unsharded_empty()
+                 ? ": there is nothing to move (changing the shard count of a sharded "
+                   "store is not supported)"
+                 : ": finish its migration with --shards " + std::to_string(layout.shards)));
+  result.shards = shards;
+
+  // 2. Both layouts as stores. The unsharded one ignores the count just
+  // recorded, and only it.
+  redis_options from_opts = plain;
+  from_opts.ignore_shard_count = true;
+  auto from = redis_store::open(from_opts, ec, &why);
+  if (ec) return fail(ec, name + " (unsharded layout): " + why);
+  auto to = redis_store::open(opts, ec, &why);
+  if (ec) return fail(ec, opts.describe() + ": " + why);
+
+  // 3. Copy, then remove what landed unchanged; again while some changed.
+  for (int pass = 0; pass < 3 && !layout.unsharded_empty(); ++pass) {
+    copy_tasks(*from, *to, ec);
+    if (ec) return fail(ec, "copying the tasks to " + to->describe() + ": " + ec.message());
+    copy_dead_letters(*from, *to, ec);
+    if (ec) return fail(ec, "copying the dead letters to " + to->describe() + ": " + ec.message());
+    result.tasks += remove_landed_tasks(*from, *to, ec);
+    if (ec)
+      return fail(ec, "removing the copied tasks from " + name + ": " + ec.message() +
+                          " (run the migration again to finish it)");
+    result.dead_letters += remove_landed_dead(*from, *to, ec);
+    if (ec)
+      return fail(ec, "removing the copied dead letters from " + name + ": " + ec.message() +
+                          " (run the migration again to finish it)");
+    layout = redis_store::inspect_layout(opts, ec, &why);
+    if (ec) return fail(ec, name + ": " + why);
+  }
+  if (!layout.unsharded_empty())
+    return fail(errc::busy,
+                name + ": " + std::to_string(layout.unsharded_tasks) +
+                    (layout.unsharded_tasks == 1 ? " task and " : " tasks and ") +
+                    std::to_string(layout.unsharded_dead) +
+                    (layout.unsharded_dead == 1 ? " dead letter" : " dead letters") +
+                    " kept changing in the unsharded layout while they were moved: is a server "
+                    "without --cluster still running on this store? Stop it and run the "
+                    "migration again");
+  return result;
+}
+
+shard_migration migrate_to_shards(std::string_view uri, std::uint32_t shards) {
+  boost::system::error_code ec;
+  std::string message;
+  shard_migration result = migrate_to_shards(uri, shards, ec, &message);
+  if (ec) throw boost::system::system_error(ec, "delayq: migrate_to_shards: " + message);
+  return result;
+}
+
 }  // namespace delayq

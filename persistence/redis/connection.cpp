@@ -213,7 +213,7 @@ command connection::layout_command() const {
       .arg(key_meta_)
       .arg(layout_)
       .arg(shards_)
-      .arg(load_write_script_ ? "1" : "0");
+      .arg(load_write_script_ && !opts_.ignore_shard_count ? "1" : "0");
   return c;
 }
 
@@ -230,7 +230,9 @@ void connection::check_layout_reply(const redisReply* r) {
   if (stored_layout != redis_store::layout_version)
     throw redis_failure{errc::store_error, "key layout version '" + stored + "' in " + key_meta_ +
                                                " is not " + layout_ + ", the one this build uses"};
-  if (!load_write_script_) return;
+  // A store opened to move records between the layouts reads and writes
+  // the key space its options name, whatever count the meta key records.
+  if (!load_write_script_ || opts_.ignore_shard_count) return;
   const std::string stored_shards =
       r->element[1]->type == REDIS_REPLY_NIL ? std::string("0") : reply_text(r->element[1]);
   if (stored_shards != shards_)

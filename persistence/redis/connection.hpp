@@ -175,7 +175,8 @@ class connection {
   /// build's (errc::store_error) and that the shard count is the options'
   /// (errc::shard_mismatch; checked by the store's own connections only,
   /// those that load the write script: a lease table or a list() connection
-  /// neither creates the meta key nor minds the count). Part of the handshake without cluster
+  /// neither creates the meta key nor minds the count, and neither does a
+  /// store opened with redis_options::ignore_shard_count). Part of the handshake without cluster
   /// mode; a cluster store runs it through its router, since the meta key
   /// lives on one node only.
   void check_layout();

@@ -20,6 +20,7 @@
 //   group landed). A worse failure wins over lease_lost, since the caller
 //   must then treat the whole batch as unknown anyway.
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <optional>
 #include <string>
@@ -282,6 +283,108 @@ std::vector<dead_letter> redis_store::impl::list_dead_merged(std::size_t offset,
   out.reserve(end - offset);
   for (std::size_t i = offset; i < end; ++i) out.push_back(std::move(all[i]));
   return out;
+}
+
+// ---- switching to the sharded layout --------------------------------------
+//
+// One script reads the meta key and counts the unsharded records, and may
+// record the shard count, so that the count is never recorded over records
+// a server without --cluster saves at the same moment (every key it touches
+// is under `{PREFIX}`: one slot, so it runs on a Redis Cluster too).
+
+namespace {
+
+// KEYS: meta, tasks, dead. ARGV: mode ('inspect', 'claim' or
+// 'claim_if_empty'), this build's layout version, the shard count.
+// Returns {layout or '', shards or '0', HLEN tasks, HLEN dead}.
+const char* const layout_claim_script = R"lua(-- delayq layout inspection, layout 1
+local layout = redis.call('HGET', KEYS[1], 'layout')
+local shards = redis.call('HGET', KEYS[1], 'shards')
+local tasks = redis.call('HLEN', KEYS[2])
+local dead = redis.call('HLEN', KEYS[3])
+if ARGV[1] ~= 'inspect' and (not layout or layout == ARGV[2]) and
+   (not shards or shards == '0') and
+   (ARGV[1] == 'claim' or (tasks == 0 and dead == 0)) then
+  redis.call('HSET', KEYS[1], 'layout', ARGV[2], 'shards', ARGV[3])
+  layout, shards = ARGV[2], ARGV[3]
+end
+return {layout or '', shards or '0', tasks, dead}
+)lua";
+
+redis_layout run_layout_script(const redis_options& options, const char* mode,
+                               boost::system::error_code& ec, std::string* message) {
+  ec = {};
+  redis_layout out;
+  // Connections without the write script: their handshake neither creates
+  // the meta key nor minds the count it records (the script reads both).
+  const redis_options opts = options;
+  const std::string name = opts.describe();
+  const detail::redis::store_keys keys(opts.prefix);
+  const std::string layout = std::to_string(redis_store::layout_version);
+  const std::string shards = std::to_string(options.shards);
+  detail::redis::cluster_router router(opts, name, ":layout", false);
+  std::optional<redis_failure> failure;
+  {
+    detail::redis::sigpipe_guard guard;
+    failure = router.try_run(detail::redis::key_slot(keys.meta), [&](connection& c) {
+      auto replies = c.exchange({detail::redis::command()
+                                     .arg("EVAL")
+                                     .arg(layout_claim_script)
+                                     .arg("3")
+                                     .arg(keys.meta)
+                                     .arg(keys.tasks)
+                                     .arg(keys.dead)
+                                     .arg(mode)
+                                     .arg(layout)
+                                     .arg(shards)},
+                                std::string_view(mode) != "inspect");
+      const redisReply* r = replies[0].get();
+      if (r->type == REDIS_REPLY_ERROR) detail::redis::throw_server_error("key layout check", r);
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+          r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_INTEGER)
+        throw redis_failure{errc::store_error, "unexpected reply to the key layout check"};
+      const std::string stored_layout = reply_text(r->element[0]);
+      const std::string stored_shards = reply_text(r->element[1]);
+      if (!stored_layout.empty() && stored_layout != layout)
+        throw redis_failure{errc::store_error, "key layout version '" + stored_layout + "' in " +
+                                                   keys.meta + " is not " + layout +
+                                                   ", the one this build uses"};
+      std::uint32_t n = 0;
+      const auto [end, parse_ec] =
+          std::from_chars(stored_shards.data(), stored_shards.data() + stored_shards.size(), n);
+      if (parse_ec != std::errc{} || end != stored_shards.data() + stored_shards.size())
+        throw redis_failure{errc::store_error, "shard count '" + stored_shards + "' in " +
+                                                   keys.meta + " is not a number"};
+      out.created = !stored_layout.empty();
+      out.shards = n;
+      out.unsharded_tasks =
+          static_cast<std::size_t>(std::max<long long>(0, r->element[2]->integer));
+      out.unsharded_dead = static_cast<std::size_t>(std::max<long long>(0, r->element[3]->integer));
+    });
+  }
+  if (failure) {
+    ec = make_error_code(failure->code);
+    if (message) *message = failure->message;
+    return {};
+  }
+  return out;
+}
+
+}  // namespace
+
+redis_layout redis_store::inspect_layout(const redis_options& options,
+                                         boost::system::error_code& ec, std::string* message) {
+  return run_layout_script(options, "inspect", ec, message);
+}
+
+redis_layout redis_store::claim_shards(const redis_options& options, bool only_if_empty,
+                                       boost::system::error_code& ec, std::string* message) {
+  if (options.shards == 0 || options.shards > 16384) {
+    ec = errc::invalid_cluster_options;
+    if (message) *message = "a shard count must be from 1 to 16384";
+    return {};
+  }
+  return run_layout_script(options, only_if_empty ? "claim_if_empty" : "claim", ec, message);
 }
 
 // ---- the cluster interface ------------------------------------------------

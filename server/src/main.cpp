@@ -1,6 +1,5 @@
 // delayq-server: the engine as an HTTP service. docs/server.md has the flags
 // and the API; server_app.cpp has the wiring.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -59,14 +58,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{366} * 86'400));
   auto* cluster =
       app.add_flag("--cluster", o.cluster,
-                   "run as one instance of a cluster on a sharded store: hold and run "
-                   "only the shards this instance holds a lease on (docs/scale-out.md)");
-  app.add_option("--shards", o.shards,
-                 "with --cluster: how many shards tasks are split into; every instance and the "
-                 "store must use the same number")
-      ->capture_default_str()
-      ->check(CLI::Range(1u, 16384u))
-      ->needs(cluster);
+                   "run as one instance of a cluster on a Redis store: hold and run only "
+                   "the shards this instance holds a lease on (docs/scale-out.md)");
+  auto* shards =
+      app.add_option("--shards", o.shards,
+                     "with --cluster: how many shards tasks are split into; every instance must "
+                     "use the same number. The store is opened with it (a shards=N in the "
+                     "store URI may give it instead)")
+          ->capture_default_str()
+          ->check(CLI::Range(1u, 16384u))
+          ->needs(cluster);
   std::string lease_text = "5s";
   app.add_option("--lease", lease_text,
                  "with --cluster: how long a shard lease lives without renewal (200ms to 10m)")
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  o.shards_given = shards->count() > 0;
   o.tick = std::chrono::milliseconds{tick_ms};
   o.horizon = std::chrono::seconds{horizon_s};
   o.lease = delayq::server::parse_duration(lease_text);

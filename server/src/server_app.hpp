@@ -3,7 +3,6 @@
 // start-up and the drain (docs/server.md, "Running it").
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -34,6 +33,9 @@ struct server_options {
   /// (engine_options::cluster) with these shards, lease and instance name.
   bool cluster = false;
   std::uint32_t shards = cluster_options{}.shards;
+  /// --shards was given. Without it a `shards=N` in the store URI sets the
+  /// count; with it such an N must be the same (start() checks).
+  bool shards_given = false;
   std::chrono::milliseconds lease = cluster_options{}.lease;
   std::string instance;  ///< Empty: HOSTNAME:PID.
   /// --advertise: the URL other instances forward calls on this one's tasks

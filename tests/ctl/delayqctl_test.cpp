@@ -1,12 +1,19 @@
 // delayqctl against a real delayq-server: each TEST_CASE starts a server
 // (memory store, free loopback port, token) and runs the delayqctl binary as
 // a child process, checking its output and exit status. The first cases test
-// the formatting helpers directly.
+// the formatting helpers directly; the last ones ("shard layout: ...") run
+// servers on the Redis server of $DELAYQ_TEST_REDIS, with and without
+// --cluster, and `delayqctl migrate-shards` between them.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -310,17 +317,17 @@ TEST_CASE("delayqctl: usage errors are exit 2") {
 TEST_CASE("delayqctl: --help on every verb and --version") {
   auto top = ctl_bare({"--help"});
   REQUIRE(top.exit_code == 0);
-  for (const char* verb :
-       {"stats", "get", "add", "cancel", "reschedule", "upcoming", "dead", "types", "type",
-        "health", "signal", "Exit status", "6 unauthorized", "7 the task type is full"}) {
+  for (const char* verb : {"stats", "get", "add", "cancel", "reschedule", "upcoming", "dead",
+                           "types", "type", "health", "signal", "migrate-shards", "Exit status",
+                           "6 unauthorized", "7 the task type is full"}) {
     INFO(verb);
     CHECK(has(top.out, verb));
   }
   const std::vector<std::vector<std::string>> verbs = {
-      {"stats"},           {"get"},           {"add"},    {"cancel"},
-      {"reschedule"},      {"upcoming"},      {"dead"},   {"dead", "list"},
-      {"dead", "requeue"}, {"dead", "purge"}, {"types"},  {"type"},
-      {"type", "set"},     {"type", "rm"},    {"health"}, {"signal"}};
+      {"stats"},    {"get"},           {"add"},          {"cancel"},          {"reschedule"},
+      {"upcoming"}, {"dead"},          {"dead", "list"}, {"dead", "requeue"}, {"dead", "purge"},
+      {"types"},    {"type"},          {"type", "set"},  {"type", "rm"},      {"health"},
+      {"signal"},   {"migrate-shards"}};
   for (auto v : verbs) {
     v.push_back("--help");
     auto r = ctl_bare(v);
@@ -432,7 +439,7 @@ TEST_CASE("delayqctl: types, type set and type rm") {
   CHECK(has(ctl(s, {"types"}).out, "no push targets"));
 }
 
-TEST_CASE("delayqctl: signal counts a count-triggered task; exit codes for unknown and fired") {
+TEST_CASE("delayqctl: signal counts a count-triggered task, exit codes for unknown and fired") {
   server_process s(DELAYQ_SERVER_PATH, token);
   auto added = ctl(s, {"add", "join", "p", "--in", "1h", "--id", "j1", "--trigger", "3"});
   INFO(show(added));
@@ -478,4 +485,357 @@ TEST_CASE("delayqctl: a full type (--capacity) is exit 7") {
   INFO(show(full));
   CHECK(full.exit_code == 7);
   CHECK(has(full.err, "error: type_full: "));
+}
+
+// ------------------------------------------------------------------ shard layouts on Redis
+//
+// `delayq-server --cluster` on a plain Redis URI, and `delayqctl
+// migrate-shards` (docs/scale-out.md, "Moving a store to the sharded
+// layout"), on the Redis server of $DELAYQ_TEST_REDIS (scripts/with-redis.sh)
+// under a key prefix of each case's own. An unsharded store is made the way
+// users make one: by a server without --cluster, with tasks added through it,
+// one of them dead (pushed to a port nobody listens on, one attempt allowed).
+
+namespace {
+
+std::string test_redis() {
+  const char* base = std::getenv("DELAYQ_TEST_REDIS");
+  REQUIRE_MESSAGE((base != nullptr && *base != '\0'),
+                  "DELAYQ_TEST_REDIS is not set: run the tests through scripts/with-redis.sh "
+                  "(scripts/with-redis.sh ctest -L ctl), which starts a private redis-server");
+  return base;
+}
+
+std::string fresh_prefix() {
+  static int counter = 0;
+  return "ctl-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1'000'000);
+}
+
+std::string with_prefix(const std::string& base, const std::string& prefix) {
+  return base + (base.find('?') == std::string::npos ? "?" : "&") + "prefix=" + prefix;
+}
+
+// A delayq-server run that must end by itself (a refusal to start). One that
+// starts instead is killed after a minute: exit 137, and the checks fail.
+run_result server_refusal(std::vector<std::string> args) {
+  std::vector<std::string> all = {DELAYQ_SERVER_PATH, "--listen", "127.0.0.1:0", "--token", token,
+                                  "--tick",           "10"};
+  for (auto& a : args) all.push_back(std::move(a));
+  return run(all, {}, 60'000);
+}
+
+// redis-cli on the test Redis (its path from $PATH).
+run_result redis_cli(std::vector<std::string> args) {
+  std::string path;
+  const char* env_path = std::getenv("PATH");
+  std::string dirs = env_path ? env_path : "/usr/bin:/bin";
+  for (std::size_t at = 0; at <= dirs.size();) {
+    const std::size_t colon = std::min(dirs.find(':', at), dirs.size());
+    const std::string candidate = dirs.substr(at, colon - at) + "/redis-cli";
+    if (access(candidate.c_str(), X_OK) == 0) {
+      path = candidate;
+      break;
+    }
+    at = colon + 1;
+  }
+  REQUIRE_MESSAGE(!path.empty(), "redis-cli is not on PATH (Debian: redis-tools)");
+  std::vector<std::string> all = {path, "-u", test_redis()};
+  for (auto& a : args) all.push_back(std::move(a));
+  return run(all, {}, 60'000);
+}
+
+// The first line of redis-cli's answer.
+std::string redis_answer(std::vector<std::string> args) {
+  const run_result r = redis_cli(std::move(args));
+  REQUIRE_MESSAGE(r.exit_code == 0, show(r));
+  return r.out.substr(0, r.out.find('\n'));
+}
+
+// What seed_unsharded() put in a store.
+struct seeded_store {
+  std::vector<std::string> ids;  // live tasks, payload "p-" + id
+  std::string dead_id = "doomed/1";
+  std::string hook;  // the push target of type "doomed"
+};
+
+// `tasks` tasks due in an hour and one dead letter, written by a server
+// without --cluster; its push target stays in the store's settings.
+seeded_store seed_unsharded(const std::string& uri, int tasks = 3) {
+  seeded_store seeded;
+  ctl_test::closed_port closed;
+  seeded.hook = "http://127.0.0.1:" + std::to_string(closed.port()) + "/hook";
+  server_process s(DELAYQ_SERVER_PATH, token, {"--retry-max", "1"}, uri);
+  REQUIRE(ctl(s, {"type", "set", "doomed", seeded.hook, "--timeout-ms", "1000"}).exit_code == 0);
+  for (int k = 0; k < tasks; ++k) {
+    const std::string id = "keep/" + std::to_string(k);
+    auto r = ctl(s, {"add", "keep", "p-" + id, "--in", "1h", "--id", id});
+    REQUIRE_MESSAGE(r.exit_code == 0, show(r));
+    seeded.ids.push_back(id);
+  }
+  REQUIRE(ctl(s, {"add", "doomed", "x", "--in", "0s", "--id", seeded.dead_id}).exit_code == 0);
+  // Nothing to wait on from outside: ask until it is a dead letter (the
+  // test's CTest timeout bounds this).
+  json j;
+  do {
+    auto r = ctl(s, {"--json", "dead", "list"});
+    REQUIRE(r.exit_code == 0);
+    j = parse(r);
+  } while (j["total"] != 1);
+  REQUIRE(s.stop() == 0);
+  return seeded;
+}
+
+// Every task, the dead letter and the push target of `seeded`, through `s`.
+void check_seeded(const server_process& s, const seeded_store& seeded) {
+  for (const std::string& id : seeded.ids) {
+    auto r = ctl(s, {"--json", "get", id});
+    INFO(id << ": " << show(r));
+    REQUIRE(r.exit_code == 0);
+    CHECK(parse(r)["payload"] == "p-" + id);
+  }
+  const json dead = parse(ctl(s, {"--json", "dead", "list"}));
+  CHECK(dead["total"] == 1);
+  REQUIRE(dead["dead"].size() == 1);
+  CHECK(dead["dead"][0]["id"] == seeded.dead_id);
+  const json types = parse(ctl(s, {"--json", "types"}));
+  CHECK(types["types"]["doomed"]["push_url"] == seeded.hook);
+}
+
+// The arguments of the `delayqctl migrate-shards --store 'URI' --shards N`
+// a refusal names, without "delayqctl"; fails the test when there is none.
+std::vector<std::string> named_migration(const std::string& text) {
+  const std::string head = "delayqctl migrate-shards --store '";
+  const auto at = text.find(head);
+  REQUIRE_MESSAGE(at != std::string::npos, "no migration command in: " << text);
+  const auto uri_end = text.find('\'', at + head.size());
+  REQUIRE(uri_end != std::string::npos);
+  const std::string uri = text.substr(at + head.size(), uri_end - at - head.size());
+  const std::string flag = " --shards ";
+  REQUIRE(text.compare(uri_end + 1, flag.size(), flag) == 0);
+  std::size_t digits = uri_end + 1 + flag.size(), end = digits;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  REQUIRE(end > digits);
+  return {"migrate-shards", "--store", uri, "--shards", text.substr(digits, end - digits)};
+}
+
+// The unsharded keys of `prefix` that hold records: none after a migration.
+std::string unsharded_records(const std::string& prefix) {
+  const std::string tag = "{" + prefix + "}:";
+  return redis_answer({"EXISTS", tag + "tasks", tag + "due", tag + "dead", tag + "dead:by_time"});
+}
+
+}  // namespace
+
+TEST_CASE("shard layout: --cluster on an empty store and a plain redis:// URI starts and serves") {
+  const std::string prefix = fresh_prefix();
+  const std::string uri = with_prefix(test_redis(), prefix);
+  {
+    // No shard count at all: --shards' default (64) is the store's.
+    server_process s(DELAYQ_SERVER_PATH, token, {"--cluster"}, uri);
+    auto added = ctl(s, {"add", "mail", "hello", "--in", "1h", "--id", "first"});
+    INFO(show(added));
+    REQUIRE(added.exit_code == 0);
+    auto got = ctl(s, {"--json", "get", "first"});
+    INFO(show(got));
+    REQUIRE(got.exit_code == 0);
+    CHECK(parse(got)["payload"] == "hello");
+    CHECK(s.stop() == 0);
+  }
+  CHECK(redis_answer({"HGET", "{" + prefix + "}:meta", "shards"}) == "64");
+  CHECK(unsharded_records(prefix) == "0");
+  // The task is in the sharded layout: a server without --cluster would see
+  // none of it, and says so instead of starting.
+  auto plain = server_refusal({"--store", uri});
+  INFO(show(plain));
+  CHECK(plain.exit_code == 1);
+  CHECK(has(plain.err, "holds a sharded task set (64 shards"));
+  CHECK(has(plain.err, "Start it with --cluster --shards 64"));
+  // And a cluster restarted on it finds the task.
+  server_process again(DELAYQ_SERVER_PATH, token, {"--cluster", "--shards", "64"}, uri);
+  CHECK(parse(ctl(again, {"--json", "get", "first"}))["payload"] == "hello");
+}
+
+TEST_CASE("shard layout: an unsharded store is refused with the command that moves it") {
+  const std::string prefix = fresh_prefix();
+  const std::string uri = with_prefix(test_redis(), prefix);
+  const seeded_store seeded = seed_unsharded(uri);
+
+  auto refused = server_refusal({"--store", uri, "--cluster", "--shards", "8"});
+  INFO(show(refused));
+  CHECK(refused.exit_code == 1);
+  CHECK(has(refused.err, "holds an unsharded task set (3 tasks and 1 dead letter"));
+  // Refused before anything was written: the store is as the seed left it.
+  CHECK(redis_answer({"HGET", "{" + prefix + "}:meta", "shards"}).empty());
+
+  // The command the refusal names moves everything.
+  const auto command = named_migration(refused.err);
+  CHECK(command[4] == "8");
+  auto moved = ctl_bare(command);
+  INFO(show(moved));
+  REQUIRE(moved.exit_code == 0);
+  CHECK(has(moved.out, "moved 3 tasks and 1 dead letter of "));
+  CHECK(unsharded_records(prefix) == "0");
+  CHECK(redis_answer({"HGET", "{" + prefix + "}:meta", "shards"}) == "8");
+
+  {
+    server_process s(DELAYQ_SERVER_PATH, token, {"--cluster", "--shards", "8"}, uri);
+    check_seeded(s, seeded);
+  }
+  // Run again on a finished store: nothing to do, and it says so.
+  auto again = ctl_bare({"--json", "migrate-shards", "--store", uri, "--shards", "8"});
+  INFO(show(again));
+  REQUIRE(again.exit_code == 0);
+  const json j = parse(again);
+  CHECK(j["tasks"] == 0);
+  CHECK(j["dead_letters"] == 0);
+  CHECK(j["shards"] == 8);
+}
+
+TEST_CASE(
+    "shard layout: a half-converted store is refused, and the migration run again finishes it") {
+  const std::string prefix = fresh_prefix();
+  const std::string uri = with_prefix(test_redis(), prefix);
+  const std::string tag = "{" + prefix + "}:";
+  const seeded_store seeded = seed_unsharded(uri);
+  SUBCASE("stopped after recording the shard count") {
+    // What the migration does first, alone: the tasks are all unsharded.
+    REQUIRE(redis_answer({"HSET", tag + "meta", "shards", "8"}) == "1");
+  }
+  SUBCASE("stopped after the copy, before the removal") {
+    auto moved = ctl_bare({"migrate-shards", "--store", uri, "--shards", "8"});
+    REQUIRE_MESSAGE(moved.exit_code == 0, show(moved));
+    // Put the records back where they were: both layouts hold them.
+    const char* copy_back = R"lua(
+      local n = 0
+      for s = 0, tonumber(ARGV[2]) - 1 do
+        local from = '{' .. ARGV[1] .. ':' .. s .. '}:'
+        local to = '{' .. ARGV[1] .. '}:'
+        for _, pair in ipairs({{'tasks', 'due'}, {'dead', 'dead:by_time'}}) do
+          local records = redis.call('HGETALL', from .. pair[1])
+          for i = 1, #records, 2 do
+            redis.call('HSET', to .. pair[1], records[i], records[i + 1])
+            n = n + 1
+          end
+          local index = redis.call('ZRANGE', from .. pair[2], 0, -1, 'WITHSCORES')
+          for i = 1, #index, 2 do redis.call('ZADD', to .. pair[2], index[i + 1], index[i]) end
+        end
+      end
+      return n)lua";
+    REQUIRE(redis_answer({"EVAL", copy_back, "0", prefix, "8"}) == "4");
+  }
+  auto refused = server_refusal({"--store", uri, "--cluster", "--shards", "8"});
+  INFO(show(refused));
+  CHECK(refused.exit_code == 1);
+  CHECK(has(refused.err, "is half converted to the sharded layout"));
+  CHECK(has(refused.err, "3 tasks and 1 dead letter are still in the unsharded layout"));
+  const auto command = named_migration(refused.err);
+  CHECK(command[4] == "8");
+
+  auto finished = ctl_bare(command);
+  INFO(show(finished));
+  REQUIRE(finished.exit_code == 0);
+  CHECK(has(finished.out, "moved 3 tasks and 1 dead letter of "));
+  CHECK(unsharded_records(prefix) == "0");
+  server_process s(DELAYQ_SERVER_PATH, token, {"--cluster", "--shards", "8"}, uri);
+  check_seeded(s, seeded);
+}
+
+TEST_CASE("shard layout: the shard count is given once, and counts that differ are errors") {
+  const std::string prefix = fresh_prefix();
+  const std::string uri = with_prefix(test_redis(), prefix);
+
+  SUBCASE("--shards and the URI's shards= differ: a usage error naming both") {
+    auto r = server_refusal({"--store", uri + "&shards=16", "--cluster", "--shards", "8"});
+    INFO(show(r));
+    CHECK(r.exit_code == 2);
+    CHECK(has(r.err, "--shards 8 and the store URI's shards=16 differ"));
+    // Nothing was created.
+    CHECK(redis_answer({"EXISTS", "{" + prefix + "}:meta"}) == "0");
+  }
+  SUBCASE("the URI's count alone; then instances given another count are refused") {
+    {
+      server_process s(DELAYQ_SERVER_PATH, token, {"--cluster"}, uri + "&shards=16");
+      REQUIRE(ctl(s, {"add", "t", "x", "--in", "1h", "--id", "u1"}).exit_code == 0);
+      CHECK(parse(ctl(s, {"--json", "get", "u1"}))["payload"] == "x");
+    }
+    CHECK(redis_answer({"HGET", "{" + prefix + "}:meta", "shards"}) == "16");
+    // The same count given on both sides is fine.
+    { server_process same(DELAYQ_SERVER_PATH, token, {"--cluster", "--shards", "16"}, uri); }
+    for (const std::vector<std::string>& flags :
+         {std::vector<std::string>{"--cluster", "--shards", "8"},
+          std::vector<std::string>{"--cluster"}}) {
+      std::vector<std::string> args = {"--store", uri};
+      args.insert(args.end(), flags.begin(), flags.end());
+      auto r = server_refusal(args);
+      INFO(show(r));
+      CHECK(r.exit_code == 1);
+      CHECK(has(r.err, "is sharded with 16 shards, not the " +
+                           std::string(flags.size() == 3 ? "8" : "64")));
+      CHECK(has(r.err, "start every instance with --shards 16"));
+    }
+    // The migration too refuses another count, and one given twice.
+    auto other = ctl_bare({"migrate-shards", "--store", uri, "--shards", "8"});
+    INFO(show(other));
+    CHECK(other.exit_code == 4);
+    CHECK(has(other.err, "error: shard_mismatch: "));
+    CHECK(has(other.err, "is sharded with 16 shards already, not 8"));
+    auto twice = ctl_bare({"migrate-shards", "--store", uri + "&shards=16", "--shards", "8"});
+    INFO(show(twice));
+    CHECK(twice.exit_code == 4);
+    CHECK(has(twice.err, "shards=16"));
+  }
+  SUBCASE("migrate-shards needs a count, and a Redis store") {
+    auto none = ctl_bare({"migrate-shards", "--store", uri});
+    INFO(show(none));
+    CHECK(none.exit_code == 2);
+    CHECK(has(none.err, "--shards N"));
+    auto sqlite = ctl_bare({"migrate-shards", "--store", "sqlite:x.db", "--shards", "8"});
+    INFO(show(sqlite));
+    CHECK(sqlite.exit_code == 2);
+    CHECK(has(sqlite.err, "error: invalid_store_uri: "));
+  }
+  SUBCASE("--cluster on a store the instances cannot share: a usage error") {
+    auto r = server_refusal({"--store", "memory:", "--cluster"});
+    INFO(show(r));
+    CHECK(r.exit_code == 2);
+    CHECK(has(r.err, "--cluster needs a Redis store"));
+  }
+}
+
+namespace {
+
+// The Redis Cluster cases: an empty store, then an unsharded one moved.
+void run_on_redis_cluster(const std::string& base) {
+  const std::string empty_uri = with_prefix(base, fresh_prefix());
+  {
+    server_process s(DELAYQ_SERVER_PATH, token, {"--cluster", "--shards", "8"}, empty_uri);
+    REQUIRE(ctl(s, {"add", "mail", "hello", "--in", "1h", "--id", "first"}).exit_code == 0);
+    CHECK(parse(ctl(s, {"--json", "get", "first"}))["payload"] == "hello");
+  }
+  const std::string uri = with_prefix(base, fresh_prefix());
+  const seeded_store seeded = seed_unsharded(uri);
+  auto refused = server_refusal({"--store", uri, "--cluster", "--shards", "8"});
+  INFO(show(refused));
+  CHECK(refused.exit_code == 1);
+  CHECK(has(refused.err, "holds an unsharded task set (3 tasks and 1 dead letter"));
+  auto moved = ctl_bare(named_migration(refused.err));
+  INFO(show(moved));
+  REQUIRE(moved.exit_code == 0);
+  CHECK(has(moved.out, "moved 3 tasks and 1 dead letter of redis-cluster://"));
+  server_process s(DELAYQ_SERVER_PATH, token, {"--cluster", "--shards", "8"}, uri);
+  check_seeded(s, seeded);
+}
+
+}  // namespace
+
+// Needs DELAYQ_TEST_REDIS_CLUSTER (scripts/with-redis-cluster.sh): skipped
+// unless run with --no-skip.
+TEST_CASE("cluster: shard layout: --cluster and migrate-shards on a Redis Cluster" *
+          doctest::skip()) {
+  const char* base = std::getenv("DELAYQ_TEST_REDIS_CLUSTER");
+  REQUIRE_MESSAGE((base != nullptr && *base != '\0'),
+                  "DELAYQ_TEST_REDIS_CLUSTER is not set: run through "
+                  "scripts/with-redis-cluster.sh");
+  run_on_redis_cluster(base);
 }

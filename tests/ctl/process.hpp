@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,7 @@ struct run_result {
   int exit_code = -1;  ///< the exit status, or 128 + signal
   std::string out;
   std::string err;
+  bool timed_out = false;  ///< killed (SIGKILL) by run()'s guard
 };
 
 namespace detail {
@@ -67,9 +69,12 @@ inline int wait_exit(pid_t pid) {
 }  // namespace detail
 
 /// Runs `args` (args[0] a path) to its end and returns its exit status and
-/// everything it wrote.
+/// everything it wrote. With `guard_ms` >= 0, a program that has not closed
+/// its output after that long is killed (SIGKILL) and `timed_out` set: for a
+/// program expected to stop by itself (a server that must refuse to start),
+/// so that one that runs on fails the test instead of hanging it.
 inline run_result run(const std::vector<std::string>& args,
-                      const std::vector<std::string>& env = {}) {
+                      const std::vector<std::string>& env = {}, int guard_ms = -1) {
   int out[2], err[2];
   detail::check(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe2");
   const pid_t pid = detail::spawn(args, env, out[1], err[1]);
@@ -79,9 +84,24 @@ inline run_result run(const std::vector<std::string>& args,
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open_fds = 2;
+  // Poll in slices of the guard, so that a wait cut short by a signal does
+  // not start the guard over.
+  int guard_left = guard_ms;
+  constexpr int slice_ms = 100;
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
+    const int waited = guard_left < 0 ? -1 : std::min(guard_left, slice_ms);
+    const int ready = poll(fds, 2, waited);
+    if (ready < 0) {
       detail::check(errno == EINTR, "poll");
+      continue;
+    }
+    if (ready == 0) {
+      guard_left -= waited;
+      if (guard_left <= 0 && !r.timed_out) {
+        kill(pid, SIGKILL);
+        r.timed_out = true;
+        guard_left = -1;  // its pipes close now
+      }
       continue;
     }
     for (int i = 0; i < 2; ++i) {
@@ -101,14 +121,15 @@ inline run_result run(const std::vector<std::string>& args,
   return r;
 }
 
-/// A delayq-server on a free loopback port with the memory store, stopped
-/// (SIGTERM, then waited for) when this object goes.
+/// A delayq-server on a free loopback port with the memory store (or
+/// `store`), stopped (SIGTERM, then waited for) when this object goes.
 class server_process {
  public:
   explicit server_process(const std::string& path, const std::string& token,
-                          std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {path,      "--store", "memory:", "--listen", "127.0.0.1:0",
-                                     "--token", token,     "--tick",  "10"};
+                          std::vector<std::string> extra = {},
+                          const std::string& store = "memory:") {
+    std::vector<std::string> args = {path,      "--store", store,    "--listen", "127.0.0.1:0",
+                                     "--token", token,     "--tick", "10"};
     for (auto& e : extra) args.push_back(std::move(e));
     int out[2];
     detail::check(pipe2(out, O_CLOEXEC) == 0, "pipe2");

@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "delayq/open_store.hpp"
 #include "delayq/redis_shard_leases.hpp"
 #include "delayq/redis_store.hpp"
 #include "store_fixtures.hpp"
@@ -378,7 +379,7 @@ TEST_CASE("redis shards: close() from another thread wakes a wait()") {
   CHECK(wait_ec == errc::not_running);
 }
 
-TEST_CASE("redis shards: list_due_shard reads one shard, in order; list_due merges them") {
+TEST_CASE("redis shards: list_due_shard reads one shard, in order, list_due merges them") {
   raw_redis raw;
   const std::string prefix = unique_prefix("shd");
   cleanup clean{raw, prefix};
@@ -447,6 +448,150 @@ TEST_CASE("redis shards: list_dead merges the shards by died_at, then id") {
     for (const dead_letter& d : store.list_dead(offset, 7))
       got.emplace_back(to_epoch_ms(d.died_at), d.task.id);
   CHECK(got == want);
+}
+
+// ---- moving an unsharded store to the sharded layout ----------------------
+
+namespace {
+
+// The URI of the test server under `prefix`.
+std::string uri_of(const std::string& prefix) {
+  std::string uri = redis_test_uri();
+  return uri + (uri.find('?') == std::string::npos ? "?prefix=" : "&prefix=") + prefix;
+}
+
+}  // namespace
+
+TEST_CASE("redis shards: claim_shards records a count only over an empty unsharded layout") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shc");
+  cleanup clean{raw, prefix};
+  const std::string meta = "{" + prefix + "}:meta";
+  boost::system::error_code ec;
+  std::string why;
+  {
+    redis_store unsharded(redis_test_options(prefix));
+    unsharded.save(std::vector<task>{make_task("a"), make_task("b")});
+    unsharded.bury(std::vector<dead_letter>{make_letter("c")});
+  }
+  redis_layout l = redis_store::inspect_layout(sharded(prefix), ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(l.created);
+  CHECK(l.shards == 0);
+  CHECK(l.unsharded_tasks == 2);
+  CHECK(l.unsharded_dead == 1);
+  // Records there: the careful claim leaves the store as it is.
+  l = redis_store::claim_shards(sharded(prefix), true, ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(l.shards == 0);
+  CHECK_FALSE(raw.get({"HGET", meta, "shards"}).has_value());
+  // The unconditional one records the count; the same count again is a no-op,
+  // another one is refused.
+  l = redis_store::claim_shards(sharded(prefix), false, ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(l.shards == shard_count);
+  CHECK(l.unsharded_tasks == 2);
+  CHECK(raw.get({"HGET", meta, "shards"}) == std::to_string(shard_count));
+  l = redis_store::claim_shards(sharded(prefix, 4), false, ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(l.shards == shard_count);
+  CHECK(raw.get({"HGET", meta, "shards"}) == std::to_string(shard_count));
+  // The unsharded layout now opens only with ignore_shard_count.
+  CHECK(redis_store::open(redis_test_options(prefix), ec) == nullptr);
+  CHECK(ec == errc::shard_mismatch);
+  redis_options view = redis_test_options(prefix);
+  view.ignore_shard_count = true;
+  auto opened = redis_store::open(view, ec, &why);
+  REQUIRE_MESSAGE(opened != nullptr, why);
+  CHECK(opened->count_dead() == 1);
+  const auto found = opened->find(std::vector<std::string>{"a"}, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(found[0] == make_task("a"));
+  // A new prefix: the careful claim creates the meta key with the count.
+  const std::string fresh = unique_prefix("shc");
+  cleanup clean_fresh{raw, fresh};
+  l = redis_store::claim_shards(sharded(fresh), true, ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(l.shards == shard_count);
+  CHECK(l.created);
+  CHECK(redis_store(sharded(fresh)).shards() == shard_count);
+  // No count is no claim.
+  redis_store::claim_shards(sharded(fresh, 0), true, ec);
+  CHECK(ec == errc::invalid_cluster_options);
+}
+
+TEST_CASE("redis shards: migrate_to_shards moves every task and dead letter, in batches") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shm");
+  cleanup clean{raw, prefix};
+  const std::string tag = "{" + prefix + "}:";
+  // More than one batch (1000) of each, and a setting.
+  std::vector<task> tasks;
+  for (int i = 0; i < 2500; ++i)
+    tasks.push_back(make_task("m-" + std::to_string(i), "p" + std::to_string(i), 1'000 + i));
+  std::vector<dead_letter> letters;
+  for (int i = 0; i < 1200; ++i)
+    letters.push_back(make_letter("d-" + std::to_string(i), "e" + std::to_string(i), 5'000 + i));
+  {
+    redis_store unsharded(redis_test_options(prefix));
+    unsharded.save(tasks);
+    unsharded.bury(letters);
+    boost::system::error_code setting_ec;
+    unsharded.save_setting("push:mail", "http://127.0.0.1:9/", setting_ec);
+    REQUIRE_FALSE(setting_ec);
+  }
+  SUBCASE("from the start") {}
+  SUBCASE("again after a move that stopped after its copy") {
+    // The state a move interrupted before its removals leaves: the count
+    // recorded, everything in both layouts.
+    boost::system::error_code ec;
+    redis_store::claim_shards(sharded(prefix), false, ec);
+    REQUIRE_FALSE(ec);
+    redis_store target(sharded(prefix));
+    target.save(tasks);
+    target.bury(letters);
+  }
+  boost::system::error_code ec;
+  std::string why;
+  const shard_migration moved = migrate_to_shards(uri_of(prefix), shard_count, ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(moved.shards == shard_count);
+  CHECK(moved.tasks == tasks.size());
+  CHECK(moved.dead_letters == letters.size());
+  CHECK(raw.integer({"EXISTS", tag + "tasks", tag + "due", tag + "dead", tag + "dead:by_time"}) ==
+        0);
+
+  redis_store store(sharded(prefix));
+  std::map<std::string, task> listed;
+  store.list([&](task&& t) { listed.emplace(t.id, std::move(t)); });
+  REQUIRE(listed.size() == tasks.size());
+  for (const task& t : tasks) CHECK(listed[t.id] == t);
+  CHECK(store.count_dead() == letters.size());
+  for (const dead_letter& d : {letters.front(), letters.back()})
+    CHECK(store.find_dead(d.task.id) == d);
+  // The due index came along: the earliest task first.
+  due_cursor after;
+  std::vector<task> first;
+  store.list_due(
+      after, 1'000'000, 1, [&](task&& t) { first.push_back(std::move(t)); }, ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(first.size() == 1);
+  CHECK(first[0] == tasks.front());
+  // The settings are the same hash in both layouts.
+  const auto settings = store.load_settings(ec);
+  REQUIRE_FALSE(ec);
+  CHECK(std::count(settings.begin(), settings.end(),
+                   std::pair<std::string, std::string>{"push:mail", "http://127.0.0.1:9/"}) == 1);
+
+  // Done: run again, nothing moves.
+  const shard_migration again = migrate_to_shards(uri_of(prefix), shard_count, ec, &why);
+  REQUIRE_MESSAGE(!ec, why);
+  CHECK(again.tasks == 0);
+  CHECK(again.dead_letters == 0);
+  // Another count is refused, naming the one the store has.
+  migrate_to_shards(uri_of(prefix), 4, ec, &why);
+  CHECK(ec == errc::shard_mismatch);
+  CHECK_MESSAGE(why.find("sharded with 8 shards already, not 4") != std::string::npos, why);
 }
 
 }  // namespace delayq::test

@@ -12,12 +12,6 @@ namespace {
 
 using namespace delayq::server_test;
 
-std::string id_of(const http_response& r) {
-  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
-    return r.body_json["id"].get<std::string>();
-  return {};
-}
-
 // One sample of the Prometheus text format.
 struct sample {
   std::string name;
@@ -282,7 +276,7 @@ TEST_CASE("server: refuses a non-loopback address without a token") {
 }
 
 TEST_CASE(
-    "server: --cluster flags are checked, and a store that is not sharded stops it at start") {
+    "server: --cluster flags are checked, and a store holding unsharded tasks stops it at start") {
   test_store store(store_kind::redis);
   SUBCASE("a bad --lease is a usage error") {
     for (const char* bad : {"5", "5x", "100ms", "11m", "-1s"}) {
@@ -301,18 +295,27 @@ TEST_CASE(
     CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) != 0), describe_status(status));
     CHECK(server.stderr_after_exit().find("--cluster") != std::string::npos);
   }
-  SUBCASE("an unsharded store: shard_mismatch at start") {
+  SUBCASE("a store with unsharded tasks: refused at start, naming the migration") {
+    {
+      // A server without --cluster leaves a task in the unsharded layout
+      // (stored once answered 201, so the SIGKILL at the end loses nothing).
+      auto plain = server_process::start(store);
+      http_client c(plain->port());
+      auto r = add_task(c, "t", "x", 3'600'000);
+      REQUIRE_MESSAGE(r.status == 201, r.describe());
+    }
     server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--cluster",
                            "--shards", "8", "--lease", "500ms", "--instance", "srv-a"});
     const int status = server.wait();
     const std::string err = server.stderr_after_exit();
     INFO(server.output_tail());
     CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 1), describe_status(status));
-    CHECK(err.find("shard") != std::string::npos);
+    CHECK(err.find("holds an unsharded task set (1 task and 0 dead letters") != std::string::npos);
+    CHECK(err.find("delayqctl migrate-shards --store '") != std::string::npos);
   }
 }
 
-TEST_CASE("server: two --cluster servers share the shards; a call on the other's task gets 421") {
+TEST_CASE("server: two --cluster servers share the shards, each id has one owner") {
   test_store store(store_kind::redis);
   const std::string uri = store.uri() + "&shards=8";
   const auto start = [&](const char* name) {
@@ -339,11 +342,15 @@ TEST_CASE("server: two --cluster servers share the shards; a call on the other's
     CAPTURE(id);
     auto ra = ca.del(task_path(id));
     auto rb = cb.del(task_path(id));
-    // Exactly one owner: it answers 404 (no such task), the other 421.
-    const std::multiset<unsigned> statuses{ra.status, rb.status};
-    const std::multiset<unsigned> expected{404, 421};
+    // Exactly one owner. Both answer 404 (no such task): the other instance
+    // forwards the call to the owner, whose answer comes back naming it in
+    // X-Delayq-Instance; the owner's own answer names no other instance.
     const std::string both = ra.describe() + " / " + rb.describe();
-    CHECK_MESSAGE(statuses == expected, both);
-    CHECK((ra.status == 421 ? ra : rb).error() == "not_owner");
+    CHECK_MESSAGE(ra.status == 404, both);
+    CHECK_MESSAGE(rb.status == 404, both);
+    const bool a_forwarded = ra.header("x-delayq-instance") == "srv-b";
+    const bool b_forwarded = rb.header("x-delayq-instance") == "srv-a";
+    CHECK_MESSAGE(a_forwarded != b_forwarded, both, " / a says ", ra.header("x-delayq-instance"),
+                  ", b says ", rb.header("x-delayq-instance"));
   }
 }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,5 +57,61 @@ std::size_t copy_tasks(task_store& from, task_store& to, boost::system::error_co
 
 /// Throwing form of copy_tasks().
 std::size_t copy_tasks(task_store& from, task_store& to);
+
+/// What migrate_to_shards() did.
+///
+/// Thread safety: a plain value.
+struct shard_migration {
+  /// The shard count the store records now.
+  std::uint32_t shards = 0;
+  /// Live tasks and dead letters this call moved out of the unsharded
+  /// layout (0 and 0 when a run before it had moved everything).
+  std::size_t tasks = 0;
+  std::size_t dead_letters = 0;
+};
+
+/// Moves a Redis store from the unsharded layout (written by engines without
+/// engine_options::cluster, `delayq-server` without --cluster) to the
+/// sharded layout of `shards` shards that a cluster uses
+/// (docs/scale-out.md, "Moving a store to the sharded layout"):
+///
+/// 1. records `shards` as the store's shard count in `{PREFIX}:meta`
+///    (redis_store::claim_shards()). From then on the store opens with that
+///    count only, and `delayq-server --cluster` refuses it while the
+///    unsharded layout still holds records;
+/// 2. copies every task (copy_tasks()) and every dead letter of the
+///    unsharded layout into the sharded one; saves and burials are upserts;
+/// 3. removes from the unsharded layout each task and dead letter that the
+///    sharded layout now holds as it is (read back and compared), and
+///    goes round again, at most three times in all, while some changed
+///    meanwhile.
+///
+/// Interrupted anywhere, running it again finishes the move: nothing is
+/// removed before its copy landed. The settings (`{PREFIX}:settings`, where
+/// delayq-server keeps push targets) are shared by both layouts and stay
+/// where they are; so do quarantined records, which are not moved. Stop
+/// every server on the store first: one without --cluster that still runs
+/// keeps writing to the unsharded layout.
+///
+/// `uri` is a redis://, unix:// or redis-cluster:// URI; a `shards=` option
+/// in it must be absent or equal to `shards`.
+///
+/// Errors: errc::invalid_store_uri (not a Redis URI, or a bad one),
+/// errc::invalid_cluster_options (`shards` not 1-16384),
+/// errc::shard_mismatch (the URI's `shards=` differs, or the store records
+/// another shard count already), errc::busy (records kept changing: a
+/// server still writes to the unsharded layout), and the store's errors
+/// (errc::store_unavailable, errc::store_error, errc::outcome_unknown). On
+/// error, what was moved stays moved and `message` (when not null) gets a
+/// sentence for the operator; when it is null the sentence is logged.
+///
+/// Thread safety: may be called from any thread; one call at a time per
+/// store.
+shard_migration migrate_to_shards(std::string_view uri, std::uint32_t shards,
+                                  boost::system::error_code& ec, std::string* message = nullptr);
+
+/// Throwing form of migrate_to_shards(): boost::system::system_error whose
+/// what() holds the sentence.
+shard_migration migrate_to_shards(std::string_view uri, std::uint32_t shards);
 
 }  // namespace delayq

@@ -61,6 +61,15 @@ struct redis_options {
   /// `{PREFIX}:meta` when the store is created; opening a store with another
   /// count fails with errc::shard_mismatch.
   std::uint32_t shards = 0;
+  /// For moving a store's tasks from one layout to the other (migrate_to_shards()
+  /// in open_store.hpp, `delayqctl migrate-shards`): when true, the store opens
+  /// the key space `shards` names (0: the unsharded one) whatever shard count
+  /// `{PREFIX}:meta` records, and never creates `{PREFIX}:meta` itself (the
+  /// layout version is still checked). Not a URI option. Leave it false
+  /// otherwise: the shard-count check is what keeps a server without
+  /// --cluster and a cluster from sharing one store without seeing each
+  /// other's tasks.
+  bool ignore_shard_count = false;
 
   /// Parses a redis://, unix:// or redis-cluster:// URI; on failure sets `ec` to
   /// errc::invalid_store_uri and, when `message` is not null, says why.
@@ -76,6 +85,31 @@ struct redis_options {
   /// The server's address without credentials: "HOST:PORT", the socket
   /// path, or for a cluster the seeds joined with ','.
   std::string address() const;
+};
+
+/// What the key space of one prefix holds, layout by layout, as
+/// redis_store::inspect_layout() and redis_store::claim_shards() read it:
+/// the shard count `{PREFIX}:meta` records and how many records the
+/// unsharded layout (`{PREFIX}:tasks`, `{PREFIX}:dead`) still holds. A
+/// store a server without --cluster wrote has `shards` 0 and its records
+/// there; a store moved to the sharded layout by migrate_to_shards() has
+/// `shards` N and none there; N with some there is a move that did not
+/// finish.
+///
+/// Thread safety: a plain value.
+struct redis_layout {
+  /// `{PREFIX}:meta` exists: a store was opened under the prefix.
+  bool created = false;
+  /// The shard count `{PREFIX}:meta` records: 0 for an unsharded store, or
+  /// when there is none.
+  std::uint32_t shards = 0;
+  /// Live tasks in `{PREFIX}:tasks` (HLEN: undecodable records count too).
+  std::size_t unsharded_tasks = 0;
+  /// Dead letters in `{PREFIX}:dead`.
+  std::size_t unsharded_dead = 0;
+
+  /// No task and no dead letter in the unsharded layout.
+  bool unsharded_empty() const noexcept { return unsharded_tasks == 0 && unsharded_dead == 0; }
 };
 
 /// A task_store in Redis: a hash of encoded records plus a sorted set of due
@@ -250,6 +284,29 @@ class redis_store final : public task_store {
 
   /// The options the store was opened with.
   const redis_options& options() const noexcept;
+
+  // ---- switching a store to the sharded layout (docs/scale-out.md) --------
+
+  /// Reads `{PREFIX}:meta` and counts the records of the unsharded layout
+  /// (redis_layout) in one read-only script on the node of `{PREFIX}`,
+  /// without creating anything; `options.shards` is not used. Errors as the
+  /// constructor's (errc::store_unavailable, errc::store_error, the latter
+  /// also for a key layout version this build does not know).
+  static redis_layout inspect_layout(const redis_options& options, boost::system::error_code& ec,
+                                     std::string* message = nullptr);
+
+  /// Records `options.shards` (1-16384) in `{PREFIX}:meta` as the store's
+  /// shard count, in one script (atomic against every other script on the
+  /// store), when the meta key records none (or does not exist) and, with
+  /// `only_if_empty`, the unsharded layout holds no record. From then on
+  /// the store opens with that count only. Returns the layout as the script
+  /// left it: `shards` is options.shards when it was recorded now or before,
+  /// else what stopped it (another count recorded, or 0 with records in the
+  /// unsharded layout). Moves no record: migrate_to_shards() does that.
+  /// Errors as inspect_layout(); errc::invalid_cluster_options when
+  /// `options.shards` is 0.
+  static redis_layout claim_shards(const redis_options& options, bool only_if_empty,
+                                   boost::system::error_code& ec, std::string* message = nullptr);
 
   /// The version of the key layout this build writes to `{PREFIX}:meta`.
   static constexpr int layout_version = 1;

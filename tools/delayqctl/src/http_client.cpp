@@ -1,4 +1,3 @@
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include "http_client.hpp"
 

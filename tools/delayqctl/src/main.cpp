@@ -1,7 +1,9 @@
 // delayqctl: the admin CLI of delayq-server. It speaks the HTTP API of
 // docs/server.md with the server's token and prints tables for people or the
 // server's JSON for scripts (--json). Exit codes are listed in exit_code.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+// One verb talks to a store instead of a server: migrate-shards, which moves
+// a Redis store to the sharded layout of `delayq-server --cluster` while no
+// server runs on it (delayq::migrate_to_shards()).
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -15,6 +17,9 @@
 #include <vector>
 
 #include "ctl_format.hpp"
+#include "delayq/error.hpp"
+#include "delayq/open_store.hpp"
+#include "delayq/redis_store.hpp"
 #include "http_client.hpp"
 
 namespace {
@@ -38,7 +43,9 @@ enum exit_code : int {
 constexpr const char* exit_codes_help =
     "Exit status: 0 ok; 1 the server answered an error; 2 usage error; 3 not found (404);\n"
     "4 conflict (409); 5 server unreachable, timeout or unavailable (503); 6 unauthorized (401);\n"
-    "7 the task type is full (429).\n"
+    "7 the task type is full (429). migrate-shards: 2 bad store URI or shard count;\n"
+    "4 the store is sharded with another count, or a server still writes to it; 5 the store\n"
+    "is unreachable.\n"
     "Durations: 500ms, 30s, 5m, 2h, 1d, or a plain number of milliseconds.";
 
 struct globals {
@@ -242,6 +249,62 @@ void print_types(const client& c, const json& j) {
                     std::to_string(int_field(t, "concurrency"))});
   }
   c.say(render_table(rows));
+}
+
+// migrate-shards: the store's tasks and dead letters into the sharded
+// layout of `shards` shards (0: the URI's shards=N). Errors as the other
+// verbs print them, with the exit code of the nearest HTTP case.
+int migrate_shards(const client& c, const std::string& uri, std::uint32_t shards) {
+  boost::system::error_code ec;
+  std::string why;
+  const delayq::redis_options parsed = delayq::redis_options::parse(uri, ec, &why);
+  if (!ec && shards == 0) shards = parsed.shards;
+  if (!ec && shards == 0) {
+    std::cerr << "error: usage: give the cluster's shard count: --shards N (the N of "
+                 "delayq-server --cluster --shards N)\n";
+    return exit_usage;
+  }
+  const delayq::shard_migration moved =
+      ec ? delayq::shard_migration{} : delayq::migrate_to_shards(uri, shards, ec, &why);
+  if (ec) {
+    using delayq::errc;
+    std::string name = "store_error";
+    int code = exit_server_error;
+    if (ec == errc::invalid_store_uri || ec == errc::invalid_cluster_options) {
+      name = ec == errc::invalid_store_uri ? "invalid_store_uri" : "invalid_shards";
+      code = exit_usage;
+    } else if (ec == errc::shard_mismatch || ec == errc::busy) {
+      name = ec == errc::busy ? "store_busy" : "shard_mismatch";
+      code = exit_conflict;
+    } else if (ec == errc::store_unavailable || ec == errc::outcome_unknown) {
+      name = ec == errc::store_unavailable ? "store_unavailable" : "outcome_unknown";
+      code = exit_unavailable;
+    }
+    std::cerr << "error: " << name << ": " << (why.empty() ? ec.message() : why) << "\n";
+    return code;
+  }
+  delayq::redis_options plain = parsed;
+  plain.shards = 0;
+  const std::string store = plain.describe();  // without the password
+  if (c.json_out()) {
+    std::cout << json{{"store", store},
+                      {"shards", moved.shards},
+                      {"tasks", moved.tasks},
+                      {"dead_letters", moved.dead_letters}}
+                     .dump()
+              << "\n";
+    return exit_ok;
+  }
+  const std::string n = std::to_string(moved.shards);
+  if (moved.tasks == 0 && moved.dead_letters == 0)
+    c.say("nothing to move: " + store + " is in the sharded layout (" + n + " shards)\n");
+  else
+    c.say("moved " + std::to_string(moved.tasks) +
+          (moved.tasks == 1 ? " task and " : " tasks and ") + std::to_string(moved.dead_letters) +
+          (moved.dead_letters == 1 ? " dead letter of " : " dead letters of ") + store +
+          " into its sharded layout (" + n + " shards)\n");
+  c.say("delayq-server --cluster --shards " + n + " can start on it now\n");
+  return exit_ok;
 }
 
 }  // namespace
@@ -469,9 +532,30 @@ int main(int argc, char** argv) {
     };
   });
 
+  std::string store_uri;
+  std::uint32_t migrate_to = 0;
+  auto* migrate = app.add_subcommand(
+      "migrate-shards",
+      "move a Redis store's tasks and dead letters into the sharded layout of delayq-server "
+      "--cluster (talks to the store, not to a server: stop the servers on it first)");
+  migrate
+      ->add_option("--store", store_uri,
+                   "the store: redis://, unix:// or redis-cluster:// URI (default: "
+                   "$DELAYQ_STORE)")
+      ->envname("DELAYQ_STORE")
+      ->required();
+  migrate
+      ->add_option("--shards", migrate_to,
+                   "the cluster's shard count, as given to delayq-server --shards (needed "
+                   "unless the URI says shards=N)")
+      ->check(CLI::Range(1u, 16384u));
+  migrate->callback(
+      [&] { run = [&](client& c) { return migrate_shards(c, store_uri, migrate_to); }; });
+
   // Every verb shows the global options and the exit codes in its --help too.
-  for (CLI::App* sub : {stats, get, add, cancel, resched, signal_cmd, upcoming, dead, dead_list,
-                        dead_requeue, dead_purge, types, type_cmd, type_set, type_rm, health})
+  for (CLI::App* sub :
+       {stats, get, add, cancel, resched, signal_cmd, upcoming, dead, dead_list, dead_requeue,
+        dead_purge, types, type_cmd, type_set, type_rm, health, migrate})
     sub->footer(std::string("Global options (before or after the verb): --server URL, --token T, "
                             "--json, --timeout MS;\nsee delayqctl --help.\n") +
                 exit_codes_help);
