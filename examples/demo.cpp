@@ -5,7 +5,6 @@
 //
 //   delayq-demo [--tasks N] [--tick MS] [--store URI] [--resume]
 //               [--crash-after SECONDS] [--help]
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>

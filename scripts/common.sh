@@ -16,7 +16,7 @@ DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # demo and the server: redis-server brings redis-cli (redis-tools).
 # demo.sh and server.sh install only these.
 DELAYQ_BUILD_DEPS=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
@@ -29,12 +29,17 @@ DELAYQ_BUILD_DEPS=(
 DELAYQ_TEST_DEPS=(
   "${DELAYQ_BUILD_DEPS[@]}"
   clang libclang-rt-14-dev gnuplot-nox git ca-certificates
-  beanstalkd wrk chromium fonts-dejavu-core
+  beanstalkd wrk chromium fonts-dejavu-core ccache
 )
 
-# The configuration of build/: test.sh stage "build" and demo.sh share it.
+# The configuration of build/: test.sh stage "build", demo.sh and server.sh
+# share it. -g1 (line tables and function names: enough for a backtrace)
+# rather than RelWithDebInfo's -g compiles in about a fifth less time
+# (docs/testing.md, "Build speed"); for a debugger session, configure a
+# build of your own with -g.
 DELAYQ_MAIN_BUILD_ARGS=(
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   -DDELAYQ_WERROR=ON
   -DDELAYQ_BUILD_BENCH=ON
 )
@@ -128,14 +133,39 @@ ensure_packages() {
   ((rc == 0)) || delayq_die "apt-get could not install: ${missing[*]} (exit $rc)"
 }
 
-# configure_and_build <builddir> [cmake args...] : configures <builddir> when
-# it has no cache yet or was configured with other arguments (then from a
-# fresh cache, so the directory always reflects exactly these arguments),
-# then builds it with all cores.
+# ccache, when installed (scripts/test.sh installs it; nothing needs it):
+# a second run on the same machine compiles only what changed, in any clone.
+# BASEDIR and NOHASHDIR let a fresh clone in another folder hit what an
+# earlier one compiled (paths in debug information then name that folder);
+# the sloppiness is what ccache needs to cache compilations that use a
+# precompiled header (cmake/delayq_targets.cmake).
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$DELAYQ_ROOT" CCACHE_NOHASHDIR=1
+  export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
+fi
+
+# configure_and_build <builddir> [--target T...] [cmake args...] : configures
+# <builddir> when it has no cache yet or was configured with other arguments
+# (then from a fresh cache, so the directory always reflects exactly these
+# arguments), then builds it with all cores: every target, or only the
+# --target ones (and what they need). Uses ccache when it is installed, and
+# DELAYQ_NO_CCACHE=1 turns it off (a cold build, for measuring).
 configure_and_build() {
   local dir="$1"
   shift
   [[ "$dir" = /* ]] || dir="$DELAYQ_ROOT/$dir"
+  local targets=()
+  while [[ "${1:-}" == --target ]]; do
+    targets+=(--target "$2")
+    shift 2
+  done
+  # Ninja: it keeps both cores busy across targets, and its .ninja_log
+  # gives each file's compile time.
+  set -- -G Ninja "$@"
+  if [[ -z "${DELAYQ_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
+    set -- "$@" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+  fi
   local stamp="$dir/.delayq-configure-args"
   local want
   want="$(printf '%s\n' "$@")"
@@ -147,7 +177,7 @@ configure_and_build() {
     cmake --fresh -S "$DELAYQ_ROOT" -B "$dir" "$@" || return
   fi
   printf '%s\n' "$want" >"$stamp"
-  cmake --build "$dir" -j"$(nproc)" || return
+  cmake --build "$dir" -j"$(nproc)" "${targets[@]}" || return
 }
 
 # delayq_machine <builddir> : the machine and the state of the tree, the

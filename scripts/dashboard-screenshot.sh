@@ -14,9 +14,9 @@ cd "$DELAYQ_ROOT"
 
 out="${1:-docs/dashboard.png}"
 [[ "$out" = /* ]] || out="$DELAYQ_ROOT/$out"
-ensure_packages chromium fonts-dejavu-core
-[[ -f build/CMakeCache.txt ]] || cmake -S . -B build "${DELAYQ_MAIN_BUILD_ARGS[@]}"
-cmake --build build -j"$(nproc)" --target delayq-server delayq_dashboard_tests
+ensure_packages "${DELAYQ_BUILD_DEPS[@]}" chromium fonts-dejavu-core
+configure_and_build build --target delayq-server --target delayq_dashboard_tests \
+  "${DELAYQ_MAIN_BUILD_ARGS[@]}"
 DELAYQ_SCREENSHOT="$out" build/tests/dashboard/delayq_dashboard_tests \
   --test-case='dashboard: counts per type*'
 echo "wrote $out"

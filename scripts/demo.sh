@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# scripts/demo.sh [ARGS...] - builds build/ (the configuration test.sh's
-# "build" stage uses, so they share it) and runs the demo with ARGS.
+# scripts/demo.sh [ARGS...] - builds the demo in build/ (the configuration
+# test.sh's "build" stage uses, so they share it) and runs it with ARGS.
+# Only the demo and the libraries it links are built: the tests, the server
+# and the benchmarks wait for scripts/test.sh.
 set -euo pipefail
 
 # shellcheck source=common.sh
@@ -8,7 +10,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$DELAYQ_ROOT"
 
 ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
-configure_and_build build "${DELAYQ_MAIN_BUILD_ARGS[@]}"
+configure_and_build build --target delayq-demo "${DELAYQ_MAIN_BUILD_ARGS[@]}"
 
 demo=build/examples/delayq-demo
 if [[ ! -x "$demo" ]]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/server.sh [SERVER ARGS...] - builds build/ (shared with test.sh's
-# "build" stage and demo.sh) and runs delayq-server in the foreground.
+# scripts/server.sh [SERVER ARGS...] - builds delayq-server in build/ (shared
+# with test.sh's "build" stage and demo.sh; only the server and what it
+# links) and runs it in the foreground.
 #
 # Its store is --store when given, else DELAYQ_STORE, else the Redis on
 # 127.0.0.1:6379; when none of those is there, a private redis-server
@@ -17,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$DELAYQ_ROOT"
 
 ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
-configure_and_build build "${DELAYQ_MAIN_BUILD_ARGS[@]}"
+configure_and_build build --target delayq-server "${DELAYQ_MAIN_BUILD_ARGS[@]}"
 
 server=build/server/delayq-server
 [[ -x "$server" ]] || delayq_die "$server was not built"

@@ -37,12 +37,10 @@ outage_s="${DELAYQ_SOAK_OUTAGE_S:-5}"
 seed="${DELAYQ_SOAK_SEED:-$((RANDOM * 32768 + RANDOM))}"
 
 # What build-soak/ and the private Redis need (redis-server brings redis-cli).
-ensure_packages build-essential cmake pkg-config libboost-dev libhiredis-dev \
-  libsqlitecpp-dev libsqlite3-dev libcereal-dev doctest-dev redis-server
+ensure_packages "${DELAYQ_BUILD_DEPS[@]}"
 build="build-soak"
-configure_and_build "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDELAYQ_WERROR=ON \
-  -DDELAYQ_BUILD_EXAMPLES=OFF -DDELAYQ_BUILD_BENCH=OFF -DDELAYQ_INSTALL=OFF
-if ! cmake --build "$build" --target delayq-soak -j"$(nproc)"; then
+if ! configure_and_build "$build" --target delayq-soak -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DDELAYQ_WERROR=ON -DDELAYQ_BUILD_EXAMPLES=OFF -DDELAYQ_BUILD_BENCH=OFF -DDELAYQ_INSTALL=OFF; then
   grep -q 'add_subdirectory(soak)' tests/CMakeLists.txt ||
     delayq_log "(tests/CMakeLists.txt needs the line: add_subdirectory(soak))"
   delayq_die "could not build delayq-soak"

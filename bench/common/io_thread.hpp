@@ -2,7 +2,6 @@
 // timer in the benchmarks (engine/, e2e/).
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>

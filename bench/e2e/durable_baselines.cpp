@@ -2,7 +2,6 @@
 // delayq-bench (redis, sqlite-full, sqlite-normal): how each opens, counts
 // and clears its store, and its baselines, (1) one at a time (the seeds'
 // producer on Redis) and (2) the store's raw limit. See durable_bench.cpp.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Statement.h>

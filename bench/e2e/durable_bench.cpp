@@ -23,7 +23,6 @@
 // in flight, and says "capped".
 #include "durable_bench.hpp"
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Statement.h>

@@ -2,7 +2,6 @@
 // delayq-bench: (3) schedule() blocking, (4) async_schedule() with N in
 // flight, (5) schedule_many(), (6) removals keep up, (7) recovery. See
 // durable_bench.cpp.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Statement.h>

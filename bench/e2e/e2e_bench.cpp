@@ -26,7 +26,6 @@
 // /proc/<pid>/stat of redis-server (its pid from INFO server). Redis commands:
 // total_commands_processed deltas (INFO stats) minus this program's own INFO
 // calls; commands run by a Lua script count one each, as Redis counts them.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <sys/utsname.h>
 #include <unistd.h>

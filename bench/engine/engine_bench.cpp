@@ -50,7 +50,6 @@
 //            fresh process each).
 //
 // Scaling (per-op cost at the largest P against 1e3) comes from `ops`.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <sys/wait.h>
 #include <unistd.h>

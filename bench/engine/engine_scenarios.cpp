@@ -2,7 +2,6 @@
 // child process (ops, threads, memory, wheel, fire): the engine side and the
 // Asio side, and the raw rows each child prints. See engine_bench.cpp for
 // what each scenario measures and how the parent reports it.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <unistd.h>
 

@@ -19,7 +19,6 @@
 //    report start() time and RSS after start.
 // The store is left as it is: give it a throwaway one (the default, a fresh
 // prefix on the private Redis of scripts/with-redis.sh, goes with it).
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <sys/wait.h>
 #include <unistd.h>

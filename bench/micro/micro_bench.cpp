@@ -25,7 +25,6 @@
 //
 // Flags besides Google Benchmark's: --quick (sizes 64 and 512, a few ms per
 // benchmark: the CI smoke run), --full (adds N = 1e7), --sizes=1000,1e6.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <benchmark/benchmark.h>
 

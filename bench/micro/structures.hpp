@@ -19,7 +19,6 @@
 // are abstract ticks; every structure is told the absolute due tick.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>

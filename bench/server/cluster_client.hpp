@@ -6,7 +6,6 @@
 // coroutines).
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>

@@ -6,7 +6,6 @@
 // connection is used by one coroutine at a time (no pipelining).
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>

@@ -5,7 +5,6 @@
 // over). The shards the killed instance held are the shards
 // (delayq::shard_of) of the tasks it pushed (X-Delayq-Instance) before the
 // kill.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>

@@ -4,7 +4,6 @@
 // rounds read the records to time firing and failover.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>

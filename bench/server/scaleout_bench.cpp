@@ -19,7 +19,6 @@
 // and failover_round.cpp; what they run on is server_process (the servers),
 // push_receiver (their pushes), cluster_client (the HTTP calls) and
 // cpu_usage (where the cores went).
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

@@ -15,7 +15,6 @@
 //                     whole cycles per second (median of the rounds)
 //   lateness          jobs due 1 s after their put, long-poll consumers:
 //                     answer time - (put sent + 1 s), all rounds pooled
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include "connection.hpp"
 #include "scenarios.hpp"

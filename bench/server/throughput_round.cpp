@@ -3,7 +3,6 @@
 // per second), then as many tasks all due at one instant, pushed to the
 // receiver (distinct tasks delivered per second from the first delivery to
 // the last), with the busy cores of both phases.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>

@@ -15,7 +15,6 @@
 // until it is killed. With --drain it schedules what is left, waits until the engine holds nothing,
 // checks that every acknowledged task succeeded, that no task died and that the store holds neither
 // tasks nor dead letters, and exits 0; any inconsistency exits non-zero with a message.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,7 +1,6 @@
 // attempt_completion's on_stored: an asynchronous attempt hears when its
 // outcome is durable. delayq-server answers a consumer's finish and fail only
 // from it, so "204 means gone for good" rests on these promises.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

@@ -2,7 +2,6 @@
 // the worker that ran the task: a worker goes on to its next task while the
 // store is still deleting the last one, and removals that pile up during one
 // write share the next.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,5 @@
 // schedule_many(), async_schedule() with each kind of completion token, and
 // the bounded catch-up of overdue tasks at start().
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

@@ -5,7 +5,6 @@
 // nothing, for a task whose attempt is running. The races are made
 // deterministic by holding the only worker (or the only slot of a type) in a
 // blocking executor while due tasks queue up behind it.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,6 @@
 // Real Redis: the sharded redis_store (URI shards=N), its lease table and
 // its notices. The fence test wraps the store in `sharded_view`, which can
 // refuse fenced writes (lease_lost) on demand.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 
@@ -275,7 +274,7 @@ std::vector<std::string> probe_ids() {
 }  // namespace
 
 TEST_CASE(
-    "cluster: engines hold every shard once between them; only the owner answers on an id, "
+    "cluster: engines hold every shard once between them, only the owner answers on an id, "
     "and each names it") {
   const std::string uri = sharded_uri("cluster-hold");
   io_thread io;

@@ -1,7 +1,6 @@
 // The default store, open_store(default_store_uri()): Redis at the default
 // address, unless the DELAYQ_STORE environment variable names another. The
 // engine itself needs a store given to it.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

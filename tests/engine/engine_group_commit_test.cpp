@@ -1,6 +1,5 @@
 // Group commit: schedule calls that arrive while a store write is in flight
 // share the next write instead of paying one each.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

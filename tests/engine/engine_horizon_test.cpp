@@ -1,7 +1,6 @@
 // The horizon (engine_options::horizon): tasks due later than it stay in the
 // store only, calls that name them still tell the truth, and the pager reads
 // them in before they are due. On a real SQLite file and a real Redis.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

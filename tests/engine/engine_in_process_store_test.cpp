@@ -3,7 +3,6 @@
 // only, writing nothing for schedule, cancel or firing; dead letters still go
 // to the store. And every store, in process or not, agrees with the engine
 // when threads race on the same ids.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

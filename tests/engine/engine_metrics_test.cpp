@@ -1,7 +1,6 @@
 // engine::metrics() and delayq/prometheus.hpp: per-type counters and gauges,
 // histograms, the store's write metrics, and the Prometheus text rendered
 // from them, parsed line by line by a strict parser (tests/support).
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

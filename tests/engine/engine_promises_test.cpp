@@ -1,6 +1,5 @@
 // Promises the docs make that no test guarded before: each of these tests
 // fails when the promise is broken in the code (checked by breaking it once).
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

@@ -1,6 +1,5 @@
 // What an operator can ask the engine (status, upcoming) and the per-type
 // capacity ("a topic may hold only one job").
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

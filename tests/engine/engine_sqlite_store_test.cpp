@@ -1,6 +1,5 @@
 // The engine on an SQLite file: what start() does with a stored record it
 // cannot accept, and the settings the engine's users keep beside the tasks.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 

@@ -4,7 +4,6 @@
 // claim).
 #pragma once
 
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <unistd.h>
 #include <boost/asio/executor_work_guard.hpp>

@@ -1,7 +1,6 @@
 // Count-triggered tasks (engine::signal) and the per-type capacity under
 // concurrent schedules, against every store: memory, an SQLite file and a
 // real Redis.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 
@@ -101,7 +100,7 @@ TEST_CASE("signal: a count-triggered task runs on its Nth signal, durable, on ev
   CHECK(s.held().empty());
 }
 
-TEST_CASE("signal: the deadline fires a task short of its count; the executor can tell") {
+TEST_CASE("signal: the deadline fires a task short of its count, the executor can tell") {
   temp_dir dir;
   std::string uri;
   SUBCASE("sqlite") { uri = "sqlite:" + dir.file("deadline.db"); }
@@ -189,7 +188,7 @@ TEST_CASE("signal: a signal whose store write fails is refused and not counted")
   CHECK(eng.stop());
 }
 
-TEST_CASE("signal: a restart between signals keeps the count; the next signal fires it") {
+TEST_CASE("signal: a restart between signals keeps the count, the next signal fires it") {
   temp_dir dir;
   std::string uri;
   SUBCASE("sqlite") { uri = "sqlite:" + dir.file("restart.db"); }
@@ -222,7 +221,7 @@ TEST_CASE("signal: a restart between signals keeps the count; the next signal fi
 }
 
 TEST_CASE(
-    "signal: a replace resets the count; a batch takes trigger counts; retries follow policy") {
+    "signal: a replace resets the count, a batch takes trigger counts, retries follow policy") {
   io_thread io;
   std::atomic<int> calls{0};
   recorder ran;

@@ -2,7 +2,6 @@
 // completion runs) only once its write landed; a failed write acknowledges
 // nothing; the newest change to an id is the one that lands last, through
 // failures and retries; the queue of writes not yet sent is bounded.
-#include <utility>  // before Boost.Asio (Boost 1.74 + C++20)
 
 #include <doctest/doctest.h>
 
@@ -100,7 +99,7 @@ TEST_CASE("writer: a failed write acknowledges nothing, and keeps nothing in mem
 }
 
 TEST_CASE(
-    "writer: a write that timed out says the outcome is unknown; retrying with keep is safe") {
+    "writer: a write that timed out says the outcome is unknown, retrying with keep is safe") {
   io_thread io;
   delayq::executor_factory f;
   f.add("t", [](const delayq::task&) {});

@@ -6,7 +6,6 @@
 // Checked: nothing throws and nothing overflows (ASan/UBSan); a refusal is a
 // 4xx with a name and a message; what a parser accepts is within the limits
 // docs/server.md states; a due time is computed without overflow.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/parser.hpp>

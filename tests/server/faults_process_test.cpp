@@ -12,16 +12,6 @@ namespace {
 
 using namespace delayq::server_test;
 
-std::string id_of(const http_response& r) {
-  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
-    return r.body_json["id"].get<std::string>();
-  return {};
-}
-
-std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-}
-
 double waiting_consumers(http_client& c) {
   auto s = c.get("/v1/stats");
   if (s.status != 200) return -1;

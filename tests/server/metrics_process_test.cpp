@@ -12,12 +12,6 @@ using namespace delayq::server_test;
 namespace prom = delayq_test::prom;
 using labels = std::map<std::string, std::string>;
 
-std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-}
-
-std::string id_of(const http_response& r) { return str(r.body_json, "id"); }
-
 http_response end_lease(http_client& c, const json& task, const char* verb) {
   json body{{"lease", task["lease"]}};
   if (std::string_view(verb) == "fail") body["error"] = "boom";

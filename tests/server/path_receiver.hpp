@@ -3,7 +3,6 @@
 // peer_forwarder) are tested against it.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>

@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -84,7 +83,7 @@ std::string base_of(const path_receiver& rx) { return "http://" + rx.host(); }
 
 }  // namespace
 
-TEST_CASE("peer forwarder: the call arrives as made, marked forwarded; its answer comes back") {
+TEST_CASE("peer forwarder: the call arrives as made, marked forwarded, its answer comes back") {
   path_receiver rx;
   forwarder_fixture f;
   auto r = f.call(base_of(rx), bhttp::verb::post, "/fail?x=1");

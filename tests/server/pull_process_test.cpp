@@ -25,16 +25,6 @@ struct fixture {
   http_client client;
 };
 
-std::string id_of(const http_response& r) {
-  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
-    return r.body_json["id"].get<std::string>();
-  return {};
-}
-
-std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-}
-
 http_response finish(http_client& c, const std::string& id, const std::string& lease) {
   return c.post(task_path(id) + "/finish", json{{"lease", lease}});
 }

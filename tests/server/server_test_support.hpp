@@ -707,6 +707,15 @@ inline std::string path_escape(std::string_view s) {
   return out;
 }
 
+/// The string at `key` of a JSON object, or "" (not an object, no such key,
+/// not a string).
+inline std::string str(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+}
+
+/// The "id" of an answer's JSON body, or "".
+inline std::string id_of(const http_response& r) { return str(r.body_json, "id"); }
+
 inline std::string task_path(std::string_view id) { return "/v1/tasks/" + path_escape(id); }
 
 /// GET /v1/tasks/{id}'s `state`, or "" when it did not answer 200.

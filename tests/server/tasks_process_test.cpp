@@ -19,12 +19,6 @@ struct fixture {
   http_client client;
 };
 
-std::string id_of(const http_response& r) {
-  if (r.body_json.is_object() && r.body_json.contains("id") && r.body_json["id"].is_string())
-    return r.body_json["id"].get<std::string>();
-  return {};
-}
-
 }  // namespace
 
 TEST_CASE("server: add a task with delay_ms, due_ms or an id of its own") {

@@ -103,7 +103,7 @@ TEST_CASE("server: a count-triggered task counts signals and runs on the Nth") {
   CHECK(add_counted(c, type, unique_name("big"), 1000001).status == 400);
 }
 
-TEST_CASE("server: SIGKILL between two signals keeps the count; the next signal fires the task") {
+TEST_CASE("server: SIGKILL between two signals keeps the count, the next signal fires the task") {
   DELAYQ_FOR_EACH_STORE(kind);
   test_store store(kind);
   const std::string type = unique_name("crash");

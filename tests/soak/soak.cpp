@@ -18,7 +18,6 @@
 //     every acknowledged id succeeded, is a dead letter in the store, or was
 //     cancelled: none lost. Prints a summary table; exits 1 on any loss or
 //     inconsistency.
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

@@ -1,7 +1,7 @@
 // delayq/engine.hpp - the delayed-task engine users embed in their Asio program.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+#include "delayq/detail/boost_cxx20.hpp"  // first: Boost 1.74 + C++20
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>

@@ -1,7 +1,7 @@
 // delayq/error.hpp - error codes of the delayq engine and its stores.
 #pragma once
 
-#include <utility>  // before any Boost header: see docs/toolchain-notes (Boost 1.74 + C++20)
+#include "delayq/detail/boost_cxx20.hpp"  // first: Boost 1.74 + C++20
 
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>

@@ -38,7 +38,7 @@
 // (delayq/redis_shard_leases.hpp) builds the Redis one.
 #pragma once
 
-#include <utility>  // before any Boost header: see docs/toolchain-notes (Boost 1.74 + C++20)
+#include "delayq/detail/boost_cxx20.hpp"  // first: Boost 1.74 + C++20
 
 #include <boost/system/error_code.hpp>
 #include <chrono>

@@ -12,7 +12,6 @@
 // rather than once per task (dispatcher.cpp says when).
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>

@@ -18,7 +18,6 @@
 // cancel() truthful.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <atomic>
 #include <condition_variable>

@@ -9,7 +9,6 @@
 // nothing is due and never drifts, however late a handler runs.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/post.hpp>

@@ -4,7 +4,6 @@
 // small pool of threads, never on the I/O threads.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>

@@ -4,7 +4,6 @@
 // "Calls on any instance").
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>

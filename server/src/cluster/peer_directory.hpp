@@ -2,7 +2,6 @@
 // calls, kept in the store's settings so every instance can find the others.
 #pragma once
 
-#include <utility>  // before any Boost header: Boost 1.74 + C++20 needs it
 
 #include <boost/system/error_code.hpp>
 #include <chrono>

@@ -3,7 +3,6 @@
 // any instance").
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>

@@ -3,7 +3,6 @@
 // forwarded to another instance of a cluster).
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/strand.hpp>

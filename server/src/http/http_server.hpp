@@ -9,7 +9,6 @@
 // slow-drip clients), and during a drain it answers 503 and closes.
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
 
 #include <array>
 #include <atomic>

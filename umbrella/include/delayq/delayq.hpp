@@ -2,7 +2,7 @@
 // Target delayq::delayq (links delayq::engine and delayq::persistence).
 #pragma once
 
-#include <utility>  // before any Boost.Asio header: Boost 1.74 + C++20 needs it
+#include "delayq/detail/boost_cxx20.hpp"  // first: Boost 1.74 + C++20
 
 #include "delayq/engine.hpp"
 #include "delayq/error.hpp"
