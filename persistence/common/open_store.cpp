@@ -157,38 +157,56 @@ std::string default_store_uri() {
 namespace {
 // Carries a failed save out of a list() sink to stop the listing.
 struct copy_aborted {};
+
+// Lists `from` and hands its tasks to `flush` in batches of at most `size`
+// (the last one smaller). `flush` sets `ec` and throws copy_aborted to stop;
+// a listing error is left in `ec` too. Returns false when it stopped on an
+// error.
+template <class Flush>
+bool list_in_batches(task_store& from, std::size_t size, boost::system::error_code& ec,
+                     Flush&& flush) {
+  std::vector<task> batch;
+  batch.reserve(size);
+  try {
+    boost::system::error_code list_ec;
+    from.list(
+        [&](task&& t) {
+          batch.push_back(std::move(t));
+          if (batch.size() == size) {
+            flush(batch);
+            batch.clear();
+          }
+        },
+        list_ec);
+    if (list_ec) {
+      ec = list_ec;
+      return false;
+    }
+    if (!batch.empty()) flush(batch);
+    return true;
+  } catch (const copy_aborted&) {
+    return false;
+  }
+}
 }  // namespace
 
 std::size_t copy_tasks(task_store& from, task_store& to, boost::system::error_code& ec) {
   constexpr std::size_t batch_size = 1000;
   ec = {};
   std::size_t copied = 0;
-  std::vector<task> batch;
-  batch.reserve(batch_size);
-  auto flush = [&] {
+  bool save_failed = false;
+  list_in_batches(from, batch_size, ec, [&](const std::vector<task>& batch) {
     to.save(batch, ec);
-    if (ec) throw copy_aborted{};
-    copied += batch.size();
-    batch.clear();
-  };
-  try {
-    boost::system::error_code list_ec;
-    from.list(
-        [&](task&& t) {
-          batch.push_back(std::move(t));
-          if (batch.size() == batch_size) flush();
-        },
-        list_ec);
-    if (list_ec) {
-      ec = list_ec;
-      return copied;
+    if (ec) {
+      save_failed = true;
+      throw copy_aborted{};
     }
-    if (!batch.empty()) flush();
-  } catch (const copy_aborted&) {
+    copied += batch.size();
+  });
+  if (save_failed)
     log(log_level::error, "delayq: copy_tasks from " + from.describe() + " to " + to.describe() +
                               " stopped after " + std::to_string(copied) +
                               " tasks: " + ec.message());
-  }
   return copied;
 }
 
@@ -211,11 +229,9 @@ constexpr std::size_t migration_batch = 1000;
 std::size_t remove_landed_tasks(redis_store& from, redis_store& to, boost::system::error_code& ec) {
   ec = {};
   std::size_t removed = 0;
-  std::vector<task> batch;
-  batch.reserve(migration_batch);
-  // The sink removes from the hash list() scans: HSCAN still returns every
+  // The flush removes from the hash list() scans: HSCAN still returns every
   // record that stays there for the whole scan.
-  const auto flush = [&] {
+  list_in_batches(from, migration_batch, ec, [&](const std::vector<task>& batch) {
     std::vector<std::string> ids;
     ids.reserve(batch.size());
     for (const task& t : batch) ids.push_back(t.id);
@@ -227,23 +243,7 @@ std::size_t remove_landed_tasks(redis_store& from, redis_store& to, boost::syste
     from.remove(landed, ec);
     if (ec) throw copy_aborted{};
     removed += landed.size();
-    batch.clear();
-  };
-  try {
-    boost::system::error_code list_ec;
-    from.list(
-        [&](task&& t) {
-          batch.push_back(std::move(t));
-          if (batch.size() == migration_batch) flush();
-        },
-        list_ec);
-    if (list_ec) {
-      ec = list_ec;
-      return removed;
-    }
-    if (!batch.empty()) flush();
-  } catch (const copy_aborted&) {
-  }
+  });
   return removed;
 }
 

@@ -15,12 +15,6 @@ using namespace delayq::test;
 
 namespace {
 
-struct prefix_guard {
-  raw_redis& raw;
-  std::string prefix;
-  ~prefix_guard() { raw.drop_prefix(prefix); }
-};
-
 std::size_t count(task_store& s) {
   return s.list([](task&&) {}).tasks;
 }

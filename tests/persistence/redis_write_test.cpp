@@ -17,15 +17,6 @@ using namespace delayq::test;
 
 namespace {
 
-struct prefix_guard {
-  raw_redis& raw;
-  std::string prefix;
-  ~prefix_guard() {
-    raw.drop_prefix(prefix);
-    raw.run({"DEL", "{" + prefix + "}:settings"});
-  }
-};
-
 std::string key(const std::string& prefix, const char* name) { return "{" + prefix + "}:" + name; }
 
 std::vector<store_change> saves(const std::vector<task>& tasks) {

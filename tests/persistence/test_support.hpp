@@ -158,6 +158,13 @@ class raw_redis {
   redisContext* c_ = nullptr;
 };
 
+/// Deletes a prefix's keys when the test ends, passed or not.
+struct prefix_guard {
+  raw_redis& raw;
+  std::string prefix;
+  ~prefix_guard() { raw.drop_prefix(prefix); }
+};
+
 /// Captures delayq::log() lines for the lifetime of the object.
 class log_capture {
  public:

@@ -9,7 +9,7 @@
 namespace delayq::server {
 namespace {
 
-std::string key_of(std::string_view instance) {
+std::string instance_key(std::string_view instance) {
   std::string key{peer_directory::key_prefix};
   key += instance;
   return key;
@@ -47,7 +47,7 @@ void peer_directory::announce(const std::string& instance, const std::string& ur
     if (incarnation_.empty()) incarnation_ = new_incarnation();
     incarnation = incarnation_;
   }
-  store_.save_setting(key_of(instance),
+  store_.save_setting(instance_key(instance),
                       dump_json(nlohmann::json{{"url", url}, {"incarnation", incarnation}}), ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
@@ -85,7 +85,7 @@ void peer_directory::withdraw(boost::system::error_code& ec) {
   const auto it = stored.find(self);
   // A successor under our name announced since: its entry stays.
   if (it == stored.end() || it->second.incarnation != incarnation) return;
-  store_.erase_setting(key_of(self), ec);
+  store_.erase_setting(instance_key(self), ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
   if (const auto mine = entries_.find(self); mine != entries_.end()) entries_.erase(mine);
