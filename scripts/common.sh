@@ -16,7 +16,7 @@ DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # demo and the server: redis-server brings redis-cli (redis-tools).
 # demo.sh and server.sh install only these.
 DELAYQ_BUILD_DEPS=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build ccache pkg-config
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
@@ -29,7 +29,7 @@ DELAYQ_BUILD_DEPS=(
 DELAYQ_TEST_DEPS=(
   "${DELAYQ_BUILD_DEPS[@]}"
   clang libclang-rt-14-dev gnuplot-nox git ca-certificates
-  beanstalkd wrk chromium fonts-dejavu-core ccache
+  beanstalkd wrk chromium fonts-dejavu-core
 )
 
 # The configuration of build/: test.sh stage "build", demo.sh and server.sh
@@ -133,18 +133,6 @@ ensure_packages() {
   ((rc == 0)) || delayq_die "apt-get could not install: ${missing[*]} (exit $rc)"
 }
 
-# ccache, when installed (scripts/test.sh installs it; nothing needs it):
-# a second run on the same machine compiles only what changed, in any clone.
-# BASEDIR and NOHASHDIR let a fresh clone in another folder hit what an
-# earlier one compiled (paths in debug information then name that folder);
-# the sloppiness is what ccache needs to cache compilations that use a
-# precompiled header (cmake/delayq_targets.cmake).
-if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$DELAYQ_ROOT" CCACHE_NOHASHDIR=1
-  export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
-  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
-fi
-
 # configure_and_build <builddir> [--target T...] [cmake args...] : configures
 # <builddir> when it has no cache yet or was configured with other arguments
 # (then from a fresh cache, so the directory always reflects exactly these
@@ -163,7 +151,16 @@ configure_and_build() {
   # Ninja: it keeps both cores busy across targets, and its .ninja_log
   # gives each file's compile time.
   set -- -G Ninja "$@"
+  # ccache, when installed (DELAYQ_BUILD_DEPS has it; nothing needs it): a
+  # second run on the same machine compiles only what changed, in any clone.
+  # BASEDIR and NOHASHDIR let a fresh clone in another folder hit what an
+  # earlier one compiled (paths in debug information then name that
+  # folder). Set here, not when this file is sourced: on a fresh machine
+  # ccache is installed after that.
   if [[ -z "${DELAYQ_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
+    export CCACHE_BASEDIR="$DELAYQ_ROOT" CCACHE_NOHASHDIR=1
+    export CCACHE_SLOPPINESS="time_macros,include_file_mtime,include_file_ctime"
+    export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
     set -- "$@" -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
   fi
   local stamp="$dir/.delayq-configure-args"
