@@ -6,6 +6,7 @@
 #pragma once
 
 #include <charconv>
+#include <filesystem>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -159,6 +160,21 @@ inline file_lines read_lines(const std::string& path) {
     out.lines.emplace_back(text, start, nl - start);
   out.torn = start != text.size();
   return out;
+}
+
+/// Cuts the torn last line off a log a killed run left behind. One write()
+/// per line leaves a line whole or absent for nearly every kill, but Linux
+/// checks for a fatal signal between the pages a write() copies, so a line
+/// that straddles a 4 KiB boundary can be cut by a SIGKILL (seen once in an
+/// ASan run). A torn record is the kill landing before the record was
+/// written, which the checks allow for; cut off, it cannot glue onto the
+/// next run's first line either.
+inline void drop_torn_tail(const std::string& path) {
+  const file_lines f = read_lines(path);
+  if (!f.torn) return;
+  std::uintmax_t keep = 0;
+  for (const auto& line : f.lines) keep += line.size() + 1;
+  std::filesystem::resize_file(path, keep);
 }
 
 }  // namespace delayq::crash

@@ -101,8 +101,9 @@ options parse_args(int argc, char** argv) {
 std::string path_in(const options& o, const char* name) { return o.dir + "/" + name; }
 
 // An append-only file whose every line is durable before append() returns.
-// One write() per line: a kill leaves a line whole or absent; concurrent
-// appenders (the two workers) never interleave within a line.
+// One write() per line: a kill leaves a line whole or absent, but for a line
+// across a page boundary (crash::drop_torn_tail); concurrent appenders (the
+// two workers) never interleave within a line.
 class durable_log {
  public:
   explicit durable_log(const std::string& path)
@@ -206,6 +207,10 @@ int main(int argc, char** argv) {
     if (level == delayq::log_level::error) errors.append(line + "\n");
   });
 
+  // A run killed in the middle of a line's write() can leave it torn; the
+  // driver starts no worker before the last one is gone.
+  crash::drop_torn_tail(path_in(o, crash::executed_log));
+  crash::drop_torn_tail(path_in(o, crash::acked_log));
   const durable_log executed(path_in(o, crash::executed_log));
   const durable_log acked(path_in(o, crash::acked_log));
   std::size_t next = acknowledged(o);
