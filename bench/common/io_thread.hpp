@@ -2,7 +2,6 @@
 // timer in the benchmarks (engine/, e2e/).
 #pragma once
 
-
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <thread>

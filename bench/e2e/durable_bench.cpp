@@ -23,7 +23,6 @@
 // in flight, and says "capped".
 #include "durable_bench.hpp"
 
-
 #include <SQLiteCpp/Database.h>
 #include <SQLiteCpp/Statement.h>
 #include <SQLiteCpp/Transaction.h>

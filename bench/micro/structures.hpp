@@ -19,7 +19,6 @@
 // are abstract ticks; every structure is told the absolute due tick.
 #pragma once
 
-
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>

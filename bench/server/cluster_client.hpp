@@ -6,7 +6,6 @@
 // coroutines).
 #pragma once
 
-
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstddef>

@@ -6,7 +6,6 @@
 // connection is used by one coroutine at a time (no pipelining).
 #pragma once
 
-
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>

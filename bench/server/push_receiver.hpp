@@ -4,7 +4,6 @@
 // rounds read the records to time firing and failover.
 #pragma once
 
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <mutex>

@@ -3,7 +3,6 @@
 // start-up and the drain (docs/server.md, "Running it").
 #pragma once
 
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>

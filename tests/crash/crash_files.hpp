@@ -6,9 +6,9 @@
 #pragma once
 
 #include <charconv>
-#include <filesystem>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>

@@ -4,7 +4,6 @@
 // claim).
 #pragma once
 
-
 #include <unistd.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>

@@ -3,7 +3,6 @@
 // peer_forwarder) are tested against it.
 #pragma once
 
-
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>

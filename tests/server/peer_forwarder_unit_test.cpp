@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 
-
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>

@@ -12,7 +12,6 @@
 // rather than once per task (dispatcher.cpp says when).
 #pragma once
 
-
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/strand.hpp>

@@ -18,7 +18,6 @@
 // cancel() truthful.
 #pragma once
 
-
 #include <atomic>
 #include <condition_variable>
 #include <deque>

@@ -9,7 +9,6 @@
 // nothing is due and never drifts, however late a handler runs.
 #pragma once
 
-
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>

@@ -4,7 +4,6 @@
 // small pool of threads, never on the I/O threads.
 #pragma once
 
-
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <functional>

@@ -4,7 +4,6 @@
 // "Calls on any instance").
 #pragma once
 
-
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>

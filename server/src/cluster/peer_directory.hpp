@@ -2,7 +2,6 @@
 // calls, kept in the store's settings so every instance can find the others.
 #pragma once
 
-
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <map>

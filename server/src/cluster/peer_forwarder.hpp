@@ -3,7 +3,6 @@
 // any instance").
 #pragma once
 
-
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>
 #include <chrono>

@@ -3,7 +3,6 @@
 // forwarded to another instance of a cluster).
 #pragma once
 
-
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>

@@ -9,7 +9,6 @@
 // slow-drip clients), and during a drain it answers 503 and closes.
 #pragma once
 
-
 #include <array>
 #include <atomic>
 #include <boost/asio/io_context.hpp>

@@ -21,7 +21,6 @@
 // waiter) and is answered by the first offer of a type it asked for.
 #pragma once
 
-
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
