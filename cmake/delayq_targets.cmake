@@ -32,3 +32,18 @@ function(delayq_target_defaults target)
   target_compile_options(${target} PRIVATE
     "SHELL:-include ${PROJECT_SOURCE_DIR}/engine/include/delayq/detail/boost_cxx20.hpp")
 endfunction()
+
+# delayq_test_driver(<target>): a test program that only drives other
+# processes (delayq-server, delayqctl, the crash worker) and checks what they
+# answer. In a sanitizer build its own code is compiled without
+# instrumentation, while the programs it drives keep theirs: the code under
+# test is the child, and the driver's Beast client, JSON and process helpers
+# were the largest files of each sanitizer build (docs/testing.md,
+# "Sanitizer builds"). It still links the sanitizer's runtime, which the
+# delayq libraries it uses need, and LeakSanitizer still sees its
+# allocations.
+function(delayq_test_driver target)
+  if(NOT DELAYQ_SANITIZE STREQUAL "")
+    target_compile_options(${target} PRIVATE -fno-sanitize=all)
+  endif()
+endfunction()

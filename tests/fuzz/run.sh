@@ -16,6 +16,7 @@
 # Environment:
 #   DELAYQ_FUZZ_CXX      compiler (default clang++-14; needs libclang-rt-14-dev)
 #   DELAYQ_FUZZ_TARGETS  targets to build and run (default: all, see below)
+#   DELAYQ_FUZZ_JOBS     targets built and fuzzed at once (default: nproc)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -100,11 +101,40 @@ if [[ "${1:-}" == --seeds ]]; then
   exit 0
 fi
 
-for t in "${targets[@]}"; do
+# libFuzzer runs one process on one core: the targets are built, and fuzzed,
+# up to $jobs at once (each still gets its full time on a core of its own).
+jobs="${DELAYQ_FUZZ_JOBS:-$(nproc)}"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "DELAYQ_FUZZ_JOBS must be a positive integer, not '$jobs'"
+
+# each_target <function> : runs `function target` for every target, up to
+# $jobs at once, then prints what each printed, in the targets' order;
+# fails when one of them failed.
+each_target() {
+  local f="$1" t running=0 rc=0
+  mkdir -p "$out/logs"
+  for t in "${targets[@]}"; do
+    if ((running >= jobs)); then
+      wait -n || true
+      running=$((running - 1))
+    fi
+    rm -f "$out/logs/$t.rc"  # under set -e, a failing "$f" leaves none: a failure
+    ("$f" "$t" >"$out/logs/$t.out" 2>&1; echo $? >"$out/logs/$t.rc") &
+    running=$((running + 1))
+  done
+  wait || true
+  for t in "${targets[@]}"; do
+    cat "$out/logs/$t.out"
+    [[ "$(cat "$out/logs/$t.rc" 2>/dev/null)" == 0 ]] || rc=1
+  done
+  return "$rc"
+}
+
+build_target() {
   # shellcheck disable=SC2086 # space-free paths and flags, one word each
-  build "$out/$t" "${common_flags[@]}" "${fuzz_flags[@]}" ${target_cxxflags[$t]} -- \
-    ${target_sources[$t]}
-done
+  build "$out/$1" "${common_flags[@]}" "${fuzz_flags[@]}" ${target_cxxflags[$1]} -- \
+    ${target_sources[$1]}
+}
+each_target build_target || exit 1
 [[ "${1:-}" == --build ]] && exit 0
 
 seconds="${1:-60}"
@@ -154,8 +184,9 @@ fuzz() {
 }
 
 failed=()
+each_target fuzz || true
 for t in "${targets[@]}"; do
-  fuzz "$t" || failed+=("$t")
+  [[ "$(cat "$out/logs/$t.rc" 2>/dev/null)" == 0 ]] || failed+=("$t")
 done
 if ((${#failed[@]})); then
   echo "fuzzing failed: ${failed[*]}"
