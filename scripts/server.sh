@@ -25,9 +25,9 @@ server=build/server/delayq-server
 
 cat >&2 <<'HELP'
 delayq-server: try, from another terminal (add -H "Authorization: Bearer TOKEN" with --token):
-  curl -s -XPOST localhost:7700/v1/tasks -d '{"type":"email","payload":"hi","delay_ms":2000}'
-  curl -s -XPOST localhost:7700/v1/reserve -d '{"types":["email"],"wait_ms":5000}'
-  curl -s -XPOST localhost:7700/v1/tasks/ID/finish -d '{"lease":"LEASE"}'
+  curl -s -H 'Content-Type: application/json' localhost:7700/v1/tasks -d '{"type":"email","payload":"hi","delay_ms":2000}'
+  curl -s -H 'Content-Type: application/json' localhost:7700/v1/reserve -d '{"types":["email"],"wait_ms":5000}'
+  curl -s -H 'Content-Type: application/json' localhost:7700/v1/tasks/ID/finish -d '{"lease":"LEASE"}'
   curl -s localhost:7700/v1/stats
 The API: docs/server.md
 HELP

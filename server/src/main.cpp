@@ -10,6 +10,7 @@
 #include <iostream>
 #include <thread>
 
+#include "api/api_router.hpp"
 #include "server_app.hpp"
 
 int main(int argc, char** argv) {
@@ -36,6 +37,22 @@ int main(int argc, char** argv) {
   app.add_option("--push", o.push, "TYPE=URL push target (repeatable; kept in the store)");
   app.add_option("--capacity", o.capacity,
                  "TYPE=N: at most N pending tasks of TYPE; more get 429 type_full (repeatable)");
+  app.add_option("--max-connections", o.max_connections,
+                 "connections open at once; one more is closed at once, and counted in "
+                 "/metrics (delayq_http_connections_refused_total)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}));
+  app.add_option("--allowed-host", o.allowed_hosts,
+                 "without --token: a host name the Host header may name besides the listen "
+                 "address and localhost (repeatable; anything else gets 403, against DNS "
+                 "rebinding)");
+  app.add_option("--push-allow", o.push_allow,
+                 "CIDR|HOST[:PORT] push targets may reach (repeatable; default: loopback only). "
+                 "Link-local (cloud metadata), 0.0.0.0 and this server are refused unless named "
+                 "alone");
+  bool list_routes = false;
+  app.add_flag("--list-routes", list_routes,
+               "print every route of the API (METHOD PATH, one a line) and exit");
   app.add_option("--max-body", o.max_body, "largest request body in bytes (413 beyond)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
@@ -111,6 +128,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (list_routes) {
+    for (const auto& [method, path] : delayq::server::api_router::routes())
+      std::printf("%s %s\n", method.c_str(), path.c_str());
+    return 0;
   }
   o.shards_given = shards->count() > 0;
   o.tick = std::chrono::milliseconds{tick_ms};

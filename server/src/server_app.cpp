@@ -22,6 +22,7 @@
 #include "http/http_server.hpp"
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
+#include "push/push_policy.hpp"
 #include "push/push_registry.hpp"
 #include "push/push_target.hpp"
 
@@ -74,9 +75,11 @@ struct server_app::parts {
   // call on an id to its shard's owner.
   std::unique_ptr<peer_directory> peers;
   std::unique_ptr<peer_forwarder> forwarder;
+  std::shared_ptr<const push_policy> push_allow;  // --push-allow
   std::unique_ptr<push_client> pusher;
   std::unique_ptr<lease_broker> broker;
   std::unique_ptr<delayq::engine> engine;
+  std::unique_ptr<request_guard> guard;  // before the listener: it asks it
   std::unique_ptr<api_router> router;
   std::unique_ptr<http_server> http;
   // Set once the store answered and everything above is built.
@@ -318,18 +321,24 @@ tcp::endpoint server_app::start() {
       throw std::invalid_argument("--capacity names type \"" + type + "\" twice");
   }
   auto& p = *p_;
-  push_client_options push_options;
-  if (options_.cluster) {
-    push_options.instance = options_.instance;
-    push_options.shards = options_.shards;
-  }
-  p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
   p.broker = std::make_unique<lease_broker>(io_.get_executor(),
                                             options_.cluster ? options_.instance : std::string{});
 
+  if (options_.max_connections == 0)
+    throw std::invalid_argument("--max-connections must be at least 1");
+  p.guard = std::make_unique<request_guard>(
+      guard_options{options_.token, at.address(), options_.allowed_hosts});
   http_limits limits;
+  limits.max_connections = options_.max_connections;
   limits.max_body = options_.max_body;
   limits.watch_disconnect = &api_router::is_long_poll;
+  // The token, the Host and the body's type, decided before a body is read
+  // (even before the store is up).
+  limits.check_header =
+      [guard = p.guard.get()](const http_request_header& h) -> std::optional<http_answer> {
+    if (auto refusal = guard->check(h)) return error_answer(*refusal);
+    return std::nullopt;
+  };
   // Until the store answered once, every request but the health check gets
   // 503: the server listens first, so a store that is late (or down) is
   // seen from outside, and comes up by itself once the store is there.
@@ -366,6 +375,21 @@ tcp::endpoint server_app::start() {
                                   " is not a URL the others can use (" + why +
                                   "); give --advertise http://HOST:PORT");
   }
+  // Push targets: the policy knows the bound port (never push to ourselves).
+  p.push_allow = std::make_shared<const push_policy>(options_.push_allow, bound);
+  for (const std::string& spec : options_.push) {
+    std::string why;
+    const auto url = parse_http_url(spec.substr(spec.find('=') + 1), why);
+    if (url) why = p.push_allow->check(*url);
+    if (!why.empty()) throw std::invalid_argument("--push " + spec + ": " + why);
+  }
+  push_client_options push_options;
+  if (options_.cluster) {
+    push_options.instance = options_.instance;
+    push_options.shards = options_.shards;
+  }
+  push_options.policy = p.push_allow;
+  p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
   try {
     bring_up();
   } catch (const start_error& e) {
@@ -506,8 +530,9 @@ void server_app::bring_up() {
   ap.broker = p.broker.get();
   ap.registry = p.registry.get();
   ap.pusher = p.pusher.get();
+  ap.push_allow = p.push_allow.get();
   ap.http = p.http.get();
-  ap.token = options_.token;
+  ap.guard = p.guard.get();
   ap.peers = p.peers.get();
   ap.forwarder = p.forwarder.get();
   ap.forwarding.timeout = options_.forward_timeout;

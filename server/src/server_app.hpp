@@ -25,6 +25,14 @@ struct server_options {
   std::vector<std::string> push;      ///< TYPE=URL
   std::vector<std::string> capacity;  ///< TYPE=N: engine_options::type_capacity
   std::size_t max_body = 8 << 20;
+  /// --max-connections: connections open at once (http_limits).
+  std::size_t max_connections = 4096;
+  /// --allowed-host: host names a Host header may name besides the listen
+  /// address and localhost, when there is no token (request_guard).
+  std::vector<std::string> allowed_hosts;
+  /// --push-allow: CIDR|HOST[:PORT] rules for push targets (push_policy).
+  /// Empty: loopback targets only.
+  std::vector<std::string> push_allow;
   retry_policy retry;
   /// engine_options::horizon: tasks due later stay in the store only.
   std::chrono::milliseconds horizon = engine_options{}.horizon;

@@ -163,8 +163,7 @@ unsigned next_run(const options& o) {
 // executor has not returned, so the in-doubt check loses nothing by skipping
 // it; once the engine has stopped, a torn line is an error again.
 enum class log_read { live, settled };
-std::unordered_set<std::string> executed_ids(const options& o, bool succeeded_only,
-                                             log_read when) {
+std::unordered_set<std::string> executed_ids(const options& o, bool succeeded_only, log_read when) {
   const auto log = crash::read_lines(path_in(o, crash::executed_log));
   if (log.torn && when == log_read::settled) fail("executed.log ends with a torn line");
   std::unordered_set<std::string> ids;

@@ -194,65 +194,6 @@ TEST_CASE("server: metrics are valid Prometheus text") {
   CHECK(some("pending", 1));
 }
 
-TEST_CASE("server: with a token /v1/ needs it, healthz and metrics stay open") {
-  test_store store(store_kind::sqlite);
-  auto server = server_process::start(store);  // --token test_token
-  INFO(server->output_tail());
-  http_client good(server->port());
-  http_client none(server->port(), "");
-  http_client wrong(server->port(), test_token + "x");
-  const std::string type = unique_name("auth");
-  auto r = add_task(good, type, "secret", 3600000);
-  REQUIRE_MESSAGE(r.status == 201, r.describe());
-  const std::string id = id_of(r);
-
-  struct probe {
-    http::verb method;
-    std::string target;
-    std::optional<json> body;
-  };
-  const std::vector<probe> probes{
-      {http::verb::get, task_path(id), std::nullopt},
-      {http::verb::post, "/v1/tasks", json{{"type", type}, {"delay_ms", 0}}},
-      {http::verb::post, "/v1/tasks:batch", json{{"tasks", json::array()}}},
-      {http::verb::delete_, task_path(id), std::nullopt},
-      {http::verb::post, "/v1/reserve", json::object()},
-      {http::verb::get, "/v1/stats", std::nullopt},
-      {http::verb::get, "/v1/dead", std::nullopt},
-      {http::verb::get, "/v1/types", std::nullopt},
-      {http::verb::get, "/v1/no-such-path", std::nullopt},
-  };
-  for (auto* c : {&none, &wrong}) {
-    for (const auto& p : probes) {
-      INFO((c == &none ? "no token: " : "wrong token: "), http::to_string(p.method), " ", p.target);
-      auto a = c->request(p.method, p.target, p.body);
-      CHECK_MESSAGE(a.status == 401, a.describe());
-      CHECK(a.error() == "unauthorized");
-    }
-  }
-  // Other schemes and malformed headers are refused too.
-  for (const std::string& header :
-       std::vector<std::string>{"Basic " + test_token, "Bearer", "bearer" + test_token,
-                                "Bearer  " + test_token + " extra"}) {
-    INFO("Authorization: ", header);
-    auto a = none.request_text(http::verb::get, "/v1/stats", std::nullopt, "",
-                               {{"Authorization", header}});
-    CHECK_MESSAGE(a.status == 401, a.describe());
-  }
-  // Nothing the refused requests asked for happened.
-  auto g = good.get(task_path(id));
-  REQUIRE_MESSAGE(g.status == 200, g.describe());
-  CHECK(g.body_json["payload"] == "secret");
-  auto s = good.get("/v1/stats");
-  REQUIRE(s.status == 200);
-  CHECK(find_number(s.body_json, "pending") == std::optional<double>(1));
-
-  auto h = none.get("/healthz");
-  CHECK_MESSAGE(h.status == 200, h.describe());
-  auto m = none.get("/metrics");
-  CHECK_MESSAGE(m.status == 200, m.describe());
-}
-
 TEST_CASE("server: no token is needed without --token on loopback") {
   test_store store(store_kind::sqlite);
   server_process server({"--listen", "127.0.0.1:0", "--store", store.uri(), "--tick", "10"});

@@ -15,8 +15,8 @@ namespace {
 
 using namespace delayq::server_test;
 
-struct fixture {
-  explicit fixture(store_kind kind, std::vector<std::string> extra = {})
+struct pull_fixture {
+  explicit pull_fixture(store_kind kind, std::vector<std::string> extra = {})
       : store(kind),
         server(server_process::start(store, std::move(extra))),
         client(server->port()) {}
@@ -50,7 +50,7 @@ bool fail_until_dead(http_client& c, const std::string& type, const std::string&
 
 TEST_CASE("server: reserve long-polls until a task is due") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("poll");
@@ -86,7 +86,7 @@ TEST_CASE("server: reserve long-polls until a task is due") {
 
 TEST_CASE("server: reserve answers an empty list after wait_ms") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("empty");
@@ -111,7 +111,7 @@ TEST_CASE("server: reserve answers an empty list after wait_ms") {
 
 TEST_CASE("server: reserve hands out at most max tasks, of the types asked") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string a = unique_name("ta"), b = unique_name("tb");
@@ -170,7 +170,7 @@ TEST_CASE("server: reserve hands out at most max tasks, of the types asked") {
 
 TEST_CASE("server: finish removes a reserved task") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("fin");
@@ -203,7 +203,7 @@ TEST_CASE("server: finish removes a reserved task") {
 
 TEST_CASE("server: fail retries with attempts+1, then makes a dead letter") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("fail");
@@ -253,7 +253,7 @@ TEST_CASE("server: fail retries with attempts+1, then makes a dead letter") {
 
 TEST_CASE("server: touch extends a lease") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("touch");
@@ -294,7 +294,7 @@ TEST_CASE("server: touch extends a lease") {
 
 TEST_CASE("server: a lease that expired is stale, the task comes back with attempts+1") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  pull_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("stale");
@@ -343,7 +343,7 @@ TEST_CASE("server: a lease that expired is stale, the task comes back with attem
 TEST_CASE("server: dead letters can be listed, requeued and deleted") {
   DELAYQ_FOR_EACH_STORE(kind);
   // Short backoffs (--retry-base): six failed attempts to get through.
-  fixture f(kind, {"--retry-base", "100"});
+  pull_fixture f(kind, {"--retry-base", "100"});
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("dead");

@@ -485,7 +485,8 @@ class http_client {
                         body ? std::optional<std::string>(body->dump()) : std::nullopt, token);
   }
 
-  /// As request() with a body sent as it is (`Content-Type: application/json`).
+  /// As request() with a body sent as it is (`Content-Type: application/json`
+  /// unless `extra` names another), and `extra` headers.
   http_response request_text(http::verb method, const std::string& target,
                              const std::optional<std::string>& body,
                              const std::optional<std::string>& token = std::nullopt,
@@ -495,11 +496,12 @@ class http_client {
     req.keep_alive(true);
     const std::string& t = token ? *token : token_;
     if (!t.empty()) req.set(http::field::authorization, "Bearer " + t);
-    for (const auto& [name, value] : extra) req.set(name, value);
     if (body) {
       req.set(http::field::content_type, "application/json");
       req.body() = *body;
     }
+    // Last, so that a test can send another Host or Content-Type.
+    for (const auto& [name, value] : extra) req.set(name, value);
     req.prepare_payload();
 
     // A connection the server closed while it sat idle fails at once on its

@@ -9,8 +9,8 @@ namespace {
 using namespace delayq::server_test;
 
 // The usual setup of a test: a fresh store, a server on it, a client.
-struct fixture {
-  explicit fixture(store_kind kind, std::vector<std::string> extra = {})
+struct tasks_fixture {
+  explicit tasks_fixture(store_kind kind, std::vector<std::string> extra = {})
       : store(kind),
         server(server_process::start(store, std::move(extra))),
         client(server->port()) {}
@@ -23,7 +23,7 @@ struct fixture {
 
 TEST_CASE("server: add a task with delay_ms, due_ms or an id of its own") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("add");
@@ -81,7 +81,7 @@ TEST_CASE("server: add a task with delay_ms, due_ms or an id of its own") {
 
 TEST_CASE("server: add with an id that is pending: conflict reject, replace, keep") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("conflict");
@@ -137,7 +137,7 @@ TEST_CASE("server: add with an id that is pending: conflict reject, replace, kee
 
 TEST_CASE("server: batch stores all tasks or none") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("batch");
@@ -241,7 +241,7 @@ TEST_CASE("server: batch stores all tasks or none") {
 
 TEST_CASE("server: get shows delayed, ready and reserved tasks") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("states");
@@ -271,7 +271,7 @@ TEST_CASE("server: get shows delayed, ready and reserved tasks") {
 
 TEST_CASE("server: delete cancels a task for good") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("del");
@@ -309,7 +309,7 @@ TEST_CASE("server: delete cancels a task for good") {
 
 TEST_CASE("server: reschedule moves a task's due time") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("resched");
@@ -370,7 +370,7 @@ bool wait_ready_for_consumers(http_client& c, double n) {
 
 TEST_CASE("server: a replaced task that waited for a consumer is never delivered") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("repl");
@@ -401,7 +401,7 @@ TEST_CASE("server: a replaced task that waited for a consumer is never delivered
 
 TEST_CASE("server: registering a push target pushes the tasks already waiting for consumers") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind);
+  tasks_fixture f(kind);
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("late-push");
@@ -420,7 +420,7 @@ TEST_CASE("server: registering a push target pushes the tasks already waiting fo
 
 TEST_CASE("server: with --horizon a far task stays in the store and every call still reaches it") {
   DELAYQ_FOR_EACH_STORE(kind);
-  fixture f(kind, {"--horizon", "1"});
+  tasks_fixture f(kind, {"--horizon", "1"});
   INFO(f.server->output_tail());
   auto& c = f.client;
   const std::string type = unique_name("horizon");

@@ -9,6 +9,7 @@
 
 #include "api/metrics_text.hpp"
 #include "api/request_codec.hpp"
+#include "api/request_guard.hpp"
 #include "api/task_json.hpp"
 #include "web/static_files.hpp"
 
@@ -19,15 +20,6 @@ namespace bhttp = boost::beast::http;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::system_clock;
-
-// Constant time in the token's length, so timing does not reveal how much of
-// a guess was right.
-bool same_token(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 http_answer no_content() {
   http_answer a;
@@ -164,67 +156,109 @@ void api_router::handle(http_request&& req, http_respond respond,
   }
 }
 
-void api_router::route(call& c) {
-  const auto m = c.req.method();
-  const auto& s = c.seg;
-  const auto method_not_allowed = [&] {
-    c.fail({405, "method_not_allowed",
-            std::string(c.req.method_string()) + " is not allowed on " + c.path});
+// Every route of the API, in one table: route() dispatches through it, and
+// `delayq-server --list-routes` prints it, so the tests that try every route
+// (the token, the methods) cannot miss one. A `{name}` segment matches any
+// one path segment, handed to the handler.
+struct api_router::route_entry {
+  bhttp::verb method;
+  std::string_view pattern;
+  void (*handle)(api_router& r, call& c, const std::string& arg);
+};
+
+const std::vector<api_router::route_entry>& api_router::route_table() {
+  using v = bhttp::verb;
+  static const std::vector<route_entry> table{
+      {v::get, "/healthz", [](api_router& r, call& c, const std::string&) { r.healthz(c); }},
+      {v::get, "/metrics", [](api_router& r, call& c, const std::string&) { r.metrics(c); }},
+      // The dashboard's files (web/static_files.hpp): no token, the page asks for it.
+      {v::get, "/",
+       [](api_router&, call& c, const std::string&) { c.answer(web_file_answer("index.html")); }},
+      {v::get, "/ui/{file}",
+       [](api_router&, call& c, const std::string& file) { c.answer(web_file_answer(file)); }},
+      {v::post, "/v1/tasks", [](api_router& r, call& c, const std::string&) { r.add_task(c); }},
+      {v::post, "/v1/tasks:batch",
+       [](api_router& r, call& c, const std::string&) { r.add_batch(c); }},
+      {v::get, "/v1/tasks/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.get_task(c, id); }},
+      {v::delete_, "/v1/tasks/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.cancel_task(c, id); }},
+      {v::post, "/v1/tasks/{id}/reschedule",
+       [](api_router& r, call& c, const std::string& id) { r.reschedule_task(c, id); }},
+      {v::post, "/v1/tasks/{id}/signal",
+       [](api_router& r, call& c, const std::string& id) { r.signal_task(c, id); }},
+      {v::post, "/v1/tasks/{id}/finish",
+       [](api_router& r, call& c, const std::string& id) { r.end_lease(c, id, "finish"); }},
+      {v::post, "/v1/tasks/{id}/fail",
+       [](api_router& r, call& c, const std::string& id) { r.end_lease(c, id, "fail"); }},
+      {v::post, "/v1/tasks/{id}/touch",
+       [](api_router& r, call& c, const std::string& id) { r.end_lease(c, id, "touch"); }},
+      {v::post, "/v1/reserve", [](api_router& r, call& c, const std::string&) { r.reserve(c); }},
+      {v::get, "/v1/types", [](api_router& r, call& c, const std::string&) { r.get_types(c); }},
+      {v::put, "/v1/types/{type}",
+       [](api_router& r, call& c, const std::string& type) { r.put_type(c, type); }},
+      {v::get, "/v1/types/{type}",
+       [](api_router& r, call& c, const std::string& type) { r.get_type(c, type); }},
+      {v::delete_, "/v1/types/{type}",
+       [](api_router& r, call& c, const std::string& type) { r.delete_type(c, type); }},
+      {v::get, "/v1/dead", [](api_router& r, call& c, const std::string&) { r.list_dead(c); }},
+      {v::delete_, "/v1/dead/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.purge_dead(c, id); }},
+      {v::post, "/v1/dead/{id}/requeue",
+       [](api_router& r, call& c, const std::string& id) { r.requeue_dead(c, id); }},
+      {v::get, "/v1/stats", [](api_router& r, call& c, const std::string&) { r.stats(c); }},
+      {v::get, "/v1/upcoming", [](api_router& r, call& c, const std::string&) { r.upcoming(c); }},
   };
-  if (s.size() == 1 && s[0] == "healthz")
-    return m == bhttp::verb::get ? healthz(c) : method_not_allowed();
-  if (s.size() == 1 && s[0] == "metrics")
-    return m == bhttp::verb::get ? metrics(c) : method_not_allowed();
-  // The dashboard's files (web/static_files.hpp): no token, the page asks for it.
-  if (c.path == "/" || (s.size() == 2 && s[0] == "ui"))
-    return m == bhttp::verb::get ? c.answer(web_file_answer(c.path == "/" ? "index.html" : s[1]))
-                                 : method_not_allowed();
-  if (s.empty() || s[0] != "v1") return c.fail(not_found("no such path: " + c.path));
+  return table;
+}
 
-  if (!parts_.token.empty()) {
-    const auto field = c.req[bhttp::field::authorization];
-    const std::string_view auth(field.data(), field.size());
-    constexpr std::string_view bearer = "Bearer ";
-    if (!auth.starts_with(bearer) || !same_token(auth.substr(bearer.size()), parts_.token))
-      return c.fail({401, "unauthorized", "missing or wrong Authorization: Bearer token"});
-  }
+std::vector<std::pair<std::string, std::string>> api_router::routes() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const route_entry& e : route_table())
+    out.emplace_back(std::string(bhttp::to_string(e.method)), std::string(e.pattern));
+  return out;
+}
 
-  const std::size_t n = s.size();
-  if (n == 2 && s[1] == "tasks") return m == bhttp::verb::post ? add_task(c) : method_not_allowed();
-  if (n == 2 && s[1] == "tasks:batch")
-    return m == bhttp::verb::post ? add_batch(c) : method_not_allowed();
-  if (n == 3 && s[1] == "tasks") {
-    if (m == bhttp::verb::get) return get_task(c, s[2]);
-    if (m == bhttp::verb::delete_) return cancel_task(c, s[2]);
-    return method_not_allowed();
+namespace {
+
+// Whether the decoded segments `seg` of a path match `pattern`; `arg` gets
+// the segment a `{name}` matched.
+bool matches(std::string_view pattern, const std::vector<std::string>& seg, std::string& arg) {
+  std::size_t k = 0;
+  for (std::size_t i = 1; i <= pattern.size(); ++k) {
+    const std::size_t slash = std::min(pattern.find('/', i), pattern.size());
+    const std::string_view p = pattern.substr(i, slash - i);
+    i = slash + 1;
+    if (k >= seg.size()) return false;
+    if (p.starts_with('{')) {
+      if (seg[k].empty()) return false;
+      arg = seg[k];
+    } else if (p != seg[k]) {
+      return false;
+    }
   }
-  if (n == 4 && s[1] == "tasks") {
-    const std::string& verb = s[3];
-    if (verb != "reschedule" && verb != "finish" && verb != "fail" && verb != "touch" &&
-        verb != "signal")
-      return c.fail(not_found("no such path: " + c.path));
-    if (m != bhttp::verb::post) return method_not_allowed();
-    if (verb == "reschedule") return reschedule_task(c, s[2]);
-    if (verb == "signal") return signal_task(c, s[2]);
-    return end_lease(c, s[2], verb);
+  return k == seg.size();
+}
+
+}  // namespace
+
+void api_router::route(call& c) {
+  // The HTTP layer asked request_guard already (before the body was read);
+  // asked again here so that no route is reached without the token,
+  // whatever calls handle().
+  if (request_guard::needs_token(c.path) && parts_.guard != nullptr &&
+      !parts_.guard->authorized(c.req.base()))
+    return c.fail({401, "unauthorized", "missing or wrong Authorization: Bearer token"});
+  bool path_known = false;
+  std::string arg;
+  for (const route_entry& e : route_table()) {
+    if (!matches(e.pattern, c.seg, arg)) continue;
+    path_known = true;
+    if (e.method == c.req.method()) return e.handle(*this, c, arg);
   }
-  if (n == 2 && s[1] == "reserve")
-    return m == bhttp::verb::post ? reserve(c) : method_not_allowed();
-  if (n == 2 && s[1] == "types") return m == bhttp::verb::get ? get_types(c) : method_not_allowed();
-  if (n == 3 && s[1] == "types") {
-    if (m == bhttp::verb::put) return put_type(c, s[2]);
-    if (m == bhttp::verb::get) return get_type(c, s[2]);
-    if (m == bhttp::verb::delete_) return delete_type(c, s[2]);
-    return method_not_allowed();
-  }
-  if (n == 2 && s[1] == "dead") return m == bhttp::verb::get ? list_dead(c) : method_not_allowed();
-  if (n == 3 && s[1] == "dead")
-    return m == bhttp::verb::delete_ ? purge_dead(c, s[2]) : method_not_allowed();
-  if (n == 4 && s[1] == "dead" && s[3] == "requeue")
-    return m == bhttp::verb::post ? requeue_dead(c, s[2]) : method_not_allowed();
-  if (n == 2 && s[1] == "stats") return m == bhttp::verb::get ? stats(c) : method_not_allowed();
-  if (n == 2 && s[1] == "upcoming")
-    return m == bhttp::verb::get ? upcoming(c) : method_not_allowed();
+  if (path_known)
+    return c.fail({405, "method_not_allowed",
+                   std::string(c.req.method_string()) + " is not allowed on " + c.path});
   c.fail(not_found("no such path: " + c.path));
 }
 
@@ -543,6 +577,13 @@ void api_router::put_type(call& c, const std::string& type) {
   auto target = push_target_from_json(c.body, why);
   if (!target) return c.fail(bad_request(why));
   settings(std::move(c.respond), [this, type, t = *target] {
+    // Resolving may wait on DNS: here, on the settings strand's thread.
+    if (parts_.push_allow != nullptr) {
+      std::string why;
+      const auto url = parse_http_url(t.url, why);
+      if (url) why = parts_.push_allow->check(*url);
+      if (!why.empty()) return error_answer({400, "push_target_refused", why});
+    }
     boost::system::error_code ec;
     parts_.registry->put(type, t, ec);
     if (ec == boost::system::errc::invalid_argument) return error_answer(bad_request(ec.message()));
@@ -579,10 +620,13 @@ void api_router::delete_type(call& c, const std::string& type) {
 // ------------------------------------------------------------------ dead letters
 
 void api_router::list_dead(call& c) {
-  const auto offset = parse_size(query_param(c.query, "offset"), 0, SIZE_MAX);
+  const auto offset = parse_size(query_param(c.query, "offset"), 0, max_dead_offset);
   const auto limit = parse_size(query_param(c.query, "limit"), 100, 1000);
   if (!offset || !limit)
-    return c.fail(bad_request("offset must be a non-negative integer, limit one from 0 to 1000"));
+    return c.fail(bad_request("offset must be an integer from 0 to " +
+                              std::to_string(max_dead_offset) +
+                              ", limit one from 0 to 1000 (purge or requeue the first letters "
+                              "to reach later ones)"));
   blocking(std::move(c.respond), [this, offset = *offset, limit = *limit] {
     boost::system::error_code ec;
     auto letters = parts_.engine->dead_letters(offset, limit, ec);

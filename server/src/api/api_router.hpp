@@ -1,7 +1,8 @@
-// api_router: the HTTP API of docs/server.md, request by request. It checks
-// the token, parses the body (request_codec), and calls the engine, the
-// lease broker or the push registry; calls that wait on the store run on a
-// small pool of threads, never on the I/O threads.
+// api_router: the HTTP API of docs/server.md, request by request. It finds
+// the route in one table, checks the token, parses the body (request_codec),
+// and calls the engine, the lease broker or the push registry; calls that
+// wait on the store run on a small pool of threads, never on the I/O
+// threads.
 #pragma once
 
 #include <boost/asio/strand.hpp>
@@ -12,12 +13,14 @@
 
 #include "api/api_error.hpp"
 #include "api/forward_call.hpp"
+#include "api/request_guard.hpp"
 #include "cluster/peer_directory.hpp"
 #include "cluster/peer_forwarder.hpp"
 #include "delayq/engine.hpp"
 #include "http/http_server.hpp"
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
+#include "push/push_policy.hpp"
 #include "push/push_registry.hpp"
 
 namespace delayq::server {
@@ -28,10 +31,15 @@ struct api_parts {
   lease_broker* broker = nullptr;
   push_registry* registry = nullptr;
   push_client* pusher = nullptr;
+  /// Where pushes may go: PUT /v1/types checks a target against it. Null:
+  /// anywhere.
+  const push_policy* push_allow = nullptr;
   const http_server* http = nullptr;  ///< For /metrics' request counts; may be null.
   /// Answers whether the store is reachable (blocking; run on the pool).
   std::function<bool()> store_healthy;
-  std::string token;  ///< Empty: no auth.
+  /// The token check (request_guard::authorized), asked again for each
+  /// route after the HTTP layer's check of the headers. Null: no token.
+  const request_guard* guard = nullptr;
   /// Under --cluster: where the other instances take calls, and the client
   /// that forwards a call on an id to its shard's owner. Null: no cluster
   /// (or no forwarding): such calls answer 421 not_owner.
@@ -58,8 +66,15 @@ class api_router {
   /// Whether a request is a long poll (the HTTP layer watches its socket).
   static bool is_long_poll(const http_request& req);
 
+  /// Every route: its method and its path, a `{name}` segment standing for
+  /// any one segment ("POST", "/v1/tasks/{id}/finish"). The table route()
+  /// dispatches through; `delayq-server --list-routes` prints it.
+  static std::vector<std::pair<std::string, std::string>> routes();
+
  private:
-  struct call;  // one request being answered (api_router.cpp)
+  struct call;         // one request being answered (api_router.cpp)
+  struct route_entry;  // a method, a path pattern and its handler
+  static const std::vector<route_entry>& route_table();
   void route(call& c);
   void blocking(http_respond respond, std::function<http_answer()> fn);
   // cancel and reschedule: `act` until it succeeds, giving a task that waits

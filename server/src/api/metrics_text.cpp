@@ -64,6 +64,11 @@ std::string render_metrics(const server_metrics& m, const push_client& pusher,
     for (unsigned cls = 1; cls <= 5; ++cls)
       prometheus::sample(out, "delayq_http_responses_total", "class", classes[cls - 1],
                          http->answered(cls));
+    single(out, "delayq_http_connections", "gauge", "HTTP connections open now.",
+           u64{http->connections()});
+    single(out, "delayq_http_connections_refused_total", "counter",
+           "Connections closed as soon as accepted: --max-connections were open.",
+           http->refused_connections());
   }
   return out;
 }

@@ -164,6 +164,9 @@ std::optional<api_error> parse_reserve(const json& j, reserve_request& out) {
   if (auto e = check_object(j, {}, {"types", "max", "wait_ms", "ttr_ms"})) return e;
   if (auto it = j.find("types"); it != j.end()) {
     if (!it->is_array()) return bad_request("field \"types\" must be an array of strings");
+    if (it->size() > max_reserve_types)
+      return bad_request("field \"types\" names at most " + std::to_string(max_reserve_types) +
+                         " types");
     for (const json& t : *it) {
       if (!t.is_string() || t.get_ref<const std::string&>().empty())
         return bad_request("field \"types\" must be an array of non-empty strings");

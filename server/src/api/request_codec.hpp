@@ -61,6 +61,12 @@ struct lease_request {
 /// Limits the parsers enforce (docs/server.md).
 inline constexpr std::size_t max_batch = 10'000;
 inline constexpr std::size_t max_reserve = 1'000;
+/// The most task types one reserve call names: each is looked at for every
+/// task it takes, under the broker's lock.
+inline constexpr std::size_t max_reserve_types = 100;
+/// The deepest offset GET /v1/dead pages to: a sharded store reads
+/// offset + limit letters of every shard to answer it.
+inline constexpr std::size_t max_dead_offset = 10'000;
 inline constexpr milliseconds max_wait{60'000};
 inline constexpr milliseconds min_ttr{1'000};
 inline constexpr milliseconds max_ttr{12 * 3'600'000};

@@ -1,10 +1,9 @@
 #include "cluster/peer_directory.hpp"
 
-#include <random>
-
 #include "api/task_json.hpp"
 #include "delayq/log.hpp"
 #include "push/push_target.hpp"
+#include "security/secure_random.hpp"
 
 namespace delayq::server {
 namespace {
@@ -16,13 +15,7 @@ std::string instance_key(std::string_view instance) {
 }
 
 // Tells this process's entry from a successor's under the same name.
-std::string new_incarnation() {
-  std::random_device rd;
-  std::mt19937_64 rng(rd());
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
+std::string new_incarnation() { return random_hex(8); }
 
 // A url_of() miss reads the store at most this often: a member that never
 // announces (an older version) would otherwise cost a read per call.

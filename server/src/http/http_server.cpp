@@ -51,9 +51,18 @@ void http_gone_signal::fire() {
 
 struct http_server::session : std::enable_shared_from_this<session> {
   session(http_server& s, tcp::socket&& socket)
-      : server(s), stream(std::move(socket)), deadline(stream.get_executor()) {}
+      : server(s),
+        connections(s.connections_),
+        stream(std::move(socket)),
+        deadline(stream.get_executor()) {
+    connections->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~session() { connections->fetch_sub(1, std::memory_order_relaxed); }
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
 
   http_server& server;
+  std::shared_ptr<std::atomic<std::size_t>> connections;  // the server's count
   beast::tcp_stream stream;
   // The read deadlines. Not the stream's own expiry: that closes the socket,
   // and a request that took too long must still be told so (408).
@@ -71,6 +80,9 @@ struct http_server::session : std::enable_shared_from_this<session> {
   bool watching = false;
   bool peer_gone = false;
   std::optional<http_answer> pending;  // an answer that waits for the watch to end
+  // Refused by check_header with its body unread: drain it after the answer.
+  bool linger = false;
+  std::unique_ptr<std::array<char, 4096>> discard;  // what a lingering read drops
 
   void arm(std::chrono::milliseconds after) {
     timed_out = false;
@@ -98,6 +110,20 @@ struct http_server::session : std::enable_shared_from_this<session> {
 
   void on_header(beast::error_code ec) {
     if (ec) return read_failed(ec);
+    if (server.limits_.check_header) {
+      if (auto refusal = server.limits_.check_header(parser->get().base())) {
+        reading = false;
+        deadline.cancel();
+        server.in_flight_.fetch_add(1, std::memory_order_acq_rel);
+        counted = true;
+        // Nothing more is read of this request. Without a body on the way
+        // the connection may serve the next one; with one, it closes.
+        keep_alive = parser->is_done() && parser->get().keep_alive();
+        linger = !parser->is_done();
+        parser.reset();
+        return write(std::move(*refusal));
+      }
+    }
     if (parser->is_done()) return on_read({});
     arm(server.limits_.body_timeout);
     bhttp::async_read(
@@ -193,8 +219,32 @@ struct http_server::session : std::enable_shared_from_this<session> {
   void on_write(beast::error_code ec) {
     if (after_write) std::exchange(after_write, nullptr)(!ec);
     done_with_request();
+    if (!ec && linger) return linger_close();
     if (ec || !keep_alive) return close();
     read();
+  }
+
+  // After a refusal with the body unread: the answer is sent, the sending
+  // side shut, and what the client still sends is read and dropped until it
+  // closes or limits_.linger passes. Never buffered, so it costs no memory.
+  void linger_close() {
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    discard = std::make_unique<std::array<char, 4096>>();
+    reading = true;
+    arm(server.limits_.linger);
+    drop_some();
+  }
+
+  void drop_some() {
+    stream.socket().async_read_some(boost::asio::buffer(*discard),
+                                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                      if (ec) {
+                                        self->reading = false;
+                                        return self->close();
+                                      }
+                                      self->drop_some();
+                                    });
   }
 
   void done_with_request() {
@@ -255,33 +305,38 @@ void http_server::start() {
 }
 
 void http_server::accept() {
-  acceptor_.async_accept(boost::asio::make_strand(io_),
-                         [this](beast::error_code ec, tcp::socket socket) {
-                           if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open())
-                             return;
-                           if (ec) {
-                             // Out of descriptors and the like: keep serving the
-                             // open connections, try again a little later (at
-                             // once would spin), and say so once a second.
-                             const auto now = std::chrono::steady_clock::now();
-                             if (now - last_accept_log_ >= std::chrono::seconds{1}) {
-                               last_accept_log_ = now;
-                               log(log_level::warning, "accept: " + ec.message());
-                             }
-                             return accept_later();
-                           } else {
-                             beast::error_code ignored;
-                             socket.set_option(tcp::no_delay(true), ignored);
-                             auto s = std::make_shared<session>(*this, std::move(socket));
-                             {
-                               std::lock_guard lock(sessions_mutex_);
-                               std::erase_if(sessions_, [](auto& w) { return w.expired(); });
-                               sessions_.push_back(s);
-                             }
-                             s->read();
-                           }
-                           accept();
-                         });
+  acceptor_.async_accept(
+      boost::asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
+        if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
+        if (ec) {
+          // Out of descriptors and the like: keep serving the
+          // open connections, try again a little later (at
+          // once would spin), and say so once a second.
+          const auto now = std::chrono::steady_clock::now();
+          if (now - last_accept_log_ >= std::chrono::seconds{1}) {
+            last_accept_log_ = now;
+            log(log_level::warning, "accept: " + ec.message());
+          }
+          return accept_later();
+        } else if (connections_->load(std::memory_order_relaxed) >= limits_.max_connections) {
+          // At the limit: closed at once, unanswered (an
+          // answer would need a write that can wait).
+          refused_.fetch_add(1, std::memory_order_relaxed);
+          beast::error_code ignored;
+          socket.close(ignored);
+        } else {
+          beast::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
+          auto s = std::make_shared<session>(*this, std::move(socket));
+          {
+            std::lock_guard lock(sessions_mutex_);
+            std::erase_if(sessions_, [](auto& w) { return w.expired(); });
+            sessions_.push_back(s);
+          }
+          s->read();
+        }
+        accept();
+      });
 }
 
 void http_server::accept_later() {

@@ -4,9 +4,11 @@
 // request goes to one handler, which answers through a callback, from any
 // thread, when it is ready (a durable write, a long poll).
 //
-// It enforces the transport limits of docs/server.md: header size (431),
-// body size (413), the time a request may take to arrive (408, against
-// slow-drip clients), and during a drain it answers 503 and closes.
+// It enforces the transport limits of docs/server.md: connections open at
+// once, header size (431), body size (413), the time a request may take to
+// arrive (408, against slow-drip clients), a caller's check of the headers
+// before any body is read (http_limits::check_header), and during a drain it
+// answers 503 and closes.
 #pragma once
 
 #include <array>
@@ -20,12 +22,15 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace delayq::server {
 
 using http_request = boost::beast::http::request<boost::beast::http::string_body>;
+/// A request's start line and headers, before its body is read.
+using http_request_header = boost::beast::http::request_header<>;
 
 /// What a handler answers.
 struct http_answer {
@@ -64,6 +69,9 @@ using http_handler =
     std::function<void(http_request&&, http_respond, std::shared_ptr<http_gone_signal> gone)>;
 
 struct http_limits {
+  /// Connections open at once; one past it is closed as soon as it is
+  /// accepted, unanswered, and counted (refused_connections()).
+  std::size_t max_connections = 4096;
   std::size_t max_body = 8 << 20;
   std::size_t max_header = 8 << 10;
   std::chrono::milliseconds header_timeout{10'000};  ///< Also the keep-alive idle time.
@@ -72,6 +80,15 @@ struct http_limits {
   /// Requests during which the session watches the socket, so a client that
   /// goes away is noticed before the answer is written (long polls).
   std::function<bool(const http_request&)> watch_disconnect;
+  /// Decides on a request from its headers, before its body is read: an
+  /// answer refuses it (the body is never read, and a connection with a
+  /// body on the way is closed after the answer); nullopt reads on. Called
+  /// on the session's strand.
+  std::function<std::optional<http_answer>(const http_request_header&)> check_header;
+  /// How long a refused connection's unread body is drained after the
+  /// answer before the socket closes: closing on unread bytes sends a reset,
+  /// which may destroy the answer before the client reads it.
+  std::chrono::milliseconds linger{2'000};
 };
 
 /// Thread safety: listen() and start() before running the io_context; the
@@ -96,6 +113,12 @@ class http_server {
   std::uint64_t answered(unsigned cls) const noexcept {
     return cls >= 1 && cls <= 5 ? answered_[cls - 1].load(std::memory_order_relaxed) : 0;
   }
+  /// Connections open now.
+  std::size_t connections() const noexcept { return connections_->load(std::memory_order_relaxed); }
+  /// Connections closed at once because max_connections were open.
+  std::uint64_t refused_connections() const noexcept {
+    return refused_.load(std::memory_order_relaxed);
+  }
   /// Closes every connection (after a drain).
   void close_all();
 
@@ -114,6 +137,11 @@ class http_server {
   std::chrono::steady_clock::time_point last_accept_log_{};
   std::atomic<bool> draining_{false};
   std::atomic<std::size_t> in_flight_{0};
+  // Sessions alive. Shared with them: a session can end after the server
+  // (its last handler destroyed with the io_context).
+  std::shared_ptr<std::atomic<std::size_t>> connections_ =
+      std::make_shared<std::atomic<std::size_t>>(0);
+  std::atomic<std::uint64_t> refused_{0};
   std::array<std::atomic<std::uint64_t>, 5> answered_{};  // by status class
   std::mutex sessions_mutex_;
   std::vector<std::weak_ptr<session>> sessions_;

@@ -5,10 +5,12 @@
 #include <boost/asio/strand.hpp>
 #include <cstdio>
 
+#include "security/secure_random.hpp"
+
 namespace delayq::server {
 
 lease_broker::lease_broker(boost::asio::any_io_executor ex, std::string instance)
-    : ex_(boost::asio::make_strand(ex)), sweep_timer_(ex_), rng_(std::random_device{}()) {
+    : ex_(boost::asio::make_strand(ex)), sweep_timer_(ex_) {
   if (!instance.empty()) lease_suffix_ = "@" + instance;
 }
 
@@ -21,13 +23,14 @@ std::string lease_broker::instance_of(std::string_view lease) {
 lease_broker::~lease_broker() = default;
 
 std::string lease_broker::new_lease() {
-  // Random bits make leases unguessable across restarts; the counter makes
-  // them unique within one run however the random draws fall.
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx-%llx", static_cast<unsigned long long>(rng_()),
-                static_cast<unsigned long long>(rng_()),
+  // 128 bits from the kernel's CSPRNG make a lease unguessable, even to a
+  // consumer that saw many others (a lease is all a finish, fail or touch
+  // asks for); the counter makes them unique within one run however the
+  // random draws fall.
+  char counter[24];
+  std::snprintf(counter, sizeof counter, "-%llx",
                 static_cast<unsigned long long>(++lease_counter_));
-  return buf + lease_suffix_;
+  return random_hex(16) + counter + lease_suffix_;
 }
 
 void lease_broker::offer(const task& t, attempt_completion done) {

@@ -31,7 +31,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -186,7 +185,6 @@ class lease_broker {
   std::uint64_t waiter_seq_ = 0;
   boost::asio::steady_timer sweep_timer_;
   clock::time_point sweep_at_ = clock::time_point::max();
-  std::mt19937_64 rng_;
   std::uint64_t lease_counter_ = 0;
   counters counters_;
   std::map<std::string, type_counters, std::less<>> per_type_;  // never shrinks

@@ -22,6 +22,7 @@
 #include "delayq/log.hpp"
 #include "delayq/shard_leases.hpp"
 #include "http/connection_pool.hpp"
+#include "push/push_policy.hpp"
 
 namespace delayq::server {
 namespace {
@@ -147,11 +148,26 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
           if (self->resolve_timed_out) return self->finish(self->timed_out());
           if (ec)
             return self->finish(self->fail("resolve " + self->url->host + ": " + ec.message()));
-          self->connect(r);
+          // Checked where the address is known, at every connect: a name a
+          // policy allows may resolve anywhere, and a stored target may
+          // predate the policy (docs/server.md, "Security").
+          std::vector<tcp::endpoint> allowed;
+          std::string why;
+          for (const auto& e : r) {
+            const auto& policy = self->owner->options.policy;
+            std::string refused;
+            if (!policy || policy->allows(self->url->host, e.endpoint().port(),
+                                          e.endpoint().address(), refused))
+              allowed.push_back(e.endpoint());
+            else if (why.empty())
+              why = std::move(refused);
+          }
+          if (allowed.empty()) return self->finish(self->fail(why));
+          self->connect(allowed);
         });
   }
 
-  void connect(const tcp::resolver::results_type& endpoints) {
+  void connect(const std::vector<tcp::endpoint>& endpoints) {
     conn->stream.expires_at(deadline);
     conn->stream.async_connect(
         endpoints, [self = shared_from_this()](boost::system::error_code ec, tcp::endpoint) {

@@ -31,6 +31,8 @@
 
 namespace delayq::server {
 
+class push_policy;
+
 /// Tuning of a push_client; the defaults suit most deployments.
 struct push_client_options {
   /// Idle keep-alive connections kept per host:port.
@@ -51,6 +53,9 @@ struct push_client_options {
   /// receiver can refuse the work of an instance that lost the shard's lease
   /// (a lower token than one it saw for that shard: docs/scale-out.md).
   std::uint32_t shards = 0;
+  /// The addresses pushes may connect to, checked after every resolve.
+  /// Null: any (a test's client).
+  std::shared_ptr<const push_policy> policy;
 };
 
 /// HTTP/1.1 client that delivers tasks to push targets.

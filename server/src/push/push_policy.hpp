@@ -1,0 +1,60 @@
+// push/push_policy.hpp - which addresses the server may push tasks to
+// (--push-allow; docs/server.md, "Security"). A push target is a URL a
+// client chose: without a policy, a client could make the server POST to
+// cloud metadata (169.254.169.254) or to any internal host, and read from
+// the dead letters' failure reasons which ports answer.
+#pragma once
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "push/push_target.hpp"
+
+namespace delayq::server {
+
+/// Thread safety: const members are safe from any thread.
+class push_policy {
+ public:
+  /// `allow`: the --push-allow values, each `ADDRESS/PREFIX` (a CIDR block),
+  /// an address, or `HOST[:PORT]` (a name, matched without case). Empty:
+  /// loopback addresses only. `self`: where the server listens, never a
+  /// target unless a rule names it. Throws std::invalid_argument naming a
+  /// malformed rule.
+  push_policy(const std::vector<std::string>& allow, boost::asio::ip::tcp::endpoint self);
+
+  /// Whether a push to `host`:`port` (as the URL names them) may connect to
+  /// `addr`, which `host` resolved to. Refused, with a sentence in `why`:
+  /// an address no rule allows, and, unless a rule names it alone (a /32 or
+  /// /128 block inside it, or its literal address), an unspecified address
+  /// (0.0.0.0, ::), a link-local one (169.254.0.0/16, which holds cloud
+  /// metadata, and fe80::/10), or the server's own listen address.
+  bool allows(std::string_view host, std::uint16_t port, const boost::asio::ip::address& addr,
+              std::string& why) const;
+
+  /// The check at registration: resolves `url`'s host (blocking) and
+  /// returns why a push there is refused, or "" when every address it
+  /// resolves to is allowed. A name that does not resolve is refused too.
+  std::string check(const http_url& url) const;
+
+ private:
+  struct block {
+    boost::asio::ip::address base;  // v4, or v6 (v4-mapped ones are kept as v4)
+    unsigned prefix = 0;
+  };
+  struct name_rule {
+    std::string host;  // lower case
+    std::string port;  // "" for any
+  };
+  static bool contains(const block& b, const boost::asio::ip::address& a);
+  bool named_alone(const boost::asio::ip::address& a) const;
+
+  std::vector<block> blocks_;
+  std::vector<name_rule> names_;
+  boost::asio::ip::tcp::endpoint self_;
+};
+
+}  // namespace delayq::server
