@@ -40,7 +40,7 @@ endfunction()
 # how fast its own code runs.
 
 # delayq_test_code(<target>): a test program that calls delayq in process
-# (the engine, store and server unit tests). -O0 in a build without
+# (the engine, store, server unit and delayqctl tests). -O0 in a build without
 # sanitizers; in a sanitizer build it keeps the build's flags, since it is
 # instrumented code (and -O0 compiles no faster under ASan or TSan).
 function(delayq_test_code target)
@@ -50,7 +50,7 @@ function(delayq_test_code target)
 endfunction()
 
 # delayq_test_driver(<target>): a test program that only drives other
-# processes (delayq-server, delayqctl, the crash worker, a browser) and
+# processes (delayq-server, the crash worker, a browser) and
 # checks what they answer. -O0 in every build, and in a sanitizer build its
 # own code is compiled without instrumentation, while the programs it drives
 # keep theirs: the code under test is the child, and the driver's Beast

@@ -1,6 +1,7 @@
 // delayq-server: the engine as an HTTP service. docs/server.md has the flags
 // and the API; server_app.cpp has the wiring.
 
+#include <sys/resource.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -142,6 +143,21 @@ int main(int argc, char** argv) {
   o.retry.max_attempts = retry_max;
   o.retry.base = std::chrono::milliseconds{retry_base};
   o.retry.cap = std::chrono::milliseconds{retry_cap};
+
+  // Connections, store and push sockets all take descriptors: raise the
+  // soft limit to the hard one, and say so when --max-connections cannot
+  // be reached within it (accept() would fail first, with EMFILE).
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    if (rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < o.max_connections + 256)
+      std::fprintf(stderr,
+                   "delayq-server: warning: %llu open files allowed (ulimit -n), fewer than "
+                   "--max-connections %zu plus the store's and pushes' sockets\n",
+                   static_cast<unsigned long long>(rl.rlim_cur), o.max_connections);
+  }
 
   delayq::server::server_app server(o);
   try {

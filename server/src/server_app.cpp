@@ -379,9 +379,16 @@ tcp::endpoint server_app::start() {
   p.push_allow = std::make_shared<const push_policy>(options_.push_allow, bound);
   for (const std::string& spec : options_.push) {
     std::string why;
+    bool unresolved = false;
     const auto url = parse_http_url(spec.substr(spec.find('=') + 1), why);
-    if (url) why = p.push_allow->check(*url);
-    if (!why.empty()) throw std::invalid_argument("--push " + spec + ": " + why);
+    if (url) why = p.push_allow->check(*url, &unresolved);
+    // A name that does not resolve yet (its service starts after us) is
+    // checked again at every push; an address the policy refuses is a
+    // usage error.
+    if (unresolved)
+      log(log_level::warning, "--push " + spec + ": " + why + "; checked again at each push");
+    else if (!why.empty())
+      throw std::invalid_argument("--push " + spec + ": " + why);
   }
   push_client_options push_options;
   if (options_.cluster) {

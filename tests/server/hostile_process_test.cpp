@@ -233,13 +233,14 @@ TEST_CASE(
   const std::string type = unique_name("xsite");
   const std::string body = json{{"type", type}, {"delay_ms", 3600000}}.dump();
   // What fetch(..., {mode: 'no-cors', body}) sends from a page on another
-  // site: text/plain and the page's Origin; a form sends its own types.
+  // site: text/plain (and the page's Origin, refused by itself without a
+  // token: the next case); a form sends its own types.
   for (const std::string& content_type :
        {std::string("text/plain;charset=UTF-8"), std::string("application/x-www-form-urlencoded"),
         std::string("multipart/form-data; boundary=x"), std::string("application/jsonx")}) {
     INFO("Content-Type: ", content_type);
-    auto a = c.request_text(http::verb::post, "/v1/tasks", body, "",
-                            {{"Content-Type", content_type}, {"Origin", "http://evil.example"}});
+    auto a =
+        c.request_text(http::verb::post, "/v1/tasks", body, "", {{"Content-Type", content_type}});
     CHECK_MESSAGE(a.status == 415, a.describe());
     CHECK(a.error() == "unsupported_media_type");
   }
@@ -257,6 +258,37 @@ TEST_CASE(
                            {{"Content-Type", "Application/JSON; charset=utf-8"}});
   CHECK_MESSAGE(ok.status == 201, ok.describe());
   CHECK(find_number(c.get("/v1/stats").body_json, "pending") == std::optional<double>(1));
+}
+
+TEST_CASE("server: without a token, a request a page of another site sends is refused 403") {
+  test_store store(store_kind::sqlite);
+  auto server = start_open(store);
+  INFO(server->output_tail());
+  const std::string own = "http://127.0.0.1:" + std::to_string(server->port());
+  http_client c(server->port(), "");
+  const std::string type = unique_name("origin");
+  REQUIRE(add_task(c, type, "p", 0).status == 201);
+  // A form with no fields, or fetch(..., {method: 'POST', mode: 'no-cors'}):
+  // no body, so no type to check, but the browser names the page.
+  for (const std::string& origin :
+       std::vector<std::string>{"http://evil.example", "null", "https://127.0.0.1.evil.example",
+                                "http://evil.example:" + std::to_string(server->port())}) {
+    INFO("Origin: ", origin);
+    raw_connection raw(server->port());
+    raw.send("POST /v1/reserve HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(server->port()) +
+             "\r\nOrigin: " + origin +
+             "\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 0\r\n\r\n");
+    auto a = raw.read_response();
+    REQUIRE(a.has_value());
+    CHECK_MESSAGE(a->status == 403, a->describe());
+    CHECK(a->error() == "forbidden_origin");
+  }
+  // The task was not reserved: a request from the server's own page gets it.
+  auto mine = c.request_text(http::verb::post, "/v1/reserve",
+                             json{{"types", json::array({type})}, {"wait_ms", 30000}}.dump(), "",
+                             {{"Origin", own}});
+  REQUIRE_MESSAGE(mine.status == 200, mine.describe());
+  CHECK(reserved_tasks(mine).size() == 1);
 }
 
 TEST_CASE("server: without a token, a Host that does not name the server is refused 403") {

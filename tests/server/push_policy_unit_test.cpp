@@ -61,6 +61,18 @@ TEST_CASE("push policy: rules allow blocks and names, link-local only when named
   CHECK_FALSE(policy_allows(p, "hooks.internal", 7700, "127.0.0.1"));
   CHECK_FALSE(policy_allows(p, "0.0.0.0", 80, "0.0.0.0"));
 
+  // Broad IPv6 rules do not open them through their IPv6 forms either.
+  const push_policy wide({"::/0", "0.0.0.0/0"}, policy_self);
+  CHECK(policy_allows(wide, "a", 80, "2001:db8::1"));
+  CHECK(policy_allows(wide, "a", 80, "::ffff:10.0.0.1"));
+  for (const std::string addr :
+       {"::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:0.0.0.0", "0.1.2.3",
+        "100.100.100.200", "192.0.0.192", "fd00:ec2::254", "::"}) {
+    INFO(addr);
+    CHECK_FALSE(policy_allows(wide, "a", 80, addr));
+  }
+  CHECK_FALSE(policy_allows(wide, "a", 7700, "::ffff:127.0.0.1"));  // this server
+
   const push_policy named({"169.254.169.254", "[::1]"}, policy_self);
   CHECK(policy_allows(named, "169.254.169.254", 80, "169.254.169.254"));
   CHECK_FALSE(policy_allows(named, "169.254.169.253", 80, "169.254.169.253"));

@@ -110,6 +110,16 @@ bool request_guard::host_allowed(std::string_view value) const {
          options_.allowed_hosts.end();
 }
 
+bool request_guard::origin_allowed(std::string_view origin) const {
+  // scheme://host[:port], nothing after; "null" (a sandboxed or file: page)
+  // names no host and is refused.
+  const std::size_t sep = origin.find("://");
+  if (sep == std::string_view::npos) return false;
+  const std::string_view authority = origin.substr(sep + 3);
+  if (authority.find('/') != std::string_view::npos) return false;
+  return host_allowed(authority);
+}
+
 bool request_guard::authorized(const http_request_header& h) const {
   if (options_.token.empty()) return true;
   const std::string_view auth = value_of(h, bhttp::field::authorization);
@@ -126,6 +136,17 @@ std::optional<api_error> request_guard::check(const http_request_header& h) cons
     return api_error{403, "forbidden_host",
                      "the Host header must name this server (its listen address or localhost); "
                      "name others with --allowed-host, or give the server a --token"};
+  // A browser names the page behind every request it sends on a page's
+  // behalf but a plain GET (a form, fetch(), even with no body): without a
+  // token, only pages of this server (the dashboard) may send them. Tools
+  // (curl, the clients) send no Origin.
+  if (options_.token.empty()) {
+    if (const auto origin = h.find(bhttp::field::origin);
+        origin != h.end() && !origin_allowed({origin->value().data(), origin->value().size()}))
+      return api_error{403, "forbidden_origin",
+                       "a request from a page of another site (its Origin header) is refused; "
+                       "name the site with --allowed-host, or give the server a --token"};
+  }
   const std::string_view target(h.target().data(), h.target().size());
   if (needs_token(target.substr(0, target.find('?'))) && !authorized(h))
     return api_error{401, "unauthorized", "missing or wrong Authorization: Bearer token"};

@@ -33,8 +33,9 @@ class request_guard {
   explicit request_guard(guard_options options);
 
   /// The refusal of a request by its headers, or nullopt to read its body
-  /// and route it: 403 forbidden_host for a Host that is not this server's
-  /// (without a token), 401 unauthorized for an API path without the token,
+  /// and route it: 403 forbidden_host for a Host that is not this server's,
+  /// 403 forbidden_origin for an Origin (a page) of another site (both
+  /// without a token), 401 unauthorized for an API path without the token,
   /// 415 unsupported_media_type for a body that is not application/json.
   std::optional<api_error> check(const http_request_header& h) const;
 
@@ -52,6 +53,7 @@ class request_guard {
 
  private:
   bool host_allowed(std::string_view host_header) const;
+  bool origin_allowed(std::string_view origin) const;
 
   guard_options options_;
 };

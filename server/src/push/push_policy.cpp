@@ -18,15 +18,37 @@ std::string policy_lower(std::string_view s) {
   return out;
 }
 
-// ::ffff:a.b.c.d is a.b.c.d: the v4 checks must apply to it.
+// ::ffff:a.b.c.d and the NAT64 64:ff9b::a.b.c.d reach a.b.c.d: the v4
+// checks must apply to them.
 ip::address plain(const ip::address& a) {
-  if (a.is_v6() && a.to_v6().is_v4_mapped()) return ip::make_address_v4(ip::v4_mapped, a.to_v6());
+  if (!a.is_v6()) return a;
+  const ip::address_v6 v6 = a.to_v6();
+  if (v6.is_v4_mapped()) return ip::make_address_v4(ip::v4_mapped, v6);
+  const auto b = v6.to_bytes();
+  static constexpr unsigned char nat64[12] = {0x00, 0x64, 0xff, 0x9b};
+  if (std::equal(b.begin(), b.begin() + 12, nat64))
+    return ip::address_v4({b[12], b[13], b[14], b[15]});
   return a;
 }
 
-bool link_local(const ip::address& a) {
-  if (a.is_v4()) return (a.to_v4().to_uint() & 0xffff0000u) == 0xa9fe0000u;  // 169.254/16
-  return a.to_v6().is_link_local();
+// Addresses no broad rule opens, or "" for any other: where cloud metadata
+// answers (link-local, and the few providers that use another address),
+// and "this network" (0.0.0.0/8).
+std::string special(const ip::address& a) {
+  if (a.is_v4()) {
+    const std::uint32_t v = a.to_v4().to_uint();
+    if ((v & 0xff000000u) == 0) return "an address of \"this network\" (0.0.0.0/8)";
+    if ((v & 0xffff0000u) == 0xa9fe0000u)
+      return "a link-local address (cloud metadata answers there)";
+    if (v == 0x646464c8u || v == 0xc00000c0u)  // 100.100.100.200, 192.0.0.192
+      return "a cloud metadata address";
+    return {};
+  }
+  const ip::address_v6 v6 = a.to_v6();
+  if (v6.is_unspecified()) return "an unspecified address";
+  if (v6.is_link_local()) return "a link-local address (cloud metadata answers there)";
+  if (v6 == ip::make_address_v6("fd00:ec2::254")) return "a cloud metadata address";
+  return {};
 }
 
 }  // namespace
@@ -112,13 +134,10 @@ bool push_policy::allows(std::string_view host, std::uint16_t port, const ip::ad
   const bool own = port == self_.port() &&
                    (a == self_.address() || (self_.address().is_unspecified() && a.is_loopback()) ||
                     (self_.address().is_loopback() && a.is_loopback()));
-  if ((a.is_unspecified() || link_local(a) || own) && !named_alone(a)) {
-    why =
-        "push target " + said + " refused: " +
-        (own                  ? std::string("it is this server")
-         : a.is_unspecified() ? std::string("an unspecified address")
-                              : std::string("a link-local address (cloud metadata lives there)")) +
-        "; only --push-allow " + a.to_string() + " would allow it";
+  const std::string kind = own ? std::string("it is this server") : special(a);
+  if (!kind.empty() && !named_alone(a)) {
+    why = "push target " + said + " refused: " + kind + "; only --push-allow " + a.to_string() +
+          " would allow it";
     return false;
   }
   if (blocks_.empty() && names_.empty()) {
@@ -139,14 +158,18 @@ bool push_policy::allows(std::string_view host, std::uint16_t port, const ip::ad
   return false;
 }
 
-std::string push_policy::check(const http_url& url) const {
+std::string push_policy::check(const http_url& url, bool* unresolved) const {
+  if (unresolved != nullptr) *unresolved = false;
   unsigned port = 0;
   std::from_chars(url.port.data(), url.port.data() + url.port.size(), port);
   boost::asio::io_context io;
   ip::tcp::resolver resolver(io);
   boost::system::error_code ec;
   const auto results = resolver.resolve(url.host, url.port, ec);
-  if (ec) return "push target " + url.host + " does not resolve: " + ec.message();
+  if (ec) {
+    if (unresolved != nullptr) *unresolved = true;
+    return "push target " + url.host + " does not resolve: " + ec.message();
+  }
   for (const auto& r : results) {
     std::string why;
     if (!allows(url.host, static_cast<std::uint16_t>(port), r.endpoint().address(), why))

@@ -29,16 +29,20 @@ class push_policy {
   /// Whether a push to `host`:`port` (as the URL names them) may connect to
   /// `addr`, which `host` resolved to. Refused, with a sentence in `why`:
   /// an address no rule allows, and, unless a rule names it alone (a /32 or
-  /// /128 block inside it, or its literal address), an unspecified address
-  /// (0.0.0.0, ::), a link-local one (169.254.0.0/16, which holds cloud
-  /// metadata, and fe80::/10), or the server's own listen address.
+  /// /128 block inside it, or its literal address), an address of 0.0.0.0/8
+  /// or ::, a link-local one (169.254.0.0/16, where cloud metadata answers,
+  /// and fe80::/10), the other metadata addresses (100.100.100.200,
+  /// 192.0.0.192, fd00:ec2::254), or the server's own listen address. An
+  /// IPv4-mapped or NAT64 (64:ff9b::/96) address is checked as its IPv4
+  /// one. A HOST rule allows whatever its name resolves to but those.
   bool allows(std::string_view host, std::uint16_t port, const boost::asio::ip::address& addr,
               std::string& why) const;
 
   /// The check at registration: resolves `url`'s host (blocking) and
   /// returns why a push there is refused, or "" when every address it
-  /// resolves to is allowed. A name that does not resolve is refused too.
-  std::string check(const http_url& url) const;
+  /// resolves to is allowed. A name that does not resolve is refused too
+  /// (and `*unresolved`, when given, says that was why).
+  std::string check(const http_url& url, bool* unresolved = nullptr) const;
 
  private:
   struct block {
