@@ -4,6 +4,8 @@
 #include <boost/beast/http/field.hpp>
 #include <cctype>
 
+#include "http/ascii.hpp"
+
 namespace delayq::server {
 namespace {
 
@@ -16,13 +18,6 @@ bool same_token(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
-}
-
-std::string guard_lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
 }
 
 std::string_view guard_trim(std::string_view s) {
@@ -46,13 +41,13 @@ bool has_body(const http_request_header& h) {
 // application/json, with parameters or not (charset=utf-8), in any case.
 bool is_json(std::string_view content_type) {
   std::string_view media = content_type.substr(0, content_type.find(';'));
-  return guard_lower(guard_trim(media)) == "application/json";
+  return ascii_lower(guard_trim(media)) == "application/json";
 }
 
 }  // namespace
 
 request_guard::request_guard(guard_options options) : options_(std::move(options)) {
-  for (auto& h : options_.allowed_hosts) h = guard_lower(h);
+  for (auto& h : options_.allowed_hosts) h = ascii_lower(h);
 }
 
 bool request_guard::needs_token(std::string_view path) {
@@ -88,7 +83,7 @@ std::string request_guard::host_of(std::string_view value) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
           c == '_'))
       return {};
-  std::string out = guard_lower(host);
+  std::string out = ascii_lower(host);
   if (out.back() == '.') out.pop_back();  // "localhost." names localhost
   return out;
 }

@@ -6,17 +6,12 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "http/ascii.hpp"
+
 namespace delayq::server {
 namespace {
 
 namespace ip = boost::asio::ip;
-
-std::string policy_lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // ::ffff:a.b.c.d and the NAT64 64:ff9b::a.b.c.d reach a.b.c.d: the v4
 // checks must apply to them.
@@ -103,7 +98,7 @@ push_policy::push_policy(const std::vector<std::string>& allow, ip::tcp::endpoin
     // HOST or HOST:PORT.
     name_rule n;
     const std::size_t colon = rule.rfind(':');
-    n.host = policy_lower(rule.substr(0, colon));
+    n.host = ascii_lower(rule.substr(0, colon));
     if (colon != std::string::npos) {
       n.port = rule.substr(colon + 1);
       unsigned port = 0;
@@ -149,7 +144,7 @@ bool push_policy::allows(std::string_view host, std::uint16_t port, const ip::ad
   }
   if (std::any_of(blocks_.begin(), blocks_.end(), [&](const block& b) { return contains(b, a); }))
     return true;
-  const std::string h = policy_lower(host), p = std::to_string(port);
+  const std::string h = ascii_lower(host), p = std::to_string(port);
   if (std::any_of(names_.begin(), names_.end(), [&](const name_rule& n) {
         return n.host == h && (n.port.empty() || n.port == p);
       }))
