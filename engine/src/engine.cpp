@@ -153,8 +153,25 @@ bool engine::purge(std::string_view id, boost::system::error_code& ec) {
   return core_->purge(id, ec);
 }
 
-std::optional<task> engine::find(std::string_view id) const { return core_->find(id); }
-std::optional<task_status> engine::status(std::string_view id) const { return core_->status(id); }
+std::optional<task> engine::find(std::string_view id) const {
+  boost::system::error_code ec;
+  auto t = find(id, ec);
+  detail::throw_if(ec, "delayq::engine::find");
+  return t;
+}
+std::optional<task> engine::find(std::string_view id, boost::system::error_code& ec) const {
+  return core_->find(id, ec);
+}
+std::optional<task_status> engine::status(std::string_view id) const {
+  boost::system::error_code ec;
+  auto s = status(id, ec);
+  detail::throw_if(ec, "delayq::engine::status");
+  return s;
+}
+std::optional<task_status> engine::status(std::string_view id,
+                                          boost::system::error_code& ec) const {
+  return core_->status(id, ec);
+}
 std::vector<task> engine::upcoming(std::size_t limit, std::string_view type) const {
   return core_->upcoming(limit, type);
 }

@@ -20,6 +20,7 @@
 #include "delayq/redis_store.hpp"
 #include "delayq/shard_leases.hpp"
 #include "http/http_server.hpp"
+#include "ops/store_health.hpp"
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
 #include "push/push_policy.hpp"
@@ -70,6 +71,7 @@ std::string advertised_url(const tcp::endpoint& bound) {
 // Declared in the order they must be built; destroyed the other way round.
 struct server_app::parts {
   std::unique_ptr<task_store> settings_store;  // push targets, health probes
+  std::unique_ptr<store_health> health;        // /healthz: one probe a second
   std::unique_ptr<push_registry> registry;
   // --cluster: the instances' API addresses, and the client that forwards a
   // call on an id to its shard's owner.
@@ -431,6 +433,7 @@ void server_app::bring_up() {
   const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
   const auto fail = [&](boost::system::error_code ec, const std::string& what) {
     p.engine.reset();
+    p.health.reset();
     p.forwarder.reset();
     p.peers.reset();
     p.registry.reset();
@@ -543,11 +546,16 @@ void server_app::bring_up() {
   ap.peers = p.peers.get();
   ap.forwarder = p.forwarder.get();
   ap.forwarding.timeout = options_.forward_timeout;
-  ap.store_healthy = [store = p.settings_store.get()] {
+  // One probe a second on the settings connection, whoever asks /healthz
+  // and how often.
+  p.health = std::make_unique<store_health>([store = p.settings_store.get()](std::string& why) {
     boost::system::error_code probe;
     store->load_settings(probe);
+    if (probe) why = probe.message();
     return !probe;
-  };
+  });
+  p.health->start();
+  ap.health = p.health.get();
   p.router = std::make_unique<api_router>(std::move(ap), 8);
   p.ready.store(true, std::memory_order_release);
 }

@@ -3,6 +3,7 @@
 // server with tasks reserved, and a Redis that cannot be reached.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <future>
 #include <set>
 
@@ -316,4 +317,98 @@ TEST_CASE("server: Redis going away answers 503, and the server recovers by itse
   auto g = c.get(task_path(id_of(before)));
   CHECK_MESSAGE(g.status == 200, g.describe());
   CHECK(g.body_json["payload"] == "acknowledged before");
+}
+
+namespace {
+
+// A number from `redis-cli -p PORT INFO stats` ("total_commands_processed").
+long long redis_info_number(std::uint16_t port, const std::string& key) {
+  const std::string cmd = "redis-cli -p " + std::to_string(port) + " INFO stats";
+  std::unique_ptr<FILE, int (*)(FILE*)> out(::popen(cmd.c_str(), "r"), ::pclose);
+  REQUIRE(out != nullptr);
+  std::string text;
+  char buf[4096];
+  while (const std::size_t n = std::fread(buf, 1, sizeof buf, out.get())) text.append(buf, n);
+  const std::size_t at = text.find(key + ":");
+  REQUIRE_MESSAGE(at != std::string::npos, text);
+  return std::stoll(text.substr(at + key.size() + 1));
+}
+
+}  // namespace
+
+TEST_CASE("server: healthz answers from a kept state, not a store read per call") {
+  // A Redis of the test's own: no other test's commands in its counts.
+  const std::uint16_t port = unused_port();
+  temp_dir redis_dir;
+  auto redis = start_redis(port, redis_dir.path());
+  const std::string uri =
+      "redis://127.0.0.1:" + std::to_string(port) + "?prefix=" + unique_name("hz").substr(0, 60);
+  auto server = std::make_unique<server_process>(
+      std::vector<std::string>{"--listen", "127.0.0.1:0", "--store", uri, "--tick", "10"});
+  server->wait_listening();
+  INFO(server->output_tail());
+  http_client c(server->port());
+  REQUIRE(c.get("/healthz").status == 200);
+
+  // 500 health checks: the store sees the server's own probe (one a
+  // second), not one read per check.
+  constexpr int checks = 500;
+  const long long before = redis_info_number(port, "total_commands_processed");
+  for (int i = 0; i < checks; ++i) REQUIRE(c.get("/healthz").status == 200);
+  const long long after = redis_info_number(port, "total_commands_processed");
+  // One INFO of ours is counted too. A read per check would be 500; the
+  // probe would need 50 s to make 50.
+  CHECK_MESSAGE(after - before - 1 < checks / 10, "store commands: ", after - before - 1);
+}
+
+TEST_CASE("server: a store that stops answering stalls no I/O thread, and its error is no 404") {
+  const std::uint16_t port = unused_port();
+  temp_dir redis_dir;
+  auto redis = start_redis(port, redis_dir.path());
+  struct resume_redis {
+    server_process& p;
+    ~resume_redis() { p.signal(SIGCONT); }
+  } resume{*redis};
+  // A command timeout longer than the test: a stopped Redis holds every
+  // read that reaches it until it resumes. --horizon: a GET of an id the
+  // engine does not hold reads the store. One I/O thread: one such GET on
+  // it would stall every connection.
+  const std::string uri = "redis://127.0.0.1:" + std::to_string(port) +
+                          "?command_timeout_ms=600000&prefix=" + unique_name("stall").substr(0, 50);
+  auto server = std::make_unique<server_process>(
+      std::vector<std::string>{"--listen", "127.0.0.1:0", "--store", uri, "--token", test_token,
+                               "--tick", "10", "--horizon", "1", "--io-threads", "1"});
+  server->wait_listening();
+  INFO(server->output_tail());
+  http_client c(server->port());
+  REQUIRE(c.get("/v1/tasks/unknown-before").status == 404);
+
+  redis->signal(SIGSTOP);
+  std::vector<std::unique_ptr<raw_connection>> waiting;
+  for (int i = 0; i < 3; ++i) {
+    waiting.push_back(std::make_unique<raw_connection>(server->port()));
+    waiting.back()->send(raw_request("GET", "/v1/tasks/unknown-" + std::to_string(i), ""));
+  }
+  // Served while those wait on the store (the client gives up after the
+  // hang guard: a stalled I/O thread fails here).
+  for (int i = 0; i < 3; ++i) {
+    http_client fresh(server->port());
+    auto s = fresh.get("/v1/stats");
+    CHECK_MESSAGE(s.status == 200, s.describe());
+    CHECK(fresh.get("/healthz").status > 0);
+  }
+  redis->signal(SIGCONT);
+  for (auto& w : waiting) {
+    auto r = w->read_response();
+    REQUIRE(r.has_value());
+    CHECK_MESSAGE(r->status == 404, r->describe());
+  }
+
+  // The store gone: the server cannot tell whether the task exists, and
+  // says so (a 404 would tell a client its task is gone).
+  redis->kill_now();
+  auto r = c.get("/v1/tasks/unknown-after");
+  CHECK_MESSAGE(r.status == 503, r.describe());
+  const std::set<std::string> store_errors{"store_unavailable", "store_error", "outcome_unknown"};
+  CHECK_MESSAGE(store_errors.count(r.error()) == 1, r.describe());
 }

@@ -491,13 +491,21 @@ class engine {
   bool purge(std::string_view id, boost::system::error_code& ec);
 
   /// A copy of the pending task with this id (waiting, due or running).
+  /// Errors as status().
+  std::optional<task> find(std::string_view id, boost::system::error_code& ec) const;
+  /// Throwing form: boost::system::system_error.
   std::optional<task> find(std::string_view id) const;
 
   /// The pending task with this id and its state, or nothing when no task
   /// with this id is pending. Tells "will run later" (delayed, ready) from
-  /// "running now". With engine_options::cluster, a task of a shard this
+  /// "running now". With engine_options::cluster or a horizon, a task this
   /// instance does not hold is read from the store (delayed or ready by its
-  /// due time; whether it runs now only its owner knows).
+  /// due time; whether it runs now only its owner knows): the call then
+  /// blocks for a store round trip, so keep it off threads that must not
+  /// wait. Errors (nothing returned; whether the task exists is unknown):
+  /// the store's (errc::store_unavailable, errc::store_error...).
+  std::optional<task_status> status(std::string_view id, boost::system::error_code& ec) const;
+  /// Throwing form: boost::system::system_error.
   std::optional<task_status> status(std::string_view id) const;
 
   /// engine_options::cluster: the instance that can act on `id` (cancel,

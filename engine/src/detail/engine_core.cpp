@@ -396,13 +396,15 @@ void engine_core::on_tick() {
 
 // ------------------------------------------------------------------ queries
 
-std::optional<task> engine_core::find(std::string_view id) const {
-  auto s = status(id);
+std::optional<task> engine_core::find(std::string_view id, boost::system::error_code& ec) const {
+  auto s = status(id, ec);
   if (!s) return std::nullopt;
   return std::move(s->task);
 }
 
-std::optional<task_status> engine_core::status(std::string_view id) const {
+std::optional<task_status> engine_core::status(std::string_view id,
+                                               boost::system::error_code& ec) const {
+  ec.clear();
   std::unique_lock lock(mutex_);
   timer_wheel::handle h = wheel_.find(id);
   // Not held: maybe due past the horizon (or of a shard gained and not read
@@ -412,7 +414,8 @@ std::optional<task_status> engine_core::status(std::string_view id) const {
     if (!horizon_on()) return std::nullopt;
     lock.unlock();
     bool held_meanwhile = false;
-    std::optional<task> t = find_stored(id, &held_meanwhile);
+    std::optional<task> t = find_stored(id, ec, &held_meanwhile);
+    if (ec) return std::nullopt;  // unknown, not absent: the caller must not say "no such task"
     lock.lock();
     if (!held_meanwhile || round == 8) {
       if (!t) return std::nullopt;

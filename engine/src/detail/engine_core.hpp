@@ -78,8 +78,8 @@ class engine_core final : public dispatcher::owner,
                boost::system::error_code& ec);
   bool purge(std::string_view id, boost::system::error_code& ec);
   signal_result signal(std::string_view id, std::uint32_t n, boost::system::error_code& ec);
-  std::optional<task> find(std::string_view id) const;
-  std::optional<task_status> status(std::string_view id) const;
+  std::optional<task> find(std::string_view id, boost::system::error_code& ec) const;
+  std::optional<task_status> status(std::string_view id, boost::system::error_code& ec) const;
   std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
   std::string owner_of(std::string_view id) const;
   std::vector<std::string> members() const;
@@ -283,7 +283,8 @@ class engine_core final : public dispatcher::owner,
   // The stored task `id` the engine does not hold, read from the store.
   // The stored task `id` (horizon only), unless the wheel holds it by the
   // time the store answered: then nothing, and `held_meanwhile` says so.
-  std::optional<task> find_stored(std::string_view id, bool* held_meanwhile = nullptr) const;
+  std::optional<task> find_stored(std::string_view id, boost::system::error_code& ec,
+                                  bool* held_meanwhile = nullptr) const;
   // Stored tasks the engine cannot accept: id, why.
   using rejected_tasks = std::vector<std::pair<std::string, std::string>>;
   // Under the lock: holds a task a read of the store found, unless its id is

@@ -209,11 +209,12 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
   ec = errc::busy;  // the ids kept changing while they were read: let the caller retry
 }
 
-std::optional<task> engine_core::find_stored(std::string_view id, bool* held_meanwhile) const {
+std::optional<task> engine_core::find_stored(std::string_view id, boost::system::error_code& ec,
+                                             bool* held_meanwhile) const {
+  ec.clear();
   if (!horizon_on()) return std::nullopt;
   auto& self = const_cast<engine_core&>(*this);
   self.writer_.flush();  // a task that just succeeded is gone from the store too
-  boost::system::error_code ec;
   const std::string key(id);
   std::vector<std::optional<task>> found = store_->find(std::span(&key, 1), ec);
   if (ec || found.empty() || !found[0]) return std::nullopt;

@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/beast/http/verb.hpp>
-#include <charconv>
+#include <mutex>
 #include <optional>
 #include <thread>
 
-#include "api/metrics_text.hpp"
+#include "api/api_call.hpp"
+#include "api/batch_split.hpp"
 #include "api/request_codec.hpp"
 #include "api/request_guard.hpp"
 #include "api/task_json.hpp"
@@ -20,12 +21,6 @@ namespace bhttp = boost::beast::http;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::system_clock;
-
-http_answer no_content() {
-  http_answer a;
-  a.status = 204;
-  return a;
-}
 
 const char* state_name(task_state s) {
   switch (s) {
@@ -43,15 +38,6 @@ const char* state_name(task_state s) {
 constexpr std::chrono::seconds chase_patience{5};
 constexpr std::chrono::seconds transit_patience{2};
 
-std::optional<std::size_t> parse_size(const std::optional<std::string>& s, std::size_t dflt,
-                                      std::size_t max) {
-  if (!s) return dflt;
-  std::size_t v = 0;
-  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
-  return v;
-}
-
 }  // namespace
 
 http_answer json_answer(unsigned status, const json& body) {
@@ -66,28 +52,6 @@ http_answer error_answer(const api_error& e) {
   if (e.status == 503) a.headers.emplace_back("Retry-After", "1");
   return a;
 }
-
-// One request: its parts, split once, and the way to answer it.
-struct api_router::call {
-  http_request req;
-  http_respond respond;
-  std::shared_ptr<http_gone_signal> gone;  // long polls only
-  std::string path;                        // percent-encoded, without the query
-  std::string query;
-  std::vector<std::string> seg;  // decoded path segments
-  json body;
-
-  void answer(http_answer a) { std::exchange(respond, nullptr)(std::move(a)); }
-  void fail(const api_error& e) { answer(error_answer(e)); }
-  // Parses the body; false (and answered) when it is not JSON.
-  bool parse_body(bool empty_is_object = false) {
-    if (auto e = parse_json(req.body(), body, empty_is_object)) {
-      fail(*e);
-      return false;
-    }
-    return true;
-  }
-};
 
 api_router::api_router(api_parts parts, std::size_t blocking_threads)
     : parts_(std::move(parts)), pool_(blocking_threads), settings_(pool_.get_executor()) {
@@ -311,18 +275,74 @@ void api_router::add_batch(call& c) {
   if (!c.parse_body()) return;
   std::vector<add_request> rs;
   if (auto e = parse_batch(c.body, rs)) return c.fail(*e);
-  // Tasks with ids are checked against their shards: a batch whose ids all
-  // belong to one other instance goes there whole (tasks without an id may
-  // be added anywhere). Ids of several owners get 421 (docs/scale-out.md).
-  const auto has_id = [](const add_request& r) { return !r.id.empty(); };
-  if (const auto named = std::find_if(rs.begin(), rs.end(), has_id);
-      forwarding_ && named != rs.end()) {
-    std::string owner = parts_.engine->owner_of(named->id);
-    const bool one_owner = std::all_of(named + 1, rs.end(), [&](const add_request& r) {
-      return !has_id(r) || parts_.engine->owner_of(r.id) == owner;
-    });
-    if (one_owner && forward_to(c, std::move(owner), named->id)) return;
+  // Under --cluster, tasks with ids are stored by their shards' owners:
+  // a batch of one other owner goes there whole; one of several is split,
+  // a part to each owner (tasks without an id are stored here), and
+  // answered once (batch_split.hpp). A part forwarded here is stored here.
+  if (forwarding_ && !peer_forwarder::is_forwarded(c.req)) {
+    auto parts = split_batch(
+        rs, [this](const std::string& id) { return parts_.engine->owner_of(id); },
+        forwarding_->instance());
+    if (parts.size() == 1 && !parts[0].instance.empty() &&
+        forward_to(c, parts[0].instance, rs[parts[0].index[0]].id))
+      return;
+    if (parts.size() > 1) return split_batch_call(c, std::move(rs), std::move(parts));
   }
+  blocking(std::move(c.respond),
+           [this, rs = std::move(rs)]() mutable { return store_batch(std::move(rs)); });
+}
+
+void api_router::split_batch_call(call& c, std::vector<add_request> rs,
+                                  std::vector<batch_part> parts) {
+  // The parts' answers, gathered on whichever thread each arrives.
+  struct gather {
+    std::mutex mutex;
+    std::size_t total = 0;
+    std::vector<batch_part> parts;
+    std::vector<http_answer> answers;
+    std::size_t left = 0;
+    http_respond respond;
+  };
+  auto g = std::make_shared<gather>();
+  g->total = rs.size();
+  g->answers.resize(parts.size());
+  g->left = parts.size();
+  g->respond = std::move(c.respond);
+  const auto answered = [g](std::size_t k) {
+    return [g, k](http_answer a) {
+      std::unique_lock lock(g->mutex);
+      g->answers[k] = std::move(a);
+      if (--g->left > 0) return;
+      http_answer out = join_batch_answers(g->total, g->parts, g->answers);
+      lock.unlock();
+      std::exchange(g->respond, nullptr)(std::move(out));
+    };
+  };
+  const json& tasks = c.body["tasks"];
+  g->parts = parts;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    const batch_part& part = parts[k];
+    if (part.instance.empty()) {
+      std::vector<add_request> here;
+      for (const std::size_t i : part.index) here.push_back(std::move(rs[i]));
+      blocking(answered(k),
+               [this, here = std::move(here)]() mutable { return store_batch(std::move(here)); });
+      continue;
+    }
+    // The owner's part as a batch of its own, with the caller's token.
+    json sub = json::array();
+    for (const std::size_t i : part.index) sub.push_back(tasks[i]);
+    http_request req{bhttp::verb::post, "/v1/tasks:batch", 11};
+    if (const auto auth = c.req.find(bhttp::field::authorization); auth != c.req.end())
+      req.set(bhttp::field::authorization, auth->value());
+    req.set(bhttp::field::content_type, "application/json");
+    req.body() = dump_json(json{{"tasks", std::move(sub)}});
+    req.prepare_payload();
+    forwarding_->forward(part.instance, std::move(req), rs[part.index[0]].id, answered(k), nullptr);
+  }
+}
+
+http_answer api_router::store_batch(std::vector<add_request> rs) {
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
   const auto now = system_clock::now();
@@ -338,32 +358,34 @@ void api_router::add_batch(call& c) {
     t.options.trigger_count = r.trigger_count;
     specs.push_back(std::move(t));
   }
-  blocking(std::move(c.respond),
-           [this, specs = std::move(specs), replaced = std::move(replaced)]() mutable {
-             boost::system::error_code ec;
-             std::size_t bad = 0;
-             auto ids = parts_.engine->schedule_many(std::move(specs), ec, bad);
-             if (!ec)
-               for (const std::string& id : replaced) parts_.broker->release_ready(id);
-             if (ec) {
-               api_error e = from_error_code(ec);
-               // Errors of one task name it; the store's concern the whole batch.
-               if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
-               return error_answer(e);
-             }
-             return json_answer(201, json{{"ids", ids}});
-           });
+  boost::system::error_code ec;
+  std::size_t bad = 0;
+  auto ids = parts_.engine->schedule_many(std::move(specs), ec, bad);
+  if (ec) {
+    api_error e = from_error_code(ec);
+    // Errors of one task name it; the store's concern the whole batch.
+    if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
+    return error_answer(e);
+  }
+  for (const std::string& id : replaced) parts_.broker->release_ready(id);
+  return json_answer(201, json{{"ids", ids}});
 }
 
 void api_router::get_task(call& c, const std::string& id) {
   // The owner knows whether its attempt runs; when it cannot be reached,
   // the store says what it can (delayed or ready by the due time).
   if (forward_foreign(c, id, [this, id] { return task_answer(id); })) return;
-  c.answer(task_answer(id));
+  // On the pool: a task this instance does not hold (past the horizon, of a
+  // shard not read yet) is looked up in the store, and an I/O thread that
+  // waited on it would stall every connection it serves.
+  blocking(std::move(c.respond), [this, id] { return task_answer(id); });
 }
 
 http_answer api_router::task_answer(const std::string& id) const {
-  auto st = parts_.engine->status(id);
+  boost::system::error_code ec;
+  auto st = parts_.engine->status(id, ec);
+  // The store could not say: not a 404, which a client takes for "gone".
+  if (ec) return error_answer(from_error_code(ec, "task " + id));
   if (!st) return error_answer(not_found("no pending task with id " + id));
   json j = task_json(st->task);
   std::string state = state_name(st->state);
@@ -411,7 +433,8 @@ http_answer api_router::chase(const std::string& id, const char* what,
     boost::system::error_code ec;
     if (act(ec)) return no_content();
     if (ec) return error_answer(from_error_code(ec));
-    auto st = parts_.engine->status(id);
+    auto st = parts_.engine->status(id, ec);
+    if (ec) return error_answer(from_error_code(ec, "task " + id));
     if (!st) return error_answer(not_found("no pending task with id " + id));
     if (st->state == task_state::running) {
       if (parts_.broker->release_ready(id)) {
@@ -567,204 +590,6 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
     c.respond = std::move(*respond);
     stale();
   }
-}
-
-// ------------------------------------------------------------------ push targets
-
-void api_router::put_type(call& c, const std::string& type) {
-  if (!c.parse_body()) return;
-  std::string why;
-  auto target = push_target_from_json(c.body, why);
-  if (!target) return c.fail(bad_request(why));
-  settings(std::move(c.respond), [this, type, t = *target] {
-    // Resolving may wait on DNS: here, on the settings strand's thread.
-    if (parts_.push_allow != nullptr) {
-      std::string why;
-      const auto url = parse_http_url(t.url, why);
-      if (url) why = parts_.push_allow->check(*url);
-      if (!why.empty()) return error_answer({400, "push_target_refused", why});
-    }
-    boost::system::error_code ec;
-    parts_.registry->put(type, t, ec);
-    if (ec == boost::system::errc::invalid_argument) return error_answer(bad_request(ec.message()));
-    if (ec) return error_answer(from_error_code(ec));
-    // Tasks of the type that wait for a consumer go back to the engine, which
-    // offers them again: now they are pushed.
-    parts_.broker->release_type(type);
-    return no_content();
-  });
-}
-
-void api_router::get_type(call& c, const std::string& type) {
-  auto t = parts_.registry->find(type);
-  if (!t) return c.fail(not_found("no push target for type " + type));
-  c.answer(json_answer(200, to_json(*t)));
-}
-
-void api_router::get_types(call& c) {
-  json all = json::object();
-  for (const auto& [type, t] : parts_.registry->all()) all[type] = to_json(t);
-  c.answer(json_answer(200, json{{"types", std::move(all)}}));
-}
-
-void api_router::delete_type(call& c, const std::string& type) {
-  settings(std::move(c.respond), [this, type] {
-    boost::system::error_code ec;
-    const bool had = parts_.registry->erase(type, ec);
-    if (ec) return error_answer(from_error_code(ec));
-    if (!had) return error_answer(not_found("no push target for type " + type));
-    return no_content();
-  });
-}
-
-// ------------------------------------------------------------------ dead letters
-
-void api_router::list_dead(call& c) {
-  const auto offset = parse_size(query_param(c.query, "offset"), 0, max_dead_offset);
-  const auto limit = parse_size(query_param(c.query, "limit"), 100, 1000);
-  if (!offset || !limit)
-    return c.fail(bad_request("offset must be an integer from 0 to " +
-                              std::to_string(max_dead_offset) +
-                              ", limit one from 0 to 1000 (purge or requeue the first letters "
-                              "to reach later ones)"));
-  blocking(std::move(c.respond), [this, offset = *offset, limit = *limit] {
-    boost::system::error_code ec;
-    auto letters = parts_.engine->dead_letters(offset, limit, ec);
-    if (ec) return error_answer(from_error_code(ec));
-    json list = json::array();
-    for (const dead_letter& d : letters) {
-      json j = task_json(d.task);
-      j["error"] = d.error;
-      j["died_ms"] = to_epoch_ms(d.died_at);
-      list.push_back(std::move(j));
-    }
-    return json_answer(200,
-                       json{{"dead", std::move(list)}, {"total", parts_.engine->stats().dead}});
-  });
-}
-
-void api_router::requeue_dead(call& c, const std::string& id) {
-  if (!c.parse_body(true)) return;
-  milliseconds delay{0};
-  if (auto e = parse_requeue(c.body, delay)) return c.fail(*e);
-  if (forward_foreign(c, id)) return;
-  blocking(std::move(c.respond), [this, id, delay] {
-    when_spec w;
-    w.delay_ms = delay.count();
-    boost::system::error_code ec;
-    const bool found = parts_.engine->requeue(id, w.due(system_clock::now()), ec);
-    if (ec) return error_answer(from_error_code(ec));
-    if (!found) return error_answer(not_found("no dead letter with id " + id));
-    return no_content();
-  });
-}
-
-void api_router::purge_dead(call& c, const std::string& id) {
-  blocking(std::move(c.respond), [this, id] {
-    boost::system::error_code ec;
-    const bool found = parts_.engine->purge(id, ec);
-    if (ec) return error_answer(from_error_code(ec));
-    if (!found) return error_answer(not_found("no dead letter with id " + id));
-    return no_content();
-  });
-}
-
-// ------------------------------------------------------------------ operations
-
-void api_router::stats(call& c) {
-  const engine_stats s = parts_.engine->stats();
-  const lease_broker::counters b = parts_.broker->stats();
-  // Per type: the engine's counts, and the consumers' leases (0 for a type
-  // that was never reserved).
-  const auto broker_types = parts_.broker->type_stats();
-  json types = json::object();
-  for (const type_metrics& t : parts_.engine->metrics().types) {
-    const auto r = broker_types.find(t.type);
-    types[t.type] = {{"pending", t.pending},
-                     {"ready", t.ready},
-                     {"running", t.running},
-                     {"reserved", r == broker_types.end() ? std::size_t{0} : r->second.reserved},
-                     {"scheduled", t.scheduled},
-                     {"fired", t.fired},
-                     {"succeeded", t.succeeded},
-                     {"failed", t.failed},
-                     {"retried", t.retried},
-                     {"died", t.died},
-                     {"cancelled", t.cancelled}};
-  }
-  json j = {
-      {"pending", s.pending},
-      {"ready", s.ready},
-      {"running", s.running},
-      {"scheduled", s.scheduled},
-      {"loaded", s.loaded},
-      {"paged", s.paged},
-      {"shards_held", s.shards_held},
-      {"shards_gained", s.shards_gained},
-      {"shards_lost", s.shards_lost},
-      {"shards_leaving", s.shards_leaving},
-      {"lease_rounds", s.lease_rounds},
-      {"fired", s.fired},
-      {"succeeded", s.succeeded},
-      {"failed", s.failed},
-      {"cancelled", s.cancelled},
-      {"quarantined", s.quarantined},
-      {"retried", s.retried},
-      {"timed_out", s.timed_out},
-      {"died", s.died},
-      {"dead", s.dead},
-      {"writes_queued", s.writes_queued},
-      {"writes_kept", s.writes_kept},
-      {"lateness_p50_us", s.lateness_p50.count()},
-      {"lateness_p90_us", s.lateness_p90.count()},
-      {"lateness_p99_us", s.lateness_p99.count()},
-      {"lateness_max_us", s.lateness_max.count()},
-      {"server",
-       {{"ready_for_consumers", b.ready},
-        {"reserved", b.reserved},
-        {"waiting_consumers", b.waiting_consumers},
-        {"leases_granted", b.reserved_total},
-        {"finished", b.finished},
-        {"failed_by_consumers", b.failed},
-        {"leases_expired", b.expired},
-        {"given_back", b.given_back},
-        {"pushes_in_flight", parts_.pusher->in_flight()},
-        {"pushes_queued", parts_.pusher->queued()},
-        {"pushes_sent", parts_.pusher->sent()},
-        {"pushes_failed", parts_.pusher->failed()}}},
-      {"types", std::move(types)},
-  };
-  c.answer(json_answer(200, j));
-}
-
-void api_router::upcoming(call& c) {
-  const auto limit = parse_size(query_param(c.query, "limit"), 20, 1000);
-  if (!limit) return c.fail(bad_request("limit must be an integer from 0 to 1000"));
-  const std::string type = query_param(c.query, "type").value_or("");
-  // A pass over every pending task (engine::upcoming): off the I/O threads.
-  blocking(std::move(c.respond), [this, limit = *limit, type] {
-    json list = json::array();
-    for (const task& t : parts_.engine->upcoming(limit, type)) list.push_back(task_json(t));
-    return json_answer(200, json{{"tasks", std::move(list)}});
-  });
-}
-
-void api_router::healthz(call& c) {
-  settings(std::move(c.respond), [this] {
-    const bool ok = parts_.store_healthy();
-    return json_answer(ok ? 200 : 503, json{{"status", ok ? "ok" : "store_unavailable"}});
-  });
-}
-
-void api_router::metrics(call& c) {
-  http_answer a;
-  a.content_type = "text/plain; version=0.0.4";
-  server_metrics m;
-  m.engine = parts_.engine->metrics();
-  m.broker = parts_.broker->stats();
-  m.broker_types = parts_.broker->type_stats();
-  a.body = render_metrics(m, *parts_.pusher, parts_.http);
-  c.answer(std::move(a));
 }
 
 }  // namespace delayq::server

@@ -12,12 +12,14 @@
 #include <string>
 
 #include "api/api_error.hpp"
+#include "api/batch_split.hpp"
 #include "api/forward_call.hpp"
 #include "api/request_guard.hpp"
 #include "cluster/peer_directory.hpp"
 #include "cluster/peer_forwarder.hpp"
 #include "delayq/engine.hpp"
 #include "http/http_server.hpp"
+#include "ops/store_health.hpp"
 #include "pull/lease_broker.hpp"
 #include "push/push_client.hpp"
 #include "push/push_policy.hpp"
@@ -35,8 +37,9 @@ struct api_parts {
   /// anywhere.
   const push_policy* push_allow = nullptr;
   const http_server* http = nullptr;  ///< For /metrics' request counts; may be null.
-  /// Answers whether the store is reachable (blocking; run on the pool).
-  std::function<bool()> store_healthy;
+  /// Whether the store answers, as /healthz reports it (kept by its own
+  /// probe: a health check never reads the store).
+  const store_health* health = nullptr;
   /// The token check (request_guard::authorized), asked again for each
   /// route after the HTTP layer's check of the headers. Null: no token.
   const request_guard* guard = nullptr;
@@ -93,6 +96,10 @@ class api_router {
 
   void add_task(call& c);
   void add_batch(call& c);
+  // A batch of several owners: a part to each, one answer (batch_split.hpp).
+  void split_batch_call(call& c, std::vector<add_request> rs, std::vector<batch_part> parts);
+  // Stores `rs` here in one atomic write (blocking: on the pool).
+  http_answer store_batch(std::vector<add_request> rs);
   void get_task(call& c, const std::string& id);
   http_answer task_answer(const std::string& id) const;  // GET of a task, from here
   void cancel_task(call& c, const std::string& id);
@@ -115,7 +122,7 @@ class api_router {
   api_parts parts_;
   boost::asio::thread_pool pool_;
   std::unique_ptr<call_forwarder> forwarding_;  // under --cluster
-  // Settings calls and health probes share one store connection: one at a time.
+  // Settings calls share one store connection: one at a time.
   boost::asio::strand<boost::asio::thread_pool::executor_type> settings_;
 };
 
