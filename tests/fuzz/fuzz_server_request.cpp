@@ -1,7 +1,9 @@
 // fuzz_server_request: arbitrary bytes through what delayq-server does with a
 // request before the engine sees it: Beast's HTTP parser with the server's
-// limits, then every JSON body parser of server/src/api/request_codec.hpp,
-// the path decoding and the query string.
+// limits and the header checks of server/src/api/request_guard.hpp (token,
+// Host, Origin, media type), then every JSON body parser of
+// server/src/api/request_codec.hpp, the path decoding and the query string;
+// and a peer's answer to a part of a split batch (api/batch_split.hpp).
 //
 // Checked: nothing throws and nothing overflows (ASan/UBSan); a refusal is a
 // 4xx with a name and a message; what a parser accepts is within the limits
@@ -14,7 +16,9 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "api/batch_split.hpp"
 #include "api/request_codec.hpp"
+#include "api/request_guard.hpp"
 
 namespace {
 
@@ -46,6 +50,22 @@ void parse_http(std::string_view bytes) {
     const std::size_t n = p.put(boost::asio::buffer(bytes.data() + used, bytes.size() - used), ec);
     if (n == 0) break;
     used += n;
+  }
+  if (p.is_header_done()) {
+    // The checks made before a body is read: with a token and without (then
+    // Host and Origin decide). A refusal is a 4xx with a name and a message.
+    static const request_guard with_token(
+        guard_options{"fuzz-token", boost::asio::ip::make_address("127.0.0.1"), {"example.test"}});
+    static const request_guard without_token(
+        guard_options{"", boost::asio::ip::make_address("::1"), {}});
+    for (const request_guard* g : {&with_token, &without_token}) {
+      const auto refusal = g->check(p.get().base());
+      if (refusal) check(!refusal->name.empty() && !refusal->message.empty());
+      if (refusal)
+        check(refusal->status == 401 || refusal->status == 403 || refusal->status == 415);
+    }
+    (void)request_guard::host_of(
+        std::string_view(bytes.data(), std::min<std::size_t>(bytes.size(), 300)));
   }
   if (p.is_done()) {
     const auto& req = p.get();
@@ -132,6 +152,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::string out;
       (void)percent_decode(body, out);
       (void)query_param(body, "limit");
+      // The body as a peer's answer to a part of a split batch: any bytes
+      // make a 201 with exactly the batch's ids, or an error that says so.
+      const std::vector<batch_part> parts{{"peer", {0, 2}}, {"", {1}}};
+      http_answer peer;
+      peer.status = 201 + (data[0] / 10) % 4 * 100;  // 201, 301, 401, 501
+      peer.body = std::string(body);
+      http_answer here;
+      here.status = 201;
+      here.body = R"({"ids":["h"]})";
+      const http_answer a = join_batch_answers(3, parts, {peer, here});
+      const auto j = nlohmann::json::parse(a.body, nullptr, false);
+      check(j.is_object());
+      if (a.status == 201) check(j["ids"].size() == 3 && j["ids"][1] == "h");
+      if (a.status != 201) check(a.status >= 400 && a.status < 600 && j["ids"][1] == "h");
       break;
     }
   }
