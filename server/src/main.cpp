@@ -51,6 +51,20 @@ int main(int argc, char** argv) {
                  "CIDR|HOST[:PORT] push targets may reach (repeatable; default: loopback only). "
                  "Link-local (cloud metadata), 0.0.0.0 and this server are refused unless named "
                  "alone");
+  std::string drain_timeout_text = "30s";
+  app.add_option("--drain-timeout", drain_timeout_text,
+                 "on SIGTERM or SIGINT, the most the drain waits for requests and pushes in "
+                 "flight, 0s to 1h; a push still unanswered then is pushed again after the restart")
+      ->capture_default_str()
+      ->check([](const std::string& text) -> std::string {
+        try {
+          if (delayq::server::parse_duration(text) > std::chrono::hours{1})
+            return "must be from 0s to 1h, got " + text;
+          return {};
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   bool list_routes = false;
   app.add_flag("--list-routes", list_routes,
                "print every route of the API (METHOD PATH, one a line) and exit");
@@ -135,6 +149,7 @@ int main(int argc, char** argv) {
       std::printf("%s %s\n", method.c_str(), path.c_str());
     return 0;
   }
+  const auto drain_timeout = delayq::server::parse_duration(drain_timeout_text);
   o.shards_given = shards->count() > 0;
   o.tick = std::chrono::milliseconds{tick_ms};
   o.horizon = std::chrono::seconds{horizon_s};
@@ -187,7 +202,7 @@ int main(int argc, char** argv) {
           std::_Exit(130);
         }
         std::fprintf(stderr, "delayq-server: signal %d: draining\n", sig);
-        drainer = std::thread([&server] { server.drain(); });
+        drainer = std::thread([&server, drain_timeout] { server.drain(drain_timeout); });
         signals.async_wait(on_signal);
       };
   signals.async_wait(on_signal);

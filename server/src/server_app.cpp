@@ -1,5 +1,6 @@
 #include "server_app.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/host_name.hpp>
@@ -569,6 +570,14 @@ void server_app::run() {
 
 void server_app::drain(std::chrono::milliseconds grace) {
   auto& p = *p_;
+  // One deadline for the whole drain: the requests in flight, then the
+  // pushes in flight.
+  const auto until = std::chrono::steady_clock::now() + grace;
+  const auto left = [&until] {
+    return std::max(std::chrono::milliseconds{0},
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        until - std::chrono::steady_clock::now()));
+  };
   stop_starter();
   if (!p.http) {
     io_.stop();
@@ -583,13 +592,14 @@ void server_app::drain(std::chrono::milliseconds grace) {
   }
   // Long polls would hold the drain for up to a minute: answer them now.
   p.broker->stop_waiting();
-  const auto until = std::chrono::steady_clock::now() + grace;
   while (p.http->in_flight() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds{5});
   // The engine stops firing first (stop() begins by refusing calls), so the
   // tasks given back below stay in the store instead of being fired again
-  // every tick; stop() then waits for the attempts they were.
-  auto stopped = std::async(std::launch::async, [&] { return p.engine->stop(grace); });
+  // every tick; stop() then waits, until the deadline, for the attempts left
+  // (the pushes in flight), and returns once their outcomes are written.
+  auto stopped =
+      std::async(std::launch::async, [&p, wait = left()] { return p.engine->stop(wait); });
   for (;;) {
     boost::system::error_code ec;
     p.engine->cancel("drain-probe", ec);
@@ -599,8 +609,27 @@ void server_app::drain(std::chrono::milliseconds grace) {
   // What was not finished goes back to the store's keeping: delivered again
   // after the restart.
   p.broker->close();
+  // No push starts any more (those waiting for a slot of their type are
+  // given back too), and those in flight run on: a 2xx before the deadline
+  // ends the attempt as a success, so the task leaves the store instead of
+  // being pushed again after the restart.
+  p.pusher->drain();
+  const auto pushes = [](std::size_t n) {
+    return std::to_string(n) + (n == 1 ? " push" : " pushes");
+  };
+  if (const std::size_t n = p.pusher->in_flight(); n > 0)
+    log(log_level::warning, "drain: " + pushes(n) + " in flight; waiting up to " +
+                                std::to_string(left().count()) + " ms for " +
+                                (n == 1 ? "its answer" : "their answers"));
+  const bool drained = stopped.get();
+  // Past the deadline a push is abandoned: its attempt does not count, and
+  // the task, still stored, is pushed again after the restart.
+  if (const std::size_t n = p.pusher->in_flight(); n > 0)
+    log(log_level::warning, "drain: " + pushes(n) +
+                                " unanswered at the deadline: abandoned, pushed again after the "
+                                "restart (at-least-once)");
   p.pusher->stop();
-  if (!stopped.get()) log(log_level::warning, "drain: attempts still running at exit");
+  if (!drained) log(log_level::warning, "drain: attempts still running at exit");
   p.router->join();
   if (p.peers) {
     // Calls on our shards go to their new owners now: nothing to send here.

@@ -80,9 +80,12 @@ class server_app {
   /// Serves on `io_threads` threads (this one among them) until drain() ends.
   void run();
 
-  /// Stops gracefully: no new connections, 503 to new requests, waits (at
-  /// most `grace`) for requests in flight, gives back the tasks waiting for
-  /// consumers or reserved, stops the engine, then ends run().
+  /// Stops gracefully: no new connections, 503 to new requests, waits for
+  /// requests in flight, gives back the tasks waiting for consumers or
+  /// reserved, stops the engine (no push starts), waits for the pushes in
+  /// flight and writes their outcomes, then ends run(). All the waiting ends
+  /// `grace` after the call (--drain-timeout): a push unanswered by then is
+  /// abandoned, and its task pushed again after the restart.
   void drain(std::chrono::milliseconds grace = std::chrono::seconds{30});
 
  private:

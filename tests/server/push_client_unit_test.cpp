@@ -370,6 +370,36 @@ TEST_CASE("push client: stop() drops queued and in-flight deliveries without cal
   CHECK(f.client->failed() == 0);
 }
 
+TEST_CASE("push client: drain() drops queued deliveries, and those in flight still report") {
+  receiver rx;
+  client_fixture f;
+  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
+  f.deliver(held, "in-flight");
+  f.deliver(held, "queued-1");
+  f.deliver(held, "queued-2");
+  REQUIRE(rx.wait_held_total(1));
+
+  f.client->drain();
+  REQUIRE(f.results.wait_ended(2));
+  CHECK(f.results.drop_count() == 2);
+  CHECK(f.client->queued() == 0);
+  CHECK(f.client->in_flight() == 1);
+  // A delivery after drain() is dropped, not started.
+  f.deliver(target_of(rx.url("/ok")), "late");
+  REQUIRE(f.results.wait_ended(3));
+  CHECK(f.results.drop_count() == 3);
+
+  // The request in flight is answered: its 2xx reaches `done`.
+  rx.release_held();
+  REQUIRE(f.results.wait_ended(4));
+  CHECK(f.results.only("in-flight") == "");
+  CHECK(f.results.call_count() == 1);
+  CHECK(f.client->sent() == 1);
+  CHECK(f.client->in_flight() == 0);
+  // Nothing queued was started once the slot was free.
+  CHECK(rx.requests().size() == 1);
+}
+
 TEST_CASE("push client: done is called exactly once for every delivery") {
   receiver rx;
   client_fixture f;

@@ -218,3 +218,88 @@ TEST_CASE("server: a push the receiver never answers times out and is retried") 
   CHECK(calls[1].attempt == "2");
   CHECK(calls[1].body["attempts"] == 1);
 }
+
+// The drain (docs/server.md, "Running it"): a push in flight at SIGTERM is
+// awaited up to --drain-timeout, and its 2xx settles the task for good.
+TEST_CASE("server: a push answered 2xx during the drain is settled and never pushed again") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // The first call is held until the test answers it; every later one 200.
+  push_receiver receiver(
+      [](const push_call&, std::size_t index) { return index == 0 ? push_receiver::hold : 200u; });
+  test_store store(kind);
+  const std::string type = unique_name("drained");
+  std::string id;
+  {
+    auto server = server_process::start(store);
+    INFO(server->output_tail());
+    http_client c(server->port());
+    // One push at a time: after the restart the tasks go out in due order.
+    auto p = c.put(type_path(type),
+                   json{{"push_url", receiver.url()}, {"timeout_ms", 600000}, {"concurrency", 1}});
+    REQUIRE_MESSAGE(p.status == 204, p.describe());
+    auto r = add_task(c, type, "answered while draining", 0);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    id = id_of(r);
+    REQUIRE(receiver.wait_for_task(id));
+    c.close();
+
+    server->signal(SIGTERM);
+    // The drain has stopped the engine and waits for the push: answer it now.
+    CHECK_MESSAGE(server->wait_for_stderr("drain: 1 push in flight"),
+                  "the server exited without waiting for the push in flight");
+    receiver.answer_held(200);
+    const int status = server->wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe_status(status));
+    CHECK(server->stderr_text().find("unanswered") == std::string::npos);
+  }
+  // One worker: were the task still stored, it would be pushed (it is
+  // overdue, due first) before a marker added after the start.
+  auto server = server_process::start(store, {"--workers", "1"});
+  INFO(server->output_tail());
+  http_client c(server->port());
+  auto r = add_task(c, type, "marker", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string marker = id_of(r);
+  REQUIRE(receiver.wait_for_task(marker));
+  CHECK(receiver.calls_for(id) == 1);
+  CHECK(c.get(task_path(id)).status == 404);
+  CHECK(dead_letter(c, id).is_null());
+}
+
+TEST_CASE("server: a push unanswered at the drain deadline is pushed again after the restart") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // The first call is never answered; every later one 200.
+  push_receiver receiver(
+      [](const push_call&, std::size_t index) { return index == 0 ? 0u : 200u; });
+  test_store store(kind);
+  const std::string type = unique_name("undrained");
+  std::string id;
+  {
+    auto server = server_process::start(store, {"--drain-timeout", "200ms"});
+    INFO(server->output_tail());
+    http_client c(server->port());
+    auto p = c.put(type_path(type), json{{"push_url", receiver.url()}, {"timeout_ms", 600000}});
+    REQUIRE_MESSAGE(p.status == 204, p.describe());
+    auto r = add_task(c, type, "unanswered", 0);
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    id = id_of(r);
+    REQUIRE(receiver.wait_for_task(id));
+    c.close();
+
+    server->signal(SIGTERM);
+    CHECK(server->wait_for_stderr("drain: 1 push unanswered at the deadline"));
+    const int status = server->wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe_status(status));
+  }
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  REQUIRE(receiver.wait_for_calls(2));
+  const auto calls = receiver.calls();
+  CHECK(calls[1].task_id == id);
+  // Abandoned, not failed: the attempt did not count.
+  CHECK(calls[1].attempt == "1");
+  CHECK(calls[1].body["attempts"] == 0);
+  CHECK(eventually([&] { return c.get(task_path(id)).status == 404; }));
+  CHECK(dead_letter(c, id).is_null());
+}

@@ -3,8 +3,10 @@
 // server_test_support.hpp since only the push tests need it.
 #pragma once
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -40,10 +42,13 @@ struct push_call {
 /// An HTTP server on 127.0.0.1 (a free port) in the test process, on a thread
 /// of its own. Every POST is recorded and answered with the status that
 /// `answer(call, index)` returns (index counts from 0 over all calls); 0
-/// means no answer at all (the connection stays open and silent).
+/// means no answer at all (the connection stays open and silent), and `hold`
+/// holds the call open until answer_held() answers it.
 class push_receiver {
  public:
   using answer_fn = std::function<unsigned(const push_call&, std::size_t)>;
+  /// What `answer` returns to hold a call until answer_held().
+  static constexpr unsigned hold = 1;
 
   explicit push_receiver(answer_fn answer)
       : answer_(std::move(answer)),
@@ -74,6 +79,36 @@ class push_receiver {
     return cv_.wait_for(lock, guard, [&] { return calls_.size() >= n; });
   }
 
+  /// Waits until a call pushed the task `id`; false on the guard.
+  bool wait_for_task(const std::string& id) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, hang_guard, [&] {
+      return std::any_of(calls_.begin(), calls_.end(),
+                         [&](const push_call& c) { return c.task_id == id; });
+    });
+  }
+
+  /// Calls that pushed the task `id`.
+  std::size_t calls_for(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    return static_cast<std::size_t>(std::count_if(
+        calls_.begin(), calls_.end(), [&](const push_call& c) { return c.task_id == id; }));
+  }
+
+  /// Answers every call held so far (`answer` returned `hold`) with `status`,
+  /// on the receiver's thread; their push_call::answered becomes `status`.
+  void answer_held(unsigned status) {
+    asio::post(ioc_, [this, status] {
+      std::vector<std::shared_ptr<session>> held;
+      {
+        std::lock_guard lock(mu_);
+        held.swap(held_);
+        for (const auto& s : held) calls_[s->call_index].answered = status;
+      }
+      for (const auto& s : held) s->send(status);
+    });
+  }
+
  private:
   struct session : std::enable_shared_from_this<session> {
     session(push_receiver& r, tcp::socket s) : owner(r), stream(std::move(s)) {}
@@ -100,29 +135,39 @@ class push_receiver {
         index = owner.next_index_++;
       }
       c.answered = owner.answer_(c, index);
-      if (c.answered == 0) {
-        // Never answered: the connection is kept open, silent, until the
-        // receiver goes (a push that must time out).
+      if (c.answered == 0 || c.answered == hold) {
+        // Never answered (a push that must time out), or not yet: the
+        // connection is kept open, silent, until the receiver goes or
+        // answer_held().
+        const bool held = c.answered == hold;
+        c.answered = 0;
         std::lock_guard lock(owner.mu_);
-        c.index = owner.calls_.size();
+        c.index = call_index = owner.calls_.size();
         owner.calls_.push_back(std::move(c));
-        owner.silent_.push_back(shared_from_this());
+        if (held)
+          owner.held_.push_back(shared_from_this());
+        else
+          owner.silent_.push_back(shared_from_this());
         owner.cv_.notify_all();
         return;
       }
-      res = http::response<http::string_body>(static_cast<http::status>(c.answered), 11);
-      res.set(http::field::content_type, "text/plain");
-      res.body() = c.answered / 100 == 2 ? "ok" : "failing on purpose";
-      res.keep_alive(req.keep_alive());
-      res.prepare_payload();
+      const unsigned status = c.answered;
       {
         // Recorded before the answer is sent: a test that saw the call may
         // then wait on the server for what the answer causes.
         std::lock_guard lock(owner.mu_);
-        c.index = owner.calls_.size();
+        c.index = call_index = owner.calls_.size();
         owner.calls_.push_back(std::move(c));
         owner.cv_.notify_all();
       }
+      send(status);
+    }
+    void send(unsigned status) {
+      res = http::response<http::string_body>(static_cast<http::status>(status), 11);
+      res.set(http::field::content_type, "text/plain");
+      res.body() = status / 100 == 2 ? "ok" : "failing on purpose";
+      res.keep_alive(req.keep_alive());
+      res.prepare_payload();
       http::async_write(stream, res,
                         [self = shared_from_this()](beast::error_code ec, std::size_t) {
                           if (!ec && self->res.keep_alive()) self->read();
@@ -133,6 +178,7 @@ class push_receiver {
     beast::flat_buffer buffer;
     http::request<http::string_body> req;
     http::response<http::string_body> res;
+    std::size_t call_index = 0;  // this request's place in calls_
   };
 
   void accept() {
@@ -150,7 +196,8 @@ class push_receiver {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<push_call> calls_;
-  std::vector<std::shared_ptr<void>> silent_;  // sessions never answered
+  std::vector<std::shared_ptr<void>> silent_;   // sessions never answered
+  std::vector<std::shared_ptr<session>> held_;  // sessions answer_held() answers
   std::size_t next_index_ = 0;
 };
 

@@ -333,6 +333,16 @@ class server_process {
     std::lock_guard lock(mu_);
     return err_;
   }
+  /// Waits until stderr holds `text` or the child closed its pipes (it
+  /// exited); whether stderr holds it. Throws, with the output, on the guard.
+  bool wait_for_stderr(std::string_view text) {
+    std::unique_lock lock(mu_);
+    const auto seen = [&] { return err_.find(text) != std::string::npos; };
+    if (!cv_.wait_for(lock, hang_guard, [&] { return seen() || pipes_open_ == 0; }))
+      throw std::runtime_error("delayq-server neither wrote \"" + std::string(text) +
+                               "\" nor exited; output:\n" + output_locked());
+    return seen();
+  }
   /// Waits until both pipes are closed (the child exited), then returns stderr.
   std::string stderr_after_exit() {
     std::unique_lock lock(mu_);

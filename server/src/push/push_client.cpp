@@ -65,6 +65,7 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   void deliver(pending_delivery p);
   void start(pending_delivery p);
   void complete(request& r, std::string result);
+  void drain();
   void stop();
 
   const asio::any_io_executor ex;
@@ -79,6 +80,7 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
 
   mutable std::mutex mutex;
   bool stopped = false;
+  bool draining = false;  // no request starts; those in flight go on
   std::map<std::string, type_state, std::less<>> types;
   std::size_t in_flight = 0;
   std::size_t queued = 0;
@@ -296,7 +298,7 @@ void push_client::impl::deliver(pending_delivery p) {
   std::optional<pending_delivery> to_start;
   {
     std::unique_lock lock{mutex};
-    if (!stopped) {
+    if (!stopped && !draining) {
       auto& st = types[p.type];
       st.limit = std::max<std::size_t>(1, p.target.concurrency);
       if (st.in_flight < st.limit) {
@@ -309,7 +311,7 @@ void push_client::impl::deliver(pending_delivery p) {
       }
     }
   }
-  // After stop() `p` still holds the completion: it is destroyed on return,
+  // After drain() or stop() `p` still holds the completion: it is destroyed on return,
   // outside the lock, since destroying it runs the engine's code.
   if (to_start) start(std::move(*to_start));
 }
@@ -346,7 +348,7 @@ void push_client::impl::complete(request& r, std::string result) {
     if (it != types.end()) {
       auto& st = it->second;
       --st.in_flight;
-      while (!stopped && st.in_flight < st.limit && !st.queue.empty()) {
+      while (!stopped && !draining && st.in_flight < st.limit && !st.queue.empty()) {
         next.push_back(std::move(st.queue.front()));
         st.queue.pop_front();
         --queued;
@@ -372,6 +374,21 @@ void push_client::impl::complete(request& r, std::string result) {
   }
   done = nullptr;
   for (auto& p : next) start(std::move(p));
+}
+
+void push_client::impl::drain() {
+  std::vector<pending_delivery> dropped;
+  {
+    std::lock_guard lock{mutex};
+    if (stopped || draining) return;
+    draining = true;
+    for (auto& [type, st] : types) {
+      for (auto& p : st.queue) dropped.push_back(std::move(p));
+      st.queue.clear();
+    }
+    queued = 0;
+  }
+  // As in stop(): the completions are destroyed here, outside the lock.
 }
 
 void push_client::impl::stop() {
@@ -409,6 +426,8 @@ void push_client::deliver(const std::string& type, const push_target& target, co
                           completion done) {
   impl_->deliver(pending_delivery{type, target, t, std::move(done)});
 }
+
+void push_client::drain() { impl_->drain(); }
 
 void push_client::stop() { impl_->stop(); }
 

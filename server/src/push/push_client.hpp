@@ -99,9 +99,17 @@ class push_client {
   /// read), counted from when it leaves the type's queue. When the type has
   /// `target.concurrency` requests in flight, the delivery waits in the
   /// type's FIFO queue; the limit is the one of the latest deliver() for the
-  /// type. After stop(), `done` is destroyed without being called.
+  /// type. After drain() or stop(), `done` is destroyed without being called.
   void deliver(const std::string& type, const push_target& target, const delayq::task& t,
                completion done);
+
+  /// Starts no more requests, for a drain: the deliveries queued for a
+  /// free slot, and every deliver() from now on, end by destroying their
+  /// `done` without calling it (an engine's async_executor completion then
+  /// gives the task back, unattempted), while the requests in flight go on
+  /// and report their answers to `done` as usual. stop() ends those that are
+  /// left. Returns at once. Idempotent; nothing after stop().
+  void drain();
 
   /// Cancels everything, for a shutdown: queued deliveries and requests in
   /// flight end by destroying their `done` without calling it (an engine's
