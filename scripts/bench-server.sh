@@ -3,7 +3,8 @@
 # (docs/benchmarks.md, "delayq-server against beanstalkd"; issue 12).
 #
 #   bash scripts/bench-server.sh [--quick] [--build DIR] [--no-build] [--out DIR]
-#                                [--only-report] [-- DELAYQ-BENCH-SERVER ARGS...]
+#                                [--baseline BIN] [--only-report]
+#                                [-- DELAYQ-BENCH-SERVER ARGS...]
 #
 # Installs what scripts/common.sh lists (beanstalkd, redis-server, gnuplot-nox
 # among them), builds build/ (DELAYQ_MAIN_BUILD_ARGS, the configure of
@@ -31,6 +32,11 @@
 #   --build DIR    the build directory (default build/)
 #   --no-build     use DIR as it is: no package install, no configure, no build
 #   --out DIR      where the results go (default bench/results, or .../quick)
+#   --baseline BIN another delayq-server binary (an earlier commit's), run in
+#                  the same rounds as base-redis (its own key prefix on the
+#                  same Redis) and base-memory, with a verdict of
+#                  delayq-redis and delayq-memory against each: a change's
+#                  cost, measured side by side
 #   --only-report  no run: redraw the plot from <out>/server-plot-data.tsv
 #   -- ARGS        passed to delayq-bench-server (e.g. -- --rounds 5 --seconds 3)
 set -euo pipefail
@@ -44,6 +50,7 @@ build_it=1
 report_only=0
 build=build
 out=""
+baseline=""
 extra=()
 while (($#)); do
   case "$1" in
@@ -51,9 +58,10 @@ while (($#)); do
     --build) build="${2:?--build needs a directory}"; shift ;;
     --no-build) build_it=0 ;;
     --out) out="${2:?--out needs a directory}"; shift ;;
+    --baseline) baseline="${2:?--baseline needs a delayq-server binary}"; shift ;;
     --only-report) report_only=1 ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,42p' "$0"; exit 0 ;;
     *) delayq_die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -93,7 +101,7 @@ if [[ -z "${DELAYQ_BENCH_SERVER_INNER:-}" ]]; then
   delayq_need_built "$build" "$build/server/delayq-server" "$build/bench/server/delayq-bench-server"
   DELAYQ_BENCH_SERVER_INNER=1 exec "$DELAYQ_ROOT/scripts/with-redis.sh" \
     bash "${BASH_SOURCE[0]}" --no-build --build "$build" --out "$out" "${mode[@]}" \
-    -- ${extra[@]+"${extra[@]}"}
+    ${baseline:+--baseline "$baseline"} -- ${extra[@]+"${extra[@]}"}
 fi
 
 [[ -n "${DELAYQ_TEST_REDIS_PORT:-}" ]] || delayq_die "internal: no DELAYQ_TEST_REDIS_PORT from with-redis.sh"
@@ -158,14 +166,14 @@ start_beanstalkd() {
   delayq_die "could not start beanstalkd for $name"
 }
 
-# start_delayq NAME STORE: delayq-server on port 0; sets $server_pid, and $port from the line
-# it prints once it listens, read from a fifo (no polling). The rest of its
-# standard output is drained into a log by a cat of our own.
+# start_delayq NAME STORE [BIN]: delayq-server (or BIN) on port 0; sets $server_pid, and $port
+# from the line it prints once it listens, read from a fifo (no polling). The
+# rest of its standard output is drained into a log by a cat of our own.
 start_delayq() {
-  local name="$1" store="$2" fd line pid
+  local name="$1" store="$2" bin="${3:-$server_bin}" fd line pid
   local fifo="$work/$name.fifo"
   mkfifo "$fifo"
-  "$server_bin" --listen 127.0.0.1:0 --store "$store" >"$fifo" 2>"$work/$name.err" &
+  "$bin" --listen 127.0.0.1:0 --store "$store" >"$fifo" 2>"$work/$name.err" &
   pid=$!
   server_pid=$pid
   pids+=("$pid")
@@ -202,10 +210,18 @@ targets+=(--target "beanstalkd-mem=beanstalk://127.0.0.1:$port" --pid "beanstalk
 start_delayq delayq-memory "memory:"
 targets+=(--target "delayq-memory=http://127.0.0.1:$port" --pid "delayq-memory=$server_pid")
 
-cmd=("$client_bin" "${mode[@]}" "${targets[@]}"
-  --pair delayq-sqlite=beanstalkd-fsync
-  --pair delayq-redis=beanstalkd-fsync
-  --pair delayq-memory=beanstalkd-mem
+pairs=(--pair delayq-sqlite=beanstalkd-fsync --pair delayq-redis=beanstalkd-fsync
+  --pair delayq-memory=beanstalkd-mem)
+if [[ -n "$baseline" ]]; then
+  [[ -x "$baseline" ]] || delayq_die "--baseline $baseline: not an executable"
+  start_delayq base-redis "redis://127.0.0.1:$DELAYQ_TEST_REDIS_PORT?prefix=base" "$baseline"
+  targets+=(--target "base-redis=http://127.0.0.1:$port" --pid "base-redis=$server_pid")
+  start_delayq base-memory "memory:" "$baseline"
+  targets+=(--target "base-memory=http://127.0.0.1:$port" --pid "base-memory=$server_pid")
+  pairs+=(--pair delayq-redis=base-redis --pair delayq-memory=base-memory)
+fi
+
+cmd=("$client_bin" "${mode[@]}" "${targets[@]}" "${pairs[@]}"
   --out "$out/server.json" --tables "$out/server-tables.md" --plot-data "$plot_data"
   ${extra[@]+"${extra[@]}"})
 {
@@ -215,7 +231,8 @@ cmd=("$client_bin" "${mode[@]}" "${targets[@]}"
   echo "delayq:     delayq-server (defaults: --tick 1 --workers 2 --io-threads 2); sqlite:FILE (synchronous=full), redis://, memory:"
   build_arg=""
   [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"
-  echo "command:    bash scripts/bench-server.sh${build_arg}${mode[*]:+ ${mode[*]}}${extra[*]:+ -- ${extra[*]}}"
+  [[ -n "$baseline" ]] && echo "baseline:   $baseline ($("$baseline" --version 2>/dev/null | head -n 1 || echo '?'))"
+  echo "command:    bash scripts/bench-server.sh${build_arg}${mode[*]:+ ${mode[*]}}${baseline:+ --baseline $baseline}${extra[*]:+ -- ${extra[*]}}"
   echo "client:     ${cmd[*]#"$DELAYQ_ROOT/"}"
 } >"$out/server.machine.txt"
 echo
