@@ -275,7 +275,7 @@ bool api_router::forward_to(call& c, std::string to, const std::string& id,
   // Forwarded here already: answer from here, whatever this instance
   // thinks, so that two instances that disagree on the owner during a
   // hand-over answer 421 instead of passing the call back and forth.
-  if (!forwarding_ || peer_forwarder::is_forwarded(c.req)) return false;
+  if (!forwarding_ || parts_.forwarder->is_forwarded(c.req)) return false;
   if (to.empty() || to == forwarding_->instance()) return false;
   forwarding_->forward(std::move(to), std::move(c.req), id, std::exchange(c.respond, nullptr),
                        std::move(local));
@@ -521,7 +521,7 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
   // To the instance that handed the lease out (its name ends the lease),
   // where the attempt runs: during a hand-over that is not the shard's
   // next owner, and the attempt is what the hand-over waits for.
-  if (forwarding_ && !peer_forwarder::is_forwarded(c.req)) {
+  if (forwarding_ && !parts_.forwarder->is_forwarded(c.req)) {
     std::string holder = lease_broker::instance_of(r.lease);
     if (!holder.empty() && holder != forwarding_->instance()) {
       // An instance no longer among the live members took its attempts
@@ -763,6 +763,8 @@ void api_router::metrics(call& c) {
   m.engine = parts_.engine->metrics();
   m.broker = parts_.broker->stats();
   m.broker_types = parts_.broker->type_stats();
+  if (parts_.forwarder != nullptr)
+    m.forward_markers_rejected = parts_.forwarder->markers_rejected();
   a.body = render_metrics(m, *parts_.pusher, parts_.http);
   c.answer(std::move(a));
 }
