@@ -134,6 +134,11 @@ int main(int argc, char** argv) {
         }
       })
       ->needs(cluster);
+  app.add_option("--cluster-secret", o.cluster_secret,
+                 "with --cluster: the key (16 bytes or more, the same on every instance) that "
+                 "authenticates a forwarded call's X-Delayq-Forwarded-By, so no client can set "
+                 "it (default: the --token; without one, a random key kept in the store)")
+      ->envname("DELAYQ_CLUSTER_SECRET");
   app.add_option("--advertise", o.advertise,
                  "with --cluster: the http:// URL the other instances reach this one's API at, "
                  "to forward calls on its tasks (default: the address it listens on; the host "

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "api/api_router.hpp"
+#include "cluster/forward_marker.hpp"
 #include "cluster/peer_directory.hpp"
 #include "cluster/peer_forwarder.hpp"
 #include "delayq/log.hpp"
@@ -77,6 +78,7 @@ struct server_app::parts {
   // --cluster: the instances' API addresses, and the client that forwards a
   // call on an id to its shard's owner.
   std::unique_ptr<peer_directory> peers;
+  std::unique_ptr<forward_marker> marker;  // the forwarder's and the router's
   std::unique_ptr<peer_forwarder> forwarder;
   std::shared_ptr<const push_policy> push_allow;  // --push-allow
   std::unique_ptr<push_client> pusher;
@@ -305,6 +307,11 @@ tcp::endpoint server_app::start() {
         throw std::invalid_argument("--advertise wants http://HOST:PORT without a path, got \"" +
                                     options_.advertise + "\"");
     }
+    // Anyone who learns or guesses it can make a call look forwarded.
+    if (!options_.cluster_secret.empty() && options_.cluster_secret.size() < 16)
+      throw std::invalid_argument(
+          "--cluster-secret has " + std::to_string(options_.cluster_secret.size()) +
+          " bytes; give at least 16 (e.g. openssl rand -hex 32), the same on every instance");
   }
   if (!at.address().is_loopback() && options_.token.empty())
     throw std::invalid_argument("refusing to listen on " + options_.listen +
@@ -436,6 +443,7 @@ void server_app::bring_up() {
     p.engine.reset();
     p.health.reset();
     p.forwarder.reset();
+    p.marker.reset();
     p.peers.reset();
     p.registry.reset();
     p.settings_store.reset();
@@ -455,6 +463,19 @@ void server_app::bring_up() {
   if (options_.cluster) p.peers = std::make_unique<peer_directory>(*p.settings_store);
   p.registry->load(ec);
   if (ec) fail(ec, "loading push targets: ");
+  // The key of the forwarding marker: the secret, else the token (every
+  // instance needs the same one anyway: it is forwarded with each call),
+  // else one kept in the store, so that a cluster started with neither
+  // still tells its members' markers from a client's.
+  std::string stored_key;
+  if (options_.cluster) {
+    std::string key = options_.cluster_secret.empty() ? options_.token : options_.cluster_secret;
+    if (key.empty()) {
+      key = stored_key = forward_marker::load_or_create_key(*p.settings_store, {}, ec);
+      if (ec) fail(ec, "reading or creating the cluster's forwarding key: ");
+    }
+    p.marker = std::make_unique<forward_marker>(std::move(key));
+  }
   for (const std::string& spec : options_.push) {
     const std::size_t eq = spec.find('=');
     const std::string type = spec.substr(0, eq);
@@ -496,7 +517,7 @@ void server_app::bring_up() {
     // a target has its tasks waiting for consumers pushed, as the PUT does
     // on the instance that took it. Runs on an engine thread, one call at a
     // time; the engine stops (and joins it) before the registry and broker go.
-    eo.on_settings_changed = [&p, failing = false]() mutable {
+    eo.on_settings_changed = [&p, failing = false, stored_key]() mutable {
       boost::system::error_code load_ec;
       const std::vector<std::string> gained = p.registry->load(load_ec);
       if (load_ec) {
@@ -511,6 +532,17 @@ void server_app::bring_up() {
       if (failing) log(log_level::info, "delayq-server: push targets reread");
       failing = false;
       for (const std::string& type : gained) p.broker->release_type(type);
+      // A key kept in the store: another instance's, when two started at
+      // once and both saved one (the last saved is everyone's), or ours
+      // saved again if the store lost it. Best effort, as below.
+      if (!stored_key.empty()) {
+        std::string key =
+            forward_marker::load_or_create_key(*p.settings_store, stored_key, load_ec);
+        if (!load_ec && key != stored_key) {
+          p.marker->set_key(key);
+          stored_key = std::move(key);
+        }
+      }
       // An instance that came back on another address: a forward would
       // otherwise find the new one only after failing to reach the old.
       // And ours, if the store lost it. Best effort: peer_directory::url_of()
@@ -530,7 +562,8 @@ void server_app::bring_up() {
     // are forwarded get 503 like any other.
     p.peers->announce(options_.instance, options_.advertise, ec);
     if (ec) fail(ec, "announcing this instance's address (" + options_.advertise + "): ");
-    p.forwarder = std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance);
+    p.forwarder =
+        std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance, *p.marker);
   }
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   p.engine->start(ec);

@@ -51,6 +51,11 @@ struct server_options {
   std::string advertise;
   /// --forward-timeout: the most a call forwarded to another instance takes.
   std::chrono::milliseconds forward_timeout{15000};
+  /// --cluster-secret: the key that authenticates the marker of a forwarded
+  /// call (cluster/forward_marker.hpp), at least 16 bytes, the same on every
+  /// instance. Empty: the token; without one, a random key kept in the
+  /// store. Ignored without --cluster.
+  std::string cluster_secret;
 };
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"

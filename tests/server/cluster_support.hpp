@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "delayq/shard_leases.hpp"
+// Compiled into the test program itself (tests/server/CMakeLists.txt).
+#include "security/hmac_sha256.hpp"
 #include "server_test_support.hpp"
 
 namespace delayq::server_test {
@@ -48,6 +50,20 @@ inline std::unique_ptr<server_process> start_instance(const std::string& uri,
   auto p = std::make_unique<server_process>(std::move(args));
   p->wait_listening();
   return p;
+}
+
+/// The X-Delayq-Forwarded-By value a member would send for `method target`
+/// with `body` at `unix_ms`, under the cluster's `key` (--cluster-secret,
+/// else --token). Made here from the format docs/scale-out.md gives, not by
+/// the server's code, so a test also checks that the two agree.
+inline std::string forwarding_marker(const std::string& key, const std::string& instance,
+                                     std::int64_t unix_ms, const std::string& method,
+                                     const std::string& target, const std::string& body = "") {
+  using delayq::server::sha256;
+  const std::string ms = std::to_string(unix_ms);
+  const std::string text = "delayq-forward-v1\n" + instance + "\n" + ms + "\n" + method + "\n" +
+                           target + "\n" + delayq::server::to_hex(sha256::of(body));
+  return instance + " " + ms + " " + delayq::server::to_hex(delayq::server::hmac_sha256(key, text));
 }
 
 /// A number of GET /v1/stats; -1 when the call or the key fails.

@@ -130,9 +130,11 @@ TEST_CASE("scale-out: a call on a task's id answers on any instance") {
   CHECK_MESSAGE(r.status == 204, r.describe());
   REQUIRE(eventually([&] { return cb.get(task_path(y)).status == 404; }));
 
-  // Once only: a call forwarded here is answered here, not sent on.
+  // Once only: a call a member forwarded here is answered here, not sent on
+  // (its marker made with the cluster's key, here the token).
   r = ca.request_text(http::verb::delete_, task_path(t), std::nullopt, std::nullopt,
-                      {{"X-Delayq-Forwarded-By", "b"}});
+                      {{"X-Delayq-Forwarded-By",
+                        forwarding_marker(test_token, "b", now_ms(), "DELETE", task_path(t))}});
   CHECK_MESSAGE(r.status == 421, r.describe());
   CHECK(r.error() == "not_owner");
   CHECK(cb.get(task_path(t)).status == 200);

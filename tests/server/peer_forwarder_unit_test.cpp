@@ -45,7 +45,7 @@ struct result {
 // A forwarder on an io_context run by two threads, as the server's.
 struct forwarder_fixture {
   forwarder_fixture() : work(io.get_executor()) {
-    fwd.emplace(io.get_executor(), "a");
+    fwd.emplace(io.get_executor(), "a", marker);
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
   }
   ~forwarder_fixture() {
@@ -72,6 +72,7 @@ struct forwarder_fixture {
     return got.get();
   }
 
+  delayq::server::forward_marker marker{"forwarder-test-key"};
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work;
   std::optional<peer_forwarder> fwd;
@@ -98,7 +99,32 @@ TEST_CASE("peer forwarder: the call arrives as made, marked forwarded, its answe
   CHECK(seen[0].body == R"({"n":1})");
   CHECK(seen[0].headers.at("Content-Type") == "application/json");
   CHECK(seen[0].headers.at("Authorization") == "Bearer secret");
-  CHECK(seen[0].headers.at("X-Delayq-Forwarded-By") == "a");
+  // The marker names the instance and verifies for the call as it arrived.
+  const std::string marker = seen[0].headers.at("X-Delayq-Forwarded-By");
+  CHECK(marker.starts_with("a "));
+  http_request arrived{bhttp::verb::post, seen[0].target, 11};
+  arrived.set("X-Delayq-Forwarded-By", marker);
+  arrived.body() = seen[0].body;
+  CHECK(f.marker.check(arrived, delayq::server::forward_marker::clock::now()) ==
+        delayq::server::forward_marker::verdict::valid);
+}
+
+TEST_CASE("peer forwarder: a marker the call arrived with is replaced by its own") {
+  path_receiver rx;
+  forwarder_fixture f;
+  http_request req{bhttp::verb::delete_, "/v1/tasks/x", 11};
+  req.set("X-Delayq-Forwarded-By", "mallory 0 " + std::string(64, '0'));
+  std::promise<result> done;
+  auto got = done.get_future();
+  f.fwd->async_forward(base_of(rx), req, peer_forwarder::clock::now() + 30s,
+                       [&done](http_answer a, bool sent, boost::system::error_code ec) {
+                         done.set_value(result{std::move(a), sent, ec});
+                       });
+  REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
+  REQUIRE_FALSE(got.get().ec);
+  const auto seen = rx.requests();
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].headers.at("X-Delayq-Forwarded-By").starts_with("a "));
 }
 
 TEST_CASE("peer forwarder: calls to one peer share a kept-alive connection") {

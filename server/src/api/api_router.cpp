@@ -239,7 +239,7 @@ bool api_router::forward_to(call& c, std::string to, const std::string& id,
   // Forwarded here already: answer from here, whatever this instance
   // thinks, so that two instances that disagree on the owner during a
   // hand-over answer 421 instead of passing the call back and forth.
-  if (!forwarding_ || peer_forwarder::is_forwarded(c.req)) return false;
+  if (!forwarding_ || parts_.forwarder->is_forwarded(c.req)) return false;
   if (to.empty() || to == forwarding_->instance()) return false;
   forwarding_->forward(std::move(to), std::move(c.req), id, std::exchange(c.respond, nullptr),
                        std::move(local));
@@ -279,7 +279,7 @@ void api_router::add_batch(call& c) {
   // a batch of one other owner goes there whole; one of several is split,
   // a part to each owner (tasks without an id are stored here), and
   // answered once (batch_split.hpp). A part forwarded here is stored here.
-  if (forwarding_ && !peer_forwarder::is_forwarded(c.req)) {
+  if (forwarding_ && !parts_.forwarder->is_forwarded(c.req)) {
     auto parts = split_batch(
         rs, [this](const std::string& id) { return parts_.engine->owner_of(id); },
         forwarding_->instance());
@@ -544,7 +544,7 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
   // To the instance that handed the lease out (its name ends the lease),
   // where the attempt runs: during a hand-over that is not the shard's
   // next owner, and the attempt is what the hand-over waits for.
-  if (forwarding_ && !peer_forwarder::is_forwarded(c.req)) {
+  if (forwarding_ && !parts_.forwarder->is_forwarded(c.req)) {
     std::string holder = lease_broker::instance_of(r.lease);
     if (!holder.empty() && holder != forwarding_->instance()) {
       // An instance no longer among the live members took its attempts

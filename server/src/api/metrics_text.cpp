@@ -57,6 +57,10 @@ std::string render_metrics(const server_metrics& m, const push_client& pusher,
          pusher.in_flight());
   single(out, "delayq_pushes_queued", "gauge", "Push requests waiting for a connection.",
          pusher.queued());
+  single(out, "delayq_forward_marker_rejected_total", "counter",
+         "Forwarding markers (X-Delayq-Forwarded-By) ignored: not made by a member for the call "
+         "they came with, or too old; each call was handled as a client's.",
+         m.forward_markers_rejected);
   if (http != nullptr) {
     prometheus::family(out, "delayq_http_responses_total", "counter",
                        "HTTP answers written, by status class (1xx to 5xx).");

@@ -3,6 +3,7 @@
 // the Prometheus text format 0.0.4. docs/server.md ("Metrics") lists them.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -18,6 +19,9 @@ struct server_metrics {
   engine_metrics engine;
   lease_broker::counters broker;
   std::map<std::string, lease_broker::type_counters, std::less<>> broker_types;
+  /// Forwarding markers ignored (peer_forwarder::markers_rejected(); 0
+  /// without --cluster).
+  std::uint64_t forward_markers_rejected = 0;
 };
 
 /// Thread safety: a pure function of its arguments (`pusher` and `http` are

@@ -172,17 +172,14 @@ struct exchange : std::enable_shared_from_this<exchange> {
 
 }  // namespace
 
-peer_forwarder::peer_forwarder(boost::asio::any_io_executor ex, std::string instance)
+peer_forwarder::peer_forwarder(boost::asio::any_io_executor ex, std::string instance,
+                               const forward_marker& marker)
     : ex_(std::move(ex)),
       instance_(std::move(instance)),
+      marker_(marker),
       pool_(std::make_shared<connection_pool>(max_idle_per_peer, max_idle)) {}
 
 peer_forwarder::~peer_forwarder() { pool_->close_all(); }
-
-bool peer_forwarder::is_forwarded(const http_request& req) {
-  return req.find(beast::string_view(forwarded_header.data(), forwarded_header.size())) !=
-         req.end();
-}
 
 void peer_forwarder::async_forward(const std::string& url, const http_request& req,
                                    clock::time_point deadline, handler done) const {
@@ -212,8 +209,14 @@ void peer_forwarder::async_forward(const std::string& url, const http_request& r
     out.set(bhttp::field::content_type, ct->value());
   if (const auto auth = req.find(bhttp::field::authorization); auth != req.end())
     out.set(bhttp::field::authorization, auth->value());
-  out.set(beast::string_view(forwarded_header.data(), forwarded_header.size()), instance_);
   out.body() = req.body();
+  // Made for what is sent: its method, target and body.
+  const auto method = out.method_string();
+  const auto target = out.target();
+  out.set(beast::string_view(forward_marker::header.data(), forward_marker::header.size()),
+          marker_.make(instance_, std::string_view(method.data(), method.size()),
+                       std::string_view(target.data(), target.size()), out.body(),
+                       forward_marker::clock::now()));
   out.prepare_payload();
   asio::post(strand, [x] { x->start(); });
 }

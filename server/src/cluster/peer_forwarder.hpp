@@ -6,11 +6,13 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "cluster/forward_marker.hpp"
 #include "http/http_server.hpp"
 
 namespace delayq::server {
@@ -26,14 +28,18 @@ class connection_pool;
 /// byte of an answer. Any other call that gets no answer is reported with
 /// `sent` set: it may have been carried out, and is not sent twice.
 ///
-/// The call goes once: a forwarded request carries `X-Delayq-Forwarded-By:
-/// <this instance>`, and an instance never forwards such a request again, so
-/// two instances that disagree on the owner (a hand-over under way) answer
-/// not_owner instead of sending the call back and forth.
+/// The call goes once: a forwarded request carries `X-Delayq-Forwarded-By`,
+/// a marker of this instance that only a member can make
+/// (cluster/forward_marker.hpp), and an instance never forwards a request
+/// whose marker verifies again, so two instances that disagree on the owner
+/// (a hand-over under way) answer not_owner instead of sending the call back
+/// and forth. A marker the call arrived with is never passed on: each
+/// forward carries this instance's own.
 ///
 /// Example:
 /// \code
-///   delayq::server::peer_forwarder fwd{io.get_executor(), "a"};
+///   delayq::server::forward_marker marker{key};
+///   delayq::server::peer_forwarder fwd{io.get_executor(), "a", marker};
 ///   fwd.async_forward("http://10.0.0.6:7700", req, steady_clock::now() + 15s,
 ///                     [](http_answer a, bool sent, boost::system::error_code ec) { ... });
 /// \endcode
@@ -48,11 +54,10 @@ class peer_forwarder {
   /// on), so that on an error the call may have been carried out there.
   using handler = std::function<void(http_answer answer, bool sent, boost::system::error_code ec)>;
 
-  /// The header a forwarded request carries.
-  static constexpr std::string_view forwarded_header = "X-Delayq-Forwarded-By";
-
-  /// `instance`: this instance's name (sent in forwarded_header).
-  peer_forwarder(boost::asio::any_io_executor ex, std::string instance);
+  /// `instance`: this instance's name (in the marker). `marker` makes and
+  /// checks the markers; it must outlive the forwarder.
+  peer_forwarder(boost::asio::any_io_executor ex, std::string instance,
+                 const forward_marker& marker);
   /// Closes the idle connections; forwards in flight end on the executor.
   ~peer_forwarder();
   peer_forwarder(const peer_forwarder&) = delete;
@@ -68,14 +73,20 @@ class peer_forwarder {
   void async_forward(const std::string& url, const http_request& req, clock::time_point deadline,
                      handler done) const;
 
-  /// Whether `req` was forwarded here by another instance.
-  static bool is_forwarded(const http_request& req);
+  /// Whether `req` was forwarded here by a member: its marker verifies
+  /// (forward_marker::is_forwarded). One that does not is removed from
+  /// `req` and counted (markers_rejected()); the call is then a client's.
+  bool is_forwarded(http_request& req) const { return marker_.is_forwarded(req); }
+
+  /// Markers is_forwarded() ignored since the start (/metrics).
+  std::uint64_t markers_rejected() const noexcept { return marker_.rejected(); }
 
   const std::string& instance() const noexcept { return instance_; }
 
  private:
   boost::asio::any_io_executor ex_;
   std::string instance_;
+  const forward_marker& marker_;
   std::shared_ptr<connection_pool> pool_;  // shared with the forwards in flight
 };
 
