@@ -124,6 +124,19 @@ struct http_server::session : std::enable_shared_from_this<session> {
         return write(std::move(*refusal));
       }
     }
+    // The body mostly came with the headers: parse what is buffered here.
+    // Another async_read would cost a handler hop and a timer per request
+    // (measured: 15% of the put rate on one connection).
+    while (!parser->is_done() && buffer.size() > 0) {
+      const std::size_t used = parser->put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec) return on_read(ec);
+      if (used == 0) break;
+    }
     if (parser->is_done()) return on_read({});
     arm(server.limits_.body_timeout);
     bhttp::async_read(
