@@ -56,7 +56,7 @@ const char* const release_lua =
 const char* const members_lua = DELAYQ_LEASE_PROLOGUE
     "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms(now)) "
     "redis.call('ZADD', KEYS[1], ms(now + tonumber(ARGV[2])), ARGV[1]) "
-    "return redis.call('ZRANGE', KEYS[1], 0, -1)";
+    "return {ms(now), redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}";
 
 const char* const leave_lua = "return redis.call('ZREM', KEYS[1], ARGV[1])";
 

@@ -25,7 +25,9 @@
 //            1 or 0.
 //   members  KEYS[1] {P}:members  ARGV instance, lease_ms
 //            Drops the expired entries, heartbeats ours (expiry now +
-//            lease_ms), returns the live names.
+//            lease_ms), returns {now, {name, expiry, name, expiry, ...}}:
+//            the live members with the expiry of their last heartbeat, so
+//            the caller can run its next round when one of them lapses.
 //   leave    KEYS[1] {P}:members  ARGV instance
 //            Drops our entry. Returns 1 or 0.
 #pragma once

@@ -3,14 +3,17 @@
 //
 // A round is one or two pipelined round trips, whatever the shard count:
 //   1. renew every lease held, then heartbeat (the members script, which
-//      also answers the live members);
+//      also answers the live members and when each one's heartbeat lapses);
 //   2. only when something changes hands: release the leases another live
 //      member should own, acquire the free or expired ones this instance
 //      should own, then heartbeat again.
 // The heartbeat comes after the lease writes of its trip, so a member entry
 // never expires before the leases its last round wrote: when the others see
 // an instance gone, its leases have lapsed too and they can take them at
-// once (this is what keeps failover within lease + lease/3 + one round).
+// once. And they see it gone as soon as its entry lapses: a round that finds
+// another member's heartbeat lapsing before the next round is due asks for
+// one just after it (finish()). Together these keep failover within a lease
+// and one round after the lost member's last round.
 //
 // On a Redis Cluster each shard's lease key has a hash tag of its own
 // ({PREFIX:s}), so the leases spread over the nodes: a trip is one pipeline
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "cluster_router.hpp"
@@ -85,9 +89,8 @@ class redis_shard_leases final : public shard_leases {
   void set_members(std::vector<std::string> members);
   lease_round finish(clock::time_point start, const std::map<std::uint32_t, shard_lease>& before,
                      bool failed);
-  static std::vector<std::string> member_names(const redisReply* r);
-  // set_members() from a trip's last reply (the heartbeat's); a malformed
-  // one sets `ec`, logged.
+  // set_members() and first_lapse_ from a trip's last reply (the
+  // heartbeat's); a malformed one sets `ec`, logged.
   void read_members(const std::vector<reply_ptr>& replies, boost::system::error_code& ec);
 
   // redis_ is declared before router_, which keeps a reference to it.
@@ -108,6 +111,9 @@ class redis_shard_leases final : public shard_leases {
   std::map<std::uint32_t, shard_lease> held_;
   std::vector<std::string> members_;  // sorted, as of the last round
   std::vector<bool> mine_;            // by shard: this instance is the desired owner
+  // When the first other member's heartbeat lapses, on our steady clock (no
+  // value: no other member), as of the last members reply.
+  std::optional<clock::time_point> first_lapse_;
 };
 
 // SCRIPT LOAD answers the SHA1 of a script, which depends on its text only:
@@ -215,19 +221,47 @@ std::vector<reply_ptr> redis_shard_leases::run_trip(const std::vector<call>& cal
   return replies;
 }
 
-std::vector<std::string> redis_shard_leases::member_names(const redisReply* r) {
-  if (r->type != REDIS_REPLY_ARRAY)
-    throw redis_failure{errc::store_error, "members script: unexpected reply type"};
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < r->elements; ++i) names.push_back(reply_text(r->element[i]));
-  std::sort(names.begin(), names.end());
-  return names;
+// A number of ms as the members script writes it (the server's clock, or a
+// score); false when it is none.
+bool parse_ms(const redisReply* r, std::int64_t& out) {
+  if (r->type != REDIS_REPLY_STRING) return false;
+  const std::string text = reply_text(r);
+  // A score comes back in the server's double notation: whole ms here, but
+  // read it as a double so that an exponent form still parses.
+  double v = 0;
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (err != std::errc{} || end != text.data() + text.size()) return false;
+  out = static_cast<std::int64_t>(v);
+  return true;
 }
 
 void redis_shard_leases::read_members(const std::vector<reply_ptr>& replies,
                                       boost::system::error_code& ec) {
+  // After the reply came back, so later than the script ran: a lapse reckoned
+  // from here is no earlier on our clock than it is on the server's.
+  const auto read_at = clock::now();
   try {
-    set_members(member_names(replies.back().get()));
+    // {now, {name, expiry, name, expiry, ...}} (lease_scripts.hpp).
+    const redisReply* r = replies.back().get();
+    std::int64_t now = 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !parse_ms(r->element[0], now) ||
+        r->element[1]->type != REDIS_REPLY_ARRAY || r->element[1]->elements % 2 != 0)
+      throw redis_failure{errc::store_error, "members script: unexpected reply"};
+    const redisReply* list = r->element[1];
+    std::vector<std::string> names;
+    std::optional<std::int64_t> first;
+    for (std::size_t i = 0; i < list->elements; i += 2) {
+      std::int64_t expiry = 0;
+      if (!parse_ms(list->element[i + 1], expiry))
+        throw redis_failure{errc::store_error, "members script: unexpected expiry"};
+      names.push_back(reply_text(list->element[i]));
+      if (names.back() != cluster_.instance) first = std::min(expiry, first.value_or(expiry));
+    }
+    std::sort(names.begin(), names.end());
+    set_members(std::move(names));
+    first_lapse_.reset();
+    if (first)
+      first_lapse_ = read_at + std::chrono::milliseconds{std::max<std::int64_t>(*first - now, 0)};
   } catch (const redis_failure& f) {
     ec = make_error_code(f.code);
     log(log_level::warning, name_ + ": lease round: " + f.message);
@@ -276,6 +310,19 @@ lease_round redis_shard_leases::finish(clock::time_point start,
   const auto round = cluster_.lease / 3;
   const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
   out.next_round_in = std::max(std::chrono::milliseconds{0}, round - spent);
+  if (!failed && first_lapse_) {
+    // A member whose heartbeat lapses before our next round (it stalled, died
+    // or was cut off: a live one heartbeats every round, two thirds of a
+    // lease before its entry would lapse) gets a round of ours just after:
+    // that round finds it gone and takes the shards it should now own, its
+    // leases having lapsed no later than its entry. Without it the takeover
+    // waited up to one more round (lease/3). The margin covers the ms the
+    // server rounds its clock to.
+    constexpr auto margin = std::chrono::milliseconds{2};
+    const auto until = std::chrono::ceil<std::chrono::milliseconds>(*first_lapse_ - now) + margin;
+    if (until < out.next_round_in)
+      out.next_round_in = std::max(until, std::chrono::milliseconds{1});
+  }
   return out;
 }
 
@@ -368,6 +415,7 @@ void redis_shard_leases::release_all(std::span<const std::uint32_t> keep,
   held_.clear();
   members_.clear();
   mine_.clear();
+  first_lapse_.reset();
   run_trip(calls, "leaving the cluster", ec);
 }
 

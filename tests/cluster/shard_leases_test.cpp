@@ -324,6 +324,37 @@ TEST_CASE("shard leases: a silent instance loses its shards once its lease lapse
   c.rounds_until({"b", "c", "a"}, [&] { return c.split_among({"a", "b", "c"}); });
 }
 
+TEST_CASE("shard leases: a member that stops heartbeating gets a round as it lapses") {
+  // Not up to a round later: that round was a third of the takeover time
+  // of a stalled or dead member's shards (docs/scale-out.md, "Failover
+  // bound").
+  cluster c;
+  constexpr auto lease = 600ms;
+  c.add("a", lease);
+  c.add("b", lease);
+  c.rounds_until({"a", "b"}, [&] { return c.split_among({"a", "b"}); });
+  // b's last round: its entry (and its leases) lapse a lease after it ran,
+  // so no later than `lapse` on this clock.
+  c.members.at("b").round();
+  const auto lapse = steady::now() + lease;
+  // A round of a's shortly before that, well inside its cadence of lease/3,
+  // asks for the next round at the lapse.
+  std::this_thread::sleep_until(lapse - lease / 9);
+  const lease_round r = c.members.at("a").round();
+  if (r.members == std::vector<std::string>{"a", "b"}) {
+    // (Otherwise this thread woke too late: b has lapsed already.)
+    CHECK(r.next_round_in < lease / 3 - 50ms);
+    CHECK(steady::now() + r.next_round_in <= lapse + 40ms);
+    std::this_thread::sleep_for(r.next_round_in);
+    // Never before the lapse: that round finds b gone and takes its shards.
+    const lease_round taken = c.members.at("a").round();
+    CHECK(taken.members == std::vector<std::string>{"a"});
+  }
+  CHECK(c.split_among({"a"}));
+  // Alone, a keeps its cadence.
+  CHECK(c.members.at("a").round().next_round_in > lease / 3 - 50ms);
+}
+
 TEST_CASE("shard leases: a stale owner is fenced out") {
   cluster c;
   c.shards = 8;

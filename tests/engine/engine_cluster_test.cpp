@@ -119,10 +119,12 @@ struct member {
   std::unique_ptr<delayq::engine> eng;
 };
 
-delayq::engine_options member_options(const std::string& name, std::size_t workers = 2) {
+delayq::engine_options member_options(const std::string& name, std::size_t workers = 2,
+                                      std::chrono::milliseconds lease = std::chrono::milliseconds{
+                                          600}) {
   auto o = fast_options();
   o.workers = workers;
-  o.cluster = delayq::cluster_options{test_shards, std::chrono::milliseconds{600}, name};
+  o.cluster = delayq::cluster_options{test_shards, lease, name};
   return o;
 }
 
@@ -132,10 +134,11 @@ std::string sharded_uri(const std::string& name) {
 }
 
 void start_member(member& m, io_thread& io, std::unique_ptr<delayq::task_store> store,
-                  delayq::executor_factory f = {}, std::size_t workers = 2) {
+                  delayq::executor_factory f = {}, std::size_t workers = 2,
+                  std::chrono::milliseconds lease = std::chrono::milliseconds{600}) {
   f.add("t", std::ref(m.ran));
-  m.eng =
-      std::make_unique<delayq::engine>(io.io, f, std::move(store), member_options(m.name, workers));
+  m.eng = std::make_unique<delayq::engine>(io.io, f, std::move(store),
+                                           member_options(m.name, workers, lease));
   m.eng->start();
 }
 void start_member(member& m, io_thread& io, const std::string& uri) {
@@ -575,6 +578,42 @@ TEST_CASE("cluster: a shard is handed over only once the attempt running on it s
   const auto taken = b.eng->stats().lease_rounds;
   REQUIRE(eventually([&] { return b.eng->stats().lease_rounds >= taken + 2; }));
   CHECK(b_blocked.snapshot().empty());
+  CHECK(a.eng->stop(patience));
+  CHECK(b.eng->stop(patience));
+}
+
+TEST_CASE(
+    "cluster: a leaving shard is handed over as its last attempt settles, not a round later") {
+  // Its due tasks are held back from the round that finds it leaving until
+  // the next owner has read it, so every round waited here makes them later
+  // (a stalled instance that resumed gets its shards back this way).
+  const std::string uri = sharded_uri("cluster-handover-now");
+  constexpr std::chrono::milliseconds lease{3000};  // a round every second
+  io_thread io;
+  member a{"a"}, b{"b"};
+  latch gate;
+  delayq::executor_factory fa;
+  fa.add("blocked", [&](const delayq::task&) { gate.enter_and_wait(); });
+  open_at_exit opener{gate};  // a failed REQUIRE must not leave x blocked
+  start_member(a, io, delayq::open_store(uri), fa, 2, lease);
+  // x runs on a, in a shard b should own once it joins.
+  const std::string x = id_owned_by("b", {"a", "b"}, "handover-now-x");
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {x});
+  REQUIRE(gate.wait_entered(1));
+  start_member(b, io, delayq::open_store(uri), {}, 2, lease);
+  REQUIRE(eventually([&] { return a.eng->stats().shards_leaving == 1; }));
+
+  // x ends just after a round of a's: a lets the shard go at once, well
+  // before its next round (lease/3 later).
+  const auto rounds = a.eng->stats().lease_rounds;
+  REQUIRE(eventually([&] { return a.eng->stats().lease_rounds > rounds; }));
+  const auto released = std::chrono::steady_clock::now();
+  gate.release();
+  REQUIRE(eventually([&] { return a.eng->stats().shards_leaving == 0; }));
+  CHECK(std::chrono::steady_clock::now() - released < lease / 6);
+  CHECK(a.eng->stats().succeeded == 1);
+  REQUIRE(wait_balanced({&a, &b}));
+  CHECK(b.ran.snapshot().empty());  // x ran once, on a
   CHECK(a.eng->stop(patience));
   CHECK(b.eng->stop(patience));
 }

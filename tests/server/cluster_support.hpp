@@ -15,6 +15,8 @@
 namespace delayq::server_test {
 
 inline constexpr int shard_count = 16;
+/// The --tick every instance start_instance() starts gets, in ms.
+inline constexpr int cluster_tick_ms = 10;
 
 /// `base` (redis://... or redis-cluster://...) with a fresh key prefix and
 /// shard_count shards.
@@ -38,7 +40,7 @@ inline std::unique_ptr<server_process> start_instance(const std::string& uri,
                                 "--token",
                                 test_token,
                                 "--tick",
-                                "10",
+                                std::to_string(cluster_tick_ms),
                                 "--cluster",
                                 "--shards",
                                 std::to_string(shard_count),

@@ -36,7 +36,8 @@ struct push_call {
   std::string fence;     // X-Delayq-Fence (--cluster): the shard lease's token
   json body;             // null when not JSON
   unsigned answered = 0;
-  std::size_t index = 0;  // position in calls(): the order calls were recorded in
+  std::size_t index = 0;         // position in calls(): the order calls were recorded in
+  std::int64_t received_ms = 0;  // now_ms() when the request had been read whole
 };
 
 /// An HTTP server on 127.0.0.1 (a free port) in the test process, on a thread
@@ -109,6 +110,17 @@ class push_receiver {
     });
   }
 
+  /// Waits until `pred(calls())` holds, checked at every call recorded, or
+  /// `deadline` passes; returns pred's last value. `pred` runs under the
+  /// receiver's lock, which holds up the calls coming in: keep it cheap (a
+  /// scan of every call made each time delays the pushes by seconds when
+  /// thousands come, and with them what a test measures).
+  template <class Pred>
+  bool wait_until(Pred pred, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_until(lock, deadline, [&] { return pred(std::as_const(calls_)); });
+  }
+
  private:
   struct session : std::enable_shared_from_this<session> {
     session(push_receiver& r, tcp::socket s) : owner(r), stream(std::move(s)) {}
@@ -121,6 +133,7 @@ class push_receiver {
     }
     void respond() {
       push_call c;
+      c.received_ms = now_ms();
       c.target = std::string(req.target());
       c.task_id = std::string(req["X-Delayq-Task-Id"]);
       c.attempt = std::string(req["X-Delayq-Attempt"]);

@@ -29,10 +29,12 @@
 // running on it settled), and renews the rest. A lease is only
 // ever taken when free or expired, so a shard never has two holders.
 //
-// Failover. A dead instance's membership entry and leases expire at most one
-// lease after its last round; the desired owners take its shards at their
-// first round after that: within lease + lease/3 + the length of one round,
-// under two leases. docs/scale-out.md has the whole story and the limits.
+// Failover. A dead or stalled instance's membership entry and leases expire
+// at most one lease after its last round. Every other instance runs a round
+// just after the entry lapses (lease_round::next_round_in), which finds it
+// gone and takes the shards it should now own: within a lease and the length
+// of one round after its last round, under two leases. docs/scale-out.md has
+// the whole story and the limits.
 //
 // This header knows no backend; make_redis_shard_leases()
 // (delayq/redis_shard_leases.hpp) builds the Redis one.
@@ -127,7 +129,10 @@ struct lease_round {
   /// The live members this round saw (this instance included), sorted. Empty
   /// after a failed round.
   std::vector<std::string> members;
-  /// When to run the next round: lease/3 after this one started.
+  /// When to run the next round, counted from when renew() returned: lease/3
+  /// after this one started, or sooner: just after the heartbeat of another
+  /// member lapses (one that stopped renewing), so that its shards are taken
+  /// as soon as its leases have lapsed, not up to a round later.
   std::chrono::milliseconds next_round_in{0};
 };
 

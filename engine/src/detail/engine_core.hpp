@@ -337,6 +337,11 @@ class engine_core final : public dispatcher::owner,
   // Under the lock: the shards an attempt started on and has not settled,
   // ascending. Such a shard is not given away.
   std::vector<std::uint32_t> busy_shards_locked() const;
+  // Whether a shard in `leaving` (ascending) is still leaving and no attempt
+  // runs on it: it can be handed over now. Takes the lock.
+  bool idle_leaving(const std::vector<std::uint32_t>& leaving) const;
+  // settle(): an attempt on a leaving shard ended; wakes the lease thread.
+  void note_leaving_settled();
   // Reads the tasks of shard `s` due at or before the watermark into the
   // wheel (as the pager does); false if the store could not be read.
   bool page_in_shard(std::uint32_t s);
@@ -419,6 +424,10 @@ class engine_core final : public dispatcher::owner,
   std::mutex cluster_stop_mutex_;  // stop() and ~engine may both stop the cluster
   std::condition_variable lease_cv_;
   bool lease_stop_ = false;
+  // Set (under lease_mutex_) when an attempt on a leaving shard settled: the
+  // lease thread then hands over at once the shards no attempt runs on any
+  // more, rather than at its next round.
+  bool handover_check_ = false;
   std::unique_ptr<task_listener> listener_;  // null: the store sends no notices
   std::thread listen_thread_;
   std::vector<std::uint32_t>

@@ -24,7 +24,9 @@
 //   while busy_shards_locked() names it, then flushes the writer so the
 //   outcomes of its last attempts land before the release. Without this the
 //   new owner would read a task whose attempt is still running here, or
-//   whose removal has not landed, and run it again.
+//   whose removal has not landed, and run it again. The release comes in a
+//   round of its own as soon as the shard is idle (settle() wakes the lease
+//   thread), not at the next round: the shard's due tasks wait meanwhile.
 // - an attempt starts only while its lease is surely ours and still the one
 //   it was dispatched under (may_start()): a reference that waited in the
 //   ready queue through a stall past the lease does not start after it.
@@ -60,6 +62,23 @@ std::vector<std::uint32_t> engine_core::busy_shards_locked() const {
   for (std::uint32_t s = 0; s < busy.size(); ++s)
     if (busy[s]) out.push_back(s);
   return out;
+}
+
+bool engine_core::idle_leaving(const std::vector<std::uint32_t>& leaving) const {
+  if (leaving.empty()) return false;
+  std::lock_guard lock(mutex_);
+  const std::vector<std::uint32_t> busy = busy_shards_locked();
+  return std::any_of(leaving.begin(), leaving.end(), [&](std::uint32_t s) {
+    return shards_->leaving(s) && !std::binary_search(busy.begin(), busy.end(), s);
+  });
+}
+
+void engine_core::note_leaving_settled() {
+  {
+    std::lock_guard lock(lease_mutex_);
+    handover_check_ = true;
+  }
+  lease_cv_.notify_all();
 }
 
 bool engine_core::owner_check(std::string_view id, boost::system::error_code& ec) const {
@@ -126,7 +145,10 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
     shards_.reset();
     return;
   }
-  lease_round_ = r.next_round_in;
+  // The cadence rounds keep (the lease table may ask for an earlier one when
+  // a member lapses): held-back tasks wait this long, a failed round is
+  // tried again after it.
+  lease_round_ = std::max(std::chrono::milliseconds{1}, c.lease / 3);
   for (const shard_lease& l : r.held) shards_->set(l);
   set_members(r);
   shards_gained_ += r.held.size();
@@ -295,13 +317,19 @@ bool engine_core::page_in_shard(std::uint32_t s) {
 }
 
 void engine_core::lease_loop() {
-  auto next = std::chrono::steady_clock::now() + lease_round_;
+  using steady = std::chrono::steady_clock;
+  auto next = steady::now() + lease_round_;
   for (;;) {
+    // Woken before the round is due when an attempt on a leaving shard
+    // settled: a round runs at once if that shard can go now (below).
+    bool early = false;
     {
       std::unique_lock lock(lease_mutex_);
-      if (lease_cv_.wait_until(lock, next, [&] { return lease_stop_; })) return;
+      lease_cv_.wait_until(lock, next, [&] { return lease_stop_ || handover_check_; });
+      if (lease_stop_) return;
+      early = handover_check_ && steady::now() < next;
+      handover_check_ = false;
     }
-    const auto began = std::chrono::steady_clock::now();
     // Every held shard is kept but the leaving ones no attempt is busy with:
     // those are handed over this round, once what their last attempts wrote
     // has landed (the new owner reads the shard from the store).
@@ -322,6 +350,7 @@ void engine_core::lease_loop() {
           keep.push_back(s);
       }
     }
+    if (early && handed.empty()) continue;  // the shards still have attempts: not yet
     if (!handed.empty()) {
       writer_.flush();
       // A write the flush waited for may have failed, and be kept now: the
@@ -340,6 +369,7 @@ void engine_core::lease_loop() {
       ec = errc::store_error;
     }
     if (ec) log(log_level::warning, "cluster: a lease round failed: " + ec.message());
+    const auto returned = steady::now();
     apply_round(r);
     lease_rounds_.fetch_add(1, std::memory_order_relaxed);
     if (!listener_) {
@@ -348,10 +378,19 @@ void engine_core::lease_loop() {
       queue_held_shard_reads();
       settings_changed();  // called again next round whatever it returns
     }
-    // After a failed round, try again soon (the leases still held are kept
-    // until their valid_until only).
+    // next_round_in counts from the round's answer: lease/3 after the round
+    // began, or sooner when another member's heartbeat lapses first (the
+    // takeover of a stalled or dead member's shards). After a failed round,
+    // try again soon (the leases still held are kept until their valid_until
+    // only).
     const auto wait = r.next_round_in.count() > 0 ? r.next_round_in : lease_round_;
-    next = began + wait;
+    next = returned + wait;
+    // A shard reported leaving that no attempt runs on goes now, in a round of
+    // its own, not at the next one: its due tasks are held back from this
+    // round until its next owner has read it, so each round waited here would
+    // make them that much later (a stalled instance that resumed gets its
+    // shards back this way). Not while a write is kept: no shard leaves then.
+    if (!r.leaving.empty() && writer_.kept() == 0 && idle_leaving(r.leaving)) next = steady::now();
   }
 }
 

@@ -260,12 +260,18 @@ void engine_core::run_after(after_lock& after) {
 void engine_core::settle(std::span<outcome> outcomes) {
   after_lock after;
   call_state none;
+  bool leaving_settled = false;
   {
     std::lock_guard lock(mutex_);
     std::vector<write_op> ops;
     const bool stopping = state_.load() != run_state::running;
     for (outcome& o : outcomes) {
       const timer_wheel::handle h = o.h;
+      // The last attempt on a shard being handed over may be this one: the
+      // lease thread looks again now rather than at its next round.
+      if (!leaving_settled && cluster_on() && shards_->leaving_count() != 0 &&
+          shards_->leaving(shards_->shard(wheel_.id(h))))
+        leaving_settled = true;
       // Clusters: the lease token the attempt was dispatched under fences
       // its outcome write (a shard taken meanwhile refuses it: lease_lost).
       std::uint64_t fence = 0;
@@ -359,6 +365,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
   }
   run_after(after);
   changed_.notify_all();  // stop() may be waiting for attempts to end
+  if (leaving_settled) note_leaving_settled();
 }
 
 }  // namespace delayq::detail
