@@ -14,6 +14,7 @@
 namespace delayq::server {
 
 /// The tasks of a batch one instance stores, in one atomic write there.
+/// Thread safety: a plain value.
 struct batch_part {
   /// The instance; empty for this one.
   std::string instance;
