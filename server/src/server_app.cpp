@@ -312,6 +312,13 @@ tcp::endpoint server_app::start() {
       throw std::invalid_argument(
           "--cluster-secret has " + std::to_string(options_.cluster_secret.size()) +
           " bytes; give at least 16 (e.g. openssl rand -hex 32), the same on every instance");
+    // The token keys the marker then: a short one can be guessed offline
+    // from a marker a proxy logged with its call.
+    if (options_.cluster_secret.empty() && !options_.token.empty() && options_.token.size() < 16)
+      log(log_level::warning,
+          "delayq-server: the forwarding marker is keyed with the --token, which has " +
+              std::to_string(options_.token.size()) +
+              " bytes: give --cluster-secret (16 bytes or more) or a longer token");
   }
   if (!at.address().is_loopback() && options_.token.empty())
     throw std::invalid_argument("refusing to listen on " + options_.listen +

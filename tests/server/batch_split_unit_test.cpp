@@ -95,6 +95,11 @@ TEST_CASE("batch split: a failed part names its tasks, the stored ones keep thei
   CHECK(j["failed"][1]["message"] == "tasks[4]: c2 exists");
   CHECK(j["message"].get<std::string>().find("2 of the batch's 5 tasks were stored") !=
         std::string::npos);
+  // Some were stored: no Retry-After inviting a retry of the whole batch.
+  for (const auto& [name, value] : a.headers) CHECK(name != "Retry-After");
+  const auto none = delayq::server::join_batch_answers(
+      1, {{"c", {0}}}, {batch_reply(503, {{"error", "owner_unreachable"}, {"message", "x"}})});
+  CHECK(none.headers.size() == 1);
 }
 
 TEST_CASE("batch split: a 201 without the part's ids is a failure, not a success") {

@@ -5,10 +5,27 @@
 #include <atomic>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "ops/store_health.hpp"
 
 using delayq::server::store_health;
+
+namespace {
+
+// Waits until `h` reads unhealthy; false after a minute (a broken state
+// machine fails the test instead of hanging it).
+bool health_turns_bad(const store_health& h) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes{1};
+  while (h.now().ok)
+    if (std::chrono::steady_clock::now() > give_up)
+      return false;
+    else
+      std::this_thread::yield();
+  return true;
+}
+
+}  // namespace
 
 TEST_CASE("store health: asking costs no probe, the state follows the probes") {
   std::atomic<int> probes{0};
@@ -41,7 +58,7 @@ TEST_CASE("store health: a failed probe is reported with its reason") {
   h.start();
   CHECK(h.now().ok);
   // Waits for the state to change, not for a time.
-  while (h.now().ok) std::this_thread::yield();
+  REQUIRE(health_turns_bad(h));
   const auto s = h.now();
   CHECK(s.why == "connection refused");
 }
@@ -59,7 +76,7 @@ TEST_CASE("store health: a probe that hangs leaves no ok standing") {
   h.start();
   // The second probe hangs: once the state is older than stale_after it
   // reads as unhealthy, whatever the last probe said.
-  while (h.now().ok) std::this_thread::yield();
+  REQUIRE(health_turns_bad(h));
   CHECK(h.now().why.find("did not answer a probe") != std::string::npos);
   release.set_value();
   h.stop();

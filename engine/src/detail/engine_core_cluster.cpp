@@ -362,11 +362,13 @@ void engine_core::lease_loop() {
     }
     boost::system::error_code ec;
     lease_round r;
+    bool threw = false;
     try {
       r = leases_->renew(keep, ec);
     } catch (const std::exception& e) {
       log(log_level::error, std::string("cluster: a lease round failed: ") + e.what());
       ec = errc::store_error;
+      threw = true;
     }
     if (ec) log(log_level::warning, "cluster: a lease round failed: " + ec.message());
     const auto returned = steady::now();
@@ -380,11 +382,12 @@ void engine_core::lease_loop() {
     }
     // next_round_in counts from the round's answer: lease/3 after the round
     // began, or sooner when another member's heartbeat lapses first (the
-    // takeover of a stalled or dead member's shards). After a failed round,
-    // try again soon (the leases still held are kept until their valid_until
-    // only).
-    const auto wait = r.next_round_in.count() > 0 ? r.next_round_in : lease_round_;
-    next = returned + wait;
+    // takeover of a stalled or dead member's shards). 0: a round that took
+    // lease/3 or more; the next runs at once (waiting another lease/3 would
+    // let our leases lapse between heartbeats). A round that threw says
+    // nothing: try again after lease/3 (the leases still held are kept until
+    // their valid_until only).
+    next = returned + (threw ? lease_round_ : r.next_round_in);
     // A shard reported leaving that no attempt runs on goes now, in a round of
     // its own, not at the next one: its due tasks are held back from this
     // round until its next owner has read it, so each round waited here would

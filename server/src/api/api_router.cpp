@@ -283,8 +283,14 @@ void api_router::add_batch(call& c) {
     auto parts = split_batch(
         rs, [this](const std::string& id) { return parts_.engine->owner_of(id); },
         forwarding_->instance());
+    // Named in the forward's errors: the part's first task with an id.
+    const auto named_id = [&rs](const batch_part& part) {
+      for (const std::size_t i : part.index)
+        if (!rs[i].id.empty()) return rs[i].id;
+      return std::string{};
+    };
     if (parts.size() == 1 && !parts[0].instance.empty() &&
-        forward_to(c, parts[0].instance, rs[parts[0].index[0]].id))
+        forward_to(c, parts[0].instance, named_id(parts[0])))
       return;
     if (parts.size() > 1) return split_batch_call(c, std::move(rs), std::move(parts));
   }

@@ -128,7 +128,9 @@ http_answer join_batch_answers(std::size_t total, const std::vector<batch_part>&
                            " instances took part; \"ids\" and \"failed\" say which)"},
            {"ids", std::move(ids)},
            {"failed", std::move(failed)}});
-  if (out.status == 503) out.headers.emplace_back("Retry-After", "1");
+  // Retry-After invites a retry of the whole batch, which would store the
+  // tasks without an id again: only when nothing was stored.
+  if (out.status == 503 && stored == 0) out.headers.emplace_back("Retry-After", "1");
   return out;
 }
 
