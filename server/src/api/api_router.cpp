@@ -283,14 +283,8 @@ void api_router::add_batch(call& c) {
     auto parts = split_batch(
         rs, [this](const std::string& id) { return parts_.engine->owner_of(id); },
         forwarding_->instance());
-    // Named in the forward's errors: the part's first task with an id.
-    const auto named_id = [&rs](const batch_part& part) {
-      for (const std::size_t i : part.index)
-        if (!rs[i].id.empty()) return rs[i].id;
-      return std::string{};
-    };
     if (parts.size() == 1 && !parts[0].instance.empty() &&
-        forward_to(c, parts[0].instance, named_id(parts[0])))
+        forward_to(c, parts[0].instance, first_named_id(rs, parts[0])))
       return;
     if (parts.size() > 1) return split_batch_call(c, std::move(rs), std::move(parts));
   }
@@ -325,9 +319,10 @@ void api_router::split_batch_call(call& c, std::vector<add_request> rs,
     };
   };
   const json& tasks = c.body["tasks"];
-  g->parts = parts;
-  for (std::size_t k = 0; k < parts.size(); ++k) {
-    const batch_part& part = parts[k];
+  // Only read from here on (the loop below and the last answer alike).
+  g->parts = std::move(parts);
+  for (std::size_t k = 0; k < g->parts.size(); ++k) {
+    const batch_part& part = g->parts[k];
     if (part.instance.empty()) {
       std::vector<add_request> here;
       for (const std::size_t i : part.index) here.push_back(std::move(rs[i]));
@@ -344,7 +339,8 @@ void api_router::split_batch_call(call& c, std::vector<add_request> rs,
     req.set(bhttp::field::content_type, "application/json");
     req.body() = dump_json(json{{"tasks", std::move(sub)}});
     req.prepare_payload();
-    forwarding_->forward(part.instance, std::move(req), rs[part.index[0]].id, answered(k), nullptr);
+    forwarding_->forward(part.instance, std::move(req), first_named_id(rs, part), answered(k),
+                         nullptr);
   }
 }
 

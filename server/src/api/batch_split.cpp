@@ -76,6 +76,12 @@ std::vector<batch_part> split_batch(const std::vector<add_request>& tasks,
   return parts;
 }
 
+std::string first_named_id(const std::vector<add_request>& tasks, const batch_part& part) {
+  for (const std::size_t i : part.index)
+    if (!tasks[i].id.empty()) return tasks[i].id;
+  return {};
+}
+
 http_answer join_batch_answers(std::size_t total, const std::vector<batch_part>& parts,
                                const std::vector<http_answer>& answers) {
   json ids = json::array();

@@ -33,6 +33,11 @@ std::vector<batch_part> split_batch(const std::vector<add_request>& tasks,
                                     const std::function<std::string(const std::string&)>& owner_of,
                                     const std::string& self);
 
+/// The id of the first task of `part` that has one ("" when none has):
+/// what a forward of the part names in its errors.
+/// Thread safety: a pure function.
+std::string first_named_id(const std::vector<add_request>& tasks, const batch_part& part);
+
 /// One answer for a batch of `total` tasks from the answers of its parts
 /// (`answers[k]` answers `parts[k]`). All 201: 201 `{"ids": [...]}` in the
 /// batch's order. Otherwise the status and error name of the failed part

@@ -5,20 +5,12 @@
 #include <cctype>
 
 #include "http/ascii.hpp"
+#include "security/hmac_sha256.hpp"
 
 namespace delayq::server {
 namespace {
 
 namespace bhttp = boost::beast::http;
-
-// Constant time in the token's length, so timing does not reveal how much of
-// a guess was right.
-bool same_token(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 std::string_view guard_trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -119,7 +111,8 @@ bool request_guard::authorized(const http_request_header& h) const {
   if (options_.token.empty()) return true;
   const std::string_view auth = value_of(h, bhttp::field::authorization);
   constexpr std::string_view bearer = "Bearer ";
-  return auth.starts_with(bearer) && same_token(auth.substr(bearer.size()), options_.token);
+  return auth.starts_with(bearer) &&
+         constant_time_equal(auth.substr(bearer.size()), options_.token);
 }
 
 std::optional<api_error> request_guard::check(const http_request_header& h) const {
