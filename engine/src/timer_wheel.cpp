@@ -136,7 +136,10 @@ timer_wheel::block::~block() {
 
 // ---------------------------------------------------------------- lifetime
 
-timer_wheel::timer_wheel(std::size_t slots) : slot_count_(slots), seed_(new_seed()) {
+timer_wheel::timer_wheel(std::size_t slots)
+    : slot_count_(slots),
+      slot_mask_(slots > 1 && std::has_single_bit(slots) ? slots - 1 : 0),
+      seed_(new_seed()) {
   if (slots == 0) throw std::invalid_argument("delayq::timer_wheel: slots must be > 0");
   slots_.resize(slots);
   slot_min_.assign(slots, no_tick);
@@ -259,7 +262,7 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
   record& r = rec(h);
   r.due = due;
   r.seq = ((r.seq | state_mask) + 1) | armed_state;  // a new generation: older entries are stale
-  const auto s = static_cast<std::size_t>(due % slot_count_);
+  const std::size_t s = slot_of(due);
   std::vector<entry>& v = slots_[s];
   if (v.size() == v.capacity()) {
     if (v.empty()) {
@@ -280,9 +283,7 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
   occupied_[s / 64] |= std::uint64_t{1} << (s % 64);
 }
 
-void timer_wheel::went_stale(const record& r) noexcept {
-  ++stale_[static_cast<std::size_t>(r.due % slot_count_)];
-}
+void timer_wheel::went_stale(const record& r) noexcept { ++stale_[slot_of(r.due)]; }
 
 void timer_wheel::compact_slot(std::size_t s) {
   std::vector<entry>& v = slots_[s];
@@ -351,7 +352,7 @@ void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<han
 
 std::uint64_t timer_wheel::next_due_tick() const noexcept {
   if (armed_ == 0) return no_tick;
-  const std::size_t start = static_cast<std::size_t>((now_ + 1) % slot_count_);
+  const std::size_t start = slot_of(now_ + 1);
   std::uint64_t best = no_tick;
   // Scans slots [from, to) in order; slot `from` is at tick `base`. The first
   // slot whose bound says "due in this revolution" is the answer: every slot
