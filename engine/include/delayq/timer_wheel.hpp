@@ -42,6 +42,18 @@
 // appends to it, and processing a slot reads it front to back, so the wheel
 // walks contiguous memory and touches a record only when its entry is due.
 //
+// Arrivals
+// --------
+// With a million tasks, the end of a random slot's array is a cache miss,
+// and arming one task at a time pays it in full, in the caller's schedule().
+// So arming writes the record and appends its entry to a short arrivals
+// array (256 entries) instead; when it is full, or before advance() reads
+// any slot, the arrivals move to their slots in one pass that asks for each
+// slot's memory a few entries ahead, so the misses overlap. An arrival is an
+// ordinary entry: cancelling its task makes it stale where it lies (it is
+// counted against its slot at once, and dropped there later), and
+// next_due_tick() takes the arrivals' earliest due tick into account.
+//
 // Lazy removal
 // ------------
 // An entry is valid while the record's sequence word equals the one the entry
@@ -392,6 +404,12 @@ class timer_wheel {
   // lower bound exact again.
   void collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out);
 
+  // Appends an entry to its slot's array (compacting or growing it).
+  void place_entry(const entry& e);
+  // Moves every arrival to its slot, with the memory of the slots a few
+  // entries ahead requested early (see "Arrivals" in the essay).
+  void drain_arrivals();
+
   // The slot of `tick`. A power-of-two slot count (the engine's default)
   // takes a mask instead of a 64-bit division, which the paths that arm and
   // cancel a task each pay once.
@@ -411,6 +429,11 @@ class timer_wheel {
   std::vector<std::uint64_t> slot_min_;  // lower bound of the earliest due tick per slot
   std::vector<std::uint32_t> stale_;     // stale entries per slot: when compacting pays
   std::vector<std::uint64_t> occupied_;  // one bit per slot with entries (valid or stale)
+  // Entries armed since the last drain, in arming order, not yet in their
+  // slots; arrivals_min_ is a lower bound of their due ticks.
+  std::vector<entry> arrivals_;
+  std::uint64_t arrivals_min_ = no_tick;
+  static constexpr std::size_t arrivals_batch = 256;
 
   std::vector<block> chunks_;
   handle free_head_ = npos;  // free records are chained through record::due
@@ -539,6 +562,7 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
   std::vector<handle> batch;
   batch.swap(scratch_);
   while (true) {
+    if (!arrivals_.empty()) drain_arrivals();  // the sink may have armed some
     const std::uint64_t tick = next_due_tick();
     if (tick == no_tick || tick > to_tick) break;
     now_ = tick;
