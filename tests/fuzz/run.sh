@@ -83,6 +83,7 @@ build() {
   cmdline="$cxx ${flags[*]} ${srcs[*]}"
   if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$cmdline" ]] &&
     [[ -z "$(find "${srcs[@]/#/$root/}" "$root/engine/include" "$root/persistence/include" "$root/server/src/api" \
+      "$root/server/src/wire" \
       "$here" -name '*.[ch]pp' -newer "$bin" -print -quit)" ]]; then
     return 0
   fi

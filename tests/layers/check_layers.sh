@@ -78,6 +78,14 @@ declare -A ALLOWED=(
                 server/api"
 )
 
+# Files that may include only these files of their own layer: the Redis
+# connection is plain RESP and knows none of the store's keys, scripts or
+# routing (docs/persistence.md, "Connections, timeouts, reconnects").
+declare -A OWN_LAYER_ONLY=(
+  [persistence/redis/connection.hpp]=""
+  [persistence/redis/connection.cpp]="persistence/redis/connection.hpp"
+)
+
 # Third-party headers (angle includes) a layer must not name.
 declare -A FORBIDDEN_SYSTEM=(
   [engine/include]="hiredis/ sqlite3.h SQLiteCpp/ cereal/"
@@ -141,6 +149,10 @@ while IFS= read -r hit; do
     [[ "$from" == "$to" ]] || edges["$from -> $to"]=1
     if ! allowed "$from" "$to"; then
       echo "$f:$line: $from must not include $to (\"$name\")" >&2
+      breaches=$((breaches + 1))
+    elif [[ "$from" == "$to" && -n "${OWN_LAYER_ONLY[$f]+set}" &&
+            " ${OWN_LAYER_ONLY[$f]} " != *" $target "* ]]; then
+      echo "$f:$line: $f must not include $target" >&2
       breaches=$((breaches + 1))
     fi
   elif [[ "$text" =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\<([^\>]+)\> ]]; then

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "wire/api_error.hpp"
 #include "delayq/engine.hpp"
+#include "wire/api_error.hpp"
 
 namespace delayq::server {
 
