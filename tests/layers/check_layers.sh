@@ -13,9 +13,12 @@
 # may name (house style: the engine's users never see hiredis, SQLite or
 # cereal).
 #
-# The table is the map of docs/server.md ("Source map") and docs/design.md:
-# change it there and here together, and only to add an arrow that still
-# points down.
+# The server's part of the table is the map of docs/server.md ("Source
+# map"); the Redis connection's rule is in docs/persistence.md
+# ("Connections, timeouts, reconnects"). Change a rule there and here
+# together, and only to add an arrow that still points down. A new folder of
+# server/src is a layer of its own that may include nothing and that no
+# other layer may include until it is put on the map here.
 set -euo pipefail
 
 mode=check
