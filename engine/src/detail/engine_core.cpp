@@ -36,7 +36,9 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
       wheel_(options_.slots),
       writer_(*store_, store_writer::options{options_.max_queued_writes},
               [this](std::span<write_op> ops) { on_written(ops); }),
-      dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_) {
+      dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_),
+      owner_(make_ownership(options_, *store_, *this)),
+      owns_all_(owner_->owns_all()) {
   for (const auto& [name, limit] : options_.type_concurrency) {
     boost::system::error_code ec;
     if (!valid_type(name)) continue;  // no task can have it
@@ -47,7 +49,7 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
 engine_core::~engine_core() { shutdown(); }
 
 void engine_core::shutdown() {
-  stop_cluster();
+  owner_->stop();
   stop_pager();
   dispatcher_.join();
   writer_.stop();
@@ -150,17 +152,14 @@ void engine_core::start(boost::system::error_code& ec) {
   list_summary summary;
   horizon_ms_ = 0;
   watermark_ = std::numeric_limits<std::int64_t>::max();
-  if (options_.cluster) {
-    // A cluster engine always pages (engine_core_cluster.cpp): by default
+  if (!owns_all_) {
+    // A cluster engine always pages (cluster_ownership.hpp): by default
     // its horizon is max_delay, which holds every task of its shards.
     const std::int64_t horizon = std::max<std::int64_t>(
         1, (options_.horizon.count() > 0 ? std::min(options_.horizon, options_.max_delay)
                                          : options_.max_delay)
                .count());
-    std::string why;
-    options_.cluster->validate(ec, &why);
-    if (ec) log(log_level::error, "start: engine_options::cluster: " + why);
-    if (!ec) start_cluster_locked(now + horizon, load, summary, ec);
+    owner_->start_locked(now + horizon, load, summary, ec);
     if (!ec) {
       horizon_ms_ = horizon;
       watermark_ = now + horizon;
@@ -240,12 +239,7 @@ void engine_core::start(boost::system::error_code& ec) {
   if (dead_ec) dead_ = 0;  // a store without dead letters (errc::unsupported)
   state_.store(run_state::running, std::memory_order_release);
   if (horizon_on() && !pager_.joinable()) pager_ = std::thread([this] { pager_loop(); });
-  if (cluster_on() && !lease_thread_.joinable())
-    lease_thread_ = std::thread([this] { lease_loop(); });
-  if (cluster_on() && !reader_thread_.joinable())
-    reader_thread_ = std::thread([this] { reader_loop(); });
-  if (listener_ && !listen_thread_.joinable())
-    listen_thread_ = std::thread([this] { listen_loop(); });
+  owner_->run();
   armed_tick_ = wheel_.next_due_tick();
   if (armed_tick_ != timer_wheel::no_tick)
     ticker_.post([self = shared_from_this()] { self->rearm(); });
@@ -302,7 +296,7 @@ bool engine_core::stop(milliseconds drain) {
   }
   writer_.flush();  // removals of attempts that just succeeded, among others
   // Then leave the cluster: the others take the shards at their next round.
-  if (cluster_on()) stop_cluster();
+  owner_->stop();
   return drained;
 }
 
@@ -340,15 +334,11 @@ void engine_core::on_tick() {
     if (state_.load() != run_state::running) return;
     const auto now = steady_clock::now();
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
-      if (cluster_on()) {
-        const std::uint32_t s = shards_->shard(wheel_.id(h));
-        const std::uint64_t token = shards_->valid_token(s, now);
-        if (token == 0 || shards_->leaving(s)) {
-          // Not surely ours now, or being handed over: the next round decides.
-          held_back.push_back(h);
-          return;
-        }
-        fences_[h] = token;  // its outcome writes carry it (settle)
+      // Clusters: a record fires only under a lease surely ours now (its
+      // outcome's writes carry the token); otherwise the next round decides.
+      if (!owns_all_ && owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
+        held_back.push_back(h);
+        return;
       }
       const std::uint32_t w = tsw::next_queued(tag(h));
       set_tag(h, w);
@@ -379,8 +369,7 @@ void engine_core::on_tick() {
     }
     if (!held_back.empty()) {
       // A round from now: renewed, they run; lost, apply_round let go of them.
-      const std::uint64_t later =
-          ticker_.tick_for(now_ms() + std::max<std::int64_t>(lease_round_.count(), 1));
+      const std::uint64_t later = ticker_.tick_for(now_ms() + owner_->hold_back().count());
       for (timer_wheel::handle h : held_back) {
         wheel_.arm(h, later);
         // Not held at all (lost while a write about it was in flight): let go.
@@ -392,6 +381,30 @@ void engine_core::on_tick() {
   }
   dispatcher_.push(due);
   rearm();
+}
+
+// ------------------------------------------------------------------ ownership
+
+bool engine_core::may_start(const ready_ref& r) const noexcept {
+  return owns_all_ || owner_->may_start(r.v.id(), r.fence);
+}
+
+std::string engine_core::owner_of(std::string_view id) const { return owner_->owner_of(id); }
+
+std::vector<std::string> engine_core::members() const { return owner_->members(); }
+
+void engine_core::let_go_unowned_locked() {
+  // Busy records (a write or an attempt) are let go when they settle
+  // (evict_if_far_locked), a pinned one when its call decides.
+  std::vector<timer_wheel::handle> drop;
+  wheel_.for_each([&](timer_wheel::handle h) {
+    if (wheel_.is_indexed(h) && !owns_locked(wheel_.id(h))) drop.push_back(h);
+  });
+  for (timer_wheel::handle h : drop) evict_if_far_locked(h);
+}
+
+std::string_view engine_core::running_id_locked(timer_wheel::handle h) const noexcept {
+  return tsw::state_of(tag(h)) == tsw::running ? wheel_.id(h) : std::string_view{};
 }
 
 // ------------------------------------------------------------------ queries
@@ -514,10 +527,6 @@ engine_stats engine_core::stats() const {
     s.scheduled = scheduled_;
     s.loaded = loaded_;
     s.paged = paged_;
-    if (cluster_on()) {
-      s.shards_held = shards_->held_count();
-      s.shards_leaving = shards_->leaving_count();
-    }
     s.succeeded = succeeded_;
     s.failed = failed_;
     s.cancelled = cancelled_;
@@ -530,9 +539,7 @@ engine_stats engine_core::stats() const {
   s.running = dispatcher_.running();
   s.fired = dispatcher_.fired();
   s.timed_out = dispatcher_.timed_out();
-  s.shards_gained = shards_gained_.load(std::memory_order_relaxed);
-  s.shards_lost = shards_lost_.load(std::memory_order_relaxed);
-  s.lease_rounds = lease_rounds_.load(std::memory_order_relaxed);
+  owner_->add_stats(s);
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
   s.writes_queued = writer_.queued();
   s.writes_kept = writer_.kept();

@@ -40,7 +40,7 @@
 #include "detail/dispatcher.hpp"
 #include "detail/failure_policy.hpp"
 #include "detail/lateness_histogram.hpp"
-#include "detail/shard_table.hpp"
+#include "detail/ownership.hpp"
 #include "detail/spin_mutex.hpp"
 #include "detail/store_writer.hpp"
 #include "detail/ticker.hpp"
@@ -51,6 +51,7 @@ namespace delayq::detail {
 
 /// Thread safety: as engine (every member is safe from any thread).
 class engine_core final : public dispatcher::owner,
+                          private ownership::host,
                           public std::enable_shared_from_this<engine_core> {
  public:
   engine_core(boost::asio::any_io_executor ex, executor_factory executors,
@@ -193,6 +194,7 @@ class engine_core final : public dispatcher::owner,
                        const std::shared_ptr<call_state>& call, call_state& out,
                        std::string& waiting_id, after_lock& after);
   bool running_check(boost::system::error_code& ec) const;
+
   // A blocking call's answer: from the writer once it wrote, or from `inline_call`.
   bool wait_answer(const std::shared_ptr<call_state>& call, bool queued, call_state& inline_call,
                    boost::system::error_code& ec);
@@ -285,17 +287,15 @@ class engine_core final : public dispatcher::owner,
   // time the store answered: then nothing, and `held_meanwhile` says so.
   std::optional<task> find_stored(std::string_view id, boost::system::error_code& ec,
                                   bool* held_meanwhile = nullptr) const;
-  // Stored tasks the engine cannot accept: id, why.
-  using rejected_tasks = std::vector<std::pair<std::string, std::string>>;
   // Under the lock: holds a task a read of the store found, unless its id is
   // held (memory is newer); one it cannot accept goes to `rejected`. False
   // when the id was erased since the read began (what was read is stale).
-  bool hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
-                        rejected_tasks& rejected);
+  bool hold_found_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                         rejected_tasks& rejected);
   // Off the lock: moves what reads rejected to the store's quarantine.
-  void quarantine_rejected(const rejected_tasks& rejected);
-  std::uint64_t begin_read_locked();
-  void end_read_locked(std::uint64_t seq);
+  void quarantine_rejected(const rejected_tasks& rejected) override;
+  std::uint64_t begin_read_locked() override;
+  void end_read_locked(std::uint64_t seq) override;
   bool erased_since_locked(const std::string& id, std::uint64_t seq) const;
   // Reads (from, until] of the due index into the wheel; false if stopped first.
   bool page_in(std::int64_t from, std::int64_t until, std::uint64_t seq);
@@ -303,64 +303,44 @@ class engine_core final : public dispatcher::owner,
   void post_lookup(std::function<void()> job);
   void stop_pager();
 
-  // ---- clusters (engine_core_cluster.cpp) ----------------------------------
-  // With engine_options::cluster the engine holds (and fires) only the tasks
-  // of the shards it holds a lease on; the horizon's machinery does the rest
-  // (a task of another shard is let go once written, like a far task).
-  bool cluster_on() const noexcept { return shards_ != nullptr; }
-  // Under the lock (or from a reader of the table): whether a record of `id`
-  // may be held here.
-  bool owns_locked(std::string_view id) const noexcept {
-    return !cluster_on() || shards_->held(shards_->shard(id));
-  }
+  // ---- ownership (ownership.hpp) -------------------------------------------
+  // Which ids this engine may hold and run. On a single node (owns_all_)
+  // every step below is skipped without asking owner_: the calls' and the
+  // fire path's ownership work happens only in a cluster.
+  bool owns_locked(std::string_view id) const noexcept { return owns_all_ || owner_->owns(id); }
   // Off the lock: errc::not_owner unless this instance holds the shard of
   // `id` and its lease is surely ours now.
-  bool owner_check(std::string_view id, boost::system::error_code& ec) const;
+  bool owner_check(std::string_view id, boost::system::error_code& ec) const {
+    return owns_all_ || owner_->check(id, ec);
+  }
   // Under the lock, when a call that changes the task of `id` decides: the
   // lease token its store write carries (store_change::fence), so that the
   // write is refused (errc::lease_lost, the call fails and changes nothing)
-  // if another instance took the shard since; 0 without a cluster. False
+  // if another instance took the shard since; 0 on a single node. False
   // with errc::not_owner when the lease is not surely ours now.
   bool call_fence_locked(std::string_view id, std::uint64_t& fence,
                          boost::system::error_code& ec) const {
-    fence = cluster_on() ? shards_->valid_token(id) : 0;
-    if (!cluster_on() || fence != 0) return true;
-    ec = errc::not_owner;
-    return false;
+    fence = 0;
+    return owns_all_ || owner_->fence_for(id, fence, ec);
   }
-  // start(), under the lock: checks the store, makes the lease table, runs
-  // the first round and reads the held shards' tasks due by `until`.
-  void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
-                            list_summary& summary, boost::system::error_code& ec);
-  void apply_round(const lease_round& r);
-  void set_members(const lease_round& r);  // for owner_of()
-  // Under the lock: the shards an attempt started on and has not settled,
-  // ascending. Such a shard is not given away.
-  std::vector<std::uint32_t> busy_shards_locked() const;
-  // Whether a shard in `leaving` (ascending) is still leaving and no attempt
-  // runs on it: it can be handed over now. Takes the lock.
-  bool idle_leaving(const std::vector<std::uint32_t>& leaving) const;
-  // settle(): an attempt on a leaving shard ended; wakes the lease thread.
-  void note_leaving_settled();
-  // Reads the tasks of shard `s` due at or before the watermark into the
-  // wheel (as the pager does); false if the store could not be read.
-  bool page_in_shard(std::uint32_t s);
-  void lease_loop();
-  // The listener thread: holds the tasks other instances save into the
-  // held shards (task_store::listen()), as fault_in() would.
-  void listen_loop();
-  // The shard reader thread: reads the shards queued by queue_shard_reads()
-  // one after the other (page_in_shard). A failed read is queued again at
-  // the next lease round (unread_shards_).
-  void reader_loop();
-  void queue_shard_reads(const std::vector<std::uint32_t>& shards);
-  void queue_held_shard_reads();
-  void hold_noticed(std::vector<task_notice>& notices);
-  // Calls engine_options::on_settings_changed, if any: false when it failed
-  // (returned false or threw; a throw is logged), so it is called again.
-  bool settings_changed();
-  // Stops the lease thread and leaves the cluster (release_all). Idempotent.
-  void stop_cluster();
+
+  // ownership::host: what a cluster's ownership reads tasks in with.
+  spin_mutex& mutex() const noexcept override { return mutex_; }
+  bool running() const noexcept override { return state_.load() == run_state::running; }
+  std::int64_t watermark_locked() const noexcept override { return watermark_; }
+  bool held_locked(std::string_view id) const noexcept override {
+    return wheel_.find(id) != timer_wheel::npos;
+  }
+  void hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                        rejected_tasks& rejected) override {
+    hold_found_locked(t, seq, now, rejected);
+  }
+  void count_quarantined_locked(std::size_t n) noexcept override { quarantined_ += n; }
+  void let_go_unowned_locked() override;
+  std::string_view running_id_locked(timer_wheel::handle h) const noexcept override;
+  void flush_writes() override { writer_.flush(); }
+  std::size_t writes_kept() const override { return writer_.kept(); }
+  void check_starts() override { dispatcher_.check_starts(); }
 
   // ---- the clock --------------------------------------------------------------
   void note_armed_locked(std::uint64_t tick);
@@ -414,43 +394,12 @@ class engine_core final : public dispatcher::owner,
   bool pager_stop_ = false;
   std::deque<std::function<void()>> pager_jobs_;
 
-  // engine_options::cluster: the lease table, its view for the fire path,
-  // and the thread that renews the leases every round.
-  std::unique_ptr<shard_leases> leases_;
-  std::unique_ptr<shard_table> shards_;
-  std::chrono::milliseconds lease_round_{0};
-  std::thread lease_thread_;
-  std::mutex lease_mutex_;
-  std::mutex cluster_stop_mutex_;  // stop() and ~engine may both stop the cluster
-  std::condition_variable lease_cv_;
-  bool lease_stop_ = false;
-  // Set (under lease_mutex_) when an attempt on a leaving shard settled: the
-  // lease thread then hands over at once the shards no attempt runs on any
-  // more, rather than at its next round.
-  bool handover_check_ = false;
-  std::unique_ptr<task_listener> listener_;  // null: the store sends no notices
-  std::thread listen_thread_;
-  std::vector<std::uint32_t>
-      unread_shards_;  // gained, not read yet (the store failed); under lease_mutex_
-  // Shards to read in, in order, none twice (under lease_mutex_), and the
-  // thread that reads them: a large shard read on the lease thread would
-  // hold up the renewals past the leases' valid_until.
-  std::deque<std::uint32_t> to_read_;
-  std::condition_variable reader_cv_;
-  std::thread reader_thread_;
-  std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0}, lease_rounds_{0};
-  // For owner_of(): the live members of the last answered round, sorted,
-  // and this instance's name (leases_ goes at stop; these stay).
-  mutable std::mutex members_mutex_;
-  std::vector<std::string> members_;
-  std::string instance_;
-  // The token of the shard's lease when a record was dispatched (under
-  // mutex_): its attempt's outcome writes carry it as their fence.
-  std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;
-
-  // Last: their threads call back into everything above.
+  // Last: their threads call back into everything above (the ownership's
+  // last of all: it is stopped, and goes, first).
   store_writer writer_;
   dispatcher dispatcher_;
+  const std::unique_ptr<ownership> owner_;
+  const bool owns_all_;  // owner_->owns_all(): a single node
 };
 
 }  // namespace delayq::detail

@@ -157,16 +157,18 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
 
 void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                                    boost::system::error_code& ec, std::size_t& bad) {
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    // Clusters: a task with an id only on its shard's owner (only it can tell
-    // a duplicate); a generated id goes anywhere (written, then let go).
-    if (!specs[i].id.empty() && !owner_check(specs[i].id, ec)) {
-      bad = i;
-      return;
-    }
-  }
   pins pinned(*this);  // before any lock: it unpins under the lock
+  // Without a horizon the wheel holds every task there is (a cluster always
+  // pages: with none, nothing here asks who owns an id).
   if (horizon_on()) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      // Clusters: a task with an id only on its shard's owner (only it can
+      // tell a duplicate); a generated id goes anywhere (written, then let go).
+      if (!specs[i].id.empty() && !owner_check(specs[i].id, ec)) {
+        bad = i;
+        return;
+      }
+    }
     // A task with this id may wait past the horizon, in the store only:
     // reject and keep must see it. A replace overwrites it either way.
     std::vector<std::string_view> named;
@@ -349,8 +351,8 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
       // Clusters: a replace of a held record is fenced: it must not land once
       // another instance holds the shard (and read the old copy). A new
       // record is written unfenced, as any instance may.
-      op.fence = cluster_on() && (c.why == p_replace || c.why == p_replace_running)
-                     ? shards_->valid_token(spec.id)
+      op.fence = !owns_all_ && (c.why == p_replace || c.why == p_replace_running)
+                     ? owner_->token_for(spec.id)
                      : 0;
       op.aux = c.aux;
       op.ctx = std::move(ctx);

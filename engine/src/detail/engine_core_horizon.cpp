@@ -72,8 +72,8 @@ timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry:
   return h;
 }
 
-bool engine_core::hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
-                                   rejected_tasks& rejected) {
+bool engine_core::hold_found_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                                    rejected_tasks& rejected) {
   if (wheel_.find(t.id) != timer_wheel::npos) return true;  // held meanwhile: memory is newer
   if (erased_since_locked(t.id, seq)) return false;
   if (!owns_locked(t.id)) return true;  // its shard was lost meanwhile: its new owner runs it
@@ -194,7 +194,7 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
       std::lock_guard lock(mutex_);
       if (!ec) {
         for (std::optional<task>& t : found) {
-          if (t && !hold_read_locked(*t, seq, now_ms(), rejected)) again = true;
+          if (t && !hold_found_locked(*t, seq, now_ms(), rejected)) again = true;
         }
       }
       end_read_locked(seq);
@@ -227,15 +227,11 @@ std::optional<task> engine_core::find_stored(std::string_view id, boost::system:
 }
 
 bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) {
-  // A cluster engine reads the shards it holds, one after the other. A shard
-  // gained after this list was taken is read whole by its gain (which sees
-  // the new watermark: the lease thread reads it after setting the shard).
+  // A cluster engine reads the shards it holds, one after the other.
   std::vector<std::uint32_t> shards;
-  if (cluster_on())
-    for (std::uint32_t s = 0; s < shards_->size(); ++s)
-      if (shards_->held(s)) shards.push_back(s);
+  const bool by_shard = !owns_all_ && owner_->page_by_shard(shards);
   std::size_t next_shard = 0;
-  if (cluster_on() && shards.empty()) return true;
+  if (by_shard && shards.empty()) return true;
   due_cursor cursor{from + 1, {}};  // (from + 1, "") is before every task due after `from`
   std::vector<task> page;
   rejected_tasks rejected;
@@ -245,7 +241,7 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
     list_summary got;
     const auto sink = [&](task&& t) { page.push_back(std::move(t)); };
     try {
-      got = cluster_on()
+      got = by_shard
                 ? store_->list_due_shard(shards[next_shard], cursor, until, page_size, sink, ec)
                 : store_->list_due(cursor, until, page_size, sink, ec);
     } catch (const std::exception&) {
@@ -265,10 +261,10 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
       std::lock_guard lock(mutex_);
       quarantined_ += got.quarantined;
       const std::int64_t now = now_ms();
-      for (const task& t : page) hold_read_locked(t, seq, now, rejected);
+      for (const task& t : page) hold_found_locked(t, seq, now, rejected);
     }
     if (got.tasks + got.quarantined < page_size) {
-      if (!cluster_on() || ++next_shard == shards.size()) break;
+      if (!by_shard || ++next_shard == shards.size()) break;
       cursor = due_cursor{from + 1, {}};
     }
   }

@@ -41,8 +41,7 @@ ready_ref engine_core::ready_of(timer_wheel::handle h, std::uint32_t word) const
   const trigger_counts tc = trigger_of(h);
   r.trigger_count = tc.count;
   r.signals = tc.signals;
-  if (!fences_.empty())
-    if (const auto it = fences_.find(h); it != fences_.end()) r.fence = it->second;
+  if (!owns_all_) r.fence = owner_->fence_of_locked(h);
   return r;
 }
 

@@ -267,19 +267,13 @@ void engine_core::settle(std::span<outcome> outcomes) {
     const bool stopping = state_.load() != run_state::running;
     for (outcome& o : outcomes) {
       const timer_wheel::handle h = o.h;
-      // The last attempt on a shard being handed over may be this one: the
-      // lease thread looks again now rather than at its next round.
-      if (!leaving_settled && cluster_on() && shards_->leaving_count() != 0 &&
-          shards_->leaving(shards_->shard(wheel_.id(h))))
-        leaving_settled = true;
       // Clusters: the lease token the attempt was dispatched under fences
-      // its outcome write (a shard taken meanwhile refuses it: lease_lost).
+      // its outcome write (a shard taken meanwhile refuses it: lease_lost);
+      // the last attempt on a shard being handed over may be this one.
       std::uint64_t fence = 0;
-      if (!fences_.empty()) {
-        if (const auto it = fences_.find(h); it != fences_.end()) {
-          fence = it->second;
-          fences_.erase(it);
-        }
+      if (!owns_all_) {
+        if (!leaving_settled) leaving_settled = owner_->attempt_settled_locked(wheel_.id(h));
+        fence = owner_->take_fence_locked(h);
       }
       if (o.result == outcome::what::dead) {
         erase_locked(h);  // cancelled while queued: its last reference let go
@@ -365,7 +359,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
   }
   run_after(after);
   changed_.notify_all();  // stop() may be waiting for attempts to end
-  if (leaving_settled) note_leaving_settled();
+  if (leaving_settled) owner_->handover_check();
 }
 
 }  // namespace delayq::detail
