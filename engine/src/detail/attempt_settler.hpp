@@ -12,7 +12,7 @@
 //
 // The settler decides and counts; the engine core applies the verdict to the
 // wheel and hands its write to the store writer (engine_core::settle(), in
-// engine_core_attempts.cpp). Outcomes of attempts never started because
+// engine_core_fire.cpp). Outcomes of attempts never started because
 // they were cancelled while queued (outcome::what::dead) are not attempts:
 // the core frees their record without asking.
 #pragma once

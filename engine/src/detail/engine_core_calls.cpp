@@ -2,7 +2,9 @@
 // cancel, reschedule, requeue, purge). Each decides under the lock, puts the
 // record in a transitional state, and either settles at once (a change the
 // store does not write) or hands a write_op to the store writer and settles
-// when the write landed (engine_core_writes.cpp).
+// when the write landed (engine_core_writes.cpp). cancel, reschedule and
+// requeue (and signal, engine_core_signal.cpp) are each a decide step over
+// the one skeleton of a call on an id (engine_core_id_call.hpp).
 #include <array>
 #include <unordered_map>
 #include <vector>
