@@ -139,6 +139,10 @@ void engine_core::settle(std::span<outcome> outcomes) {
     std::lock_guard lock(mutex_);
     std::vector<write_op> ops;
     const bool stopping = state_.load() != run_state::running;
+    // Most outcomes end in an erase, whose index bucket is a cache miss in a
+    // large wheel: ask for every bucket of the batch before the first.
+    if (outcomes.size() > 1)
+      for (const outcome& o : outcomes) wheel_.prefetch_index_of(o.h);
     for (outcome& o : outcomes) {
       const timer_wheel::handle h = o.h;
       // Clusters: the lease token the attempt was dispatched under fences
