@@ -35,7 +35,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "delayq/engine.hpp"
+#include "delayq/detail/schedule_completion.hpp"
+#include "delayq/engine_options.hpp"
+#include "delayq/engine_stats.hpp"
+#include "delayq/executor.hpp"
+#include "delayq/schedule_options.hpp"
+#include "delayq/shard_store.hpp"
+#include "delayq/task_status.hpp"
+#include "delayq/task_store.hpp"
 #include "delayq/timer_wheel.hpp"
 #include "detail/dispatcher.hpp"
 #include "detail/failure_policy.hpp"
@@ -347,7 +354,7 @@ class engine_core final : public dispatcher::owner,
   bool page_in_shard(std::uint32_t s);
   void lease_loop();
   // The listener thread: holds the tasks other instances save into the
-  // held shards (task_store::listen()), as fault_in() would.
+  // held shards (shard_store::listen()), as fault_in() would.
   void listen_loop();
   // The shard reader thread: reads the shards queued by queue_shard_reads()
   // one after the other (page_in_shard). A failed read is queued again at

@@ -594,7 +594,12 @@ std::vector<dead_letter> engine_core::dead_letters(std::size_t offset, std::size
   // Straight to the store: dead letters are not kept in memory. Writes still
   // queued are flushed first, so a task that just died is listed.
   const_cast<store_writer&>(writer_).flush();
-  return store_->list_dead(offset, limit, ec);
+  dead_letter_store* const dead = store_->dead_letters();
+  if (!dead) {
+    ec = errc::unsupported;
+    return {};
+  }
+  return dead->list_dead(offset, limit, ec);
 }
 
 bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_point due,
@@ -605,7 +610,12 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
   const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
   if (ec) return false;
   writer_.flush();
-  std::optional<dead_letter> d = store_->find_dead(id, ec);
+  dead_letter_store* const dead = store_->dead_letters();
+  if (!dead) {
+    ec = errc::unsupported;
+    return false;
+  }
+  std::optional<dead_letter> d = dead->find_dead(id, ec);
   if (ec || !d) return false;
   pins pinned(*this);
   fault_in(std::span(&id, 1), pinned, ec);  // a live task of this id may wait past the horizon
@@ -664,7 +674,12 @@ bool engine_core::purge(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
   writer_.flush();
-  std::optional<dead_letter> d = store_->find_dead(id, ec);
+  dead_letter_store* const dead = store_->dead_letters();
+  if (!dead) {
+    ec = errc::unsupported;
+    return false;
+  }
+  std::optional<dead_letter> d = dead->find_dead(id, ec);
   if (ec || !d) return false;
   const auto call = std::make_shared<call_state>();
   call_state inline_result;

@@ -112,14 +112,16 @@ void engine_core::set_members(const lease_round& r) {
 void engine_core::start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
                                        list_summary& summary, boost::system::error_code& ec) {
   const cluster_options& c = *options_.cluster;
-  if (store_->shards() != c.shards) {
+  shard_store* const sharded = store_->sharded();  // null: one key space, 0 shards
+  if ((sharded ? sharded->shards() : 0) != c.shards) {
     log(log_level::error, "start: " + store_->describe() + " has " +
-                              std::to_string(store_->shards()) + " shards, the cluster " +
+                              std::to_string(sharded ? sharded->shards() : 0) +
+                              " shards, the cluster " +
                               std::to_string(c.shards));
     ec = errc::shard_mismatch;
     return;
   }
-  leases_ = store_->make_shard_leases(c, ec);
+  leases_ = sharded->make_shard_leases(c, ec);
   if (ec || !leases_) {
     if (!ec) ec = errc::unsupported;
     leases_.reset();
@@ -129,7 +131,7 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   // Subscribed before the shards are read: a task another instance saves into
   // one of them after its read is then noticed (a notice of a task the read
   // found too is harmless: held ids are skipped).
-  listener_ = store_->listen(ec);
+  listener_ = sharded->listen(ec);
   if (ec) {
     log(log_level::warning, "cluster: " + store_->describe() +
                                 " sends no notices of saved tasks (" + ec.message() +
@@ -156,7 +158,8 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   for (const shard_lease& l : r.held) {
     due_cursor cursor;
     for (;;) {
-      const list_summary page = store_->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
+      const list_summary page =
+          sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
       if (ec) break;
       summary.tasks += page.tasks;
       summary.quarantined += page.quarantined;
@@ -278,7 +281,7 @@ bool engine_core::page_in_shard(std::uint32_t s) {
     page.clear();
     list_summary got;
     try {
-      got = store_->list_due_shard(
+      got = store_->sharded()->list_due_shard(
           s, cursor, until, shard_page, [&](task&& t) { page.push_back(std::move(t)); }, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;
