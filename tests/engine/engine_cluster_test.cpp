@@ -464,7 +464,7 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   REQUIRE(left.count("x") == 1);
   CHECK(left.at("x").attempts == 0);
   // No dead letter was written, and none is counted.
-  CHECK_FALSE(reader->find_dead("x").has_value());
+  CHECK_FALSE(reader->dead_letters()->find_dead("x").has_value());
   CHECK(a.eng->stats().dead == 0);
   CHECK(a.eng->stop(patience));
 }
@@ -707,14 +707,14 @@ TEST_CASE("cluster: on_settings_changed: after start, per change, after a lost n
   // Another instance's store saves a setting.
   auto other = delayq::open_store(uri);
   boost::system::error_code ec;
-  other->save_setting("push:t", "{}", ec);
+  other->settings()->save_setting("push:t", "{}", ec);
   REQUIRE_FALSE(ec);
   REQUIRE(changed.wait_for_count(2));
 
   // A reread that fails is tried again.
   const std::size_t before_erase = changed.snapshot().size();
   fail_once = true;
-  other->erase_setting("push:t", ec);
+  other->settings()->erase_setting("push:t", ec);
   REQUIRE_FALSE(ec);
   REQUIRE(changed.wait_for_count(before_erase + 2));
   CHECK_FALSE(fail_once.load());
