@@ -116,8 +116,7 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   if ((sharded ? sharded->shards() : 0) != c.shards) {
     log(log_level::error, "start: " + store_->describe() + " has " +
                               std::to_string(sharded ? sharded->shards() : 0) +
-                              " shards, the cluster " +
-                              std::to_string(c.shards));
+                              " shards, the cluster " + std::to_string(c.shards));
     ec = errc::shard_mismatch;
     return;
   }
@@ -158,8 +157,7 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   for (const shard_lease& l : r.held) {
     due_cursor cursor;
     for (;;) {
-      const list_summary page =
-          sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
+      const list_summary page = sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
       if (ec) break;
       summary.tasks += page.tasks;
       summary.quarantined += page.quarantined;

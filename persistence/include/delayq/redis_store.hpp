@@ -171,7 +171,10 @@ struct redis_layout {
 /// store's connection are serialized by one mutex; async_write() only
 /// queues. list() calls its sink without holding any lock of the store, so a
 /// sink may call back into the store.
-class redis_store final : public task_store, public dead_letter_store, public settings_store, public shard_store {
+class redis_store final : public task_store,
+                          public dead_letter_store,
+                          public settings_store,
+                          public shard_store {
  public:
   using dead_letter_store::bury;
   using dead_letter_store::count_dead;
