@@ -93,8 +93,9 @@ class engine {
   /// accept is moved to the store's quarantine (task_store::quarantine()).
   /// Errors: errc::already_started; the store's errors (nothing is started).
   /// With engine_options::cluster also: invalid_cluster_options,
-  /// shard_mismatch (the store's shards() differs), unsupported (the store
-  /// makes no lease tables), and the first lease round's errors.
+  /// shard_mismatch (the store has no shard_store role, or its shards()
+  /// differs), unsupported (the store makes no lease tables), and the first
+  /// lease round's errors.
   void start();
   void start(boost::system::error_code& ec);
 
@@ -197,7 +198,7 @@ class engine {
 
   /// Dead letters, oldest death first: skips `offset`, returns at most
   /// `limit`. Errors: not_running, the store's (errc::unsupported for a store
-  /// without dead letters).
+  /// without dead letters: task_store::dead_letters() null).
   std::vector<dead_letter> dead_letters(std::size_t offset = 0, std::size_t limit = 100) const;
   std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
                                         boost::system::error_code& ec) const;
