@@ -47,5 +47,6 @@ void child_threads(std::size_t pending, int rounds, double seconds);
 void child_memory(const std::string& impl, std::size_t n);
 void child_wheel(std::size_t n, int rounds);
 void child_fire(std::size_t n, int round, double lead_s);
+void child_precision(std::size_t n, int round, std::int64_t max_delay_ms);
 
 }  // namespace delayq::bench

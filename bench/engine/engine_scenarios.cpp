@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -427,25 +428,70 @@ void child_wheel(std::size_t n, int rounds) {
   }
 }
 
+// ------------------------------------------------------------------ lateness
+
+namespace {
+
+// What the executor of the fire and precision scenarios records: each
+// attempt's lateness (system_clock::now() at its start minus its due time),
+// and when the last one started.
+class lateness_log {
+ public:
+  explicit lateness_log(std::size_t n) : late_us_(n) {}
+
+  void operator()(const task& t) {
+    const auto now = std::chrono::system_clock::now();
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - t.due).count();
+    const std::size_t k = ran_.fetch_add(1, std::memory_order_relaxed);
+    if (k < late_us_.size()) late_us_[k] = us;
+    const auto at =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+    std::int64_t prev = last_us_.load(std::memory_order_relaxed);
+    while (prev < at && !last_us_.compare_exchange_weak(prev, at, std::memory_order_relaxed)) {
+    }
+  }
+
+  // Polls (a benchmark, not a test: no event to wait on is worth the code)
+  // until every task ran; dies after `limit`.
+  void wait_all(clock_type::time_point limit) {
+    while (ran_.load() < late_us_.size()) {
+      if (clock_type::now() > limit) die("the tasks did not all run in time");
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    std::sort(late_us_.begin(), late_us_.end());
+  }
+  // After wait_all(): the p-quantile of lateness, in ms.
+  double quantile_ms(double p) const {
+    const std::size_t n = late_us_.size();
+    const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n))) - 1;
+    return static_cast<double>(late_us_[std::min(k, n - 1)]) / 1000.0;
+  }
+  double max_ms() const { return static_cast<double>(late_us_.back()) / 1000.0; }
+  std::int64_t last_us() const { return last_us_.load(); }
+
+ private:
+  std::vector<std::int64_t> late_us_;
+  std::atomic<std::size_t> ran_{0};
+  std::atomic<std::int64_t> last_us_{0};
+};
+
+// Emits the lateness rows every lateness scenario reports.
+void emit_lateness(const char* section, std::size_t n, int round, const lateness_log& log,
+                   const engine_stats& st) {
+  emit(section, "lateness_p50_ms", "engine", n, 1, round, log.quantile_ms(0.50));
+  emit(section, "lateness_p99_ms", "engine", n, 1, round, log.quantile_ms(0.99));
+  emit(section, "lateness_max_ms", "engine", n, 1, round, log.max_ms());
+  emit(section, "stats_p99_ms", "engine", n, 1, round,
+       static_cast<double>(st.lateness_p99.count()) / 1000.0);
+}
+
+}  // namespace
+
 // ------------------------------------------------------------------ child: fire
 
 void child_fire(std::size_t n, int round, double lead_s) {
-  std::vector<std::int64_t> late_us(n);
-  std::atomic<std::size_t> ran{0};
-  std::atomic<std::int64_t> last_us{0};
-  engine_options o;
-  o.tick = milliseconds(10);
-  engine_side eng(o, [&](const task& t) {
-    const auto now = std::chrono::system_clock::now();
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - t.due).count();
-    const std::size_t k = ran.fetch_add(1, std::memory_order_relaxed);
-    if (k < late_us.size()) late_us[k] = us;
-    const auto at =
-        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-    std::int64_t prev = last_us.load(std::memory_order_relaxed);
-    while (prev < at && !last_us.compare_exchange_weak(prev, at, std::memory_order_relaxed)) {
-    }
-  });
+  lateness_log log(n);
+  engine_side eng(engine_options{}, std::ref(log));
   std::vector<std::uint32_t> all(n);
   for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
   id_list ids;
@@ -466,31 +512,39 @@ void child_fire(std::size_t n, int round, double lead_s) {
   const double sched_s = seconds_since(s0);
   const double margin_s =
       std::chrono::duration<double>(t0 - std::chrono::system_clock::now()).count();
-  const auto limit = clock_type::now() + std::chrono::duration<double>(lead_s + 60);
-  while (ran.load() < n) {
-    if (clock_type::now() > limit) die("the tasks did not all run within a minute");
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  std::sort(late_us.begin(), late_us.end());
-  const auto pct = [&](double p) {
-    const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(n))) - 1;
-    return static_cast<double>(late_us[std::min(k, n - 1)]) / 1000.0;
-  };
+  log.wait_all(clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                       std::chrono::duration<double>(lead_s + 60)));
   const double all_ran_ms =
       static_cast<double>(
-          last_us.load() -
+          log.last_us() -
           std::chrono::duration_cast<std::chrono::microseconds>(t0.time_since_epoch()).count()) /
       1000.0;
-  const engine_stats st = eng.get().stats();
-  emit("fire", "lateness_p50_ms", "engine", n, 1, round, pct(0.50));
-  emit("fire", "lateness_p99_ms", "engine", n, 1, round, pct(0.99));
-  emit("fire", "lateness_max_ms", "engine", n, 1, round, static_cast<double>(late_us.back()) / 1e3);
+  emit_lateness("fire", n, round, log, eng.get().stats());
   emit("fire", "all_ran_after_t0_ms", "engine", n, 1, round, all_ran_ms);
-  emit("fire", "stats_p99_ms", "engine", n, 1, round,
-       static_cast<double>(st.lateness_p99.count()) / 1000.0);
   emit("fire", "schedule_s", "engine", n, 1, round, sched_s);
   emit("fire", "margin_before_t0_s", "engine", n, 1, round, margin_s);
   std::fflush(stdout);
   std::_Exit(0);  // skip the teardown: a fresh process per round anyway
+}
+
+// ------------------------------------------------------------------ child: precision
+
+void child_precision(std::size_t n, int round, std::int64_t max_delay_ms) {
+  lateness_log log(n);
+  engine_side eng(engine_options{}, std::ref(log));
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  rng r(23 + static_cast<std::uint64_t>(round));
+  for (std::size_t i = 0; i < n; ++i)
+    eng.schedule(ids[i], milliseconds(static_cast<std::int64_t>(
+                             r.between(1, static_cast<std::uint64_t>(max_delay_ms)))));
+  log.wait_all(clock_type::now() + milliseconds(max_delay_ms) + std::chrono::seconds(60));
+  emit_lateness("precision", n, round, log, eng.get().stats());
+  emit("precision", "wakeups", "engine", n, 1, round,
+       static_cast<double>(eng.get().stats().wakeups));
+  std::fflush(stdout);
+  std::_Exit(0);
 }
 }  // namespace delayq::bench

@@ -136,7 +136,10 @@ timer_wheel::block::~block() {
 
 // ---------------------------------------------------------------- lifetime
 
-timer_wheel::timer_wheel(std::size_t slots) : slot_count_(slots), seed_(new_seed()) {
+timer_wheel::timer_wheel(std::size_t slots)
+    : slot_count_(slots),
+      slot_mask_(slots > 1 && std::has_single_bit(slots) ? slots - 1 : 0),
+      seed_(new_seed()) {
   if (slots == 0) throw std::invalid_argument("delayq::timer_wheel: slots must be > 0");
   slots_.resize(slots);
   slot_min_.assign(slots, no_tick);
@@ -259,7 +262,36 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
   record& r = rec(h);
   r.due = due;
   r.seq = ((r.seq | state_mask) + 1) | armed_state;  // a new generation: older entries are stale
-  const auto s = static_cast<std::size_t>(due % slot_count_);
+  if (arrivals_.capacity() == 0) arrivals_.reserve(arrivals_batch);
+  arrivals_.push_back(entry{due, h, r.seq});
+  arrivals_min_ = std::min(arrivals_min_, due);
+  if (arrivals_.size() >= arrivals_batch) drain_arrivals();
+}
+
+void timer_wheel::drain_arrivals() {
+  // Two dependent loads per entry: the slot's vector object, then the end of
+  // its array. The first is asked for 2 * ahead entries early, the second
+  // `ahead` entries early (by then the vector object has arrived), so the
+  // misses of several entries are in flight at once.
+  constexpr std::size_t ahead = 8;
+  const std::size_t n = arrivals_.size();
+  const entry* a = arrivals_.data();
+  for (std::size_t i = 0; i < std::min(2 * ahead, n); ++i)
+    __builtin_prefetch(&slots_[slot_of(a[i].due)]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + 2 * ahead < n) __builtin_prefetch(&slots_[slot_of(a[i + 2 * ahead].due)]);
+    if (i + ahead < n) {
+      const std::vector<entry>& v = slots_[slot_of(a[i + ahead].due)];
+      __builtin_prefetch(v.data() + v.size(), 1);
+    }
+    place_entry(a[i]);
+  }
+  arrivals_.clear();
+  arrivals_min_ = no_tick;
+}
+
+void timer_wheel::place_entry(const entry& e) {
+  const std::size_t s = slot_of(e.due);
   std::vector<entry>& v = slots_[s];
   if (v.size() == v.capacity()) {
     if (v.empty()) {
@@ -275,14 +307,12 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
       v.reserve(v.capacity() + v.capacity() / 2);
     }
   }
-  v.push_back(entry{due, h, r.seq});
-  slot_min_[s] = std::min(slot_min_[s], due);
+  v.push_back(e);
+  slot_min_[s] = std::min(slot_min_[s], e.due);
   occupied_[s / 64] |= std::uint64_t{1} << (s % 64);
 }
 
-void timer_wheel::went_stale(const record& r) noexcept {
-  ++stale_[static_cast<std::size_t>(r.due % slot_count_)];
-}
+void timer_wheel::went_stale(const record& r) noexcept { ++stale_[slot_of(r.due)]; }
 
 void timer_wheel::compact_slot(std::size_t s) {
   std::vector<entry>& v = slots_[s];
@@ -351,7 +381,7 @@ void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<han
 
 std::uint64_t timer_wheel::next_due_tick() const noexcept {
   if (armed_ == 0) return no_tick;
-  const std::size_t start = static_cast<std::size_t>((now_ + 1) % slot_count_);
+  const std::size_t start = slot_of(now_ + 1);
   std::uint64_t best = no_tick;
   // Scans slots [from, to) in order; slot `from` is at tick `base`. The first
   // slot whose bound says "due in this revolution" is the answer: every slot
@@ -372,9 +402,10 @@ std::uint64_t timer_wheel::next_due_tick() const noexcept {
     }
     return no_tick;
   };
-  if (auto t = scan(start, slot_count_, now_ + 1); t != no_tick) return t;
-  if (auto t = scan(0, start, now_ + 1 + (slot_count_ - start)); t != no_tick) return t;
-  return best;
+  if (auto t = scan(start, slot_count_, now_ + 1); t != no_tick) return std::min(t, arrivals_min_);
+  if (auto t = scan(0, start, now_ + 1 + (slot_count_ - start)); t != no_tick)
+    return std::min(t, arrivals_min_);
+  return std::min(best, arrivals_min_);
 }
 
 // ---------------------------------------------------------------- public ops
@@ -500,8 +531,8 @@ std::size_t timer_wheel::memory_bytes() const noexcept {
       chunks_.capacity() * sizeof(block) + index_.bytes() +
       slots_.capacity() * sizeof(std::vector<entry>) +
       slot_min_.capacity() * sizeof(std::uint64_t) + stale_.capacity() * sizeof(std::uint32_t) +
-      occupied_.capacity() * sizeof(std::uint64_t) + scratch_.capacity() * sizeof(handle) +
-      due_scratch_.capacity() * sizeof(entry) + heap_bytes_;
+      occupied_.capacity() * sizeof(std::uint64_t) + arrivals_.capacity() * sizeof(entry) +
+      scratch_.capacity() * sizeof(handle) + due_scratch_.capacity() * sizeof(entry) + heap_bytes_;
   for (const block& b : chunks_) bytes += b.bytes();
   for (const std::vector<entry>& v : slots_) bytes += v.capacity() * sizeof(entry);
   return bytes;

@@ -1,28 +1,14 @@
-// persistence/redis/cluster_router.cpp - the slot map and the redirect
-// replies of Redis Cluster (see cluster_router.hpp).
+// persistence/redis/cluster_router.cpp - the slot map of Redis Cluster and
+// the routing by slot (see cluster_router.hpp).
 #include "cluster_router.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <thread>
 
 #include "delayq/log.hpp"
 
 namespace delayq::detail::redis {
 namespace {
-
-bool parse_unsigned(std::string_view s, unsigned& out) {
-  const auto [p, e] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return !s.empty() && e == std::errc{} && p == s.data() + s.size();
-}
-
-// "HOST:PORT", the host possibly an IPv6 address (the last ':' splits).
-bool split_address(std::string_view a, std::string& host, unsigned& port) {
-  const auto colon = a.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return false;
-  host = std::string(a.substr(0, colon));
-  return parse_unsigned(a.substr(colon + 1), port) && port > 0 && port < 65536;
-}
 
 std::string address_of(const std::string& host, unsigned port) {
   const bool v6 = host.find(':') != std::string::npos;
@@ -64,48 +50,17 @@ std::vector<slot_range> parse_cluster_slots(const redisReply* r, const std::stri
   return out;
 }
 
-cluster_redirect parse_redirect(const redisReply* r) {
-  cluster_redirect out;
-  if (!r || r->type != REDIS_REPLY_ERROR || !r->str) return out;
-  const std::string_view text(r->str, r->len);
-  if (text.starts_with("TRYAGAIN") || text.starts_with("CLUSTERDOWN")) {
-    out.kind = cluster_redirect::retry;
-    out.text = std::string(text);
-    return out;
-  }
-  cluster_redirect::kind_t kind;
-  std::string_view rest;
-  if (text.starts_with("MOVED ")) {
-    kind = cluster_redirect::moved;
-    rest = text.substr(6);
-  } else if (text.starts_with("ASK ")) {
-    kind = cluster_redirect::ask;
-    rest = text.substr(4);
-  } else {
-    return out;
-  }
-  const auto space = rest.find(' ');
-  if (space == std::string_view::npos) return out;
-  unsigned slot = 0;
-  if (!parse_unsigned(rest.substr(0, space), slot) || slot >= cluster_slots) return out;
-  if (!split_address(rest.substr(space + 1), out.host, out.port)) return out;
-  out.kind = kind;
-  out.slot = slot;
-  out.text = std::string(text);
-  return out;
-}
-
 cluster_router::cluster_router(const redis_options& opts, std::string store_name, std::string role,
-                               bool load_write_script)
+                               std::shared_ptr<const handshake_extension> handshake)
     : opts_(opts),
       name_(std::move(store_name)),
       role_(std::move(role)),
-      load_write_script_(load_write_script) {
+      handshake_(std::move(handshake)) {
   // 128 KiB of map only in a cluster; list() makes a router per call.
   if (opts_.cluster)
     slots_.assign(cluster_slots, nullptr);
   else
-    single_ = std::make_unique<connection>(opts_, name_, role_, load_write_script_);
+    single_ = std::make_unique<connection>(opts_, name_, role_, handshake_);
 }
 
 cluster_router::~cluster_router() = default;
@@ -118,7 +73,7 @@ cluster_router::node_entry& cluster_router::entry(const std::string& host, unsig
     slot->opts.host = host;
     slot->opts.port = port;
     slot->opts.seeds.clear();  // address() now names this node
-    slot->conn = std::make_unique<connection>(slot->opts, name_, role_, load_write_script_);
+    slot->conn = std::make_unique<connection>(slot->opts, name_, role_, handshake_);
   }
   return *slot;
 }
@@ -141,7 +96,7 @@ std::optional<std::vector<slot_range>> cluster_router::ask_slots(const redis_opt
                                                                  std::string& why) const {
   // A connection of its own: a node's connection may be in the middle of a
   // pipeline when the map must be read.
-  connection c(where, name_, ":slots", false);
+  connection c(where, name_, ":slots");
   try {
     c.ensure_connected();
     auto replies = c.exchange({command().arg("CLUSTER").arg("SLOTS")});

@@ -8,8 +8,8 @@
 //   empty; else the whole key), modulo 16384.
 // - The slot map comes from `CLUSTER SLOTS`, asked of a known node or a seed
 //   on a short-lived connection of its own; each master gets one
-//   `connection` (connection.hpp: its own reconnect backoff, handshake and
-//   copy of the write script).
+//   `connection` (connection.hpp: its own reconnect backoff and handshake,
+//   with the extension the router was given: the store's scripts).
 // - run(slot, ...) runs a body on the owner of `slot`. A connection in
 //   cluster mode turns the redirect replies into a cluster_redirect
 //   exception (after reading every reply it was asked for), and run():
@@ -38,8 +38,6 @@
 
 namespace delayq::detail::redis {
 
-constexpr unsigned cluster_slots = 16384;
-
 /// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
 std::uint16_t crc16(std::string_view bytes) noexcept;
 
@@ -58,10 +56,6 @@ struct slot_range {
 /// `asked_host`. Throws redis_failure (errc::store_error) on a malformed one.
 std::vector<slot_range> parse_cluster_slots(const redisReply* r, const std::string& asked_host);
 
-/// Parses a MOVED / ASK error reply ("MOVED 3999 127.0.0.1:6381"); kind
-/// `retry` for TRYAGAIN and CLUSTERDOWN, `none` for anything else.
-cluster_redirect parse_redirect(const redisReply* r);
-
 /// The connections of one user of a store (its calls, the writer, one
 /// list()) and, in a cluster, the slot map they route by.
 /// Thread safety: none; its owner serializes the calls (the store's mutex,
@@ -71,10 +65,10 @@ class cluster_router {
   /// At most this many MOVED / ASK in one call.
   static constexpr int max_redirects = 5;
 
-  /// `opts` must outlive the router. `role` and `load_write_script` are
-  /// passed to each node's connection.
+  /// `opts` must outlive the router. `role` and `handshake` (may be null)
+  /// are passed to each node's connection.
   cluster_router(const redis_options& opts, std::string store_name, std::string role,
-                 bool load_write_script);
+                 std::shared_ptr<const handshake_extension> handshake);
   ~cluster_router();
   cluster_router(const cluster_router&) = delete;
   cluster_router& operator=(const cluster_router&) = delete;
@@ -202,7 +196,7 @@ class cluster_router {
   const redis_options& opts_;
   std::string name_;
   std::string role_;
-  bool load_write_script_;
+  std::shared_ptr<const handshake_extension> handshake_;
   std::map<std::string, std::unique_ptr<node_entry>> nodes_;  // by "host:port"
   std::vector<node_entry*> slots_;      // by slot, null: unknown (cluster mode only)
   std::unique_ptr<connection> single_;  // without cluster mode

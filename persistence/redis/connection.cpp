@@ -1,5 +1,5 @@
 // persistence/redis/connection.cpp - dialling, the handshake, timeouts and
-// error mapping of one redis_store connection.
+// error mapping of one connection (see connection.hpp).
 #include "connection.hpp"
 
 #include <pthread.h>
@@ -9,9 +9,7 @@
 #include <charconv>
 #include <ctime>
 
-#include "cluster_router.hpp"
 #include "delayq/log.hpp"
-#include "scripts.hpp"
 
 namespace delayq::detail::redis {
 namespace {
@@ -32,24 +30,20 @@ std::string run_id_of(const std::string& info) {
   return info.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
 }
 
-}  // namespace
-
-store_keys::store_keys(const std::string& prefix) {
-  const std::string tag = "{" + prefix + "}:";
-  tasks = tag + "tasks";
-  due = tag + "due";
-  quarantine = tag + "quarantine";
-  quarantine_reason = tag + "quarantine:reason";
-  meta = tag + "meta";
-  dead = tag + "dead";
-  dead_by_time = tag + "dead:by_time";
-  dead_quarantine = tag + "dead:quarantine";
-  dead_quarantine_reason = tag + "dead:quarantine:reason";
-  settings = tag + "settings";
+bool parse_unsigned(std::string_view s, unsigned& out) {
+  const auto [p, e] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return !s.empty() && e == std::errc{} && p == s.data() + s.size();
 }
 
-store_keys::store_keys(const std::string& prefix, std::uint32_t shard)
-    : store_keys(prefix + ":" + std::to_string(shard)) {}
+// "HOST:PORT", the host possibly an IPv6 address (the last ':' splits).
+bool split_address(std::string_view a, std::string& host, unsigned& port) {
+  const auto colon = a.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  host = std::string(a.substr(0, colon));
+  return parse_unsigned(a.substr(colon + 1), port) && port > 0 && port < 65536;
+}
+
+}  // namespace
 
 sigpipe_guard::sigpipe_guard() {
   sigemptyset(&pipe_);
@@ -104,15 +98,48 @@ bool is_noscript(const redisReply* r) {
          std::string_view(r->str, r->len).starts_with("NOSCRIPT");
 }
 
+cluster_redirect parse_redirect(const redisReply* r) {
+  cluster_redirect out;
+  if (!r || r->type != REDIS_REPLY_ERROR || !r->str) return out;
+  const std::string_view text(r->str, r->len);
+  if (text.starts_with("TRYAGAIN") || text.starts_with("CLUSTERDOWN")) {
+    out.kind = cluster_redirect::retry;
+    out.text = std::string(text);
+    return out;
+  }
+  cluster_redirect::kind_t kind;
+  std::string_view rest;
+  if (text.starts_with("MOVED ")) {
+    kind = cluster_redirect::moved;
+    rest = text.substr(6);
+  } else if (text.starts_with("ASK ")) {
+    kind = cluster_redirect::ask;
+    rest = text.substr(4);
+  } else {
+    return out;
+  }
+  const auto space = rest.find(' ');
+  if (space == std::string_view::npos) return out;
+  unsigned slot = 0;
+  if (!parse_unsigned(rest.substr(0, space), slot) || slot >= cluster_slots) return out;
+  if (!split_address(rest.substr(space + 1), out.host, out.port)) return out;
+  out.kind = kind;
+  out.slot = slot;
+  out.text = std::string(text);
+  return out;
+}
+
 connection::connection(const redis_options& opts, std::string store_name, std::string role,
-                       bool load_write_script)
+                       std::shared_ptr<const handshake_extension> extension)
     : opts_(opts),
       name_(std::move(store_name)),
       client_name_("delayq:" + opts.prefix + role),
-      load_write_script_(load_write_script),
-      key_meta_(store_keys(opts.prefix).meta),
-      layout_(std::to_string(redis_store::layout_version)),
-      shards_(std::to_string(opts.shards)) {}
+      extension_(std::move(extension)) {}
+
+const std::string& connection::script_sha(std::size_t i) const noexcept {
+  static const std::string none;
+  return i < script_shas_.size() ? script_shas_[i] : none;
+}
 
 void connection::drop(bool timed_out) noexcept {
   if (timed_out && client_id_ >= 0) {
@@ -192,64 +219,9 @@ void connection::append_formatted(std::string_view bytes, bool starts_command) {
     throw append_failed{};
 }
 
-// One script, so that a store created by two processes at once records one
-// shard count: the creator (whoever set `layout` first) also sets `shards`.
-// A store created before shard counts existed (or with 0) has no `shards`
-// field: it reads as 0, and a count of 0 writes none, so the meta key of
-// an unsharded store is what it always was. ARGV: layout, shards, whether
-// this connection may create the key ('1').
-namespace {
-const char* const layout_script =
-    "local created = ARGV[3] == '1' and redis.call('HSETNX', KEYS[1], 'layout', ARGV[1]) == 1 "
-    "if created and ARGV[2] ~= '0' then redis.call('HSET', KEYS[1], 'shards', ARGV[2]) end "
-    "return redis.call('HMGET', KEYS[1], 'layout', 'shards')";
-}  // namespace
-
-command connection::layout_command() const {
-  command c;
-  c.arg("EVAL")
-      .arg(layout_script)
-      .arg("1")
-      .arg(key_meta_)
-      .arg(layout_)
-      .arg(shards_)
-      .arg(load_write_script_ && !opts_.ignore_shard_count ? "1" : "0");
-  return c;
-}
-
-void connection::check_layout_reply(const redisReply* r) {
-  if (r->type == REDIS_REPLY_ERROR) throw_server_error("key layout check", r);
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
-    throw redis_failure{errc::store_error, "unexpected reply to the key layout check"};
-  // No meta key yet, and this connection may not create it (a lease table
-  // or a list() before the store): nothing to compare.
-  if (r->element[0]->type == REDIS_REPLY_NIL) return;
-  const std::string stored = reply_text(r->element[0]);
-  int stored_layout = 0;
-  std::from_chars(stored.data(), stored.data() + stored.size(), stored_layout);
-  if (stored_layout != redis_store::layout_version)
-    throw redis_failure{errc::store_error, "key layout version '" + stored + "' in " + key_meta_ +
-                                               " is not " + layout_ + ", the one this build uses"};
-  // A store opened to move records between the layouts reads and writes
-  // the key space its options name, whatever count the meta key records.
-  if (!load_write_script_ || opts_.ignore_shard_count) return;
-  const std::string stored_shards =
-      r->element[1]->type == REDIS_REPLY_NIL ? std::string("0") : reply_text(r->element[1]);
-  if (stored_shards != shards_)
-    throw redis_failure{errc::shard_mismatch,
-                        "the store under prefix '" + opts_.prefix + "' was created with " +
-                            stored_shards + " shards (" + key_meta_ + "), not the " + shards_ +
-                            " these options ask for (redis_options::shards)"};
-}
-
-void connection::check_layout() {
-  auto replies = exchange({layout_command()});
-  check_layout_reply(replies[0].get());
-}
-
 // Dials, authenticates, selects the database, names the connection (so
-// `CLIENT LIST` shows it), checks the key layout version, loads the write
-// script and kills a connection that timed out before.
+// `CLIENT LIST` shows it), runs the extension's part (loads its scripts,
+// sends its check) and kills a connection that timed out before.
 void connection::connect() {
   ctx_.reset();
   const timeval connect_tv = to_timeval(opts_.connect_timeout);
@@ -279,13 +251,13 @@ void connection::connect() {
   cmds.push_back(std::move(command().arg("CLIENT").arg("ID")));
   cmds.push_back(std::move(command().arg("INFO").arg("server")));
   const std::size_t first_optional = cmds.size();
-  if (load_write_script_) {
-    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(
-        opts_.shards != 0 ? sharded_write_script : write_script)));
-    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(due_script)));
-  }
-  // In a cluster the meta key lives on one node: the router checks it there.
-  if (!opts_.cluster) cmds.push_back(layout_command());
+  const std::span<const char* const> scripts =
+      extension_ ? extension_->scripts() : std::span<const char* const>{};
+  for (const char* script : scripts)
+    cmds.push_back(std::move(command().arg("SCRIPT").arg("LOAD").arg(script)));
+  command check;
+  const bool checked = extension_ && extension_->check_command(check);
+  if (checked) cmds.push_back(std::move(check));
   std::vector<reply_ptr> replies;
   try {
     replies = exchange(cmds);
@@ -320,13 +292,12 @@ void connection::connect() {
     }
     kill_id_ = -1;
   }
-  if (load_write_script_) {
-    write_sha_ = reply_text(replies[++k].get());
-    due_sha_ = reply_text(replies[++k].get());
-  }
-  if (opts_.cluster) return;
+  script_shas_.clear();
+  for (std::size_t i = 0; i < scripts.size(); ++i)
+    script_shas_.push_back(reply_text(replies[++k].get()));
+  if (!checked) return;
   try {
-    check_layout_reply(replies.back().get());
+    extension_->check_reply(replies.back().get());
   } catch (const redis_failure&) {
     ctx_.reset();
     throw;

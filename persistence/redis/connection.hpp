@@ -1,6 +1,12 @@
-// persistence/redis/connection.hpp - one hiredis connection of redis_store:
-// dialling with a backoff, the handshake, timeouts and the mapping of
-// hiredis failures and error replies onto delayq::errc. Internal.
+// persistence/redis/connection.hpp - one hiredis connection: dialling with
+// a backoff, the handshake (AUTH, SELECT, CLIENT SETNAME), timeouts,
+// pipelining, and the mapping of hiredis failures and error replies onto
+// delayq::errc. Internal.
+//
+// A plain RESP connection: it knows no key and no script of the store. What
+// the store adds to each handshake (its scripts, the check of its key
+// layout) comes in through a handshake_extension (store_handshake.hpp); the
+// key names are in key_schema.hpp.
 //
 // A call on a connection throws redis_failure; cluster_router::run() turns
 // that into an error_code at the store's boundary. What a failure means:
@@ -25,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +64,9 @@ struct redis_failure {
 /// hiredis could not buffer a command (out of memory).
 struct append_failed {};
 
+/// The hash slots of a Redis Cluster.
+constexpr unsigned cluster_slots = 16384;
+
 /// A Redis Cluster redirect or "not now" reply, thrown by a connection in
 /// cluster mode once it read every reply it was asked for (see
 /// cluster_router.hpp). `retry`: TRYAGAIN or CLUSTERDOWN.
@@ -68,17 +78,9 @@ struct cluster_redirect {
   std::string text;  // the reply, for messages
 };
 
-/// The names of every key of one store (docs/persistence.md, key layout).
-struct store_keys {
-  explicit store_keys(const std::string& prefix);
-  /// The keys of shard `shard` of a sharded store: the same names under the
-  /// hash tag `{PREFIX:SHARD}` (the tag of the shard's lease key). Its meta
-  /// and settings are never used: those stay under `{PREFIX}`.
-  store_keys(const std::string& prefix, std::uint32_t shard);
-  std::string tasks, due, quarantine, quarantine_reason, meta;
-  std::string dead, dead_by_time, dead_quarantine, dead_quarantine_reason;
-  std::string settings;
-};
+/// Parses a MOVED / ASK error reply ("MOVED 3999 127.0.0.1:6381"); kind
+/// `retry` for TRYAGAIN and CLUSTERDOWN, `none` for anything else.
+cluster_redirect parse_redirect(const redisReply* r);
 
 /// hiredis writes with write(2): on a socket the server has closed, that
 /// raises SIGPIPE, whose default action kills the process. A library must
@@ -128,24 +130,47 @@ redis_failure server_error(const std::string& what, const redisReply* r);
 /// Whether `r` is the NOSCRIPT error (EVALSHA of a script the server lost).
 bool is_noscript(const redisReply* r);
 
-/// One connection of a store: dialled lazily, re-dialled after a loss with a
-/// growing backoff (100 ms doubling to 5 s) during which calls fail fast.
-/// Not thread-safe: its owner serializes the calls.
+/// What the owner of a connection adds to each of its handshakes, sent in
+/// the same round trip as AUTH, SELECT and CLIENT SETNAME: the store loads
+/// its scripts and checks its key layout there (store_handshake.hpp).
+/// One object may serve several connections (one per cluster node); the
+/// connections call it from the thread that uses them, and it must not
+/// change once one of them has dialled.
+class handshake_extension {
+ public:
+  virtual ~handshake_extension() = default;
+  /// Scripts to load (SCRIPT LOAD) at every dial, so that EVALSHA finds them
+  /// again after a server restart: connection::script_sha(i) is the SHA1 the
+  /// server answered for the i-th.
+  virtual std::span<const char* const> scripts() const noexcept = 0;
+  /// Sets `out` to a command sent last in the handshake, whose reply
+  /// check_reply() judges; false for none. `out` may point into the
+  /// extension's own strings.
+  virtual bool check_command(command& out) const = 0;
+  /// Judges the reply to check_command()'s command (never an error reply:
+  /// the handshake refuses those first). Throws redis_failure to refuse the
+  /// connection.
+  virtual void check_reply(const redisReply* r) const = 0;
+};
+
+/// One connection to one server: dialled lazily, re-dialled after a loss
+/// with a growing backoff (100 ms doubling to 5 s) during which calls fail
+/// fast. Not thread-safe: its owner serializes the calls.
 class connection {
  public:
   /// `role` is appended to the client name ("delayq:PREFIX" + role), so the
-  /// store's connections can be told apart in `CLIENT LIST`.
+  /// store's connections can be told apart in `CLIENT LIST`. `extension`
+  /// (may be null) adds to every handshake.
   connection(const redis_options& opts, std::string store_name, std::string role,
-             bool load_write_script);
+             std::shared_ptr<const handshake_extension> extension = nullptr);
 
   /// Dials when not connected (or throws within the backoff).
   void ensure_connected();
   bool connected() const noexcept { return ctx_ != nullptr; }
   redisContext* get() const noexcept { return ctx_.get(); }
-  /// The SHA1 of the write script, as the server's SCRIPT LOAD answered.
-  const std::string& write_sha() const noexcept { return write_sha_; }
-  /// The SHA1 of the list_due() page script, loaded with the write script.
-  const std::string& due_sha() const noexcept { return due_sha_; }
+  /// The SHA1 of the extension's i-th script, as the server's SCRIPT LOAD
+  /// answered at the last dial (empty before the first).
+  const std::string& script_sha(std::size_t i) const noexcept;
 
   /// Closes the connection. `timed_out`: the server may still run what was
   /// sent; the next dial kills the old connection first (CLIENT KILL ID).
@@ -170,17 +195,6 @@ class connection {
   /// sent behind an ASKING, whose reply read_replies() skips.
   void set_asking(bool on) noexcept { asking_ = on; }
 
-  /// Writes the key layout version (and, for a sharded store, the shard
-  /// count) to `{PREFIX}:meta` unless there is one, and checks it is this
-  /// build's (errc::store_error) and that the shard count is the options'
-  /// (errc::shard_mismatch; checked by the store's own connections only,
-  /// those that load the write script: a lease table or a list() connection
-  /// neither creates the meta key nor minds the count, and neither does a
-  /// store opened with redis_options::ignore_shard_count). Part of the handshake without cluster
-  /// mode; a cluster store runs it through its router, since the meta key
-  /// lives on one node only.
-  void check_layout();
-
   const redis_options& options() const noexcept { return opts_; }
 
   void log_reconnecting(const std::string& why) const;
@@ -188,21 +202,14 @@ class connection {
 
  private:
   void connect();
-  /// The layout check's command, and the check of its reply (throws).
-  command layout_command() const;
-  void check_layout_reply(const redisReply* r);
 
   const redis_options& opts_;
   std::string name_;
   std::string client_name_;
-  bool load_write_script_;
+  std::shared_ptr<const handshake_extension> extension_;
   bool asking_ = false;
-  std::string key_meta_;
-  std::string layout_;  // layout_version, as text
-  std::string shards_;  // opts.shards, as text
   context_ptr ctx_;
-  std::string write_sha_;
-  std::string due_sha_;
+  std::vector<std::string> script_shas_;  // by the extension's scripts()
   long long client_id_ = -1;
   std::string run_id_;      // the server's run (INFO server)
   long long kill_id_ = -1;  // a timed-out connection to kill at the next dial

@@ -89,7 +89,7 @@ list_summary redis_store::impl::list_due_part(const part& p, due_cursor& after,
         if (eval)
           call.arg("EVAL").arg(detail::redis::due_script);
         else
-          call.arg("EVALSHA").arg(c.due_sha());
+          call.arg("EVALSHA").arg(detail::redis::due_sha(c));
         call.arg("2")
             .arg(p.keys.tasks)
             .arg(p.keys.due)

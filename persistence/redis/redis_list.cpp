@@ -141,7 +141,8 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
   impl& m = *impl_;
   list_summary summary;
   // A router of its own: in a cluster, the node of the store's slot.
-  detail::redis::cluster_router router(m.opts, m.name, ":list", false);
+  detail::redis::cluster_router router(m.opts, m.name, ":list",
+                                       detail::redis::store_handshake::reader(m.opts));
   seen_ids seen;
   std::vector<std::uint64_t> hashes;  // of one page's ids
   std::vector<quarantined> pending;   // quarantine scripts whose replies are due

@@ -88,7 +88,7 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
     conn.run(slot, "write", ec, [&](connection& c) {
       for (const bool eval : {false, true}) {
         for (const auto& b : batches) {
-          c.append_formatted(eval ? b.eval_head() : b.head(c.write_sha()));
+          c.append_formatted(eval ? b.eval_head() : b.head(detail::redis::write_sha(c)));
           c.append_formatted(b.tail(), false);
         }
         sent = true;
@@ -117,7 +117,7 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
       conn.run(where[k]->slot, "write", one, [&](connection& c) {
         for (const bool eval : {false, true}) {
           const auto& b = batches[k];
-          c.append_formatted(eval ? b.eval_head() : b.head(c.write_sha()));
+          c.append_formatted(eval ? b.eval_head() : b.head(detail::redis::write_sha(c)));
           c.append_formatted(b.tail(), false);
           sent = true;
           auto replies = c.read_replies(1, true);
@@ -322,7 +322,8 @@ redis_layout run_layout_script(const redis_options& options, const char* mode,
   const detail::redis::store_keys keys(opts.prefix);
   const std::string layout = std::to_string(redis_store::layout_version);
   const std::string shards = std::to_string(options.shards);
-  detail::redis::cluster_router router(opts, name, ":layout", false);
+  detail::redis::cluster_router router(opts, name, ":layout",
+                                       detail::redis::store_handshake::reader(opts));
   std::optional<redis_failure> failure;
   {
     detail::redis::sigpipe_guard guard;

@@ -31,7 +31,7 @@ redis_store::impl::impl(redis_options o)
       name(opts.describe()),
       keys(opts.prefix),
       slot(detail::redis::key_slot(keys.tasks)),
-      conn(opts, name, "", true) {
+      conn(opts, name, "", detail::redis::store_handshake::writer(opts)) {
   if (opts.shards == 0) {
     parts.push_back({keys, slot, {}});
     return;
@@ -52,7 +52,7 @@ redis_store::impl::~impl() = default;
 void redis_store::impl::send(detail::redis::connection& c,
                              const detail::redis::write_batch& batch) {
   for (const bool eval : {false, true}) {
-    c.append_formatted(eval ? batch.eval_head() : batch.head(c.write_sha()));
+    c.append_formatted(eval ? batch.eval_head() : batch.head(detail::redis::write_sha(c)));
     c.append_formatted(batch.tail(), false);
     auto replies = c.read_replies(1, true);
     const redisReply* r = replies[0].get();
@@ -108,7 +108,7 @@ void redis_store::impl::connect() {
   // Dials the node of the store's slot; in a cluster, checks the key layout
   // there (the handshake does it without one).
   if (auto f = conn.try_run(slot, [&](detail::redis::connection& c) {
-        if (opts.cluster) c.check_layout();
+        if (opts.cluster) detail::redis::check_store_layout(c, opts);
       }))
     throw *f;
 }

@@ -16,7 +16,9 @@
 #include "cluster_router.hpp"
 #include "connection.hpp"
 #include "delayq/redis_store.hpp"
+#include "key_schema.hpp"
 #include "scripts.hpp"
+#include "store_handshake.hpp"
 #include "write_pipeline.hpp"
 
 namespace delayq {

@@ -36,6 +36,7 @@
 
 #include "connection.hpp"
 #include "delayq/task_store.hpp"
+#include "key_schema.hpp"
 
 namespace delayq::detail::redis {
 
@@ -74,7 +75,7 @@ command quarantine_call(const char* script, const std::string& hash, const std::
                         const std::string& q, const std::string& q_reason);
 
 /// One page of task_store::list_due(), loaded by the handshake beside the
-/// write script (connection::due_sha()). KEYS[1] {P}:tasks, KEYS[2] {P}:due;
+/// write script (store_handshake.hpp, due_sha()). KEYS[1] {P}:tasks, KEYS[2] {P}:due;
 /// ARGV: the cursor's due time ('-inf' for the default cursor), the cursor's
 /// id, until_ms, limit. Finds the rank just after the cursor (ZRANK of the
 /// cursor's id when it is still there with that score, else a binary search

@@ -37,6 +37,7 @@
 #include "delayq/log.hpp"
 #include "delayq/redis_shard_leases.hpp"
 #include "lease_scripts.hpp"
+#include "store_handshake.hpp"
 
 namespace delayq {
 namespace detail::redis {
@@ -69,7 +70,7 @@ class redis_shard_leases final : public shard_leases {
         members_key_(redis_members_key(redis_.prefix)),
         lease_ms_(std::to_string(cluster_.lease.count())),
         incarnation_(new_incarnation()),
-        router_(redis_, name_, ":leases", false) {
+        router_(redis_, name_, ":leases", store_handshake::reader(redis_)) {
     lease_keys_.reserve(cluster_.shards);
     for (std::uint32_t s = 0; s < cluster_.shards; ++s)
       lease_keys_.push_back(redis_lease_key(redis_.prefix, s));

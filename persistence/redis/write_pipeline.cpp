@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "delayq/log.hpp"
+#include "store_handshake.hpp"
 
 namespace delayq::detail::redis {
 
@@ -21,7 +22,7 @@ write_pipeline::write_pipeline(const redis_options& opts, std::string store_name
     : opts_(opts),
       name_(std::move(store_name)),
       slot_(slot),
-      router_(opts, name_, ":writer", true) {
+      router_(opts, name_, ":writer", store_handshake::writer(opts)) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0)
     throw std::system_error(errno, std::generic_category(), "delayq: redis write pipeline");
@@ -139,7 +140,7 @@ void write_pipeline::append(open_batch& b, bool eval) {
     out_ += "*1\r\n$6\r\nASKING\r\n";
     expected_.push_back({&b, true});  // its +OK
   }
-  out_ += eval ? b.batch->eval_head() : b.batch->head(conn().write_sha());
+  out_ += eval ? b.batch->eval_head() : b.batch->head(write_sha(conn()));
   out_ += b.batch->tail();
   b.end = stream_base_ + out_.size();
   expected_.push_back({&b, false});

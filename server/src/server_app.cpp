@@ -28,6 +28,7 @@
 #include "push/push_policy.hpp"
 #include "push/push_registry.hpp"
 #include "push/push_target.hpp"
+#include "wire/http_url.hpp"
 
 namespace delayq::server {
 

@@ -102,13 +102,16 @@ TEST_CASE("retry: the engine spreads the retries of tasks that failed together")
   }
   const auto failed_at = clock_type::now();
   eng.schedule_many(std::move(specs));
-  REQUIRE(eventually([&] { return eng.stats().retried == n; }));
+  // At least n: full jitter may draw a retry a few milliseconds away, which
+  // can fail again before the last of the n first failures is counted.
+  REQUIRE(eventually([&] { return eng.stats().retried >= n; }));
   const auto settled_by = clock_type::now();
   std::vector<double> offsets;
   for (int i = 0; i < n; ++i) {
     const auto t = eng.find("r-" + std::to_string(i));
     REQUIRE(t.has_value());
-    CHECK(t->attempts == 1);
+    REQUIRE(t->attempts >= 1);
+    if (t->attempts > 1) continue;  // its first retry came early and failed too
     CHECK(t->due >= std::chrono::floor<std::chrono::milliseconds>(failed_at));
     CHECK(t->due <= settled_by + 60s);  // never beyond the ceiling
     offsets.push_back(std::chrono::duration<double>(t->due - failed_at).count());

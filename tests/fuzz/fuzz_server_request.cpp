@@ -2,7 +2,8 @@
 // request before the engine sees it: Beast's HTTP parser with the server's
 // limits and the header checks of server/src/api/request_guard.hpp (token,
 // Host, Origin, media type), then every JSON body parser of
-// server/src/api/request_codec.hpp, the path decoding and the query string;
+// server/src/wire/request_codec.hpp, the path decoding and the query string
+// (wire/http_url.hpp);
 // and a peer's answer to a part of a split batch (api/batch_split.hpp).
 //
 // Checked: nothing throws and nothing overflows (ASan/UBSan); a refusal is a
@@ -17,8 +18,9 @@
 #include <string_view>
 
 #include "api/batch_split.hpp"
-#include "api/request_codec.hpp"
 #include "api/request_guard.hpp"
+#include "wire/http_url.hpp"
+#include "wire/request_codec.hpp"
 
 namespace {
 

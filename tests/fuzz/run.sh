@@ -29,8 +29,9 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 # The sources of each target, relative to the repository root.
 wheel_sources=(tests/fuzz/fuzz_wheel.cpp engine/src/timer_wheel.cpp)
 codec_sources=(persistence/common/record_codec.cpp engine/src/error.cpp engine/src/log.cpp)
-server_sources=(server/src/api/request_codec.cpp server/src/api/api_error.cpp server/src/api/request_guard.cpp
-  server/src/api/batch_split.cpp server/src/api/task_json.cpp server/src/security/hmac_sha256.cpp
+server_sources=(server/src/wire/request_codec.cpp server/src/wire/api_error.cpp
+  server/src/wire/dump_json.cpp server/src/wire/http_url.cpp server/src/api/request_guard.cpp
+  server/src/api/batch_split.cpp server/src/security/hmac_sha256.cpp
   server/src/security/sha256.cpp engine/src/error.cpp)
 declare -A target_sources=(
   [fuzz_wheel]="${wheel_sources[*]}"
@@ -82,6 +83,7 @@ build() {
   cmdline="$cxx ${flags[*]} ${srcs[*]}"
   if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$cmdline" ]] &&
     [[ -z "$(find "${srcs[@]/#/$root/}" "$root/engine/include" "$root/persistence/include" "$root/server/src/api" \
+      "$root/server/src/wire" \
       "$here" -name '*.[ch]pp' -newer "$bin" -print -quit)" ]]; then
     return 0
   fi

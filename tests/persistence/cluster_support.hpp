@@ -13,6 +13,7 @@
 
 #include "cluster_router.hpp"
 #include "delayq/redis_store.hpp"
+#include "store_handshake.hpp"
 
 namespace delayq::test {
 
@@ -78,7 +79,8 @@ class raw_cluster {
 
  private:
   redis_options opts_;
-  detail::redis::cluster_router router_{opts_, "test", ":raw", false};
+  detail::redis::cluster_router router_{opts_, "test", ":raw",
+                                        detail::redis::store_handshake::reader(opts_)};
 };
 
 }  // namespace delayq::test

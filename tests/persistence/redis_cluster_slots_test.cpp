@@ -16,6 +16,7 @@
 #include "cluster_support.hpp"
 #include "delayq/open_store.hpp"
 #include "delayq/redis_store.hpp"
+#include "key_schema.hpp"
 #include "test_support.hpp"
 
 using namespace delayq;

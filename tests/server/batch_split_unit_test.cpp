@@ -7,7 +7,7 @@
 #include <string>
 
 #include "api/batch_split.hpp"
-#include "api/task_json.hpp"
+#include "wire/dump_json.hpp"
 
 namespace {
 

@@ -26,9 +26,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "api/task_json.hpp"
 #include "path_receiver.hpp"
 #include "push/push_client.hpp"
+#include "wire/dump_json.hpp"
+#include "wire/task_json.hpp"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;

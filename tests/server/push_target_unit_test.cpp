@@ -3,8 +3,10 @@
 
 #include <string>
 
-#include "api/task_json.hpp"
 #include "push/push_target.hpp"
+#include "wire/dump_json.hpp"
+#include "wire/http_url.hpp"
+#include "wire/task_json.hpp"
 
 using delayq::server::http_url;
 using delayq::server::parse_http_url;

@@ -20,8 +20,8 @@
 //   a batch with those accesses overlapped.
 // - advance: O(number of tasks fired + entries in the slots processed).
 //   Empty slots are skipped with an occupancy bitmap (one bit per slot), so
-//   advancing across a quiet hour costs a few dozen word reads, not 3600
-//   visits.
+//   advancing across a quiet hour costs a few dozen word reads, not a visit
+//   per tick.
 //
 // Records
 // -------
@@ -41,6 +41,18 @@
 // A slot is an array of 16-byte entries {due tick, handle, sequence}: arming
 // appends to it, and processing a slot reads it front to back, so the wheel
 // walks contiguous memory and touches a record only when its entry is due.
+//
+// Arrivals
+// --------
+// With a million tasks, the end of a random slot's array is a cache miss,
+// and arming one task at a time pays it in full, in the caller's schedule().
+// So arming writes the record and appends its entry to a short arrivals
+// array (256 entries) instead; when it is full, or before advance() reads
+// any slot, the arrivals move to their slots in one pass that asks for each
+// slot's memory a few entries ahead, so the misses overlap. An arrival is an
+// ordinary entry: cancelling its task makes it stale where it lies (it is
+// counted against its slot at once, and dropped there later), and
+// next_due_tick() takes the arrivals' earliest due tick into account.
 //
 // Lazy removal
 // ------------
@@ -77,6 +89,30 @@
 // next_due_tick() gives the tick the owner should sleep until: never later
 // than the earliest due task, and early at most once per task cancelled or
 // moved (a stale entry or slot bound; processing the slot makes it exact).
+//
+// Tick and slots: a deviation from the seed design
+// -------------------------------------------------
+// The seed notes draw 3600 slots of 1 s: one revolution an hour, a task
+// firing up to a second late. The engine's default is 4096 slots of 1 ms
+// (engine_options::tick, ::slots): a task fires within a millisecond of its
+// due tick plus the timer's wake-up, which is what a Boost.Asio user who
+// replaces a steady_timer expects. What keeps the fine tick cheap:
+// - the timer wakes only for a tick that has a task due (next_due_tick()),
+//   so an idle wheel costs no wake-ups at any resolution;
+// - a task hours away waits many revolutions in its slot, but a slot is
+//   read only in a revolution where its lower bound says something is due
+//   (see "Rounds"); reading it then costs one pass over its entries, about
+//   pending / slots of them, so the work per wake-up grows with the tasks
+//   held, not with how far away they are;
+// - next_due_tick() walks the occupancy bitmap and the slots' bounds from
+//   now: at most `slots` bounds (32 KiB at 4096), and as many as the ticks
+//   until the next task due when tasks are dense;
+// - a power-of-two slot count turns the slot of a tick into a mask.
+// A hierarchical wheel (a fine level for the next second above a coarse
+// one) would read each task's entry twice instead of once per revolution
+// that has something due in its slot; with the bound per slot that reading
+// is already rare, and one level keeps arm and cancel at one entry each.
+// docs/benchmarks.md has the measured lateness.
 //
 // Sharing a record with other threads
 // -----------------------------------
@@ -137,7 +173,7 @@ class timer_wheel {
 
   /// A wheel of `slots` buckets, at tick 0. Throws std::invalid_argument
   /// when slots is 0.
-  explicit timer_wheel(std::size_t slots = 3600);
+  explicit timer_wheel(std::size_t slots = 4096);
   ~timer_wheel();
   timer_wheel(const timer_wheel&) = delete;
   timer_wheel& operator=(const timer_wheel&) = delete;
@@ -368,7 +404,21 @@ class timer_wheel {
   // lower bound exact again.
   void collect_due(std::size_t s, std::uint64_t tick, std::vector<handle>& out);
 
+  // Appends an entry to its slot's array (compacting or growing it).
+  void place_entry(const entry& e);
+  // Moves every arrival to its slot, with the memory of the slots a few
+  // entries ahead requested early (see "Arrivals" in the essay).
+  void drain_arrivals();
+
+  // The slot of `tick`. A power-of-two slot count (the engine's default)
+  // takes a mask instead of a 64-bit division, which the paths that arm and
+  // cancel a task each pay once.
+  std::size_t slot_of(std::uint64_t tick) const noexcept {
+    return static_cast<std::size_t>(slot_mask_ != 0 ? tick & slot_mask_ : tick % slot_count_);
+  }
+
   std::size_t slot_count_;
+  std::uint64_t slot_mask_;  // slot_count_ - 1 for a power of two above 1, else 0
   std::uint64_t now_ = 0;
   std::size_t size_ = 0;
   std::size_t armed_ = 0;
@@ -379,6 +429,11 @@ class timer_wheel {
   std::vector<std::uint64_t> slot_min_;  // lower bound of the earliest due tick per slot
   std::vector<std::uint32_t> stale_;     // stale entries per slot: when compacting pays
   std::vector<std::uint64_t> occupied_;  // one bit per slot with entries (valid or stale)
+  // Entries armed since the last drain, in arming order, not yet in their
+  // slots; arrivals_min_ is a lower bound of their due ticks.
+  std::vector<entry> arrivals_;
+  std::uint64_t arrivals_min_ = no_tick;
+  static constexpr std::size_t arrivals_batch = 256;
 
   std::vector<block> chunks_;
   handle free_head_ = npos;  // free records are chained through record::due
@@ -507,11 +562,12 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
   std::vector<handle> batch;
   batch.swap(scratch_);
   while (true) {
+    if (!arrivals_.empty()) drain_arrivals();  // the sink may have armed some
     const std::uint64_t tick = next_due_tick();
     if (tick == no_tick || tick > to_tick) break;
     now_ = tick;
     batch.clear();
-    collect_due(static_cast<std::size_t>(tick % slot_count_), tick, batch);
+    collect_due(slot_of(tick), tick, batch);
     for (handle h : batch) {
       record& r = rec(h);
       if ((r.seq & state_mask) != pending)

@@ -1,7 +1,7 @@
-// engine_core: construction, start() and stop(), the clock (timer, ticks,
-// handing due tasks to the dispatcher), and the queries. The calls that
-// change tasks are in engine_core_calls.cpp, the write path and attempt
-// outcomes in engine_core_writes.cpp.
+// engine_core: construction, start() and stop(), and the queries. The calls
+// that change tasks are in engine_core_calls.cpp, the write path in
+// engine_core_writes.cpp, the clock and the fire path (due tasks to the
+// dispatcher, attempt outcomes back) in engine_core_fire.cpp.
 #include "detail/engine_core.hpp"
 
 #include <algorithm>
@@ -32,11 +32,14 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
       executor_(ex),
       types_(executors_, options_),
       failures_(options_.alerts),
+      settler_(failures_),
       ticker_(ex, options_.tick),
       wheel_(options_.slots),
       writer_(*store_, store_writer::options{options_.max_queued_writes},
               [this](std::span<write_op> ops) { on_written(ops); }),
-      dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_) {
+      dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_),
+      owner_(make_ownership(options_, *store_, *this)),
+      owns_all_(owner_->owns_all()) {
   for (const auto& [name, limit] : options_.type_concurrency) {
     boost::system::error_code ec;
     if (!valid_type(name)) continue;  // no task can have it
@@ -47,8 +50,8 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
 engine_core::~engine_core() { shutdown(); }
 
 void engine_core::shutdown() {
-  stop_cluster();
-  stop_pager();
+  owner_->stop();
+  pager_.stop();
   dispatcher_.join();
   writer_.stop();
 }
@@ -91,7 +94,7 @@ void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms) {
 void engine_core::erase_locked(timer_wheel::handle h) {
   if (wheel_.is_indexed(h)) {
     --kind_pending(wheel_.kind(h));
-    note_gone_locked(wheel_.id(h));  // see the horizon
+    pager_.note_gone_locked(wheel_.id(h));  // see the horizon
   } else {
     --unindexed_;
   }
@@ -148,23 +151,16 @@ void engine_core::start(boost::system::error_code& ec) {
   // With a horizon, only the tasks due within it (see engine_core_horizon.cpp);
   // a store that cannot read by due time gets every task loaded.
   list_summary summary;
-  horizon_ms_ = 0;
-  watermark_ = std::numeric_limits<std::int64_t>::max();
-  if (options_.cluster) {
-    // A cluster engine always pages (engine_core_cluster.cpp): by default
+  pager_.set_locked(0, std::numeric_limits<std::int64_t>::max());
+  if (!owns_all_) {
+    // A cluster engine always pages (cluster_ownership.hpp): by default
     // its horizon is max_delay, which holds every task of its shards.
     const std::int64_t horizon = std::max<std::int64_t>(
         1, (options_.horizon.count() > 0 ? std::min(options_.horizon, options_.max_delay)
                                          : options_.max_delay)
                .count());
-    std::string why;
-    options_.cluster->validate(ec, &why);
-    if (ec) log(log_level::error, "start: engine_options::cluster: " + why);
-    if (!ec) start_cluster_locked(now + horizon, load, summary, ec);
-    if (!ec) {
-      horizon_ms_ = horizon;
-      watermark_ = now + horizon;
-    }
+    owner_->start_locked(now + horizon, load, summary, ec);
+    if (!ec) pager_.set_locked(horizon, now + horizon);
   } else if (options_.horizon.count() > 0 && !take) {
     // No task is due later than max_delay from now: a longer horizon holds
     // every task anyway (and now + horizon must not overflow).
@@ -199,13 +195,12 @@ void engine_core::start(boost::system::error_code& ec) {
                                   "(engine_options::horizon has no effect)");
       ec = {};
     } else if (!ec) {
-      horizon_ms_ = horizon;
-      watermark_ = until;
+      pager_.set_locked(horizon, until);
     }
   } else if (options_.horizon.count() > 0) {
     log(log_level::info, "start: the store is in process; holding every task (no horizon)");
   }
-  if (horizon_ms_ == 0 && !ec) summary = store_->list(load, ec);
+  if (!pager_.on() && !ec) summary = store_->list(load, ec);
   if (ec) {
     log(log_level::error, "start: loading " + store_->describe() + " failed: " + ec.message());
     // Leave nothing half-loaded behind: a later start() loads afresh.
@@ -240,38 +235,13 @@ void engine_core::start(boost::system::error_code& ec) {
   dead_ = dead_store ? dead_store->count_dead(dead_ec) : 0;  // none without dead letters
   if (dead_ec) dead_ = 0;
   state_.store(run_state::running, std::memory_order_release);
-  if (horizon_on() && !pager_.joinable()) pager_ = std::thread([this] { pager_loop(); });
-  if (cluster_on() && !lease_thread_.joinable())
-    lease_thread_ = std::thread([this] { lease_loop(); });
-  if (cluster_on() && !reader_thread_.joinable())
-    reader_thread_ = std::thread([this] { reader_loop(); });
-  if (listener_ && !listen_thread_.joinable())
-    listen_thread_ = std::thread([this] { listen_loop(); });
+  if (pager_.on()) pager_.run(*this);
+  owner_->run();
   armed_tick_ = wheel_.next_due_tick();
   if (armed_tick_ != timer_wheel::no_tick)
     ticker_.post([self = shared_from_this()] { self->rearm(); });
   log(log_level::info,
       "started with " + std::to_string(loaded) + " stored tasks from " + store_->describe());
-}
-
-void engine_core::release_overdue(std::vector<timer_wheel::handle>& overdue) {
-  if (overdue.empty()) return;
-  // Spread over the coming ticks at catch_up_rate per second, in due order.
-  // Their due time stays as stored (executors and lateness see the truth);
-  // only the tick they are released at moves. They are armed like any task,
-  // so cancel() and reschedule() reach them while they wait their turn.
-  std::stable_sort(overdue.begin(), overdue.end(),
-                   [&](timer_wheel::handle a, timer_wheel::handle b) {
-                     return wheel_.due_ms(a) < wheel_.due_ms(b);
-                   });
-  const double per_tick =
-      options_.catch_up_rate * std::chrono::duration<double>(options_.tick).count();
-  const std::uint64_t first = ticker_.current_tick();
-  for (std::size_t k = 0; k < overdue.size(); ++k)
-    wheel_.arm(overdue[k], first + static_cast<std::uint64_t>(static_cast<double>(k) / per_tick));
-  log(log_level::info, std::to_string(overdue.size()) +
-                           " tasks were overdue at start; releasing them at " +
-                           std::to_string(options_.catch_up_rate) + " per second");
 }
 
 bool engine_core::stop(milliseconds drain) {
@@ -303,96 +273,28 @@ bool engine_core::stop(milliseconds drain) {
   }
   writer_.flush();  // removals of attempts that just succeeded, among others
   // Then leave the cluster: the others take the shards at their next round.
-  if (cluster_on()) stop_cluster();
+  owner_->stop();
   return drained;
 }
 
-// ------------------------------------------------------------------ the clock
+// ------------------------------------------------------------------ ownership
 
-void engine_core::note_armed_locked(std::uint64_t tick) {
-  if (tick < armed_tick_ && state_.load(std::memory_order_relaxed) == run_state::running) {
-    armed_tick_ = tick;
-    ticker_.post([self = shared_from_this()] { self->rearm(); });
-  }
-}
+std::string engine_core::owner_of(std::string_view id) const { return owner_->owner_of(id); }
 
-// On the strand: points the timer at armed_tick_.
-void engine_core::rearm() {
-  std::uint64_t tick;
-  {
-    std::lock_guard lock(mutex_);
-    if (state_.load() != run_state::running) return;
-    tick = armed_tick_;
-  }
-  if (tick == timer_wheel::no_tick) return;
-  ticker_.wait_until(tick, [self = shared_from_this()](const boost::system::error_code& ec) {
-    if (!ec) self->on_tick();
+std::vector<std::string> engine_core::members() const { return owner_->members(); }
+
+void engine_core::let_go_unowned_locked() {
+  // Busy records (a write or an attempt) are let go when they settle
+  // (evict_if_far_locked), a pinned one when its call decides.
+  std::vector<timer_wheel::handle> drop;
+  wheel_.for_each([&](timer_wheel::handle h) {
+    if (wheel_.is_indexed(h) && !owns_locked(wheel_.id(h))) drop.push_back(h);
   });
+  for (timer_wheel::handle h : drop) evict_if_far_locked(h);
 }
 
-// On the strand: everything due up to now (every missed tick, in order) goes
-// to the dispatcher; then the timer sleeps until the next due tick.
-void engine_core::on_tick() {
-  wakeups_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<ready_ref> due;
-  std::vector<timer_wheel::handle> held_back;
-  {
-    std::lock_guard lock(mutex_);
-    if (state_.load() != run_state::running) return;
-    const auto now = steady_clock::now();
-    wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
-      if (cluster_on()) {
-        const std::uint32_t s = shards_->shard(wheel_.id(h));
-        const std::uint64_t token = shards_->valid_token(s, now);
-        if (token == 0 || shards_->leaving(s)) {
-          // Not surely ours now, or being handed over: the next round decides.
-          held_back.push_back(h);
-          return;
-        }
-        fences_[h] = token;  // its outcome writes carry it (settle)
-      }
-      const std::uint32_t w = tsw::next_queued(tag(h));
-      set_tag(h, w);
-      due.push_back(ready_of(h, w));
-    });
-    // One tick may hold tasks due at different milliseconds, and a reload
-    // puts many overdue tasks in one tick: hand them over in due order.
-    if (due.size() > 1) {
-      std::int64_t lo = due.front().v.due_ms(), hi = lo;
-      for (const ready_ref& r : due) {
-        lo = std::min(lo, r.v.due_ms());
-        hi = std::max(hi, r.v.due_ms());
-      }
-      if (hi - lo < 4096) {
-        // The usual case: a tick's worth of milliseconds. Counting sort.
-        std::vector<std::uint32_t> count(static_cast<std::size_t>(hi - lo) + 2, 0);
-        for (const ready_ref& r : due) ++count[static_cast<std::size_t>(r.v.due_ms() - lo) + 1];
-        for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
-        std::vector<ready_ref> sorted(due.size());
-        for (const ready_ref& r : due)
-          sorted[count[static_cast<std::size_t>(r.v.due_ms() - lo)]++] = r;
-        due.swap(sorted);
-      } else {
-        std::stable_sort(due.begin(), due.end(), [](const ready_ref& a, const ready_ref& b) {
-          return a.v.due_ms() < b.v.due_ms();
-        });
-      }
-    }
-    if (!held_back.empty()) {
-      // A round from now: renewed, they run; lost, apply_round let go of them.
-      const std::uint64_t later =
-          ticker_.tick_for(now_ms() + std::max<std::int64_t>(lease_round_.count(), 1));
-      for (timer_wheel::handle h : held_back) {
-        wheel_.arm(h, later);
-        // Not held at all (lost while a write about it was in flight): let go.
-        if (!owns_locked(wheel_.id(h))) evict_if_far_locked(h);
-      }
-    }
-    armed_tick_ = wheel_.next_due_tick();
-    for (const ready_ref& r : due) dispatcher_.count_ready(r.kind, 1);
-  }
-  dispatcher_.push(due);
-  rearm();
+std::string_view engine_core::running_id_locked(timer_wheel::handle h) const noexcept {
+  return tsw::state_of(tag(h)) == tsw::running ? wheel_.id(h) : std::string_view{};
 }
 
 // ------------------------------------------------------------------ queries
@@ -479,7 +381,7 @@ std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type
   // watermark, in due order (a rare type may need many pages: at most
   // upcoming_scan records are read).
   constexpr std::size_t upcoming_scan = 100'000;
-  due_cursor cursor{watermark_ + 1, {}};
+  due_cursor cursor{pager_.watermark_locked() + 1, {}};
   lock.unlock();
   const_cast<store_writer&>(writer_).flush();
   std::unordered_set<std::string> seen;
@@ -515,25 +417,19 @@ engine_stats engine_core::stats() const {
     s.scheduled = scheduled_;
     s.loaded = loaded_;
     s.paged = paged_;
-    if (cluster_on()) {
-      s.shards_held = shards_->held_count();
-      s.shards_leaving = shards_->leaving_count();
-    }
-    s.succeeded = succeeded_;
-    s.failed = failed_;
+    s.succeeded = settler_.succeeded();
+    s.failed = settler_.failed();
     s.cancelled = cancelled_;
     s.quarantined = quarantined_;
-    s.retried = retried_;
-    s.died = died_;
+    s.retried = settler_.retried();
+    s.died = settler_.died();
     s.dead = dead_;
   }
   s.ready = dispatcher_.ready();
   s.running = dispatcher_.running();
   s.fired = dispatcher_.fired();
   s.timed_out = dispatcher_.timed_out();
-  s.shards_gained = shards_gained_.load(std::memory_order_relaxed);
-  s.shards_lost = shards_lost_.load(std::memory_order_relaxed);
-  s.lease_rounds = lease_rounds_.load(std::memory_order_relaxed);
+  owner_->add_stats(s);
   s.wakeups = wakeups_.load(std::memory_order_relaxed);
   s.writes_queued = writer_.queued();
   s.writes_kept = writer_.kept();

@@ -10,7 +10,24 @@
 // completion handler is posted then. For an in_process() store the writer
 // completes live changes at once and settle() runs before the lock is let go.
 //
-// The parts it drives, each in its own file: ticker (the clock and the
+// Where a task's life is read:
+//   engine_core_calls.cpp      schedule (decide, write, settle) and the calls
+//                              on one id, over the skeleton in
+//                              engine_core_id_call.hpp (engine_core_signal.cpp:
+//                              signals of count-triggered tasks)
+//   engine_core_writes.cpp     the write path: ops to the store writer, and
+//                              settle_locked() by the op's purpose
+//   engine_core_fire.cpp       the clock and the fire path: due tasks to the
+//                              dispatcher, attempt outcomes back, settled by
+//                              attempt_settler (remove, retry or bury)
+//   engine_core_horizon.cpp    with a horizon (horizon_pager), what the reads
+//                              of the store do to the wheel
+//   engine_core.cpp            construction, start(), stop(), the queries
+//
+// The parts it drives, each in its own file: ownership (which ids are ours:
+// single_node_ownership, or cluster_ownership with its lease threads),
+// horizon_pager (the horizon's watermark, reads and pins, and the pager's
+// thread), attempt_settler (attempt outcomes), ticker (the clock and the
 // timer), dispatcher (workers, per-type gates, running attempts),
 // failure_policy (backoff, dead letters, alerts), store_writer (pipelined
 // group commit), type_registry (interned types), validation (ids, types, due
@@ -20,18 +37,15 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <semaphore>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -40,14 +54,15 @@
 #include "delayq/engine_stats.hpp"
 #include "delayq/executor.hpp"
 #include "delayq/schedule_options.hpp"
-#include "delayq/shard_store.hpp"
 #include "delayq/task_status.hpp"
 #include "delayq/task_store.hpp"
 #include "delayq/timer_wheel.hpp"
+#include "detail/attempt_settler.hpp"
 #include "detail/dispatcher.hpp"
 #include "detail/failure_policy.hpp"
+#include "detail/horizon_pager.hpp"
 #include "detail/lateness_histogram.hpp"
-#include "detail/shard_table.hpp"
+#include "detail/ownership.hpp"
 #include "detail/spin_mutex.hpp"
 #include "detail/store_writer.hpp"
 #include "detail/ticker.hpp"
@@ -58,6 +73,8 @@ namespace delayq::detail {
 
 /// Thread safety: as engine (every member is safe from any thread).
 class engine_core final : public dispatcher::owner,
+                          private ownership::host,
+                          private horizon_pager::host,
                           public std::enable_shared_from_this<engine_core> {
  public:
   engine_core(boost::asio::any_io_executor ex, executor_factory executors,
@@ -200,6 +217,27 @@ class engine_core final : public dispatcher::owner,
                        const std::shared_ptr<call_state>& call, call_state& out,
                        std::string& waiting_id, after_lock& after);
   bool running_check(boost::system::error_code& ec) const;
+  // ---- the id-call skeleton (engine_core_id_call.hpp) -----------------------
+  // What a call on one id decided under the lock. On entry `h` is the
+  // settled record of the id (npos: none) and `hash` the id's; decide sets
+  // the change to make and what settling it needs to undo it.
+  struct id_change {
+    purpose why = p_none;
+    timer_wheel::handle h = timer_wheel::npos;
+    std::uint32_t hash = 0;
+    std::uint64_t aux = 0;
+    std::int64_t old_due_ms = 0;    // p_reschedule, p_signal
+    std::uint32_t old_signals = 0;  // p_signal
+  };
+  enum class id_must : std::uint8_t { be_held, be_free };
+  // The call on `id` that writes a change of kind `what`: `prepare(ec)` off
+  // the lock after the owner check, `decide(d, ec)` under it; either returns
+  // false to answer now (not found, or ec). Returns whether the change
+  // landed (call_state::found).
+  template <class Prepare, class Decide>
+  bool change_id(std::string_view id, change_kind what, id_must must, Prepare&& prepare,
+                 Decide&& decide, boost::system::error_code& ec);
+
   // A blocking call's answer: from the writer once it wrote, or from `inline_call`.
   bool wait_answer(const std::shared_ptr<call_state>& call, bool queued, call_state& inline_call,
                    boost::system::error_code& ec);
@@ -247,13 +285,14 @@ class engine_core final : public dispatcher::owner,
   void set_trigger_locked(timer_wheel::handle h, std::uint32_t count, std::uint32_t signals);
   ready_ref ready_of(timer_wheel::handle h, std::uint32_t word) const;
 
-  // ---- the horizon (engine_core_horizon.cpp) --------------------------------
+  // ---- the horizon (engine_core_horizon.cpp, horizon_pager.hpp) ------------
   // With a horizon the wheel holds every stored task due at or before the
   // watermark (plus tasks due later that a call is working on); the rest are
-  // in the store only. Readers of the store (the pager, fault_in) note which
-  // ids were erased while they read, so a record read before its erase is not
-  // held again after it.
-  bool horizon_on() const noexcept { return horizon_ms_.load(std::memory_order_relaxed) > 0; }
+  // in the store only. Readers of the store (the pager, fault_in, a
+  // cluster's shard reads) note which ids were erased while they read, so a
+  // record read before its erase is not held again after it. A cluster
+  // always pages: without a horizon the wheel holds every task there is.
+  bool horizon_on() const noexcept { return pager_.on(); }
   // Ids a call looked up and has not decided on yet: the engine does not let
   // go of their records meanwhile (a record let go between the lookup and
   // the decision would look absent). Off the lock; unpins in its destructor.
@@ -281,9 +320,6 @@ class engine_core final : public dispatcher::owner,
   // Pins the ids in `p` (every one, held or not) until `p` ends. Fails with
   // errc::busy if the ids keep changing under it.
   void fault_in(std::span<const std::string_view> ids, pins& p, boost::system::error_code& ec);
-  // Under the lock: an indexed record of `id` leaves the index (erased or
-  // unindexed): readers of the store must not hold what they read of it.
-  void note_gone_locked(std::string_view id);
   // Under the lock, after a record settled: lets go of it again if it is
   // due past the watermark and idle (the store has it).
   void evict_if_far_locked(timer_wheel::handle h);
@@ -292,84 +328,58 @@ class engine_core final : public dispatcher::owner,
   // time the store answered: then nothing, and `held_meanwhile` says so.
   std::optional<task> find_stored(std::string_view id, boost::system::error_code& ec,
                                   bool* held_meanwhile = nullptr) const;
-  // Stored tasks the engine cannot accept: id, why.
-  using rejected_tasks = std::vector<std::pair<std::string, std::string>>;
   // Under the lock: holds a task a read of the store found, unless its id is
   // held (memory is newer); one it cannot accept goes to `rejected`. False
   // when the id was erased since the read began (what was read is stale).
-  bool hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
-                        rejected_tasks& rejected);
+  bool hold_found_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                         rejected_tasks& rejected);
   // Off the lock: moves what reads rejected to the store's quarantine.
-  void quarantine_rejected(const rejected_tasks& rejected);
-  std::uint64_t begin_read_locked();
-  void end_read_locked(std::uint64_t seq);
-  bool erased_since_locked(const std::string& id, std::uint64_t seq) const;
+  void quarantine_rejected(const rejected_tasks& rejected) override;
+  std::uint64_t begin_read_locked() override { return pager_.begin_read_locked(); }
+  void end_read_locked(std::uint64_t seq) override { pager_.end_read_locked(seq); }
   // Reads (from, until] of the due index into the wheel; false if stopped first.
-  bool page_in(std::int64_t from, std::int64_t until, std::uint64_t seq);
-  void pager_loop();
-  void post_lookup(std::function<void()> job);
-  void stop_pager();
+  bool page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) override;
 
-  // ---- clusters (engine_core_cluster.cpp) ----------------------------------
-  // With engine_options::cluster the engine holds (and fires) only the tasks
-  // of the shards it holds a lease on; the horizon's machinery does the rest
-  // (a task of another shard is let go once written, like a far task).
-  bool cluster_on() const noexcept { return shards_ != nullptr; }
-  // Under the lock (or from a reader of the table): whether a record of `id`
-  // may be held here.
-  bool owns_locked(std::string_view id) const noexcept {
-    return !cluster_on() || shards_->held(shards_->shard(id));
-  }
+  // ---- ownership (ownership.hpp) -------------------------------------------
+  // Which ids this engine may hold and run. On a single node (owns_all_)
+  // every step below is skipped without asking owner_: the calls' and the
+  // fire path's ownership work happens only in a cluster.
+  bool owns_locked(std::string_view id) const noexcept { return owns_all_ || owner_->owns(id); }
   // Off the lock: errc::not_owner unless this instance holds the shard of
   // `id` and its lease is surely ours now.
-  bool owner_check(std::string_view id, boost::system::error_code& ec) const;
+  bool owner_check(std::string_view id, boost::system::error_code& ec) const {
+    return owns_all_ || owner_->check(id, ec);
+  }
   // Under the lock, when a call that changes the task of `id` decides: the
   // lease token its store write carries (store_change::fence), so that the
   // write is refused (errc::lease_lost, the call fails and changes nothing)
-  // if another instance took the shard since; 0 without a cluster. False
+  // if another instance took the shard since; 0 on a single node. False
   // with errc::not_owner when the lease is not surely ours now.
   bool call_fence_locked(std::string_view id, std::uint64_t& fence,
                          boost::system::error_code& ec) const {
-    fence = cluster_on() ? shards_->valid_token(id) : 0;
-    if (!cluster_on() || fence != 0) return true;
-    ec = errc::not_owner;
-    return false;
+    fence = 0;
+    return owns_all_ || owner_->fence_for(id, fence, ec);
   }
-  // start(), under the lock: checks the store, makes the lease table, runs
-  // the first round and reads the held shards' tasks due by `until`.
-  void start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
-                            list_summary& summary, boost::system::error_code& ec);
-  void apply_round(const lease_round& r);
-  void set_members(const lease_round& r);  // for owner_of()
-  // Under the lock: the shards an attempt started on and has not settled,
-  // ascending. Such a shard is not given away.
-  std::vector<std::uint32_t> busy_shards_locked() const;
-  // Whether a shard in `leaving` (ascending) is still leaving and no attempt
-  // runs on it: it can be handed over now. Takes the lock.
-  bool idle_leaving(const std::vector<std::uint32_t>& leaving) const;
-  // settle(): an attempt on a leaving shard ended; wakes the lease thread.
-  void note_leaving_settled();
-  // Reads the tasks of shard `s` due at or before the watermark into the
-  // wheel (as the pager does); false if the store could not be read.
-  bool page_in_shard(std::uint32_t s);
-  void lease_loop();
-  // The listener thread: holds the tasks other instances save into the
-  // held shards (shard_store::listen()), as fault_in() would.
-  void listen_loop();
-  // The shard reader thread: reads the shards queued by queue_shard_reads()
-  // one after the other (page_in_shard). A failed read is queued again at
-  // the next lease round (unread_shards_).
-  void reader_loop();
-  void queue_shard_reads(const std::vector<std::uint32_t>& shards);
-  void queue_held_shard_reads();
-  void hold_noticed(std::vector<task_notice>& notices);
-  // Calls engine_options::on_settings_changed, if any: false when it failed
-  // (returned false or threw; a throw is logged), so it is called again.
-  bool settings_changed();
-  // Stops the lease thread and leaves the cluster (release_all). Idempotent.
-  void stop_cluster();
 
-  // ---- the clock --------------------------------------------------------------
+  // ownership::host: what a cluster's ownership reads tasks in with.
+  spin_mutex& mutex() const noexcept override { return mutex_; }
+  bool running() const noexcept override { return state_.load() == run_state::running; }
+  std::int64_t watermark_locked() const noexcept override { return pager_.watermark_locked(); }
+  bool held_locked(std::string_view id) const noexcept override {
+    return wheel_.find(id) != timer_wheel::npos;
+  }
+  void hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                        rejected_tasks& rejected) override {
+    hold_found_locked(t, seq, now, rejected);
+  }
+  void count_quarantined_locked(std::size_t n) noexcept override { quarantined_ += n; }
+  void let_go_unowned_locked() override;
+  std::string_view running_id_locked(timer_wheel::handle h) const noexcept override;
+  void flush_writes() override { writer_.flush(); }
+  std::size_t writes_kept() const override { return writer_.kept(); }
+  void check_starts() override { dispatcher_.check_starts(); }
+
+  // ---- the clock and the fire path (engine_core_fire.cpp) ---------------------
   void note_armed_locked(std::uint64_t tick);
   void rearm();
   void on_tick();
@@ -381,6 +391,7 @@ class engine_core final : public dispatcher::owner,
   const boost::asio::any_io_executor executor_;
   type_registry types_;
   failure_policy failures_;
+  attempt_settler settler_;  // under mutex_
   lateness_histogram lateness_;
   id_generator ids_;
   ticker ticker_;
@@ -397,67 +408,21 @@ class engine_core final : public dispatcher::owner,
   std::unordered_map<std::string, std::vector<deferred_call>>
       deferred_;  // async calls waiting for an id
 
-  std::uint64_t scheduled_ = 0, loaded_ = 0, paged_ = 0, succeeded_ = 0, failed_ = 0,
-                cancelled_ = 0, quarantined_ = 0, retried_ = 0, died_ = 0;
+  std::uint64_t scheduled_ = 0, loaded_ = 0, paged_ = 0, cancelled_ = 0, quarantined_ = 0;
   std::size_t dead_ = 0;
   std::atomic<std::uint64_t> wakeups_{0};
 
-  // The horizon (0: off) and the watermark: every stored task due at or
-  // before it is held. Under mutex_.
-  std::atomic<std::int64_t> horizon_ms_{0};  // set by start() before any pager or call
-  std::int64_t watermark_ = std::numeric_limits<std::int64_t>::max();
-  std::uint64_t erase_seq_ = 0;
-  std::multiset<std::uint64_t> reads_;                     // the seq of each read in progress
-  std::unordered_map<std::string, std::uint64_t> erased_;  // while reads_ is not empty
-  std::unordered_map<std::string, std::uint32_t> pinned_;  // see pins
+  horizon_pager pager_;  // its `_locked` members under mutex_
   // Ids an async schedule is looking up (id -> serial): calls on them wait.
   std::unordered_map<std::string, std::uint64_t> looking_up_;
   std::uint64_t lookup_serial_ = 0;
-  // The pager's thread: pages the due index in, and runs lookups that an
-  // async call must not block its caller for.
-  std::thread pager_;
-  std::mutex pager_mutex_;
-  std::condition_variable pager_cv_;
-  bool pager_stop_ = false;
-  std::deque<std::function<void()>> pager_jobs_;
 
-  // engine_options::cluster: the lease table, its view for the fire path,
-  // and the thread that renews the leases every round.
-  std::unique_ptr<shard_leases> leases_;
-  std::unique_ptr<shard_table> shards_;
-  std::chrono::milliseconds lease_round_{0};
-  std::thread lease_thread_;
-  std::mutex lease_mutex_;
-  std::mutex cluster_stop_mutex_;  // stop() and ~engine may both stop the cluster
-  std::condition_variable lease_cv_;
-  bool lease_stop_ = false;
-  // Set (under lease_mutex_) when an attempt on a leaving shard settled: the
-  // lease thread then hands over at once the shards no attempt runs on any
-  // more, rather than at its next round.
-  bool handover_check_ = false;
-  std::unique_ptr<task_listener> listener_;  // null: the store sends no notices
-  std::thread listen_thread_;
-  std::vector<std::uint32_t>
-      unread_shards_;  // gained, not read yet (the store failed); under lease_mutex_
-  // Shards to read in, in order, none twice (under lease_mutex_), and the
-  // thread that reads them: a large shard read on the lease thread would
-  // hold up the renewals past the leases' valid_until.
-  std::deque<std::uint32_t> to_read_;
-  std::condition_variable reader_cv_;
-  std::thread reader_thread_;
-  std::atomic<std::uint64_t> shards_gained_{0}, shards_lost_{0}, lease_rounds_{0};
-  // For owner_of(): the live members of the last answered round, sorted,
-  // and this instance's name (leases_ goes at stop; these stay).
-  mutable std::mutex members_mutex_;
-  std::vector<std::string> members_;
-  std::string instance_;
-  // The token of the shard's lease when a record was dispatched (under
-  // mutex_): its attempt's outcome writes carry it as their fence.
-  std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;
-
-  // Last: their threads call back into everything above.
+  // Last: their threads call back into everything above (the ownership's
+  // last of all: it is stopped, and goes, first).
   store_writer writer_;
   dispatcher dispatcher_;
+  const std::unique_ptr<ownership> owner_;
+  const bool owns_all_;  // owner_->owns_all(): a single node
 };
 
 }  // namespace delayq::detail

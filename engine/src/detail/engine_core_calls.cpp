@@ -2,12 +2,15 @@
 // cancel, reschedule, requeue, purge). Each decides under the lock, puts the
 // record in a transitional state, and either settles at once (a change the
 // store does not write) or hands a write_op to the store writer and settles
-// when the write landed (engine_core_writes.cpp).
+// when the write landed (engine_core_writes.cpp). cancel, reschedule and
+// requeue (and signal, engine_core_signal.cpp) are each a decide step over
+// the one skeleton of a call on an id (engine_core_id_call.hpp).
 #include <array>
 #include <unordered_map>
 #include <vector>
 
 #include "detail/engine_core.hpp"
+#include "detail/engine_core_id_call.hpp"
 #include "detail/task_state.hpp"
 
 namespace delayq::detail {
@@ -157,16 +160,18 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
 
 void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                                    boost::system::error_code& ec, std::size_t& bad) {
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    // Clusters: a task with an id only on its shard's owner (only it can tell
-    // a duplicate); a generated id goes anywhere (written, then let go).
-    if (!specs[i].id.empty() && !owner_check(specs[i].id, ec)) {
-      bad = i;
-      return;
-    }
-  }
   pins pinned(*this);  // before any lock: it unpins under the lock
+  // Without a horizon the wheel holds every task there is (a cluster always
+  // pages: with none, nothing here asks who owns an id).
   if (horizon_on()) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      // Clusters: a task with an id only on its shard's owner (only it can
+      // tell a duplicate); a generated id goes anywhere (written, then let go).
+      if (!specs[i].id.empty() && !owner_check(specs[i].id, ec)) {
+        bad = i;
+        return;
+      }
+    }
     // A task with this id may wait past the horizon, in the store only:
     // reject and keep must see it. A replace overwrites it either way.
     std::vector<std::string_view> named;
@@ -331,7 +336,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
         c.aux = c.h;
         if (ctx) ctx->old_running_tag = tag(c.h);
         --kind_pending(wheel_.kind(c.h));
-        note_gone_locked(wheel_.id(c.h));
+        pager_.note_gone_locked(wheel_.id(c.h));
         wheel_.unindex(c.h);
         ++unindexed_;
         c.h = timer_wheel::npos;
@@ -349,8 +354,8 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
       // Clusters: a replace of a held record is fenced: it must not land once
       // another instance holds the shard (and read the old copy). A new
       // record is written unfenced, as any instance may.
-      op.fence = cluster_on() && (c.why == p_replace || c.why == p_replace_running)
-                     ? shards_->valid_token(spec.id)
+      op.fence = !owns_all_ && (c.why == p_replace || c.why == p_replace_running)
+                     ? owner_->token_for(spec.id)
                      : 0;
       op.aux = c.aux;
       op.ctx = std::move(ctx);
@@ -409,7 +414,7 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
       const std::uint64_t serial = ++lookup_serial_;
       looking_up_.emplace(key, serial);
       lock.unlock();
-      post_lookup([this, job, serial] { run_lookup(*job, serial); });
+      pager_.post([this, job, serial] { run_lookup(*job, serial); });
       return;
     }
     std::string waiting;
@@ -470,119 +475,62 @@ void engine_core::run_lookup(deferred_call& job, std::uint64_t serial) {
 bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
-  if (!owner_check(id, ec)) return false;  // clusters: only the owner can answer
-  pins pinned(*this);
-  fault_in(std::span(&id, 1), pinned, ec);  // a task past the horizon: held from here
-  if (ec) return false;
-  const std::uint32_t hash = wheel_.hash(id);
-  wheel_.prefetch(hash);  // the bucket loads while we lock
-  const bool durable = writes(change_kind::remove);
-  const auto call = durable ? std::make_shared<call_state>() : nullptr;
-  call_state inline_result;
-  after_lock after;
-  bool queued = false;
-  {
-    std::unique_lock lock(mutex_);
-    if (state_.load() != run_state::running) {
-      ec = errc::not_running;
-      return false;
-    }
-    const timer_wheel::handle h = find_settled(lock, id, hash);
-    // Before "not found": a shard lost since owner_check() had its records
-    // let go, and its task lives on with the new owner (not_owner, not false).
-    std::uint64_t fence = 0;
-    if (!call_fence_locked(id, fence, ec)) return false;
-    if (h == timer_wheel::npos) return false;
-    std::uint32_t w = tag(h);
-    change c;
-    c.h = h;
-    c.id = id;
-    if (tsw::state_of(w) == tsw::armed) {
-      c.why = p_cancel;
-      wheel_.disarm(h);
-      set_tag(h, tsw::with_state(w, tsw::persisting));
-    } else if (tsw::state_of(w) == tsw::queued &&
-               tsw::word(wheel_.tag(h))
-                   .compare_exchange_strong(w, tsw::with_state(w, tsw::cancelling),
-                                            std::memory_order_acq_rel)) {
-      // Due and not started: from here no worker can start it.
-      c.why = p_cancel_queued;
-    } else {
-      return false;  // running now (or a worker just won the swap)
-    }
-    if (!durable) {
-      settle_locked(c, inline_result, after);
-    } else {
-      write_op op = make_op(change_kind::remove, c.why, h, false);
-      op.fence = fence;
-      auto ctx = std::make_unique<op_ctx>();
-      ctx->call = call;
-      op.ctx = std::move(ctx);
-      queued = submit_locked(std::span(&op, 1), call, inline_result, after);
-    }
-  }
-  run_after(after);
-  return wait_answer(call, queued, inline_result, ec);
+  return change_id(
+      id, change_kind::remove, id_must::be_held, [](boost::system::error_code&) { return true; },
+      [&](id_change& d, boost::system::error_code&) {
+        if (d.h == timer_wheel::npos) return false;
+        std::uint32_t w = tag(d.h);
+        if (tsw::state_of(w) == tsw::armed) {
+          d.why = p_cancel;
+          wheel_.disarm(d.h);
+          set_tag(d.h, tsw::with_state(w, tsw::persisting));
+          return true;
+        }
+        if (tsw::state_of(w) == tsw::queued &&
+            tsw::word(wheel_.tag(d.h))
+                .compare_exchange_strong(w, tsw::with_state(w, tsw::cancelling),
+                                         std::memory_order_acq_rel)) {
+          d.why = p_cancel_queued;  // due and not started: from here no worker can start it
+          return true;
+        }
+        return false;  // running now (or a worker just won the swap)
+      },
+      ec);
 }
 
 bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::time_point due,
                              boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
-  if (!owner_check(id, ec)) return false;  // clusters: only the owner can answer
-  const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
-  if (ec) return false;
-  pins pinned(*this);
-  fault_in(std::span(&id, 1), pinned, ec);
-  if (ec) return false;
-  const std::uint32_t hash = wheel_.hash(id);
-  wheel_.prefetch(hash);
-  const bool durable = writes(change_kind::save);
-  const auto call = durable ? std::make_shared<call_state>() : nullptr;
-  call_state inline_result;
-  after_lock after;
-  bool queued = false;
-  {
-    std::unique_lock lock(mutex_);
-    if (state_.load() != run_state::running) {
-      ec = errc::not_running;
-      return false;
-    }
-    const timer_wheel::handle h = find_settled(lock, id, hash);
-    // Before "not found": a shard lost since owner_check() had its records
-    // let go, and its task lives on with the new owner (not_owner, not false).
-    std::uint64_t fence = 0;
-    if (!call_fence_locked(id, fence, ec)) return false;
-    if (h == timer_wheel::npos) return false;
-    std::uint32_t w = tag(h);
-    if (tsw::state_of(w) == tsw::armed) {
-      set_tag(h, tsw::with_state(w, tsw::persisting));
-    } else if (tsw::state_of(w) == tsw::queued &&
-               tsw::word(wheel_.tag(h))
-                   .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
-                                            std::memory_order_acq_rel)) {
-      // Taken from the ready queue: its reference there is stale now.
-      dispatcher_.count_ready(wheel_.kind(h), -1);
-    } else {
-      return false;  // running now
-    }
-    const std::int64_t old_due = wheel_.due_ms(h);
-    wheel_.disarm(h);
-    wheel_.set_due_ms(h, due_ms);
-    if (!durable) {
-      settle_locked(change{p_reschedule, h, 0, nullptr, {}, id}, inline_result, after);
-    } else {
-      write_op op = make_op(change_kind::save, p_reschedule, h, true);
-      op.fence = fence;
-      auto ctx = std::make_unique<op_ctx>();
-      ctx->call = call;
-      ctx->old_due_ms = old_due;
-      op.ctx = std::move(ctx);
-      queued = submit_locked(std::span(&op, 1), call, inline_result, after);
-    }
-  }
-  run_after(after);
-  return wait_answer(call, queued, inline_result, ec);
+  std::int64_t due_ms = 0;
+  return change_id(
+      id, change_kind::save, id_must::be_held,
+      [&](boost::system::error_code& pec) {
+        due_ms = due_at(due, now_ms(), options_.max_delay, pec);
+        return !pec;
+      },
+      [&](id_change& d, boost::system::error_code&) {
+        if (d.h == timer_wheel::npos) return false;
+        const timer_wheel::handle h = d.h;
+        std::uint32_t w = tag(h);
+        if (tsw::state_of(w) == tsw::armed) {
+          set_tag(h, tsw::with_state(w, tsw::persisting));
+        } else if (tsw::state_of(w) == tsw::queued &&
+                   tsw::word(wheel_.tag(h))
+                       .compare_exchange_strong(w, tsw::next_generation(w, tsw::persisting),
+                                                std::memory_order_acq_rel)) {
+          // Taken from the ready queue: its reference there is stale now.
+          dispatcher_.count_ready(wheel_.kind(h), -1);
+        } else {
+          return false;  // running now
+        }
+        d.why = p_reschedule;
+        d.old_due_ms = wheel_.due_ms(h);
+        wheel_.disarm(h);
+        wheel_.set_due_ms(h, due_ms);
+        return true;
+      },
+      ec);
 }
 
 // ------------------------------------------------------------------ dead letters
@@ -594,91 +542,59 @@ std::vector<dead_letter> engine_core::dead_letters(std::size_t offset, std::size
   // Straight to the store: dead letters are not kept in memory. Writes still
   // queued are flushed first, so a task that just died is listed.
   const_cast<store_writer&>(writer_).flush();
-  dead_letter_store* const dead = store_->dead_letters();
-  if (!dead) {
-    ec = errc::unsupported;
-    return {};
-  }
-  return dead->list_dead(offset, limit, ec);
+  dead_letter_store* const dead = dead_letters_of(*store_, ec);  // null: unsupported
+  return dead ? dead->list_dead(offset, limit, ec) : std::vector<dead_letter>{};
 }
 
 bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_point due,
                           boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
-  if (!owner_check(id, ec)) return false;  // clusters: only the owner can answer
-  const std::int64_t due_ms = due_at(due, now_ms(), options_.max_delay, ec);
-  if (ec) return false;
-  writer_.flush();
-  dead_letter_store* const dead = store_->dead_letters();
-  if (!dead) {
-    ec = errc::unsupported;
-    return false;
-  }
-  std::optional<dead_letter> d = dead->find_dead(id, ec);
-  if (ec || !d) return false;
-  pins pinned(*this);
-  fault_in(std::span(&id, 1), pinned, ec);  // a live task of this id may wait past the horizon
-  if (ec) return false;
-  const std::uint32_t hash = wheel_.hash(id);
-  const auto call = std::make_shared<call_state>();
-  call_state inline_result;
-  after_lock after;
-  bool queued = false;
-  {
-    std::unique_lock lock(mutex_);
-    if (state_.load() != run_state::running) {
-      ec = errc::not_running;
-      return false;
-    }
-    if (find_settled(lock, id, hash) != timer_wheel::npos) {
-      ec = errc::duplicate_id;
-      return false;
-    }
-    std::uint64_t fence = 0;
-    if (!call_fence_locked(id, fence, ec)) return false;
-    if (pending_locked() >= options_.max_pending) {
-      ec = errc::queue_full;
-      return false;
-    }
-    const type_registry::type_info* type =
-        valid_type(d->task.type) ? types_.lookup(d->task.type, true, ec) : nullptr;
-    if (!type) {
-      if (!ec) ec = errc::invalid_type;
-      return false;
-    }
-    if (type->capacity != 0 && kind_pending(type->k) >= type->capacity) {
-      ec = errc::type_full;
-      return false;
-    }
-    const timer_wheel::handle h =
-        wheel_.insert_detached({d->task.id, d->task.payload, type->k, due_ms, 0}, hash);
-    set_tag(h, tsw::with_state(tag(h), tsw::persisting) | tsw::fresh);
-    ++kind_pending(type->k);
-    // A revive always goes to the writer: even a store that keeps no live
-    // tasks holds the dead letter (it writes a purge then).
-    write_op op = make_op(change_kind::revive, p_insert, h, true);
-    op.fence = fence;
-    op.aux = 1;  // a requeue: one dead letter fewer once it landed
-    auto ctx = std::make_unique<op_ctx>();
-    ctx->call = call;
-    op.ctx = std::move(ctx);
-    queued = submit_locked(std::span(&op, 1), call, inline_result, after);
-  }
-  run_after(after);
-  wait_answer(call, queued, inline_result, ec);
-  return !ec;
+  std::int64_t due_ms = 0;
+  std::optional<dead_letter> d;
+  // A revive always goes to the writer (change_kind::revive): even a store
+  // that keeps no live tasks holds the dead letter (it writes a purge then).
+  return change_id(
+      id, change_kind::revive, id_must::be_free,
+      [&](boost::system::error_code& pec) {
+        due_ms = due_at(due, now_ms(), options_.max_delay, pec);
+        if (pec) return false;
+        writer_.flush();
+        dead_letter_store* const dead = dead_letters_of(*store_, pec);  // null: unsupported
+        if (dead) d = dead->find_dead(id, pec);
+        return !pec && d.has_value();
+      },
+      [&](id_change& c, boost::system::error_code& dec) {
+        if (pending_locked() >= options_.max_pending) {
+          dec = errc::queue_full;
+          return false;
+        }
+        const type_registry::type_info* type =
+            valid_type(d->task.type) ? types_.lookup(d->task.type, true, dec) : nullptr;
+        if (!type) {
+          if (!dec) dec = errc::invalid_type;
+          return false;
+        }
+        if (type->capacity != 0 && kind_pending(type->k) >= type->capacity) {
+          dec = errc::type_full;
+          return false;
+        }
+        c.h = wheel_.insert_detached({d->task.id, d->task.payload, type->k, due_ms, 0}, c.hash);
+        set_tag(c.h, tsw::with_state(tag(c.h), tsw::persisting) | tsw::fresh);
+        ++kind_pending(type->k);
+        c.why = p_insert;
+        c.aux = 1;  // a requeue: one dead letter fewer once it landed
+        return true;
+      },
+      ec);
 }
 
 bool engine_core::purge(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
   writer_.flush();
-  dead_letter_store* const dead = store_->dead_letters();
-  if (!dead) {
-    ec = errc::unsupported;
-    return false;
-  }
+  dead_letter_store* const dead = dead_letters_of(*store_, ec);  // null: unsupported
+  if (!dead) return false;
   std::optional<dead_letter> d = dead->find_dead(id, ec);
   if (ec || !d) return false;
   const auto call = std::make_shared<call_state>();

@@ -1,23 +1,7 @@
-// engine_core: the horizon. With engine_options::horizon the wheel holds only
-// the tasks due within it; the rest stay in the store's due index, and the
-// pager reads them in, a page at a time, before they are due.
-//
-// The invariant: every stored task due at or before watermark_ is held (or
-// has a write about it in flight, which settles into the wheel). A task due
-// later is held only while a call works on it; settle lets go of it again
-// (evict_if_far_locked). Moving the watermark from W0 to W1 follows three
-// steps, so that no task is missed and none comes back after it went:
-//
-//   1. under the lock: watermark_ = W1 (from here a schedule or reschedule
-//      due by W1 stays held), and begin a read (erasures are noted from here);
-//   2. writer flush: every write queued before step 1 is in the store, so
-//      a far schedule of (W0, W1] that settled before step 1 can be read;
-//   3. read (W0, W1] and hold each task unless its id is held (memory is
-//      newer) or was erased since step 1 (cancelled, succeeded, let go).
-//
-// fault_in() does the same for single ids a call names, so cancel() of a far
-// task is as truthful as of a held one: it holds the record, then cancels it
-// the usual way (the store write decides).
+// engine_core: what the horizon's reads do to the wheel (horizon_pager.hpp
+// explains the horizon, the watermark and the reads): hold what a read of
+// the store found, let go of a far task once settled, fault in the ids a
+// call names, read a range of the due index for the pager.
 //
 // A type with a capacity (engine_options::type_capacity) is always held
 // whole, so its count stays exact: start() then reads every stored task once
@@ -26,6 +10,7 @@
 #include <algorithm>
 
 #include "delayq/log.hpp"
+#include "delayq/shard_store.hpp"
 #include "detail/engine_core.hpp"
 #include "detail/task_state.hpp"
 
@@ -72,10 +57,10 @@ timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry:
   return h;
 }
 
-bool engine_core::hold_read_locked(const task& t, std::uint64_t seq, std::int64_t now,
-                                   rejected_tasks& rejected) {
+bool engine_core::hold_found_locked(const task& t, std::uint64_t seq, std::int64_t now,
+                                    rejected_tasks& rejected) {
   if (wheel_.find(t.id) != timer_wheel::npos) return true;  // held meanwhile: memory is newer
-  if (erased_since_locked(t.id, seq)) return false;
+  if (pager_.erased_since_locked(t.id, seq)) return false;
   if (!owns_locked(t.id)) return true;  // its shard was lost meanwhile: its new owner runs it
   std::string why;
   const type_registry::type_info* type = accept_locked(t, why);
@@ -95,44 +80,17 @@ void engine_core::quarantine_rejected(const rejected_tasks& rejected) {
   }
 }
 
-std::uint64_t engine_core::begin_read_locked() {
-  reads_.insert(erase_seq_);
-  return erase_seq_;
-}
-
-void engine_core::end_read_locked(std::uint64_t seq) {
-  reads_.erase(reads_.find(seq));
-  if (reads_.empty()) {
-    erased_.clear();
-  } else if (erased_.size() > 4096) {
-    // Reads that overlap for long (a pager retrying through an outage, a
-    // stream of lookups) must not grow the log without end: what no read in
-    // progress began before is of no use.
-    const std::uint64_t oldest = *reads_.begin();
-    std::erase_if(erased_, [&](const auto& e) { return e.second <= oldest; });
-  }
-}
-
-void engine_core::note_gone_locked(std::string_view id) {
-  if (!reads_.empty()) erased_[std::string(id)] = ++erase_seq_;
-}
-
-bool engine_core::erased_since_locked(const std::string& id, std::uint64_t seq) const {
-  const auto it = erased_.find(id);
-  return it != erased_.end() && it->second > seq;
-}
-
 void engine_core::evict_if_far_locked(timer_wheel::handle h) {
   if (!horizon_on() || !wheel_.is_indexed(h)) return;
   const std::uint32_t w = tag(h);
   if (tsw::state_of(w) != tsw::armed || (w & tsw::fresh)) return;
   // A task of a shard another instance holds is never held here (clusters).
   const bool owned = owns_locked(wheel_.id(h));
-  if (owned && wheel_.due_ms(h) <= watermark_) return;
+  if (owned && wheel_.due_ms(h) <= pager_.watermark_locked()) return;
   // A type with a capacity is held whole: its count must see every task.
   if (owned && types_.at(wheel_.kind(h)).capacity != 0) return;
   // A call that looked the id up decides on it next: keep it until then.
-  if (!pinned_.empty() && pinned_.count(std::string(wheel_.id(h))) != 0) return;
+  if (pager_.pinned_locked(wheel_.id(h))) return;
   erase_locked(h);  // the store has it; the pager brings it back in time
 }
 
@@ -140,9 +98,7 @@ engine_core::pins::~pins() {
   if (ids_.empty()) return;
   std::lock_guard lock(e_.mutex_);
   for (const std::string& id : ids_) {
-    auto it = e_.pinned_.find(id);
-    if (it == e_.pinned_.end() || --it->second > 0) continue;
-    e_.pinned_.erase(it);
+    if (!e_.pager_.unpin_locked(id)) continue;
     // Looked up and left as it was (a keep, a cancel that found it running):
     // let go of it again if it is far.
     const timer_wheel::handle h = e_.wheel_.find(id);
@@ -175,9 +131,9 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
       // id settling: written, then let go of as far) is kept, not let go of
       // behind a read that began before its write landed.
       if (p.ids_.empty())
-        for (std::string_view id : ids) ++pinned_[p.ids_.emplace_back(id)];
+        for (std::string_view id : ids) pager_.pin_locked(p.ids_.emplace_back(id));
       if (missing.empty()) return;
-      seq = begin_read_locked();
+      seq = pager_.begin_read_locked();
     }
     // Writes queued before the read began (a success's removal, a far
     // schedule) land first: the read sees no record the engine let go of.
@@ -194,10 +150,10 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
       std::lock_guard lock(mutex_);
       if (!ec) {
         for (std::optional<task>& t : found) {
-          if (t && !hold_read_locked(*t, seq, now_ms(), rejected)) again = true;
+          if (t && !hold_found_locked(*t, seq, now_ms(), rejected)) again = true;
         }
       }
-      end_read_locked(seq);
+      pager_.end_read_locked(seq);
     }
     quarantine_rejected(rejected);
     if (ec) {
@@ -227,15 +183,11 @@ std::optional<task> engine_core::find_stored(std::string_view id, boost::system:
 }
 
 bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) {
-  // A cluster engine reads the shards it holds, one after the other. A shard
-  // gained after this list was taken is read whole by its gain (which sees
-  // the new watermark: the lease thread reads it after setting the shard).
+  // A cluster engine reads the shards it holds, one after the other.
   std::vector<std::uint32_t> shards;
-  if (cluster_on())
-    for (std::uint32_t s = 0; s < shards_->size(); ++s)
-      if (shards_->held(s)) shards.push_back(s);
+  const bool by_shard = !owns_all_ && owner_->page_by_shard(shards);
   std::size_t next_shard = 0;
-  if (cluster_on() && shards.empty()) return true;
+  if (by_shard && shards.empty()) return true;
   due_cursor cursor{from + 1, {}};  // (from + 1, "") is before every task due after `from`
   std::vector<task> page;
   rejected_tasks rejected;
@@ -245,9 +197,9 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
     list_summary got;
     const auto sink = [&](task&& t) { page.push_back(std::move(t)); };
     try {
-      got = cluster_on() ? store_->sharded()->list_due_shard(shards[next_shard], cursor, until,
-                                                             page_size, sink, ec)
-                         : store_->list_due(cursor, until, page_size, sink, ec);
+      got = by_shard ? store_->sharded()->list_due_shard(shards[next_shard], cursor, until,
+                                                         page_size, sink, ec)
+                     : store_->list_due(cursor, until, page_size, sink, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;
     }
@@ -256,103 +208,22 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
       // until the store answers (or the engine stops).
       log(log_level::warning, "horizon: reading due tasks from " + store_->describe() +
                                   " failed: " + ec.message() + "; retrying");
-      std::unique_lock lock(pager_mutex_);
-      if (pager_cv_.wait_for(lock, std::chrono::milliseconds{200}, [&] { return pager_stop_; }))
-        return false;
+      if (!pager_.wait_to_retry()) return false;
       continue;
     }
     {
       std::lock_guard lock(mutex_);
       quarantined_ += got.quarantined;
       const std::int64_t now = now_ms();
-      for (const task& t : page) hold_read_locked(t, seq, now, rejected);
+      for (const task& t : page) hold_found_locked(t, seq, now, rejected);
     }
     if (got.tasks + got.quarantined < page_size) {
-      if (!cluster_on() || ++next_shard == shards.size()) break;
+      if (!by_shard || ++next_shard == shards.size()) break;
       cursor = due_cursor{from + 1, {}};
     }
   }
   quarantine_rejected(rejected);
   return true;
-}
-
-void engine_core::pager_loop() {
-  // Pages a step ahead: a task is read in at least horizon - step before due.
-  // Pages go by the clock, whatever lookups come in between.
-  const auto step = std::chrono::milliseconds{std::max<std::int64_t>(horizon_ms_ / 4, 10)};
-  auto next_page = std::chrono::steady_clock::now();
-  for (;;) {
-    std::function<void()> job;
-    {
-      std::unique_lock lock(pager_mutex_);
-      pager_cv_.wait_until(lock, next_page, [&] { return pager_stop_ || !pager_jobs_.empty(); });
-      if (pager_stop_) return;
-      if (!pager_jobs_.empty() && std::chrono::steady_clock::now() < next_page) {
-        job = std::move(pager_jobs_.front());
-        pager_jobs_.pop_front();
-      }
-    }
-    if (job) {
-      try {
-        job();
-      } catch (const std::exception& e) {
-        log(log_level::error, std::string("horizon: a lookup failed: ") + e.what());
-      }
-      continue;
-    }
-    next_page = std::chrono::steady_clock::now() + step;
-    std::int64_t from = 0, until = 0;
-    std::uint64_t seq = 0;
-    {
-      std::lock_guard lock(mutex_);
-      if (state_.load() != run_state::running) continue;
-      until = now_ms() + horizon_ms_;
-      if (until <= watermark_) continue;
-      from = watermark_;
-      watermark_ = until;
-      seq = begin_read_locked();
-    }
-    writer_.flush();
-    bool done = false;
-    try {
-      done = page_in(from, until, seq);
-    } catch (const std::exception& e) {
-      // Out of memory, say: the range must still be read. Move the watermark
-      // back so the next step reads it again.
-      log(log_level::error, std::string("horizon: reading due tasks failed: ") + e.what());
-      std::lock_guard lock(mutex_);
-      watermark_ = std::min(watermark_, from);
-      done = true;
-    }
-    std::lock_guard lock(mutex_);
-    end_read_locked(seq);
-    if (!done) return;
-  }
-}
-
-void engine_core::post_lookup(std::function<void()> job) {
-  {
-    std::lock_guard lock(pager_mutex_);
-    pager_jobs_.push_back(std::move(job));
-  }
-  pager_cv_.notify_one();
-}
-
-void engine_core::stop_pager() {
-  {
-    std::lock_guard lock(pager_mutex_);
-    pager_stop_ = true;
-  }
-  pager_cv_.notify_all();
-  if (pager_.joinable()) pager_.join();
-  // Lookups still queued: run them now, so every async call is answered
-  // (the engine is stopping: they fail with not_running).
-  std::deque<std::function<void()>> jobs;
-  {
-    std::lock_guard lock(pager_mutex_);
-    jobs.swap(pager_jobs_);
-  }
-  for (auto& job : jobs) job();
 }
 
 }  // namespace delayq::detail

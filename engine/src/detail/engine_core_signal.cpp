@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "detail/engine_core.hpp"
+#include "detail/engine_core_id_call.hpp"
 #include "detail/task_state.hpp"
 
 namespace delayq::detail {
@@ -41,8 +42,7 @@ ready_ref engine_core::ready_of(timer_wheel::handle h, std::uint32_t word) const
   const trigger_counts tc = trigger_of(h);
   r.trigger_count = tc.count;
   r.signals = tc.signals;
-  if (!fences_.empty())
-    if (const auto it = fences_.find(h); it != fences_.end()) r.fence = it->second;
+  if (!owns_all_) r.fence = owner_->fence_of_locked(h);
   return r;
 }
 
@@ -54,68 +54,40 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
     ec = errc::invalid_signal;
     return {};
   }
-  if (!owner_check(id, ec)) return {};  // clusters: only the owner can answer
-  pins pinned(*this);
-  fault_in(std::span(&id, 1), pinned, ec);  // a task past the horizon: held from here
-  if (ec) return {};
-  const std::uint32_t hash = wheel_.hash(id);
-  wheel_.prefetch(hash);
-  const bool durable = writes(change_kind::save);
-  const auto call = durable ? std::make_shared<call_state>() : nullptr;
-  call_state inline_result;
-  after_lock after;
-  bool queued = false;
   signal_result result;
-  {
-    std::unique_lock lock(mutex_);
-    if (state_.load() != run_state::running) {
-      ec = errc::not_running;
-      return {};
-    }
-    const timer_wheel::handle h = find_settled(lock, id, hash);
-    // Before "not found", as cancel(): a shard lost since owner_check()
-    // answers not_owner.
-    std::uint64_t fence = 0;
-    if (!call_fence_locked(id, fence, ec)) return {};
-    if (h == timer_wheel::npos) {
-      ec = errc::not_found;
-      return {};
-    }
-    const std::uint32_t w = tag(h);
-    const trigger_counts tc = trigger_of(h);
-    if (tc.count == 0) {
-      ec = errc::not_count_triggered;
-      return {};
-    }
-    // Only a task waiting for its first attempt counts signals: one that is
-    // due (queued), running, or waiting for a retry has been triggered.
-    if (tsw::state_of(w) != tsw::armed || tc.signals >= tc.count || wheel_.attempts(h) > 0) {
-      ec = errc::already_triggered;
-      return {};
-    }
-    const std::uint32_t signals =
-        n > UINT32_MAX - tc.signals ? UINT32_MAX : tc.signals + n;  // saturates
-    result = signal_result{signals, tc.count, signals >= tc.count};
-    const std::int64_t old_due = wheel_.due_ms(h);
-    set_tag(h, tsw::with_state(w, tsw::persisting));
-    wheel_.disarm(h);
-    set_trigger_locked(h, tc.count, signals);
-    if (result.triggered) wheel_.set_due_ms(h, std::min(old_due, now_ms()));
-    if (!durable) {
-      settle_locked(change{p_signal, h, 0, nullptr, {}, id}, inline_result, after);
-    } else {
-      write_op op = make_op(change_kind::save, p_signal, h, true);
-      op.fence = fence;
-      auto ctx = std::make_unique<op_ctx>();
-      ctx->call = call;
-      ctx->old_due_ms = old_due;
-      ctx->old_signals = tc.signals;
-      op.ctx = std::move(ctx);
-      queued = submit_locked(std::span(&op, 1), call, inline_result, after);
-    }
-  }
-  run_after(after);
-  wait_answer(call, queued, inline_result, ec);
+  change_id(
+      id, change_kind::save, id_must::be_held, [](boost::system::error_code&) { return true; },
+      [&](id_change& d, boost::system::error_code& dec) {
+        const timer_wheel::handle h = d.h;
+        if (h == timer_wheel::npos) {
+          dec = errc::not_found;
+          return false;
+        }
+        const std::uint32_t w = tag(h);
+        const trigger_counts tc = trigger_of(h);
+        if (tc.count == 0) {
+          dec = errc::not_count_triggered;
+          return false;
+        }
+        // Only a task waiting for its first attempt counts signals: one that
+        // is due (queued), running, or waiting for a retry has been triggered.
+        if (tsw::state_of(w) != tsw::armed || tc.signals >= tc.count || wheel_.attempts(h) > 0) {
+          dec = errc::already_triggered;
+          return false;
+        }
+        const std::uint32_t signals =
+            n > UINT32_MAX - tc.signals ? UINT32_MAX : tc.signals + n;  // saturates
+        result = signal_result{signals, tc.count, signals >= tc.count};
+        d.why = p_signal;
+        d.old_due_ms = wheel_.due_ms(h);
+        d.old_signals = tc.signals;
+        set_tag(h, tsw::with_state(w, tsw::persisting));
+        wheel_.disarm(h);
+        set_trigger_locked(h, tc.count, signals);
+        if (result.triggered) wheel_.set_due_ms(h, std::min(d.old_due_ms, now_ms()));
+        return true;
+      },
+      ec);
   return ec ? signal_result{} : result;
 }
 

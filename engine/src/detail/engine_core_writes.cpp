@@ -1,7 +1,7 @@
-// engine_core: the write path (ops to the store writer, and what their
-// outcome does to the records) and what the dispatcher's attempt outcomes do
-// (remove, retry or bury).
-#include "delayq/log.hpp"
+// engine_core: the write path: ops to the store writer, and what their
+// outcome does to the records (settle_locked, by the op's purpose). What an
+// attempt's outcome does is decided by attempt_settler and applied in
+// engine_core_fire.cpp.
 #include "detail/engine_core.hpp"
 #include "detail/task_state.hpp"
 
@@ -10,10 +10,6 @@ namespace {
 
 namespace tsw = task_state_word;
 using std::chrono::milliseconds;
-
-std::string describe_task(std::string_view id, std::string_view type) {
-  return "task " + std::string(id) + " (" + std::string(type) + ")";
-}
 
 }  // namespace
 
@@ -160,7 +156,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         call.found = true;
         dispatcher_.count_ready(wheel_.kind(h), -1);
         --kind_pending(wheel_.kind(h));
-        note_gone_locked(wheel_.id(h));
+        pager_.note_gone_locked(wheel_.id(h));
         wheel_.unindex(h);
         ++unindexed_;
         // Its queue reference frees the record, unless a worker already let
@@ -253,119 +249,6 @@ void engine_core::run_after(after_lock& after) {
   if (!after.calls.empty() || !after.async.empty() || !after.requeue.empty() ||
       !after.deferred.empty())
     changed_.notify_all();
-}
-
-// ------------------------------------------------------------------ attempts
-
-void engine_core::settle(std::span<outcome> outcomes) {
-  after_lock after;
-  call_state none;
-  bool leaving_settled = false;
-  {
-    std::lock_guard lock(mutex_);
-    std::vector<write_op> ops;
-    const bool stopping = state_.load() != run_state::running;
-    for (outcome& o : outcomes) {
-      const timer_wheel::handle h = o.h;
-      // The last attempt on a shard being handed over may be this one: the
-      // lease thread looks again now rather than at its next round.
-      if (!leaving_settled && cluster_on() && shards_->leaving_count() != 0 &&
-          shards_->leaving(shards_->shard(wheel_.id(h))))
-        leaving_settled = true;
-      // Clusters: the lease token the attempt was dispatched under fences
-      // its outcome write (a shard taken meanwhile refuses it: lease_lost).
-      std::uint64_t fence = 0;
-      if (!fences_.empty()) {
-        if (const auto it = fences_.find(h); it != fences_.end()) {
-          fence = it->second;
-          fences_.erase(it);
-        }
-      }
-      if (o.result == outcome::what::dead) {
-        erase_locked(h);  // cancelled while queued: its last reference let go
-        continue;
-      }
-      dispatcher_.attempt_done(o.kind);
-      const type_registry::type_info& type = types_.at(o.kind);
-      const bool ok = o.result == outcome::what::succeeded;
-      if (o.result != outcome::what::abandoned && o.result != outcome::what::withheld) {
-        ok ? ++succeeded_ : ++failed_;
-        type_counters::add(ok ? type.counters.succeeded : type.counters.failed);
-        failures_.note_outcome(type.name, ok, after.alerts);
-      }
-      if (!wheel_.is_indexed(h)) {
-        // Replaced while it ran: the new version owns the id and the store.
-        if (o.on_stored) after.stored.emplace_back(std::move(o.on_stored), errc::ok);
-        erase_locked(h);
-        continue;
-      }
-      if (o.result == outcome::what::abandoned || o.result == outcome::what::withheld) {
-        if (stopping) {
-          erase_locked(h);  // as it was in the store, for the next start
-        } else {
-          set_tag(h, tsw::with_state(tag(h), tsw::armed));
-          wheel_.arm(h, ticker_.current_tick() + 1);
-          note_armed_locked(wheel_.due_tick(h));
-        }
-        continue;
-      }
-      if (ok) {
-        // At-least-once: the task leaves the store only now. Nobody waits for
-        // the removal; a crash before it lands runs the task once more.
-        write_op op = make_op(change_kind::remove, p_none, h, false);
-        op.must_land = true;
-        op.fence = fence;
-        op.on_stored = std::move(o.on_stored);
-        ops.push_back(std::move(op));
-        erase_locked(h);
-        continue;
-      }
-      const std::uint32_t attempts = wheel_.attempts(h) + 1;
-      const retry_policy& policy = *type.retry;
-      if (!failure_policy::may_retry(policy, attempts, o.result == outcome::what::hopeless)) {
-        write_op op = make_op(change_kind::bury, p_bury, h, true);
-        op.t.attempts = attempts;
-        op.error = o.failure;
-        op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
-        op.must_land = true;
-        op.fence = fence;
-        op.on_stored = std::move(o.on_stored);
-        log(log_level::error, describe_task(op.t.id, type.name) + " is a dead letter after " +
-                                  std::to_string(attempts) + " attempts: " + o.failure);
-        ++died_;
-        ++dead_;
-        type_counters::add(type.counters.died);
-        failures_.note_death(op.t, o.failure, after.alerts);
-        ops.push_back(std::move(op));
-        erase_locked(h);
-        continue;
-      }
-      const milliseconds wait = failures_.backoff(policy, attempts);
-      const std::int64_t due = now_ms() + wait.count();
-      ++retried_;
-      type_counters::add(type.counters.retried);
-      log(log_level::warning, describe_task(wheel_.id(h), type.name) + " attempt " +
-                                  std::to_string(attempts) + " of " +
-                                  std::to_string(policy.max_attempts) + " failed: " + o.failure +
-                                  "; retrying in " + std::to_string(wait.count()) + " ms");
-      // The new count and due time are written before the retry is armed,
-      // and the record shows them only then (settle applies them), without
-      // the worker waiting for the write.
-      set_tag(h, tsw::with_state(tag(h), tsw::persisting));
-      write_op op = make_op(change_kind::save, p_retry, h, true);
-      op.t.attempts = attempts;
-      op.t.due = from_epoch_ms(due);
-      op.aux = static_cast<std::uint64_t>(due);
-      op.must_land = true;
-      op.fence = fence;
-      op.on_stored = std::move(o.on_stored);
-      ops.push_back(std::move(op));
-    }
-    for (write_op& op : ops) submit_locked(std::span(&op, 1), nullptr, none, after);
-  }
-  run_after(after);
-  changed_.notify_all();  // stop() may be waiting for attempts to end
-  if (leaving_settled) note_leaving_settled();
 }
 
 }  // namespace delayq::detail

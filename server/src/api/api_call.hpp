@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "api/api_router.hpp"
-#include "api/request_codec.hpp"
+#include "wire/request_codec.hpp"
 
 namespace delayq::server {
 

@@ -9,10 +9,12 @@
 
 #include "api/api_call.hpp"
 #include "api/batch_split.hpp"
-#include "api/request_codec.hpp"
 #include "api/request_guard.hpp"
-#include "api/task_json.hpp"
 #include "web/static_files.hpp"
+#include "wire/dump_json.hpp"
+#include "wire/http_url.hpp"
+#include "wire/request_codec.hpp"
+#include "wire/task_json.hpp"
 
 namespace delayq::server {
 namespace {

@@ -11,7 +11,6 @@
 #include <memory>
 #include <string>
 
-#include "api/api_error.hpp"
 #include "api/batch_split.hpp"
 #include "api/forward_call.hpp"
 #include "api/request_guard.hpp"
@@ -24,6 +23,7 @@
 #include "push/push_client.hpp"
 #include "push/push_policy.hpp"
 #include "push/push_registry.hpp"
+#include "wire/api_error.hpp"
 
 namespace delayq::server {
 

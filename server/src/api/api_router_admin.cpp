@@ -7,8 +7,9 @@
 #include "api/api_call.hpp"
 #include "api/api_router.hpp"
 #include "api/metrics_text.hpp"
-#include "api/request_codec.hpp"
-#include "api/task_json.hpp"
+#include "wire/http_url.hpp"
+#include "wire/request_codec.hpp"
+#include "wire/task_json.hpp"
 
 namespace delayq::server {
 namespace {

@@ -5,7 +5,7 @@
 #include <map>
 #include <optional>
 
-#include "api/task_json.hpp"
+#include "wire/dump_json.hpp"
 
 namespace delayq::server {
 namespace {

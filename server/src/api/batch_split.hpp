@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "api/request_codec.hpp"
 #include "http/http_server.hpp"
+#include "wire/request_codec.hpp"
 
 namespace delayq::server {
 

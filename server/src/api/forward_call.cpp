@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "api/api_error.hpp"
 #include "api/api_router.hpp"
+#include "wire/api_error.hpp"
 
 namespace delayq::server {
 

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "api/api_error.hpp"
 #include "http/http_server.hpp"
+#include "wire/api_error.hpp"
 
 namespace delayq::server {
 

@@ -1,9 +1,9 @@
 #include "cluster/peer_directory.hpp"
 
-#include "api/task_json.hpp"
 #include "delayq/log.hpp"
-#include "push/push_target.hpp"
 #include "security/secure_random.hpp"
+#include "wire/dump_json.hpp"
+#include "wire/http_url.hpp"
 
 namespace delayq::server {
 namespace {

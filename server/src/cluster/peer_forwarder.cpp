@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "http/connection_pool.hpp"
-#include "push/push_target.hpp"
+#include "wire/http_url.hpp"
 
 namespace delayq::server {
 namespace {

@@ -36,9 +36,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "api/request_codec.hpp"
 #include "delayq/executor.hpp"
 #include "delayq/task.hpp"
+#include "wire/request_codec.hpp"
 
 namespace delayq::server {
 

@@ -18,11 +18,13 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "api/task_json.hpp"
 #include "delayq/log.hpp"
 #include "delayq/shard_leases.hpp"
 #include "http/connection_pool.hpp"
 #include "push/push_policy.hpp"
+#include "wire/dump_json.hpp"
+#include "wire/http_url.hpp"
+#include "wire/task_json.hpp"
 
 namespace delayq::server {
 namespace {

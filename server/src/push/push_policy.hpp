@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "push/push_target.hpp"
+#include "wire/http_url.hpp"
 
 namespace delayq::server {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cctype>
 
-#include "api/task_json.hpp"
 #include "delayq/error.hpp"
 #include "delayq/log.hpp"
+#include "wire/dump_json.hpp"
 
 namespace delayq::server {
 namespace {

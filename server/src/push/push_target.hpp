@@ -3,9 +3,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -27,33 +27,6 @@ inline constexpr std::int64_t min_push_timeout_ms = 1;
 inline constexpr std::int64_t max_push_timeout_ms = 600000;
 inline constexpr std::size_t min_push_concurrency = 1;
 inline constexpr std::size_t max_push_concurrency = 10000;
-
-/// The parts of an http:// URL a client needs.
-///
-/// Thread safety: a plain value.
-struct http_url {
-  std::string host;    ///< Name or address, IPv6 without its brackets (what a resolver takes).
-  std::string port;    ///< Decimal, "80" when the URL has none.
-  std::string target;  ///< Path and query, at least "/".
-
-  /// The Host header value: the host (bracketed when IPv6), plus ":port"
-  /// unless it is the default 80.
-  std::string host_header() const;
-
-  friend bool operator==(const http_url&, const http_url&) = default;
-};
-
-/// Splits `http://host[:port][/path][?query]`.
-///
-/// The scheme is matched case-insensitively; an IPv6 literal is written in
-/// brackets (`http://[::1]:8080/`). Refused, with a sentence in `why`: any
-/// other scheme (https names the local-proxy workaround, since Boost 1.74 has
-/// no TLS here without OpenSSL), userinfo (`user@host`), an empty host, a
-/// port that is not 1-65535, a fragment, and spaces or control characters
-/// anywhere (they would end up in the request line or the Host header).
-///
-/// Thread safety: a pure function.
-std::optional<http_url> parse_http_url(std::string_view url, std::string& why);
 
 /// {"push_url", "timeout_ms", "concurrency"}: the form of PUT /v1/types/{type}
 /// and of the stored setting.

@@ -1,4 +1,4 @@
-#include "api/api_error.hpp"
+#include "wire/api_error.hpp"
 
 #include "delayq/error.hpp"
 

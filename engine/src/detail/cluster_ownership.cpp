@@ -1,79 +1,130 @@
-// engine_core: clusters (engine_options::cluster). Several engines share a
-// sharded store; each holds leases on some shards (shard_leases, renewed by a
-// thread of its own every round) and holds and runs only their tasks.
-//
-// It rides on the horizon's machinery (engine_core_horizon.cpp): a cluster
-// engine always runs with a horizon (max_delay when none is set), and "held"
-// means "due by the watermark AND of a held shard":
-// - a schedule of a task of another shard writes it, then lets go of it
-//   (evict_if_far_locked), as of a far task;
-// - a shard gained is read in like a page (begin a read, flush the writer,
-//   list_due_shard up to the watermark, hold each task unless held or erased
-//   meanwhile), so a cancel racing with it stays truthful;
-// - a shard lost: its idle records are let go (the new owner reads them from
-//   the store); records a write or an attempt is busy with are let go when
-//   they settle;
-// - the fire path (on_tick) dispatches a due task only while its shard's
-//   lease is surely ours (shard_table::valid_token); otherwise it holds it
-//   back for a round, after which the shard is renewed (it runs) or lost
-//   (it is let go).
-// - a shard to give away (another member should own it: lease_round::
-//   leaving) is handed over only once no attempt runs on it: no attempt
-//   starts on it any more (on_tick holds its tasks back, may_start()
-//   withholds the queued ones), and the lease thread keeps it (renew's keep)
-//   while busy_shards_locked() names it, then flushes the writer so the
-//   outcomes of its last attempts land before the release. Without this the
-//   new owner would read a task whose attempt is still running here, or
-//   whose removal has not landed, and run it again. The release comes in a
-//   round of its own as soon as the shard is idle (settle() wakes the lease
-//   thread), not at the next round: the shard's due tasks wait meanwhile.
-// - an attempt starts only while its lease is surely ours and still the one
-//   it was dispatched under (may_start()): a reference that waited in the
-//   ready queue through a stall past the lease does not start after it.
-// Calls naming an id of a shard not held answer errc::not_owner.
+// cluster_ownership: the lease rounds, the shard reads and the store's
+// notices of an engine in a cluster (cluster_ownership.hpp explains how it
+// rides on the horizon pager).
+#include "detail/cluster_ownership.hpp"
+
 #include <algorithm>
 
 #include "delayq/log.hpp"
-#include "detail/engine_core.hpp"
-#include "detail/task_state.hpp"
+#include "detail/validation.hpp"
 
 namespace delayq::detail {
 namespace {
 
-namespace tsw = task_state_word;
 constexpr std::size_t shard_page = 1000;
 
 }  // namespace
 
-bool engine_core::may_start(const ready_ref& r) const noexcept {
-  if (!cluster_on()) return true;
-  const std::uint32_t s = shards_->shard(r.v.id());
-  return r.fence != 0 && shards_->valid_token(s, shard_table::clock::now()) == r.fence &&
+std::unique_ptr<ownership> make_ownership(const engine_options& options, task_store& store,
+                                          ownership::host& host) {
+  if (options.cluster) return std::make_unique<cluster_ownership>(options, store, host);
+  return std::make_unique<single_node_ownership>();
+}
+
+cluster_ownership::cluster_ownership(const engine_options& options, task_store& store, host& h)
+    : options_(options), store_(store), host_(h) {}
+
+cluster_ownership::~cluster_ownership() { stop(); }
+
+void cluster_ownership::run() {
+  if (!shards_) return;
+  if (!lease_thread_.joinable()) lease_thread_ = std::thread([this] { lease_loop(); });
+  if (!reader_thread_.joinable()) reader_thread_ = std::thread([this] { reader_loop(); });
+  if (listener_ && !listen_thread_.joinable())
+    listen_thread_ = std::thread([this] { listen_loop(); });
+}
+
+void cluster_ownership::add_stats(engine_stats& s) const {
+  if (shards_) {
+    s.shards_held = shards_->held_count();
+    s.shards_leaving = shards_->leaving_count();
+  }
+  s.shards_gained = shards_gained_.load(std::memory_order_relaxed);
+  s.shards_lost = shards_lost_.load(std::memory_order_relaxed);
+  s.lease_rounds = lease_rounds_.load(std::memory_order_relaxed);
+}
+
+bool cluster_ownership::fence_for(std::string_view id, std::uint64_t& fence,
+                                  boost::system::error_code& ec) const {
+  fence = shards_ ? shards_->valid_token(id) : 0;
+  if (!shards_ || fence != 0) return true;
+  ec = errc::not_owner;
+  return false;
+}
+
+std::uint64_t cluster_ownership::may_fire_locked(timer_wheel::handle h, std::string_view id,
+                                                 std::chrono::steady_clock::time_point now) {
+  if (!shards_) return 1;
+  const std::uint32_t s = shards_->shard(id);
+  const std::uint64_t token = shards_->valid_token(s, now);
+  // Not surely ours now, or being handed over: the next round decides.
+  if (token == 0 || shards_->leaving(s)) return 0;
+  fences_[h] = token;  // its outcome writes carry it (settle)
+  return token;
+}
+
+std::uint64_t cluster_ownership::fence_of_locked(timer_wheel::handle h) const noexcept {
+  if (fences_.empty()) return 0;
+  const auto it = fences_.find(h);
+  return it == fences_.end() ? 0 : it->second;
+}
+
+std::uint64_t cluster_ownership::take_fence_locked(timer_wheel::handle h) noexcept {
+  if (fences_.empty()) return 0;
+  const auto it = fences_.find(h);
+  if (it == fences_.end()) return 0;
+  const std::uint64_t fence = it->second;
+  fences_.erase(it);
+  return fence;
+}
+
+bool cluster_ownership::attempt_settled_locked(std::string_view id) noexcept {
+  // The last attempt on a shard being handed over may be this one: the lease
+  // thread looks again now rather than at its next round.
+  return shards_ && shards_->leaving_count() != 0 && shards_->leaving(shards_->shard(id));
+}
+
+bool cluster_ownership::page_by_shard(std::vector<std::uint32_t>& shards) const {
+  // A shard gained after this list was taken is read whole by its gain
+  // (which sees the new watermark: the lease thread reads it after setting
+  // the shard).
+  if (!shards_) return false;
+  for (std::uint32_t s = 0; s < shards_->size(); ++s)
+    if (shards_->held(s)) shards.push_back(s);
+  return true;
+}
+
+bool cluster_ownership::may_start(std::string_view id, std::uint64_t fence) const noexcept {
+  if (!shards_) return true;
+  const std::uint32_t s = shards_->shard(id);
+  return fence != 0 && shards_->valid_token(s, shard_table::clock::now()) == fence &&
          !shards_->leaving(s);
 }
 
-std::vector<std::uint32_t> engine_core::busy_shards_locked() const {
+std::vector<std::uint32_t> cluster_ownership::busy_shards_locked() const {
   std::vector<bool> busy(shards_->size(), false);
   // fences_ also names references still queued: they never start on a
   // leaving or lost shard (may_start()), so only started attempts count.
-  for (const auto& [h, token] : fences_)
-    if (tsw::state_of(tag(h)) == tsw::running) busy[shards_->shard(wheel_.id(h))] = true;
+  for (const auto& [h, token] : fences_) {
+    const std::string_view id = host_.running_id_locked(h);
+    if (!id.empty()) busy[shards_->shard(id)] = true;
+  }
   std::vector<std::uint32_t> out;
   for (std::uint32_t s = 0; s < busy.size(); ++s)
     if (busy[s]) out.push_back(s);
   return out;
 }
 
-bool engine_core::idle_leaving(const std::vector<std::uint32_t>& leaving) const {
+bool cluster_ownership::idle_leaving(const std::vector<std::uint32_t>& leaving) const {
   if (leaving.empty()) return false;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(host_.mutex());
   const std::vector<std::uint32_t> busy = busy_shards_locked();
   return std::any_of(leaving.begin(), leaving.end(), [&](std::uint32_t s) {
     return shards_->leaving(s) && !std::binary_search(busy.begin(), busy.end(), s);
   });
 }
 
-void engine_core::note_leaving_settled() {
+void cluster_ownership::handover_check() {
   {
     std::lock_guard lock(lease_mutex_);
     handover_check_ = true;
@@ -81,14 +132,14 @@ void engine_core::note_leaving_settled() {
   lease_cv_.notify_all();
 }
 
-bool engine_core::owner_check(std::string_view id, boost::system::error_code& ec) const {
-  if (!cluster_on() || shards_->valid_token(id) != 0) return true;
+bool cluster_ownership::check(std::string_view id, boost::system::error_code& ec) const {
+  if (!shards_ || shards_->valid_token(id) != 0) return true;
   ec = errc::not_owner;
   return false;
 }
 
-std::string engine_core::owner_of(std::string_view id) const {
-  if (!cluster_on()) return {};
+std::string cluster_ownership::owner_of(std::string_view id) const {
+  if (!shards_) return {};
   const std::uint32_t s = shards_->shard(id);
   std::lock_guard lock(members_mutex_);
   if (shards_->valid_token(s, shard_table::clock::now()) != 0) return instance_;
@@ -96,12 +147,12 @@ std::string engine_core::owner_of(std::string_view id) const {
   return i < members_.size() ? members_[i] : std::string{};
 }
 
-std::vector<std::string> engine_core::members() const {
+std::vector<std::string> cluster_ownership::members() const {
   std::lock_guard lock(members_mutex_);
   return members_;
 }
 
-void engine_core::set_members(const lease_round& r) {
+void cluster_ownership::set_members(const lease_round& r) {
   // A failed round names no members: the last known stay.
   if (r.members.empty()) return;
   std::lock_guard lock(members_mutex_);
@@ -109,12 +160,18 @@ void engine_core::set_members(const lease_round& r) {
   if (members_ != r.members) members_ = r.members;
 }
 
-void engine_core::start_cluster_locked(std::int64_t until, const std::function<void(task&&)>& load,
-                                       list_summary& summary, boost::system::error_code& ec) {
+void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, list_summary& summary,
+                                     boost::system::error_code& ec) {
   const cluster_options& c = *options_.cluster;
-  shard_store* const sharded = store_->sharded();  // null: one key space, 0 shards
+  std::string why;
+  c.validate(ec, &why);
+  if (ec) {
+    log(log_level::error, "start: engine_options::cluster: " + why);
+    return;
+  }
+  shard_store* const sharded = store_.sharded();  // null: one key space, 0 shards
   if ((sharded ? sharded->shards() : 0) != c.shards) {
-    log(log_level::error, "start: " + store_->describe() + " has " +
+    log(log_level::error, "start: " + store_.describe() + " has " +
                               std::to_string(sharded ? sharded->shards() : 0) +
                               " shards, the cluster " + std::to_string(c.shards));
     ec = errc::shard_mismatch;
@@ -132,9 +189,8 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   // found too is harmless: held ids are skipped).
   listener_ = sharded->listen(ec);
   if (ec) {
-    log(log_level::warning, "cluster: " + store_->describe() +
-                                " sends no notices of saved tasks (" + ec.message() +
-                                "); re-reading the held shards every round instead");
+    log(log_level::warning, "cluster: " + store_.describe() + " sends no notices of saved tasks (" +
+                                ec.message() + "); re-reading the held shards every round instead");
     listener_.reset();
     ec = {};
   }
@@ -157,7 +213,8 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
   for (const shard_lease& l : r.held) {
     due_cursor cursor;
     for (;;) {
-      const list_summary page = sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
+      const list_summary page =
+          sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
       if (ec) break;
       summary.tasks += page.tasks;
       summary.quarantined += page.quarantined;
@@ -172,17 +229,17 @@ void engine_core::start_cluster_locked(std::int64_t until, const std::function<v
     shards_.reset();
     return;
   }
-  dispatcher_.check_starts();
+  host_.check_starts();
   log(log_level::info, "cluster: instance " + leases_->options().instance + " holds " +
                            std::to_string(r.held.size()) + " of " + std::to_string(c.shards) +
                            " shards (" + std::to_string(r.members.size()) + " members)");
 }
 
-void engine_core::apply_round(const lease_round& r) {
+void cluster_ownership::apply_round(const lease_round& r) {
   set_members(r);
   std::vector<std::uint32_t> gained;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(host_.mutex());
     for (std::uint32_t s : r.lost) shards_->clear(s);
     shards_lost_ += r.lost.size();
     shards_gained_ += r.gained.size();
@@ -194,11 +251,7 @@ void engine_core::apply_round(const lease_round& r) {
       // Let go of the lost shards' idle records: the new owner runs them from
       // the store. A record a write or an attempt is busy with is let go when
       // it settles (evict_if_far_locked), a pinned one when its call decides.
-      std::vector<timer_wheel::handle> drop;
-      wheel_.for_each([&](timer_wheel::handle h) {
-        if (wheel_.is_indexed(h) && !shards_->held(shards_->shard(wheel_.id(h)))) drop.push_back(h);
-      });
-      for (timer_wheel::handle h : drop) evict_if_far_locked(h);
+      host_.let_go_unowned_locked();
     }
     for (const shard_lease& l : r.held) shards_->set(l);
     // Handing over: no attempt starts on a leaving shard from now on. A
@@ -222,7 +275,7 @@ void engine_core::apply_round(const lease_round& r) {
   queue_shard_reads(gained);
 }
 
-void engine_core::queue_shard_reads(const std::vector<std::uint32_t>& shards) {
+void cluster_ownership::queue_shard_reads(const std::vector<std::uint32_t>& shards) {
   if (shards.empty()) return;
   {
     std::lock_guard lock(lease_mutex_);
@@ -232,14 +285,14 @@ void engine_core::queue_shard_reads(const std::vector<std::uint32_t>& shards) {
   reader_cv_.notify_one();
 }
 
-void engine_core::queue_held_shard_reads() {
+void cluster_ownership::queue_held_shard_reads() {
   std::vector<std::uint32_t> held;
   for (std::uint32_t s = 0; s < shards_->size(); ++s)
     if (shards_->held(s)) held.push_back(s);
   queue_shard_reads(held);
 }
 
-void engine_core::reader_loop() {
+void cluster_ownership::reader_loop() {
   for (;;) {
     std::uint32_t s = 0;
     {
@@ -257,29 +310,29 @@ void engine_core::reader_loop() {
   }
 }
 
-bool engine_core::page_in_shard(std::uint32_t s) {
+bool cluster_ownership::page_in_shard(std::uint32_t s) {
   std::int64_t until = 0;
   std::uint64_t seq = 0;
   std::uint64_t token = 0;
   {
-    std::lock_guard lock(mutex_);
-    if (state_.load() != run_state::running) return true;
-    until = watermark_;
-    seq = begin_read_locked();
+    std::lock_guard lock(host_.mutex());
+    if (!host_.running()) return true;
+    until = host_.watermark_locked();
+    seq = host_.begin_read_locked();
     token = shards_->token(s);
   }
   // Writes queued before the read began (a schedule of this shard that was
   // let go while another instance held it) land first.
-  writer_.flush();
+  host_.flush_writes();
   due_cursor cursor;
   std::vector<task> page;
-  rejected_tasks rejected;
+  host::rejected_tasks rejected;
   boost::system::error_code ec;
   for (;;) {
     page.clear();
     list_summary got;
     try {
-      got = store_->sharded()->list_due_shard(
+      got = store_.sharded()->list_due_shard(
           s, cursor, until, shard_page, [&](task&& t) { page.push_back(std::move(t)); }, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;
@@ -287,37 +340,37 @@ bool engine_core::page_in_shard(std::uint32_t s) {
     if (ec) break;
     bool stale = false;
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(host_.mutex());
       // Lost and taken again since the read began (this thread reads while
       // the lease thread runs rounds): the page may hold tasks another
       // instance ran or cancelled meanwhile, and the regain queued a fresh
       // read of the shard. Nothing of this one is held.
       stale = shards_->token(s) != token;
       if (!stale) {
-        quarantined_ += got.quarantined;
+        host_.count_quarantined_locked(got.quarantined);
         const std::int64_t now = now_ms();
-        for (const task& t : page) hold_read_locked(t, seq, now, rejected);
+        for (const task& t : page) host_.hold_read_locked(t, seq, now, rejected);
       }
     }
     if (stale) break;
     if (got.tasks + got.quarantined < shard_page) break;
-    if (state_.load() != run_state::running) break;  // stopping: no use reading on
+    if (!host_.running()) break;  // stopping: no use reading on
   }
   {
-    std::lock_guard lock(mutex_);
-    end_read_locked(seq);
+    std::lock_guard lock(host_.mutex());
+    host_.end_read_locked(seq);
   }
-  quarantine_rejected(rejected);
+  host_.quarantine_rejected(rejected);
   if (ec) {
     log(log_level::warning, "cluster: reading shard " + std::to_string(s) + " from " +
-                                store_->describe() + " failed: " + ec.message() +
+                                store_.describe() + " failed: " + ec.message() +
                                 "; retrying next round");
     return false;
   }
   return true;
 }
 
-void engine_core::lease_loop() {
+void cluster_ownership::lease_loop() {
   using steady = std::chrono::steady_clock;
   auto next = steady::now() + lease_round_;
   for (;;) {
@@ -339,9 +392,9 @@ void engine_core::lease_loop() {
     // A kept write (a removal that failed and waits for its retry) may be
     // one of a leaving shard's last outcomes, and flush() does not wait for
     // kept writes: no shard leaves until none is kept.
-    const bool writes_kept = writer_.kept() > 0;
+    const bool writes_kept = host_.writes_kept() > 0;
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(host_.mutex());
       const std::vector<std::uint32_t> busy = busy_shards_locked();
       for (std::uint32_t s = 0; s < shards_->size(); ++s) {
         if (!shards_->held(s)) continue;
@@ -353,10 +406,10 @@ void engine_core::lease_loop() {
     }
     if (early && handed.empty()) continue;  // the shards still have attempts: not yet
     if (!handed.empty()) {
-      writer_.flush();
+      host_.flush_writes();
       // A write the flush waited for may have failed, and be kept now: the
       // shards stay until it lands.
-      if (writer_.kept() > 0) {
+      if (host_.writes_kept() > 0) {
         keep.insert(keep.end(), handed.begin(), handed.end());
         std::sort(keep.begin(), keep.end());
       }
@@ -394,11 +447,12 @@ void engine_core::lease_loop() {
     // round until its next owner has read it, so each round waited here would
     // make them that much later (a stalled instance that resumed gets its
     // shards back this way). Not while a write is kept: no shard leaves then.
-    if (!r.leaving.empty() && writer_.kept() == 0 && idle_leaving(r.leaving)) next = steady::now();
+    if (!r.leaving.empty() && host_.writes_kept() == 0 && idle_leaving(r.leaving))
+      next = steady::now();
   }
 }
 
-void engine_core::listen_loop() {
+void cluster_ownership::listen_loop() {
   bool resync = false;
   // The listener subscribed in start(), after the application read its
   // settings: a change in between was not noticed, so reread them once.
@@ -462,7 +516,7 @@ void engine_core::listen_loop() {
   }
 }
 
-bool engine_core::settings_changed() {
+bool cluster_ownership::settings_changed() {
   if (!options_.on_settings_changed) return true;
   try {
     return options_.on_settings_changed();
@@ -474,40 +528,41 @@ bool engine_core::settings_changed() {
   return false;
 }
 
-void engine_core::hold_noticed(std::vector<task_notice>& notices) {
+void cluster_ownership::hold_noticed(std::vector<task_notice>& notices) {
   std::vector<std::string> ids;
   std::uint64_t seq = 0;
   {
-    std::lock_guard lock(mutex_);
-    if (state_.load() != run_state::running) return;
+    std::lock_guard lock(host_.mutex());
+    if (!host_.running()) return;
     for (task_notice& n : notices)
-      if (n.shard < shards_->size() && shards_->held(n.shard) && n.due_ms <= watermark_ &&
-          wheel_.find(n.id) == timer_wheel::npos)
+      if (n.shard < shards_->size() && shards_->held(n.shard) &&
+          n.due_ms <= host_.watermark_locked() && !host_.held_locked(n.id))
         ids.push_back(std::move(n.id));
     if (ids.empty()) return;
-    seq = begin_read_locked();
+    seq = host_.begin_read_locked();
   }
   // As fault_in(): writes queued before the read (the removal of a task that
   // just ran here) land first, and an id erased meanwhile is not held again.
-  writer_.flush();
+  host_.flush_writes();
   boost::system::error_code ec;
   std::vector<std::optional<task>> found;
   try {
-    found = store_->find(ids, ec);
+    found = store_.find(ids, ec);
   } catch (const std::exception&) {
     ec = errc::store_error;
   }
-  rejected_tasks rejected;
+  host::rejected_tasks rejected;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(host_.mutex());
     if (!ec) {
       const std::int64_t now = now_ms();
       for (std::optional<task>& t : found)
-        if (t && to_epoch_ms(t->due) <= watermark_) hold_read_locked(*t, seq, now, rejected);
+        if (t && to_epoch_ms(t->due) <= host_.watermark_locked())
+          host_.hold_read_locked(*t, seq, now, rejected);
     }
-    end_read_locked(seq);
+    host_.end_read_locked(seq);
   }
-  quarantine_rejected(rejected);
+  host_.quarantine_rejected(rejected);
   if (ec) {
     // The tasks are in the store: read the shards again once it answers.
     log(log_level::warning, "cluster: reading noticed tasks failed: " + ec.message());
@@ -520,8 +575,8 @@ void engine_core::hold_noticed(std::vector<task_notice>& notices) {
   }
 }
 
-void engine_core::stop_cluster() {
-  std::lock_guard stopping(cluster_stop_mutex_);  // one joins the threads, the next finds none
+void cluster_ownership::stop() {
+  std::lock_guard stopping(stop_mutex_);  // one joins the threads, the next finds none
   {
     std::lock_guard lock(lease_mutex_);
     lease_stop_ = true;
@@ -538,11 +593,11 @@ void engine_core::stop_cluster() {
   // to expire after one lease.
   std::vector<std::uint32_t> busy;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(host_.mutex());
     busy = busy_shards_locked();
   }
   // Outcomes settled since stop()'s flush land before the release.
-  writer_.flush();
+  host_.flush_writes();
   if (!busy.empty())
     log(log_level::warning, "cluster: " + std::to_string(busy.size()) +
                                 " shards still have attempts running: their leases are left to "
@@ -556,7 +611,7 @@ void engine_core::stop_cluster() {
   if (ec)
     log(log_level::warning,
         "cluster: releasing the leases failed (they expire after one lease): " + ec.message());
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(host_.mutex());
   for (std::uint32_t s = 0; s < shards_->size(); ++s) shards_->clear(s);
   leases_.reset();
 }

@@ -1,4 +1,4 @@
-#include "api/task_json.hpp"
+#include "wire/task_json.hpp"
 
 namespace delayq::server {
 
@@ -10,10 +10,6 @@ nlohmann::json task_json(const delayq::task& t) {
                         {"attempts", t.attempts},
                         {"trigger_count", t.trigger_count},
                         {"signals", t.signals}};
-}
-
-std::string dump_json(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace delayq::server

@@ -1,4 +1,4 @@
-#include "api/request_codec.hpp"
+#include "wire/request_codec.hpp"
 
 #include <algorithm>
 #include <initializer_list>
@@ -216,45 +216,6 @@ std::optional<api_error> parse_signal(const json& j, std::uint32_t& n) {
   std::optional<std::int64_t> v;
   if (auto e = get_int(j, "n", {}, 1, max_trigger_count, v)) return e;
   n = static_cast<std::uint32_t>(v.value_or(1));
-  return std::nullopt;
-}
-
-bool percent_decode(std::string_view in, std::string& out) {
-  out.clear();
-  out.reserve(in.size());
-  const auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size()) return false;
-    const int hi = hex(in[i + 1]), lo = hex(in[i + 2]);
-    if (hi < 0 || lo < 0) return false;
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return true;
-}
-
-std::optional<std::string> query_param(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const std::size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    std::string value;
-    if (!percent_decode(eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1),
-                        value))
-      return std::nullopt;
-    return value;
-  }
   return std::nullopt;
 }
 

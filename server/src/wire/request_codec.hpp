@@ -1,6 +1,8 @@
-// request_codec: the JSON bodies of the API, checked and turned into plain
-// structs. Pure functions with no engine and no I/O, so the fuzz target
-// (tests/fuzz/fuzz_server_request.cpp) can drive every one of them.
+// wire/request_codec.hpp - the JSON bodies of the API, checked and turned
+// into plain structs. Pure functions with no engine and no I/O, so the fuzz
+// target (tests/fuzz/fuzz_server_request.cpp) can drive every one of them.
+// The routes (api/) decode with them; the lease broker (pull/) takes the
+// reserve_request they produce.
 //
 // Every parser refuses what docs/server.md does not allow: a body that is not
 // an object, a field of the wrong type, an unknown field (named, so a
@@ -15,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "api/api_error.hpp"
 #include "delayq/engine.hpp"
+#include "wire/api_error.hpp"
 
 namespace delayq::server {
 
@@ -91,11 +93,5 @@ std::optional<api_error> parse_requeue(const nlohmann::json& j, milliseconds& de
 inline constexpr std::uint32_t max_trigger_count = 1'000'000;
 /// POST /v1/tasks/{id}/signal: `{"n"?}`, 1..max_trigger_count (default 1).
 std::optional<api_error> parse_signal(const nlohmann::json& j, std::uint32_t& n);
-
-/// Decodes %XX escapes of a path segment; false when one is malformed.
-bool percent_decode(std::string_view in, std::string& out);
-
-/// The value of `name` in a query string ("a=1&b=2"), percent-decoded.
-std::optional<std::string> query_param(std::string_view query, std::string_view name);
 
 }  // namespace delayq::server

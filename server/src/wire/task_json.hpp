@@ -1,7 +1,5 @@
-// api/task_json.hpp - a task as the JSON the HTTP API and push targets see.
+// wire/task_json.hpp - a task as the JSON the HTTP API and push targets see.
 #pragma once
-
-#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -15,17 +13,10 @@ namespace delayq::server {
 ///
 /// The payload goes in as its raw bytes. A library user may have stored bytes
 /// that are not valid UTF-8, which nlohmann::json's default dump() throws on;
-/// always serialise with dump_json(), never with json::dump() directly.
+/// always serialise with dump_json() (wire/dump_json.hpp), never with
+/// json::dump() directly.
 ///
 /// Thread safety: a pure function.
 nlohmann::json task_json(const delayq::task& t);
-
-/// Serialises `j` compactly, replacing invalid UTF-8 with U+FFFD:
-/// `j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)`.
-/// Every JSON the server writes goes through this one call, so no response
-/// or push can fail (or throw) because of a payload's bytes.
-///
-/// Thread safety: a pure function.
-std::string dump_json(const nlohmann::json& j);
 
 }  // namespace delayq::server

@@ -1,5 +1,6 @@
-// api_error: what an HTTP error answer says, and how engine errors map to it
-// (the table in docs/server.md).
+// wire/api_error.hpp - what an HTTP error answer says, and how engine errors
+// map to it (the table in docs/server.md): the error half of the wire format,
+// which the request decoders (request_codec.hpp) return too.
 #pragma once
 
 #include <boost/system/error_code.hpp>
