@@ -213,8 +213,7 @@ void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, li
   for (const shard_lease& l : r.held) {
     due_cursor cursor;
     for (;;) {
-      const list_summary page =
-          sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
+      const list_summary page = sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
       if (ec) break;
       summary.tasks += page.tasks;
       summary.quarantined += page.quarantined;
