@@ -6,6 +6,10 @@ namespace delayq {
 
 void task_store::write(std::span<const store_change> changes, boost::system::error_code& ec) {
   ec = {};
+  // A store without dead letters answers their changes as its defaults did
+  // before the roles were split: errc::unsupported, which the engine takes
+  // to mean "keep the task live" (docs/failure-handling.md).
+  dead_letter_store* const dead = dead_letters();
   std::size_t i = 0;
   while (i < changes.size() && !ec) {
     // One run of changes of the same kind, written with that kind's call.
@@ -13,6 +17,12 @@ void task_store::write(std::span<const store_change> changes, boost::system::err
     std::size_t j = i;
     while (j < changes.size() && changes[j].what == what) ++j;
     const auto run = changes.subspan(i, j - i);
+    const bool needs_dead =
+        what == change_kind::bury || what == change_kind::revive || what == change_kind::purge;
+    if (needs_dead && !dead) {
+      ec = errc::unsupported;
+      break;
+    }
     switch (what) {
       case change_kind::save:
       case change_kind::revive: {
@@ -22,7 +32,7 @@ void task_store::write(std::span<const store_change> changes, boost::system::err
         if (what == change_kind::save)
           save(tasks, ec);
         else
-          revive(tasks, ec);
+          dead->revive(tasks, ec);
         break;
       }
       case change_kind::remove:
@@ -33,7 +43,7 @@ void task_store::write(std::span<const store_change> changes, boost::system::err
         if (what == change_kind::remove)
           remove(ids, ec);
         else
-          purge(ids, ec);
+          dead->purge(ids, ec);
         break;
       }
       case change_kind::bury: {
@@ -41,7 +51,7 @@ void task_store::write(std::span<const store_change> changes, boost::system::err
         letters.reserve(run.size());
         for (const store_change& c : run)
           letters.push_back(dead_letter{*c.task, std::string(c.error), c.died_at});
-        bury(letters, ec);
+        dead->bury(letters, ec);
         break;
       }
     }

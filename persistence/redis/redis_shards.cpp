@@ -392,6 +392,8 @@ redis_layout redis_store::claim_shards(const redis_options& options, bool only_i
 
 std::uint32_t redis_store::shards() const noexcept { return impl_->opts.shards; }
 
+shard_store* redis_store::sharded() noexcept { return impl_->opts.shards != 0 ? this : nullptr; }
+
 std::unique_ptr<shard_leases> redis_store::make_shard_leases(const cluster_options& cluster,
                                                              boost::system::error_code& ec) {
   ec = {};

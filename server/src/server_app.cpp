@@ -592,7 +592,9 @@ void server_app::bring_up() {
   // and how often.
   p.health = std::make_unique<store_health>([store = p.settings_store.get()](std::string& why) {
     boost::system::error_code probe;
-    store->load_settings(probe);
+    // A store without settings is as unhealthy as before the roles were
+    // split: errc::unsupported.
+    if (auto* settings = delayq::settings_of(*store, probe)) settings->load_settings(probe);
     if (probe) why = probe.message();
     return !probe;
   });

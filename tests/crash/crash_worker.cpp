@@ -394,7 +394,7 @@ int main(int argc, char** argv) {
   try {
     const auto store = delayq::open_store(o.store);
     store->list([&left](delayq::task&&) { ++left; });
-    dead = store->list_dead(0, 10);
+    dead = store->dead_letters()->list_dead(0, 10);
   } catch (const std::exception& e) {
     fail(std::string("drain: cannot list the store: ") + e.what());
   }

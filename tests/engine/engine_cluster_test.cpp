@@ -30,7 +30,9 @@ constexpr std::uint32_t test_shards = 16;
 // the store does once the shard's lease moved on: a shard's part holding a
 // fenced change is refused whole, the other shards' parts land, and the
 // write reports lease_lost.
-class sharded_view final : public delayq::task_store {
+class sharded_view final : public delayq::task_store,
+                           public delayq::dead_letter_store,
+                           public delayq::shard_store {
  public:
   explicit sharded_view(const std::string& uri) : inner_(delayq::open_store(uri)) {}
 
@@ -66,20 +68,21 @@ class sharded_view final : public delayq::task_store {
     write(changes, ec);
     done(ec);
   }
-  std::uint32_t shards() const noexcept override { return inner_->shards(); }
+  delayq::shard_store* sharded() noexcept override { return this; }
+  std::uint32_t shards() const noexcept override { return inner_->sharded()->shards(); }
   std::unique_ptr<delayq::shard_leases> make_shard_leases(const delayq::cluster_options& c,
                                                           boost::system::error_code& ec) override {
-    return inner_->make_shard_leases(c, ec);
+    return inner_->sharded()->make_shard_leases(c, ec);
   }
   std::unique_ptr<delayq::task_listener> listen(boost::system::error_code& ec) override {
-    return inner_->listen(ec);
+    return inner_->sharded()->listen(ec);
   }
   delayq::list_summary list_due_shard(std::uint32_t shard, delayq::due_cursor& after,
                                       std::int64_t until_ms, std::size_t limit,
                                       const std::function<void(delayq::task&&)>& sink,
                                       boost::system::error_code& ec) override {
     if (gate_reads) reads.enter_and_wait();
-    return inner_->list_due_shard(shard, after, until_ms, limit, sink, ec);
+    return inner_->sharded()->list_due_shard(shard, after, until_ms, limit, sink, ec);
   }
   void save(std::span<const delayq::task> tasks, boost::system::error_code& ec) override {
     inner_->save(tasks, ec);
@@ -105,7 +108,27 @@ class sharded_view final : public delayq::task_store {
                   boost::system::error_code& ec) override {
     inner_->quarantine(id, reason, ec);
   }
-  std::size_t count_dead(boost::system::error_code& ec) override { return inner_->count_dead(ec); }
+  delayq::dead_letter_store* dead_letters() noexcept override { return this; }
+  void bury(std::span<const delayq::dead_letter> d, boost::system::error_code& ec) override {
+    inner_->dead_letters()->bury(d, ec);
+  }
+  std::vector<delayq::dead_letter> list_dead(std::size_t offset, std::size_t limit,
+                                             boost::system::error_code& ec) override {
+    return inner_->dead_letters()->list_dead(offset, limit, ec);
+  }
+  std::optional<delayq::dead_letter> find_dead(std::string_view id,
+                                               boost::system::error_code& ec) override {
+    return inner_->dead_letters()->find_dead(id, ec);
+  }
+  void revive(std::span<const delayq::task> t, boost::system::error_code& ec) override {
+    inner_->dead_letters()->revive(t, ec);
+  }
+  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override {
+    inner_->dead_letters()->purge(ids, ec);
+  }
+  std::size_t count_dead(boost::system::error_code& ec) override {
+    return inner_->dead_letters()->count_dead(ec);
+  }
   std::string describe() const override { return inner_->describe(); }
 
  private:
@@ -441,7 +464,7 @@ TEST_CASE("cluster: an outcome write refused by the fence (lease_lost) is droppe
   REQUIRE(left.count("x") == 1);
   CHECK(left.at("x").attempts == 0);
   // No dead letter was written, and none is counted.
-  CHECK_FALSE(reader->find_dead("x").has_value());
+  CHECK_FALSE(reader->dead_letters()->find_dead("x").has_value());
   CHECK(a.eng->stats().dead == 0);
   CHECK(a.eng->stop(patience));
 }
@@ -684,14 +707,14 @@ TEST_CASE("cluster: on_settings_changed: after start, per change, after a lost n
   // Another instance's store saves a setting.
   auto other = delayq::open_store(uri);
   boost::system::error_code ec;
-  other->save_setting("push:t", "{}", ec);
+  other->settings()->save_setting("push:t", "{}", ec);
   REQUIRE_FALSE(ec);
   REQUIRE(changed.wait_for_count(2));
 
   // A reread that fails is tried again.
   const std::size_t before_erase = changed.snapshot().size();
   fail_once = true;
-  other->erase_setting("push:t", ec);
+  other->settings()->erase_setting("push:t", ec);
   REQUIRE_FALSE(ec);
   REQUIRE(changed.wait_for_count(before_erase + 2));
   CHECK_FALSE(fail_once.load());

@@ -173,13 +173,22 @@ inline std::map<std::string, delayq::task> stored(delayq::task_store& store) {
 
 // Forwards every call to another store: lets several engines in a row use one
 // memory_store, as a restarted process reuses its Redis or SQLite store, and
-// lets a test change one call by overriding it.
-class borrowed_store : public delayq::task_store {
+// lets a test change one call by overriding it. It offers dead letters and
+// settings when the other store does.
+class borrowed_store : public delayq::task_store,
+                       public delayq::dead_letter_store,
+                       public delayq::settings_store {
  public:
   explicit borrowed_store(delayq::task_store& inner) : inner_(inner) {}
   using task_store::list;
   using task_store::remove;
   using task_store::save;
+  delayq::dead_letter_store* dead_letters() noexcept override {
+    return inner_.dead_letters() ? this : nullptr;
+  }
+  delayq::settings_store* settings() noexcept override {
+    return inner_.settings() ? this : nullptr;
+  }
   void save(std::span<const delayq::task> t, boost::system::error_code& ec) override {
     inner_.save(t, ec);
   }
@@ -201,37 +210,39 @@ class borrowed_store : public delayq::task_store {
   }
   std::string describe() const override { return inner_.describe(); }
   void bury(std::span<const delayq::dead_letter> d, boost::system::error_code& ec) override {
-    inner_.bury(d, ec);
+    inner_.dead_letters()->bury(d, ec);
   }
   std::vector<delayq::dead_letter> list_dead(std::size_t offset, std::size_t limit,
                                              boost::system::error_code& ec) override {
-    return inner_.list_dead(offset, limit, ec);
+    return inner_.dead_letters()->list_dead(offset, limit, ec);
   }
   std::optional<delayq::dead_letter> find_dead(std::string_view id,
                                                boost::system::error_code& ec) override {
-    return inner_.find_dead(id, ec);
+    return inner_.dead_letters()->find_dead(id, ec);
   }
   void revive(std::span<const delayq::task> t, boost::system::error_code& ec) override {
-    inner_.revive(t, ec);
+    inner_.dead_letters()->revive(t, ec);
   }
   void purge(std::span<const std::string> ids, boost::system::error_code& ec) override {
-    inner_.purge(ids, ec);
+    inner_.dead_letters()->purge(ids, ec);
   }
-  std::size_t count_dead(boost::system::error_code& ec) override { return inner_.count_dead(ec); }
+  std::size_t count_dead(boost::system::error_code& ec) override {
+    return inner_.dead_letters()->count_dead(ec);
+  }
   void quarantine(std::string_view id, std::string_view reason,
                   boost::system::error_code& ec) override {
     inner_.quarantine(id, reason, ec);
   }
   std::vector<std::pair<std::string, std::string>> load_settings(
       boost::system::error_code& ec) override {
-    return inner_.load_settings(ec);
+    return inner_.settings()->load_settings(ec);
   }
   void save_setting(std::string_view key, std::string_view value,
                     boost::system::error_code& ec) override {
-    inner_.save_setting(key, value, ec);
+    inner_.settings()->save_setting(key, value, ec);
   }
   bool erase_setting(std::string_view key, boost::system::error_code& ec) override {
-    return inner_.erase_setting(key, ec);
+    return inner_.settings()->erase_setting(key, ec);
   }
 
  private:

@@ -33,42 +33,49 @@ std::string all_bytes() {
   return s;
 }
 
-// The dead-letter calls have no throwing forms; these fail the test on error.
+// The store's dead-letter role: every store delayq ships has one.
+dead_letter_store& dead_role(task_store& store) {
+  dead_letter_store* const d = store.dead_letters();
+  REQUIRE_MESSAGE(d != nullptr, store.describe() << " offers no dead letters");
+  return *d;
+}
+
+// The error-code forms of the dead-letter calls, failing the test on error.
 void bury(task_store& store, const std::vector<dead_letter>& letters) {
   boost::system::error_code ec;
-  store.bury(letters, ec);
+  dead_role(store).bury(letters, ec);
   REQUIRE_MESSAGE(!ec, "bury: " << ec.message());
 }
 
 std::vector<dead_letter> list_dead(task_store& store, std::size_t offset, std::size_t limit) {
   boost::system::error_code ec;
-  auto letters = store.list_dead(offset, limit, ec);
+  auto letters = dead_role(store).list_dead(offset, limit, ec);
   REQUIRE_MESSAGE(!ec, "list_dead: " << ec.message());
   return letters;
 }
 
 std::optional<dead_letter> find_dead(task_store& store, std::string_view id) {
   boost::system::error_code ec;
-  auto letter = store.find_dead(id, ec);
+  auto letter = dead_role(store).find_dead(id, ec);
   REQUIRE_MESSAGE(!ec, "find_dead: " << ec.message());
   return letter;
 }
 
 void revive(task_store& store, const std::vector<task>& tasks) {
   boost::system::error_code ec;
-  store.revive(tasks, ec);
+  dead_role(store).revive(tasks, ec);
   REQUIRE_MESSAGE(!ec, "revive: " << ec.message());
 }
 
 void purge(task_store& store, const std::vector<std::string>& ids) {
   boost::system::error_code ec;
-  store.purge(ids, ec);
+  dead_role(store).purge(ids, ec);
   REQUIRE_MESSAGE(!ec, "purge: " << ec.message());
 }
 
 std::size_t count_dead(task_store& store) {
   boost::system::error_code ec;
-  const std::size_t n = store.count_dead(ec);
+  const std::size_t n = dead_role(store).count_dead(ec);
   REQUIRE_MESSAGE(!ec, "count_dead: " << ec.message());
   return n;
 }
@@ -326,6 +333,27 @@ TEST_CASE_TEMPLATE("conformance: describe names the backend", F, DELAYQ_STORES) 
          name.starts_with("redis-cluster://")));
 }
 
+TEST_CASE_TEMPLATE("conformance: the store offers dead letters and settings, shards when sharded",
+                   F, DELAYQ_STORES) {
+  F f;
+  task_store& store = f.store();
+  // Each role is this very object: a store that has it inherits it.
+  void* const self = dynamic_cast<void*>(&store);
+  REQUIRE(store.dead_letters() != nullptr);
+  CHECK(dynamic_cast<void*>(store.dead_letters()) == self);
+  REQUIRE(store.settings() != nullptr);
+  CHECK(dynamic_cast<void*>(store.settings()) == self);
+  std::uint32_t shards = 0;
+  if constexpr (requires { F::shards; }) shards = F::shards;
+  if (shards == 0) {
+    CHECK(store.sharded() == nullptr);
+  } else {
+    REQUIRE(store.sharded() != nullptr);
+    CHECK(dynamic_cast<void*>(store.sharded()) == self);
+    CHECK(store.sharded()->shards() == shards);
+  }
+}
+
 // ---- dead letters ---------------------------------------------------------
 
 TEST_CASE_TEMPLATE("conformance: bury moves live tasks to the dead letters", F, DELAYQ_STORES) {
@@ -358,11 +386,11 @@ TEST_CASE_TEMPLATE("conformance: bury moves live tasks to the dead letters", F, 
 
   // Empty batches are no-ops.
   boost::system::error_code ec;
-  f.store().bury(std::span<const dead_letter>{}, ec);
+  dead_role(f.store()).bury(std::span<const dead_letter>{}, ec);
   CHECK_FALSE(ec);
-  f.store().revive(std::span<const task>{}, ec);
+  dead_role(f.store()).revive(std::span<const task>{}, ec);
   CHECK_FALSE(ec);
-  f.store().purge(std::span<const std::string>{}, ec);
+  dead_role(f.store()).purge(std::span<const std::string>{}, ec);
   CHECK_FALSE(ec);
   CHECK(count_dead(f.store()) == 3);
 }

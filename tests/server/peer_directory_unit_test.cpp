@@ -51,7 +51,7 @@ TEST_CASE("peer directory: announce, find from another connection, change, withd
 
   // Lost by the store (a settings key erased): announced again by its owner
   // at its next reread, and only by it.
-  store_b->erase_setting("instance:a", ec);
+  store_b->settings()->erase_setting("instance:a", ec);
   REQUIRE_FALSE(ec);
   b.load(ec);
   b.keep_announced(ec);  // b announced nothing: nothing to keep
@@ -96,9 +96,9 @@ TEST_CASE("peer directory: a bad stored address is skipped, and push targets are
   scratch_dir dir;
   auto store = delayq::open_store("sqlite:" + (dir.path / "peers.db").string());
   boost::system::error_code ec;
-  store->save_setting("instance:bad", "not json", ec);
+  store->settings()->save_setting("instance:bad", "not json", ec);
   REQUIRE_FALSE(ec);
-  store->save_setting("instance:ftp", R"({"url":"ftp://h/"})", ec);
+  store->settings()->save_setting("instance:ftp", R"({"url":"ftp://h/"})", ec);
   REQUIRE_FALSE(ec);
   peer_directory peers{*store};
   peers.announce("good", "http://10.0.0.5:7700", ec);

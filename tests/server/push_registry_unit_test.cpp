@@ -105,11 +105,11 @@ void registry_round_trip(delayq::task_store& store,
     CHECK(r.all() == std::map<std::string, push_target>{{"sms", sms}});
 
     // Corrupt values are skipped with a log line; other settings are not ours.
-    again.save_setting("push:broken", "{not json", ec);
+    again.settings()->save_setting("push:broken", "{not json", ec);
     REQUIRE_FALSE(ec);
-    again.save_setting("push:refused", R"({"push_url":"https://h/"})", ec);
+    again.settings()->save_setting("push:refused", R"({"push_url":"https://h/"})", ec);
     REQUIRE_FALSE(ec);
-    again.save_setting("other:setting", "whatever", ec);
+    again.settings()->save_setting("other:setting", "whatever", ec);
     REQUIRE_FALSE(ec);
     log_capture logs;
     r.load(ec);

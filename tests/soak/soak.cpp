@@ -469,7 +469,7 @@ int check(const options& o) {
     const auto store = delayq::open_store(o.store);
     store->list([&live](delayq::task&& t) { live.insert(std::move(t.id)); });
     for (std::size_t offset = 0;;) {
-      auto page = store->list_dead(offset, 1000);
+      auto page = store->dead_letters()->list_dead(offset, 1000);
       offset += page.size();
       for (auto& d : page) dead.emplace(d.task.id, std::move(d));
       if (page.size() < 1000) break;

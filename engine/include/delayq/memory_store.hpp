@@ -14,7 +14,8 @@
 
 namespace delayq {
 
-/// A task_store held in memory: nothing survives the process. For tests,
+/// A task_store held in memory, with dead letters and settings (the roles of
+/// dead_letter_store and settings_store): nothing survives the process. For tests,
 /// benchmarks and services whose tasks are cheap to lose; use redis_store or
 /// sqlite_store when they are not.
 ///
@@ -25,16 +26,16 @@ namespace delayq {
 ///
 /// Thread safety: all members are safe to call from any thread; one mutex
 /// makes every call, and every write() batch, atomic.
-class memory_store final : public task_store {
+class memory_store final : public task_store, public dead_letter_store, public settings_store {
  public:
-  using task_store::bury;
-  using task_store::count_dead;
-  using task_store::find_dead;
+  using dead_letter_store::bury;
+  using dead_letter_store::count_dead;
+  using dead_letter_store::find_dead;
+  using dead_letter_store::list_dead;
+  using dead_letter_store::purge;
+  using dead_letter_store::revive;
   using task_store::list;
-  using task_store::list_dead;
-  using task_store::purge;
   using task_store::remove;
-  using task_store::revive;
   using task_store::save;
   using task_store::write;
 
@@ -50,6 +51,8 @@ class memory_store final : public task_store {
                   boost::system::error_code& ec) override;
   std::string describe() const override { return "memory:"; }
   bool in_process() const noexcept override { return true; }
+  dead_letter_store* dead_letters() noexcept override { return this; }
+  delayq::settings_store* settings() noexcept override { return this; }
 
   void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
   std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,

@@ -1,4 +1,6 @@
-// delayq/task_store.hpp - the interface every persistence backend implements.
+// delayq/task_store.hpp - the interface every persistence backend implements:
+// the live tasks. Dead letters, settings and shards are roles a store may
+// offer besides (dead_letter_store.hpp, settings_store.hpp, shard_store.hpp).
 #pragma once
 
 #include <utility>
@@ -17,11 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include "delayq/dead_letter_store.hpp"
 #include "delayq/error.hpp"
-#include "delayq/shard_leases.hpp"
+#include "delayq/settings_store.hpp"
 #include "delayq/task.hpp"
 
 namespace delayq {
+
+class shard_store;  // delayq/shard_store.hpp: only a cluster store needs it
 
 /// What list() found.
 struct list_summary {
@@ -57,7 +62,7 @@ struct store_change {
   std::string_view error;
   /// bury: when the task died.
   std::chrono::system_clock::time_point died_at{};
-  /// A sharded store (task_store::shards() > 0) only: the fencing token the
+  /// A sharded store (shard_store, task_store::sharded()) only: the fencing token the
   /// writer holds on the shard of `task->id` (shard_lease::token), or 0 for
   /// an unfenced change. The store applies a fenced change only while the
   /// shard's lease still carries that token; see write().
@@ -70,48 +75,17 @@ struct store_change {
   mutable bool refused = false;
 };
 
-/// What a task_notice announces.
-enum class notice_kind : std::uint8_t {
-  task,     ///< A live task was saved: shard, due_ms and id are set.
-  setting,  ///< A setting was saved or erased: id is its key (shard, due_ms 0).
-};
-
-/// A saved task, or a changed setting, as a sharded store announces it
-/// (task_store::listen()).
-struct task_notice {
-  std::uint32_t shard = 0;  ///< shard_of(id, shards())
-  std::int64_t due_ms = 0;  ///< the saved task's due time, ms since the Unix epoch
-  std::string id;           ///< the task's id, or the setting's key
-  notice_kind kind = notice_kind::task;
-};
-
-/// Receives the notices a sharded store sends for every live task saved
-/// (schedule, reschedule, retry, revive) and every setting saved or erased,
-/// from any instance: how the owner of a shard learns of a task another
-/// instance wrote to it, and every instance of a setting another one changed,
-/// without reading the store in a loop. Delivery is best effort (Redis pub/sub): a listener
-/// whose connection broke missed what was sent meanwhile, and wait() says so
-/// with an error, after which the caller re-reads what it holds.
-///
-/// Thread safety: wait() from one thread at a time; close() from any thread,
-/// also during a wait().
-class task_listener {
- public:
-  virtual ~task_listener() = default;
-  /// Waits up to `timeout` and returns the notices received (none when the
-  /// time ran out). errc::store_unavailable when the connection broke (the
-  /// next wait() reconnects); errc::not_running after close().
-  virtual std::vector<task_notice> wait(std::chrono::milliseconds timeout,
-                                        boost::system::error_code& ec) = 0;
-  /// Makes a wait() in progress, and every later one, return errc::not_running.
-  virtual void close() noexcept = 0;
-};
-
 /// Where tasks live while they wait: the engine saves a task before it
 /// acknowledges a schedule, and removes it only after its executor succeeded.
 ///
-/// A store is a plain key-value set of tasks keyed by `task::id`, plus a
-/// dead-letter area keyed the same way and a few named settings.
+/// A store is a plain key-value set of tasks keyed by `task::id`. That is
+/// all a store must implement. It may offer more, each a role of its own that
+/// it inherits and hands out through an accessor here (null: not offered):
+/// - dead_letters(): a dead-letter area keyed the same way (dead_letter_store);
+/// - settings(): a few named values (settings_store);
+/// - sharded(): shards, leases and notices for a cluster (shard_store).
+/// The engine works with a store that offers none of them; what it does
+/// without each is said at the accessor.
 ///
 /// Contract for implementers:
 /// - `write` applies a batch of changes in order, atomically (all or
@@ -119,8 +93,10 @@ class task_listener {
 ///   definition (see docs/persistence.md). On error nothing of the batch is
 ///   visible, except with errc::outcome_unknown: the store cannot tell (it
 ///   timed out), and the whole batch may still land later.
-/// - `save`, `remove`, `bury`, `revive` and `purge` are the one-kind forms
-///   of `write`, with the same guarantees.
+/// - `save` and `remove` (and the dead-letter role's `bury`, `revive` and
+///   `purge`) are the one-kind forms of `write`, with the same guarantees.
+///   A store without dead_letters() answers a batch with a bury, revive or
+///   purge change errc::unsupported (the default write() does).
 /// - `list` streams every stored task to `sink` (any order), without loading
 ///   the whole set into one reply. A record that cannot be decoded is moved
 ///   to a quarantine area, counted in the summary and never deleted or thrown.
@@ -142,9 +118,10 @@ class task_store {
   virtual ~task_store() = default;
 
   /// Applies `changes` in order as one atomic, durable batch. The default
-  /// splits the batch into runs of one kind and calls save(), remove(),
-  /// bury(), revive() or purge() for each run: atomic per run only, so a
-  /// store that can do better (every store delayq ships) overrides it.
+  /// splits the batch into runs of one kind and calls save(), remove(), or
+  /// dead_letters()'s bury(), revive() or purge() for each run (without
+  /// dead_letters(): errc::unsupported for such a run): atomic per run only,
+  /// so a store that can do better (every store delayq ships) overrides it.
   virtual void write(std::span<const store_change> changes, boost::system::error_code& ec);
 
   /// Starts write() of `changes` and returns; calls `done` exactly once with
@@ -219,141 +196,31 @@ class task_store {
     ec = errc::unsupported;
   }
 
-  // ---- clusters (docs/scale-out.md) ---------------------------------------
-  // Several engines share a sharded store: tasks are split into shards by
-  // shard_of(id, shards()), and each engine holds leases on some shards and
-  // runs only their tasks. In a sharded store write() is atomic per shard
-  // (one shard's changes of a batch land all or nothing), not across
-  // shards: a batch that fails after another shard's part landed reports
-  // errc::outcome_unknown (write() again: batches are idempotent). A shard's
-  // part whose fenced changes (store_change::fence) carry a token the
-  // shard's lease no longer carries is refused whole, and write() reports
-  // errc::lease_lost once the other shards' parts are applied.
+  // ---- the roles a store may offer ----------------------------------------
+  // Each answers null here; a store with the role inherits its interface and
+  // overrides the accessor to return `this`. A store answers the same for
+  // its whole life.
 
-  /// How many shards the store splits tasks into: 0 for a store that keeps
-  /// one key space (not a cluster store). Every engine of a cluster opens the
-  /// store with the same count; a store created with another count refuses
-  /// to open (errc::shard_mismatch).
-  virtual std::uint32_t shards() const noexcept { return 0; }
+  /// The dead-letter area (dead_letter_store), or null. Without it the
+  /// engine keeps a task that ran out of attempts live, as it was stored
+  /// (docs/failure-handling.md), counts no dead letters, and its dead-letter
+  /// calls answer errc::unsupported.
+  virtual dead_letter_store* dead_letters() noexcept { return nullptr; }
 
-  /// A lease table on this store for one instance (`cluster.shards` must
-  /// equal shards()). Default: null and errc::unsupported.
-  virtual std::unique_ptr<shard_leases> make_shard_leases(const cluster_options& cluster,
-                                                          boost::system::error_code& ec) {
-    (void)cluster;
-    ec = errc::unsupported;
-    return nullptr;
-  }
+  /// The named settings (settings_store), or null. The engine never needs
+  /// them; delayq-server answers what needs them with errc::unsupported.
+  virtual settings_store* settings() noexcept { return nullptr; }
 
-  /// A listener for the notices of saved tasks and changed settings
-  /// (task_listener), on a connection of its own. Default: null and
-  /// errc::unsupported.
-  virtual std::unique_ptr<task_listener> listen(boost::system::error_code& ec) {
-    ec = errc::unsupported;
-    return nullptr;
-  }
-
-  /// list_due() over one shard of a sharded store: the same contract, for
-  /// the tasks with shard_of(id, shards()) == shard only. Default:
-  /// errc::unsupported.
-  virtual list_summary list_due_shard(std::uint32_t shard, due_cursor& after, std::int64_t until_ms,
-                                      std::size_t limit, const std::function<void(task&&)>& sink,
-                                      boost::system::error_code& ec) {
-    (void)shard;
-    (void)after;
-    (void)until_ms;
-    (void)limit;
-    (void)sink;
-    ec = errc::unsupported;
-    return {};
-  }
-
-  // ---- settings -----------------------------------------------------------
-  // A few named values kept beside the tasks and shared by every engine on
-  // the store (delayq-server keeps its push targets here). Keys are 1-256
-  // bytes, values at most 64 KiB. A store that listens (listen()) announces
-  // every change with a notice_kind::setting notice, after it is durable.
-  // Defaults: errc::unsupported.
-
-  /// Every setting, sorted by key.
-  virtual std::vector<std::pair<std::string, std::string>> load_settings(
-      boost::system::error_code& ec) {
-    ec = errc::unsupported;
-    return {};
-  }
-  /// Upserts one setting, durably.
-  virtual void save_setting(std::string_view key, std::string_view value,
-                            boost::system::error_code& ec) {
-    (void)key;
-    (void)value;
-    ec = errc::unsupported;
-  }
-  /// Deletes one setting and returns whether there was one (false on an
-  /// error); an unknown key is not an error. delayq-server answers a DELETE
-  /// of a push target 204 or 404 from it. A store that retries a call whose
-  /// answer was lost may find the key gone by its own first try: it then
-  /// answers false for a key it erased.
-  virtual bool erase_setting(std::string_view key, boost::system::error_code& ec) {
-    (void)key;
-    ec = errc::unsupported;
-    return false;
-  }
-
-  // ---- dead letters -------------------------------------------------------
-  // A dead letter lives in an area of its own, apart from the live tasks
-  // that list() streams. The defaults fail with errc::unsupported so that a
-  // store written before dead letters still compiles; the engine then keeps
-  // such tasks live (see docs/failure-handling.md). Every store that ships
-  // with delayq implements them.
-
-  /// Atomically, for each letter: removes the live task with its id and
-  /// stores the letter (an upsert by id) in the dead-letter area.
-  virtual void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
-    (void)letters;
-    ec = errc::unsupported;
-  }
-
-  /// Dead letters ordered by `died_at`, then id; skips `offset`, returns at
-  /// most `limit`. Undecodable records are quarantined, as in list().
-  virtual std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
-                                             boost::system::error_code& ec) {
-    (void)offset;
-    (void)limit;
-    ec = errc::unsupported;
-    return {};
-  }
-
-  /// The dead letter with this id, if there is one.
-  virtual std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) {
-    (void)id;
-    ec = errc::unsupported;
-    return std::nullopt;
-  }
-
-  /// Atomically deletes the dead letters with the ids of `tasks` and saves
-  /// `tasks` as live tasks (an upsert): how a dead letter is requeued.
-  virtual void revive(std::span<const task> tasks, boost::system::error_code& ec) {
-    (void)tasks;
-    ec = errc::unsupported;
-  }
-
-  /// Deletes dead letters; unknown ids are not an error.
-  virtual void purge(std::span<const std::string> ids, boost::system::error_code& ec) {
-    (void)ids;
-    ec = errc::unsupported;
-  }
-
-  /// How many dead letters the store holds.
-  virtual std::size_t count_dead(boost::system::error_code& ec) {
-    ec = errc::unsupported;
-    return 0;
-  }
+  /// The cluster role (shard_store, delayq/shard_store.hpp), or null: a store
+  /// that keeps one key space. An engine with engine_options::cluster refuses
+  /// to start on it (errc::shard_mismatch: 0 shards).
+  virtual shard_store* sharded() noexcept { return nullptr; }
 
   /// Whether the store lives in this process's memory and keeps nothing the
   /// engine's own memory does not (memory_store). The engine then takes the
   /// live tasks out of it at start() and keeps them in its wheel only:
   /// schedule, cancel and firing write nothing to it, and it holds dead
-  /// letters (and settings) only. Default: false.
+  /// letters (and settings) only, when it offers them. Default: false.
   virtual bool in_process() const noexcept { return false; }
 
   /// A human-readable name for logs and errors, e.g. "memory:" or
@@ -378,41 +245,6 @@ class task_store {
     remove(ids, ec);
     detail::throw_if(ec, "delayq: store remove");
   }
-  /// Throwing forms of the dead-letter calls.
-  void bury(std::span<const dead_letter> letters) {
-    boost::system::error_code ec;
-    bury(letters, ec);
-    detail::throw_if(ec, "delayq: store bury");
-  }
-  std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit) {
-    boost::system::error_code ec;
-    auto out = list_dead(offset, limit, ec);
-    detail::throw_if(ec, "delayq: store list_dead");
-    return out;
-  }
-  std::optional<dead_letter> find_dead(std::string_view id) {
-    boost::system::error_code ec;
-    auto out = find_dead(id, ec);
-    detail::throw_if(ec, "delayq: store find_dead");
-    return out;
-  }
-  void revive(std::span<const task> tasks) {
-    boost::system::error_code ec;
-    revive(tasks, ec);
-    detail::throw_if(ec, "delayq: store revive");
-  }
-  void purge(std::span<const std::string> ids) {
-    boost::system::error_code ec;
-    purge(ids, ec);
-    detail::throw_if(ec, "delayq: store purge");
-  }
-  std::size_t count_dead() {
-    boost::system::error_code ec;
-    auto n = count_dead(ec);
-    detail::throw_if(ec, "delayq: store count_dead");
-    return n;
-  }
-
   /// Throwing form of list().
   list_summary list(const std::function<void(task&&)>& sink) {
     boost::system::error_code ec;
@@ -421,5 +253,22 @@ class task_store {
     return summary;
   }
 };
+
+/// `store.dead_letters()`, or null with `ec` set to errc::unsupported when
+/// the store has no dead letters: what a caller that needs them answers then.
+inline dead_letter_store* dead_letters_of(task_store& store,
+                                          boost::system::error_code& ec) noexcept {
+  dead_letter_store* const d = store.dead_letters();
+  if (!d) ec = errc::unsupported;
+  return d;
+}
+
+/// `store.settings()`, or null with `ec` set to errc::unsupported when the
+/// store keeps no settings.
+inline settings_store* settings_of(task_store& store, boost::system::error_code& ec) noexcept {
+  settings_store* const s = store.settings();
+  if (!s) ec = errc::unsupported;
+  return s;
+}
 
 }  // namespace delayq

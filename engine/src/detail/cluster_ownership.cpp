@@ -169,14 +169,15 @@ void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, li
     log(log_level::error, "start: engine_options::cluster: " + why);
     return;
   }
-  if (store_.shards() != c.shards) {
+  shard_store* const sharded = store_.sharded();  // null: one key space, 0 shards
+  if ((sharded ? sharded->shards() : 0) != c.shards) {
     log(log_level::error, "start: " + store_.describe() + " has " +
-                              std::to_string(store_.shards()) + " shards, the cluster " +
-                              std::to_string(c.shards));
+                              std::to_string(sharded ? sharded->shards() : 0) +
+                              " shards, the cluster " + std::to_string(c.shards));
     ec = errc::shard_mismatch;
     return;
   }
-  leases_ = store_.make_shard_leases(c, ec);
+  leases_ = sharded->make_shard_leases(c, ec);
   if (ec || !leases_) {
     if (!ec) ec = errc::unsupported;
     leases_.reset();
@@ -186,7 +187,7 @@ void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, li
   // Subscribed before the shards are read: a task another instance saves into
   // one of them after its read is then noticed (a notice of a task the read
   // found too is harmless: held ids are skipped).
-  listener_ = store_.listen(ec);
+  listener_ = sharded->listen(ec);
   if (ec) {
     log(log_level::warning, "cluster: " + store_.describe() + " sends no notices of saved tasks (" +
                                 ec.message() + "); re-reading the held shards every round instead");
@@ -212,7 +213,7 @@ void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, li
   for (const shard_lease& l : r.held) {
     due_cursor cursor;
     for (;;) {
-      const list_summary page = store_.list_due_shard(l.shard, cursor, until, 10'000, load, ec);
+      const list_summary page = sharded->list_due_shard(l.shard, cursor, until, 10'000, load, ec);
       if (ec) break;
       summary.tasks += page.tasks;
       summary.quarantined += page.quarantined;
@@ -330,7 +331,7 @@ bool cluster_ownership::page_in_shard(std::uint32_t s) {
     page.clear();
     list_summary got;
     try {
-      got = store_.list_due_shard(
+      got = store_.sharded()->list_due_shard(
           s, cursor, until, shard_page, [&](task&& t) { page.push_back(std::move(t)); }, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;

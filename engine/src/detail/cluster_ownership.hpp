@@ -41,6 +41,7 @@
 #include <unordered_map>
 
 #include "delayq/shard_leases.hpp"
+#include "delayq/shard_store.hpp"
 #include "delayq/task_store.hpp"
 #include "detail/ownership.hpp"
 #include "detail/shard_table.hpp"

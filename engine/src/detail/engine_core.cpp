@@ -231,8 +231,9 @@ void engine_core::start(boost::system::error_code& ec) {
   loaded_ = loaded;
   quarantined_ = quarantined;
   boost::system::error_code dead_ec;
-  dead_ = store_->count_dead(dead_ec);
-  if (dead_ec) dead_ = 0;  // a store without dead letters (errc::unsupported)
+  dead_letter_store* const dead_store = store_->dead_letters();
+  dead_ = dead_store ? dead_store->count_dead(dead_ec) : 0;  // none without dead letters
+  if (dead_ec) dead_ = 0;
   state_.store(run_state::running, std::memory_order_release);
   if (pager_.on()) pager_.run(*this);
   owner_->run();

@@ -49,7 +49,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "delayq/engine.hpp"
+#include "delayq/detail/schedule_completion.hpp"
+#include "delayq/engine_options.hpp"
+#include "delayq/engine_stats.hpp"
+#include "delayq/executor.hpp"
+#include "delayq/schedule_options.hpp"
+#include "delayq/task_status.hpp"
+#include "delayq/task_store.hpp"
 #include "delayq/timer_wheel.hpp"
 #include "detail/attempt_settler.hpp"
 #include "detail/dispatcher.hpp"

@@ -542,7 +542,8 @@ std::vector<dead_letter> engine_core::dead_letters(std::size_t offset, std::size
   // Straight to the store: dead letters are not kept in memory. Writes still
   // queued are flushed first, so a task that just died is listed.
   const_cast<store_writer&>(writer_).flush();
-  return store_->list_dead(offset, limit, ec);
+  dead_letter_store* const dead = dead_letters_of(*store_, ec);  // null: unsupported
+  return dead ? dead->list_dead(offset, limit, ec) : std::vector<dead_letter>{};
 }
 
 bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_point due,
@@ -559,7 +560,8 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
         due_ms = due_at(due, now_ms(), options_.max_delay, pec);
         if (pec) return false;
         writer_.flush();
-        d = store_->find_dead(id, pec);
+        dead_letter_store* const dead = dead_letters_of(*store_, pec);  // null: unsupported
+        if (dead) d = dead->find_dead(id, pec);
         return !pec && d.has_value();
       },
       [&](id_change& c, boost::system::error_code& dec) {
@@ -591,7 +593,9 @@ bool engine_core::purge(std::string_view id, boost::system::error_code& ec) {
   ec = {};
   if (!running_check(ec)) return false;
   writer_.flush();
-  std::optional<dead_letter> d = store_->find_dead(id, ec);
+  dead_letter_store* const dead = dead_letters_of(*store_, ec);  // null: unsupported
+  if (!dead) return false;
+  std::optional<dead_letter> d = dead->find_dead(id, ec);
   if (ec || !d) return false;
   const auto call = std::make_shared<call_state>();
   call_state inline_result;

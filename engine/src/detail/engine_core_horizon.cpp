@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "delayq/log.hpp"
+#include "delayq/shard_store.hpp"
 #include "detail/engine_core.hpp"
 #include "detail/task_state.hpp"
 
@@ -196,9 +197,9 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
     list_summary got;
     const auto sink = [&](task&& t) { page.push_back(std::move(t)); };
     try {
-      got = by_shard
-                ? store_->list_due_shard(shards[next_shard], cursor, until, page_size, sink, ec)
-                : store_->list_due(cursor, until, page_size, sink, ec);
+      got = by_shard ? store_->sharded()->list_due_shard(shards[next_shard], cursor, until,
+                                                         page_size, sink, ec)
+                     : store_->list_due(cursor, until, page_size, sink, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;
     }

@@ -10,7 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "delayq/engine.hpp"
+#include "delayq/engine_options.hpp"
+#include "delayq/task.hpp"
 
 namespace delayq::detail {
 

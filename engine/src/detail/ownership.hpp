@@ -31,7 +31,9 @@
 
 #include <boost/system/error_code.hpp>
 
-#include "delayq/engine.hpp"
+#include "delayq/engine_options.hpp"
+#include "delayq/engine_stats.hpp"
+#include "delayq/task_store.hpp"
 #include "delayq/timer_wheel.hpp"
 #include "detail/spin_mutex.hpp"
 

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "delayq/engine.hpp"
+#include "delayq/engine_options.hpp"
 #include "delayq/executor.hpp"
 #include "detail/type_counters.hpp"
 

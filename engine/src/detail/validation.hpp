@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "delayq/engine.hpp"
+#include "delayq/engine_options.hpp"
 
 namespace delayq::detail {
 

@@ -12,6 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include "delayq/dead_letter_store.hpp"
+#include "delayq/settings_store.hpp"
+#include "delayq/shard_store.hpp"
 #include "delayq/task_store.hpp"
 
 namespace delayq {
@@ -168,16 +171,19 @@ struct redis_layout {
 /// store's connection are serialized by one mutex; async_write() only
 /// queues. list() calls its sink without holding any lock of the store, so a
 /// sink may call back into the store.
-class redis_store final : public task_store {
+class redis_store final : public task_store,
+                          public dead_letter_store,
+                          public settings_store,
+                          public shard_store {
  public:
-  using task_store::bury;
-  using task_store::count_dead;
-  using task_store::find_dead;
+  using dead_letter_store::bury;
+  using dead_letter_store::count_dead;
+  using dead_letter_store::find_dead;
+  using dead_letter_store::list_dead;
+  using dead_letter_store::purge;
+  using dead_letter_store::revive;
   using task_store::list;
-  using task_store::list_dead;
-  using task_store::purge;
   using task_store::remove;
-  using task_store::revive;
   using task_store::save;
   using task_store::write;
 
@@ -242,6 +248,11 @@ class redis_store final : public task_store {
 
   /// redis_options::describe(): the URI without the password.
   std::string describe() const override;
+  /// this: dead letters and settings live in keys of their own (below).
+  dead_letter_store* dead_letters() noexcept override { return this; }
+  delayq::settings_store* settings() noexcept override { return this; }
+  /// this when the store has the sharded layout (shards() > 0), else null.
+  shard_store* sharded() noexcept override;
 
   // Dead letters live in `{PREFIX}:dead` (id -> record) and
   // `{PREFIX}:dead:by_time` (id scored by died_at ms). bury, revive and
@@ -261,13 +272,14 @@ class redis_store final : public task_store {
   // write() sends one call of the write script per shard touched
   // (pipelined on one server; one shard after another on a Redis Cluster),
   // each atomic, and checks fencing tokens against `{PREFIX:s}:lease`
-  // (task_store, "clusters"). When parts of a batch fail: any failure but a
+  // (shard_store). When parts of a batch fail: any failure but a
   // stale token, with some part landed (or unknown), is
   // errc::outcome_unknown; otherwise that failure; a stale token with every
   // other part landed is errc::lease_lost. async_write() runs write() on the
   // calling thread (max_writes_in_flight() 1): the pipeline is per slot.
 
-  /// redis_options::shards.
+  /// redis_options::shards: 0 for the unsharded layout, whose sharded()
+  /// answers null (the calls below then fail as documented).
   std::uint32_t shards() const noexcept override;
   /// make_redis_shard_leases() on this store's options; errc::shard_mismatch
   /// when `cluster.shards` is not shards(), errc::unsupported unsharded.

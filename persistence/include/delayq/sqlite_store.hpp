@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "delayq/dead_letter_store.hpp"
+#include "delayq/settings_store.hpp"
 #include "delayq/task_store.hpp"
 
 namespace delayq {
@@ -66,16 +68,16 @@ struct sqlite_options {
 /// serialized by one mutex. list() reads on a connection of its own and
 /// calls its sink without holding that mutex, so a sink may call back into
 /// the store. async_write() completions run on the store's write thread.
-class sqlite_store final : public task_store {
+class sqlite_store final : public task_store, public dead_letter_store, public settings_store {
  public:
-  using task_store::bury;
-  using task_store::count_dead;
-  using task_store::find_dead;
+  using dead_letter_store::bury;
+  using dead_letter_store::count_dead;
+  using dead_letter_store::find_dead;
+  using dead_letter_store::list_dead;
+  using dead_letter_store::purge;
+  using dead_letter_store::revive;
   using task_store::list;
-  using task_store::list_dead;
-  using task_store::purge;
   using task_store::remove;
-  using task_store::revive;
   using task_store::save;
   using task_store::write;
 
@@ -132,6 +134,9 @@ class sqlite_store final : public task_store {
                   boost::system::error_code& ec) override;
   /// "sqlite:" followed by the path as given.
   std::string describe() const override;
+  /// this: dead letters and settings live in tables of their own (below).
+  dead_letter_store* dead_letters() noexcept override { return this; }
+  delayq::settings_store* settings() noexcept override { return this; }
 
   // Settings live in the `settings` table (schema version 3), keys and values
   // as BLOBs; load_settings() returns them sorted by key bytes. Each

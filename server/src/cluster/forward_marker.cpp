@@ -51,7 +51,9 @@ const char* marker_verdict_name(forward_marker::verdict v) {
 
 std::optional<std::string> marker_stored_key(delayq::task_store& store,
                                              boost::system::error_code& ec) {
-  auto settings = store.load_settings(ec);
+  auto* const stored = delayq::settings_of(store, ec);
+  if (!stored) return std::nullopt;
+  auto settings = stored->load_settings(ec);
   if (ec) return std::nullopt;
   for (auto& [key, value] : settings)
     if (key == forward_marker::setting_key && !value.empty()) return std::move(value);
@@ -155,7 +157,8 @@ std::string forward_marker::load_or_create_key(delayq::task_store& store, std::s
   if (auto stored = marker_stored_key(store, ec)) return std::move(*stored);
   if (ec) return {};
   const std::string mine = ours.empty() ? random_hex(32) : std::string(ours);
-  store.save_setting(setting_key, mine, ec);
+  if (auto* const settings = delayq::settings_of(store, ec))
+    settings->save_setting(setting_key, mine, ec);
   if (ec) return {};
   // Another instance may have saved its own meanwhile: the store's is the
   // one every instance ends up with.

@@ -40,8 +40,10 @@ void peer_directory::announce(const std::string& instance, const std::string& ur
     if (incarnation_.empty()) incarnation_ = new_incarnation();
     incarnation = incarnation_;
   }
-  store_.save_setting(instance_key(instance),
-                      dump_json(nlohmann::json{{"url", url}, {"incarnation", incarnation}}), ec);
+  auto* const stored = delayq::settings_of(store_, ec);
+  if (!stored) return;
+  stored->save_setting(instance_key(instance),
+                       dump_json(nlohmann::json{{"url", url}, {"incarnation", incarnation}}), ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
   self_ = instance;
@@ -78,7 +80,8 @@ void peer_directory::withdraw(boost::system::error_code& ec) {
   const auto it = stored.find(self);
   // A successor under our name announced since: its entry stays.
   if (it == stored.end() || it->second.incarnation != incarnation) return;
-  store_.erase_setting(instance_key(self), ec);
+  if (auto* const settings = delayq::settings_of(store_, ec))
+    settings->erase_setting(instance_key(self), ec);
   if (ec) return;
   std::lock_guard lock(mutex_);
   if (const auto mine = entries_.find(self); mine != entries_.end()) entries_.erase(mine);
@@ -86,8 +89,10 @@ void peer_directory::withdraw(boost::system::error_code& ec) {
 
 std::map<std::string, peer_directory::entry, std::less<>> peer_directory::read_locked(
     boost::system::error_code& ec) {
-  const auto settings = store_.load_settings(ec);
   std::map<std::string, entry, std::less<>> loaded;
+  auto* const stored = delayq::settings_of(store_, ec);
+  if (!stored) return loaded;
+  const auto settings = stored->load_settings(ec);
   if (ec) return loaded;
   for (const auto& [key, value] : settings) {
     if (!key.starts_with(key_prefix)) continue;

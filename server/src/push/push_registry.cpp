@@ -34,7 +34,9 @@ push_registry::push_registry(delayq::task_store& store) : store_(store) {}
 std::vector<std::string> push_registry::load(boost::system::error_code& ec) {
   ec.clear();
   std::lock_guard write_lock{write_mutex_};
-  auto settings = store_.load_settings(ec);
+  auto* const stored = delayq::settings_of(store_, ec);
+  if (!stored) return {};
+  auto settings = stored->load_settings(ec);
   if (ec) return {};
   std::map<std::string, push_target, std::less<>> loaded;
   for (auto& [key, value] : settings) {
@@ -80,8 +82,10 @@ void push_registry::put(const std::string& type, const push_target& target,
     ec = make_error_code(boost::system::errc::invalid_argument);
     return;
   }
+  auto* const stored = delayq::settings_of(store_, ec);
+  if (!stored) return;
   std::lock_guard write_lock{write_mutex_};
-  store_.save_setting(key_of(type), dump_json(json), ec);
+  stored->save_setting(key_of(type), dump_json(json), ec);
   if (ec) return;
   std::unique_lock lock{mutex_};
   targets_.insert_or_assign(type, target);
@@ -95,7 +99,9 @@ bool push_registry::erase(std::string_view type, boost::system::error_code& ec) 
   // cluster rereads on a notice): the store's erase says whether there was
   // one, in the same step as it erases.
   const bool had_here = has(type);
-  const bool erased = store_.erase_setting(key, ec);
+  auto* const stored = delayq::settings_of(store_, ec);
+  if (!stored) return false;
+  const bool erased = stored->erase_setting(key, ec);
   if (ec) return false;
   const bool had = had_here || erased;
   std::unique_lock lock{mutex_};

@@ -4,7 +4,10 @@
 
 #include "delayq/detail/boost_cxx20.hpp"  // first: Boost 1.74 + C++20
 
+#include "delayq/dead_letter_store.hpp"
 #include "delayq/engine.hpp"
+#include "delayq/engine_options.hpp"
+#include "delayq/engine_stats.hpp"
 #include "delayq/error.hpp"
 #include "delayq/executor.hpp"
 #include "delayq/log.hpp"
@@ -13,7 +16,12 @@
 #include "delayq/prometheus.hpp"
 #include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
+#include "delayq/schedule_options.hpp"
+#include "delayq/settings_store.hpp"
+#include "delayq/shard_store.hpp"
 #include "delayq/sqlite_store.hpp"
 #include "delayq/task.hpp"
+#include "delayq/task_listener.hpp"
+#include "delayq/task_status.hpp"
 #include "delayq/task_store.hpp"
 #include "delayq/timer_wheel.hpp"
