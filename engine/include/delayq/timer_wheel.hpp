@@ -47,7 +47,7 @@
 // With a million tasks, the end of a random slot's array is a cache miss,
 // and arming one task at a time pays it in full, in the caller's schedule().
 // So arming writes the record and appends its entry to a short arrivals
-// array (256 entries) instead; when it is full, or before advance() reads
+// array (64 entries) instead; when it is full, or before advance() reads
 // any slot, the arrivals move to their slots in one pass that asks for each
 // slot's memory a few entries ahead, so the misses overlap. An arrival is an
 // ordinary entry: cancelling its task makes it stale where it lies (it is
@@ -441,7 +441,6 @@ class timer_wheel {
   // slots; arrivals_min_ is a lower bound of their due ticks.
   std::vector<entry> arrivals_;
   std::uint64_t arrivals_min_ = no_tick;
-  static constexpr std::size_t arrivals_batch = 256;
 
   std::vector<block> chunks_;
   handle free_head_ = npos;  // free records are chained through record::due
