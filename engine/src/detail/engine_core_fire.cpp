@@ -188,6 +188,22 @@ void engine_core::settle(std::span<outcome> outcomes) {
         case attempt_settler::verdict_kind::bury: {
           write_op op = make_op(change_kind::bury, p_bury, h, true);
           op.t.attempts = v.attempts;
+          if (store_->dead_letters() == nullptr) {
+            // A store without the dead-letter role (docs/failure-handling.md)
+            // gets no bury: the store writer groups changes of many callers
+            // into one batch, and one change the store refuses would fail the
+            // others with it. The store keeps the task as its last retry
+            // wrote it, and the next start() runs it again; no dead letter is
+            // counted, since none exists.
+            settler_.note_death(op.t, type, o.failure, after.alerts, false);
+            if (store_->in_process())  // it gave its tasks to the wheel at start()
+              log(log_level::error, "task " + op.t.id +
+                                        " is dropped: an in-process store without dead "
+                                        "letters keeps no copy of it");
+            if (o.on_stored) after.stored.emplace_back(std::move(o.on_stored), errc::unsupported);
+            erase_locked(h);
+            break;
+          }
           op.error = o.failure;
           op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
           op.must_land = true;
