@@ -55,7 +55,7 @@ void engine_core::on_tick() {
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
       // Clusters: a record fires only under a lease surely ours now (its
       // outcome's writes carry the token); otherwise the next round decides.
-      if (!owns_all_ && owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
+      if (owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
         held_back.push_back(h);
         return;
       }
@@ -126,7 +126,7 @@ void engine_core::release_overdue(std::vector<timer_wheel::handle>& overdue) {
 // ------------------------------------------------------------------ attempts
 
 bool engine_core::may_start(const ready_ref& r) const noexcept {
-  return owns_all_ || owner_->may_start(r.v.id(), r.fence);
+  return owner_->may_start(r.v.id(), r.fence);
 }
 
 // ------------------------------------------------------------------ attempt outcomes
@@ -148,11 +148,8 @@ void engine_core::settle(std::span<outcome> outcomes) {
       // Clusters: the lease token the attempt was dispatched under fences
       // its outcome write (a shard taken meanwhile refuses it: lease_lost);
       // the last attempt on a shard being handed over may be this one.
-      std::uint64_t fence = 0;
-      if (!owns_all_) {
-        if (!leaving_settled) leaving_settled = owner_->attempt_settled_locked(wheel_.id(h));
-        fence = owner_->take_fence_locked(h);
-      }
+      if (!leaving_settled) leaving_settled = owner_->attempt_settled_locked(wheel_.id(h));
+      const std::uint64_t fence = owner_->take_fence_locked(h);
       if (o.result == outcome::what::dead) {
         erase_locked(h);  // cancelled while queued: its last reference let go
         continue;
