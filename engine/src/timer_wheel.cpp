@@ -277,19 +277,32 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
 
 void timer_wheel::drain_arrivals() {
   // Two dependent loads per entry: the slot's vector object, then the end of
-  // its array. The first is asked for 2 * ahead entries early, the second
-  // `ahead` entries early (by then the vector object has arrived), so the
-  // misses of several entries are in flight at once.
+  // its array. The first (and the record, to tell a stale arrival) is asked
+  // for 2 * ahead entries early, the second `ahead` entries early (by then
+  // the vector object has arrived), so the misses of several entries are in
+  // flight at once.
   constexpr std::size_t ahead = 8;
   const std::size_t n = arrivals_.size();
   const entry* a = arrivals_.data();
   for (std::size_t i = 0; i < std::min(2 * ahead, n); ++i)
     __builtin_prefetch(&slots_[slot_of(a[i].due)]);
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + 2 * ahead < n) __builtin_prefetch(&slots_[slot_of(a[i + 2 * ahead].due)]);
+    if (i + 2 * ahead < n) {
+      __builtin_prefetch(&slots_[slot_of(a[i + 2 * ahead].due)]);
+      __builtin_prefetch(record_ptr(a[i + 2 * ahead].h));
+    }
     if (i + ahead < n) {
       const std::vector<entry>& v = slots_[slot_of(a[i + ahead].due)];
       __builtin_prefetch(v.data() + v.size(), 1);
+    }
+    // An arrival cancelled or moved since it was armed was counted stale
+    // against its slot then (went_stale); it is dropped here instead of
+    // placed, so the count stays true for the slot's compaction.
+    const record& r = rec(a[i].h);
+    if (r.seq != a[i].seq || r.due != a[i].due) {
+      const std::size_t s = slot_of(a[i].due);
+      if (stale_[s] > 0) --stale_[s];
+      continue;
     }
     place_entry(a[i]);
   }

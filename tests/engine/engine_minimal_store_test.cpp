@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <delayq/delayq.hpp>
 #include <map>
 #include <mutex>
@@ -33,7 +34,7 @@ struct tasks_only_data {
 
 // The smallest store there is: the four calls task_store requires and
 // nothing else. Every role accessor keeps its default (null).
-class tasks_only_store final : public delayq::task_store {
+class tasks_only_store : public delayq::task_store {
  public:
   explicit tasks_only_store(tasks_only_data& data) : data_(data) {}
   using task_store::list;
@@ -61,6 +62,24 @@ class tasks_only_store final : public delayq::task_store {
 
  private:
   tasks_only_data& data_;
+};
+
+// A tasks_only_store that counts the dead letters the engine asks it to
+// write: it has nowhere to put one, and a batch holding one would fail.
+class bury_counting_store final : public tasks_only_store {
+ public:
+  bury_counting_store(tasks_only_data& data, std::atomic<int>& buries)
+      : tasks_only_store(data), buries_(buries) {}
+  using task_store::write;
+  void write(std::span<const delayq::store_change> changes,
+             boost::system::error_code& ec) override {
+    for (const auto& c : changes)
+      if (c.what == delayq::change_kind::bury) ++buries_;
+    task_store::write(changes, ec);
+  }
+
+ private:
+  std::atomic<int>& buries_;
 };
 
 delayq::engine_options minimal_store_options() {
@@ -169,6 +188,7 @@ TEST_CASE("minimal store: a task that runs out of attempts stays stored and runs
       CHECK(attempts == std::vector<std::uint32_t>{0, 1});
     }
     CHECK(eng.stats().pending == 0);  // no longer held: the store keeps it
+    CHECK(eng.stats().dead == 0);     // and no dead letter exists
     CHECK(eng.stop());
     // Kept live, as the last retry stored it: nothing removed, nothing lost.
     const auto left = data.snapshot();
@@ -189,4 +209,24 @@ TEST_CASE("minimal store: a task that runs out of attempts stays stored and runs
   CHECK(ran.ids() == std::vector<std::string>{id});
   CHECK(eng.stop());
   CHECK(data.snapshot().empty());
+}
+
+TEST_CASE("minimal store: a task out of attempts sends the store no dead letter to refuse") {
+  // The store writer puts the changes of many callers in one batch, and the
+  // default write() fails a whole batch at a change it cannot apply: a dead
+  // letter sent to this store would fail the schedules written beside it.
+  tasks_only_data data;
+  std::atomic<int> buries{0};
+  delayq::executor_factory f;
+  f.add("t", [](const delayq::task&) { throw std::runtime_error("down"); });
+  io_thread io;
+  delayq::engine eng(io.io, f, std::make_unique<bury_counting_store>(data, buries),
+                     minimal_store_options());
+  eng.start();
+  for (int i = 0; i < 20; ++i) eng.schedule("t", "p", 0ms);
+  REQUIRE(eventually([&] { return eng.stats().died == 20; }));
+  CHECK(buries.load() == 0);
+  CHECK(eng.stats().dead == 0);
+  CHECK(eng.stop());
+  CHECK(data.snapshot().size() == 20);  // every one kept live, as its last retry left it
 }

@@ -995,7 +995,7 @@ TEST_CASE("wheel: id index under heavy churn") {
     insert_all(order);
     CHECK(w.size() == n);
     CHECK(std::count(handles.begin(), handles.end(), npos) == 0);
-    // Up to 255 arrivals wait for their slots (the essay's "Arrivals"); an
+    // Up to 63 arrivals wait for their slots (the essay's "Arrivals"); an
     // advance to now places them, so both measures see settled slots.
     const auto settle = [&] { w.advance(w.now(), [](handle) {}); };
     settle();

@@ -13,6 +13,8 @@ namespace delayq {
 /// Counters since start(). Lateness is measured when an attempt starts on a
 /// worker, against the task's due time, and is kept in a log-scale histogram
 /// (each figure is the upper edge of its bucket, within 19%).
+///
+/// Thread safety: a plain value, like the structs it holds.
 struct engine_stats {
   std::size_t pending = 0;      ///< Tasks held: waiting, retrying or running.
   std::size_t ready = 0;        ///< Due tasks waiting for a worker, a per-type slot

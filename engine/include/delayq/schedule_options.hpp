@@ -19,6 +19,8 @@ enum class on_conflict {
 };
 
 /// Per-call options of schedule() and schedule_at().
+///
+/// Thread safety: a plain value, like the structs it holds.
 struct schedule_options {
   /// The task id; empty asks the engine to generate a unique one. Ids are
   /// 1-256 bytes with no spaces or control characters.
@@ -32,6 +34,8 @@ struct schedule_options {
 };
 
 /// One task of a schedule_many() call.
+///
+/// Thread safety: a plain value, like the structs it holds.
 struct task_spec {
   std::string type;
   std::string payload;

@@ -20,12 +20,16 @@ enum class task_state {
 };
 
 /// A pending task and where it is: what engine::status() returns.
+///
+/// Thread safety: a plain value, like the structs it holds.
 struct task_status {
   delayq::task task;
   task_state state = task_state::delayed;
 };
 
 /// What engine::signal() did.
+///
+/// Thread safety: a plain value, like the structs it holds.
 struct signal_result {
   std::uint32_t signals = 0;        ///< Signals received now, this one included.
   std::uint32_t trigger_count = 0;  ///< The task's trigger count.

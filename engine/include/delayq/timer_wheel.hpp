@@ -51,7 +51,7 @@
 // any slot, the arrivals move to their slots in one pass that asks for each
 // slot's memory a few entries ahead, so the misses overlap. An arrival is an
 // ordinary entry: cancelling its task makes it stale where it lies (it is
-// counted against its slot at once, and dropped there later), and
+// counted against its slot at once, and dropped when the arrivals move), and
 // next_due_tick() takes the arrivals' earliest due tick into account.
 //
 // Lazy removal

@@ -42,9 +42,18 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
 }
 
 void attempt_settler::note_death(const task& t, const type_registry::type_info& type,
-                                 const std::string& failure, std::vector<alert>& alerts) {
-  log(log_level::error, describe_attempted(t.id, type.name) + " is a dead letter after " +
-                            std::to_string(t.attempts) + " attempts: " + failure);
+                                 const std::string& failure, std::vector<alert>& alerts,
+                                 bool buried) {
+  if (buried)
+    log(log_level::error, describe_attempted(t.id, type.name) + " is a dead letter after " +
+                              std::to_string(t.attempts) + " attempts: " + failure);
+  else
+    log(log_level::error, describe_attempted(t.id, type.name) + " failed its " +
+                              std::to_string(t.attempts) +
+                              " attempts; the store keeps no dead letters, so the task stays "
+                              "stored as its last retry left it and runs again at the next "
+                              "start(): " +
+                              failure);
   ++died_;
   type_counters::add(type.counters.died);
   failures_.note_death(t, failure, alerts);

@@ -57,7 +57,7 @@ class attempt_settler {
   /// A bury verdict's dead letter is `t` (as written): counts and logs the
   /// death and appends its alert.
   void note_death(const task& t, const type_registry::type_info& type, const std::string& failure,
-                  std::vector<alert>& alerts);
+                  std::vector<alert>& alerts, bool buried = true);
 
   std::uint64_t succeeded() const noexcept { return succeeded_; }
   std::uint64_t failed() const noexcept { return failed_; }

@@ -38,8 +38,7 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
       writer_(*store_, store_writer::options{options_.max_queued_writes},
               [this](std::span<write_op> ops) { on_written(ops); }),
       dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_),
-      owner_(make_ownership(options_, *store_, *this)),
-      owns_all_(owner_->owns_all()) {
+      owner_(make_ownership(options_, *store_, *this)) {
   for (const auto& [name, limit] : options_.type_concurrency) {
     boost::system::error_code ec;
     if (!valid_type(name)) continue;  // no task can have it
@@ -152,7 +151,10 @@ void engine_core::start(boost::system::error_code& ec) {
   // a store that cannot read by due time gets every task loaded.
   list_summary summary;
   pager_.set_locked(0, std::numeric_limits<std::int64_t>::max());
-  if (!owns_all_) {
+  // The one question the core asks its ownership by kind: who loads the
+  // tasks. A node that owns every id loads them below; a cluster's
+  // ownership reads the shards it won.
+  if (!owner_->owns_all()) {
     // A cluster engine always pages (cluster_ownership.hpp): by default
     // its horizon is max_delay, which holds every task of its shards.
     const std::int64_t horizon = std::max<std::int64_t>(

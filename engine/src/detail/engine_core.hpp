@@ -341,14 +341,15 @@ class engine_core final : public dispatcher::owner,
   bool page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) override;
 
   // ---- ownership (ownership.hpp) -------------------------------------------
-  // Which ids this engine may hold and run. On a single node (owns_all_)
-  // every step below is skipped without asking owner_: the calls' and the
-  // fire path's ownership work happens only in a cluster.
-  bool owns_locked(std::string_view id) const noexcept { return owns_all_ || owner_->owns(id); }
+  // Which ids this engine may hold and run. The core asks owner_ and never
+  // what kind it is: single_node_ownership answers each question with a
+  // constant (a virtual call of a few nanoseconds per call or due task),
+  // cluster_ownership from its leases.
+  bool owns_locked(std::string_view id) const noexcept { return owner_->owns(id); }
   // Off the lock: errc::not_owner unless this instance holds the shard of
   // `id` and its lease is surely ours now.
   bool owner_check(std::string_view id, boost::system::error_code& ec) const {
-    return owns_all_ || owner_->check(id, ec);
+    return owner_->check(id, ec);
   }
   // Under the lock, when a call that changes the task of `id` decides: the
   // lease token its store write carries (store_change::fence), so that the
@@ -358,7 +359,7 @@ class engine_core final : public dispatcher::owner,
   bool call_fence_locked(std::string_view id, std::uint64_t& fence,
                          boost::system::error_code& ec) const {
     fence = 0;
-    return owns_all_ || owner_->fence_for(id, fence, ec);
+    return owner_->fence_for(id, fence, ec);
   }
 
   // ownership::host: what a cluster's ownership reads tasks in with.
@@ -422,7 +423,6 @@ class engine_core final : public dispatcher::owner,
   store_writer writer_;
   dispatcher dispatcher_;
   const std::unique_ptr<ownership> owner_;
-  const bool owns_all_;  // owner_->owns_all(): a single node
 };
 
 }  // namespace delayq::detail

@@ -354,9 +354,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
       // Clusters: a replace of a held record is fenced: it must not land once
       // another instance holds the shard (and read the old copy). A new
       // record is written unfenced, as any instance may.
-      op.fence = !owns_all_ && (c.why == p_replace || c.why == p_replace_running)
-                     ? owner_->token_for(spec.id)
-                     : 0;
+      op.fence = c.why == p_replace || c.why == p_replace_running ? owner_->token_for(spec.id) : 0;
       op.aux = c.aux;
       op.ctx = std::move(ctx);
       ops.push_back(std::move(op));

@@ -55,7 +55,7 @@ void engine_core::on_tick() {
     wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
       // Clusters: a record fires only under a lease surely ours now (its
       // outcome's writes carry the token); otherwise the next round decides.
-      if (!owns_all_ && owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
+      if (owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
         held_back.push_back(h);
         return;
       }
@@ -126,7 +126,7 @@ void engine_core::release_overdue(std::vector<timer_wheel::handle>& overdue) {
 // ------------------------------------------------------------------ attempts
 
 bool engine_core::may_start(const ready_ref& r) const noexcept {
-  return owns_all_ || owner_->may_start(r.v.id(), r.fence);
+  return owner_->may_start(r.v.id(), r.fence);
 }
 
 // ------------------------------------------------------------------ attempt outcomes
@@ -148,11 +148,8 @@ void engine_core::settle(std::span<outcome> outcomes) {
       // Clusters: the lease token the attempt was dispatched under fences
       // its outcome write (a shard taken meanwhile refuses it: lease_lost);
       // the last attempt on a shard being handed over may be this one.
-      std::uint64_t fence = 0;
-      if (!owns_all_) {
-        if (!leaving_settled) leaving_settled = owner_->attempt_settled_locked(wheel_.id(h));
-        fence = owner_->take_fence_locked(h);
-      }
+      if (!leaving_settled) leaving_settled = owner_->attempt_settled_locked(wheel_.id(h));
+      const std::uint64_t fence = owner_->take_fence_locked(h);
       if (o.result == outcome::what::dead) {
         erase_locked(h);  // cancelled while queued: its last reference let go
         continue;
@@ -188,6 +185,22 @@ void engine_core::settle(std::span<outcome> outcomes) {
         case attempt_settler::verdict_kind::bury: {
           write_op op = make_op(change_kind::bury, p_bury, h, true);
           op.t.attempts = v.attempts;
+          if (store_->dead_letters() == nullptr) {
+            // A store without the dead-letter role (docs/failure-handling.md)
+            // gets no bury: the store writer groups changes of many callers
+            // into one batch, and one change the store refuses would fail the
+            // others with it. The store keeps the task as its last retry
+            // wrote it, and the next start() runs it again; no dead letter is
+            // counted, since none exists.
+            settler_.note_death(op.t, type, o.failure, after.alerts, false);
+            if (store_->in_process())  // it gave its tasks to the wheel at start()
+              log(log_level::error, "task " + op.t.id +
+                                        " is dropped: an in-process store without dead "
+                                        "letters keeps no copy of it");
+            if (o.on_stored) after.stored.emplace_back(std::move(o.on_stored), errc::unsupported);
+            erase_locked(h);
+            break;
+          }
           op.error = o.failure;
           op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
           op.must_land = true;

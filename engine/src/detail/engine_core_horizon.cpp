@@ -185,7 +185,7 @@ std::optional<task> engine_core::find_stored(std::string_view id, boost::system:
 bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t seq) {
   // A cluster engine reads the shards it holds, one after the other.
   std::vector<std::uint32_t> shards;
-  const bool by_shard = !owns_all_ && owner_->page_by_shard(shards);
+  const bool by_shard = owner_->page_by_shard(shards);
   std::size_t next_shard = 0;
   if (by_shard && shards.empty()) return true;
   due_cursor cursor{from + 1, {}};  // (from + 1, "") is before every task due after `from`

@@ -42,7 +42,7 @@ ready_ref engine_core::ready_of(timer_wheel::handle h, std::uint32_t word) const
   const trigger_counts tc = trigger_of(h);
   r.trigger_count = tc.count;
   r.signals = tc.signals;
-  if (!owns_all_) r.fence = owner_->fence_of_locked(h);
+  r.fence = owner_->fence_of_locked(h);
   return r;
 }
 
