@@ -48,15 +48,21 @@ TEST_CASE("store health: asking costs no probe, the state follows the probes") {
 
 TEST_CASE("store health: a failed probe is reported with its reason") {
   std::atomic<bool> told{false};
+  std::atomic<bool> seen_up{false};
   store_health h(
       [&](std::string& why) {
         if (!told.exchange(true)) return true;  // the first probe: up
+        // The second probe fails only once the test saw the first's answer:
+        // at 1 ms between probes, a slow machine (TSan) could otherwise
+        // report the failure before the test asks.
+        while (!seen_up) std::this_thread::yield();
         why = "connection refused";
         return false;
       },
       {std::chrono::milliseconds{1}, std::chrono::hours{1}});
   h.start();
   CHECK(h.now().ok);
+  seen_up = true;
   // Waits for the state to change, not for a time.
   REQUIRE(health_turns_bad(h));
   const auto s = h.now();
