@@ -62,6 +62,15 @@ class id_list {
   std::vector<char> buf_;
 };
 
+// The ids of the numbers 0 .. n - 1.
+id_list first_ids(std::size_t n) {
+  std::vector<std::uint32_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
+  id_list ids;
+  ids.assign(all);
+  return ids;
+}
+
 std::vector<milliseconds> random_delays(std::uint64_t seed, std::size_t n) {
   rng r(seed);
   std::vector<milliseconds> d(n);
@@ -361,10 +370,7 @@ void child_threads(std::size_t pending, int rounds, double seconds) {
 
 void child_memory(const std::string& impl, std::size_t n) {
   const auto delays = random_delays(13, 4096);
-  std::vector<std::uint32_t> all(n);
-  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
-  id_list ids;
-  ids.assign(all);
+  const id_list ids = first_ids(n);
   if (impl == "engine") {
     engine_side eng;
     const std::size_t before = rss_bytes();
@@ -395,10 +401,7 @@ void child_memory(const std::string& impl, std::size_t n) {
 
 void child_wheel(std::size_t n, int rounds) {
   constexpr std::uint64_t ticks = 100;  // 1 s at a 10 ms tick
-  std::vector<std::uint32_t> all(n);
-  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
-  id_list ids;
-  ids.assign(all);
+  const id_list ids = first_ids(n);
   std::vector<std::uint64_t> due(n);
   rng r(17);
   for (auto& d : due) d = r.between(1, ticks);
@@ -492,10 +495,7 @@ void emit_lateness(const char* section, std::size_t n, int round, const lateness
 void child_fire(std::size_t n, int round, double lead_s) {
   lateness_log log(n);
   engine_side eng(engine_options{}, std::ref(log));
-  std::vector<std::uint32_t> all(n);
-  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
-  id_list ids;
-  ids.assign(all);
+  const id_list ids = first_ids(n);
   rng r(19 + static_cast<std::uint64_t>(round));
   const auto t0 = std::chrono::system_clock::now() +
                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -532,10 +532,7 @@ void child_fire(std::size_t n, int round, double lead_s) {
 void child_precision(std::size_t n, int round, std::int64_t max_delay_ms) {
   lateness_log log(n);
   engine_side eng(engine_options{}, std::ref(log));
-  std::vector<std::uint32_t> all(n);
-  for (std::size_t i = 0; i < n; ++i) all[i] = static_cast<std::uint32_t>(i);
-  id_list ids;
-  ids.assign(all);
+  const id_list ids = first_ids(n);
   rng r(23 + static_cast<std::uint64_t>(round));
   for (std::size_t i = 0; i < n; ++i)
     eng.schedule(ids[i], milliseconds(static_cast<std::int64_t>(

@@ -194,12 +194,17 @@ void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, li
     listener_.reset();
     ec = {};
   }
-  const lease_round r = leases_->renew(ec);
-  if (ec) {
-    boost::system::error_code rec;
-    leases_->release_all(rec);
+  // A start that fails after the first lease round lets go of what it won
+  // (the other members need not wait for the leases to expire).
+  const auto give_up = [this] {
+    boost::system::error_code ignored;
+    leases_->release_all(ignored);
     leases_.reset();
     shards_.reset();
+  };
+  const lease_round r = leases_->renew(ec);
+  if (ec) {
+    give_up();
     return;
   }
   // The cadence rounds keep (the lease table may ask for an earlier one when
@@ -222,10 +227,7 @@ void cluster_ownership::start_locked(std::int64_t until, const load_fn& load, li
     if (ec) break;
   }
   if (ec) {
-    boost::system::error_code rec;
-    leases_->release_all(rec);
-    leases_.reset();
-    shards_.reset();
+    give_up();
     return;
   }
   host_.check_starts();
