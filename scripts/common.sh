@@ -4,6 +4,7 @@
 #   configure_and_build <dir> [args...] configure (when needed) and build
 #   DELAYQ_BUILD_DEPS                   the packages build/ and the demo need
 #   DELAYQ_TEST_DEPS                    those and what tests and benchmarks add
+#   ensure_node_npm                     install node and npm when missing (Debian's)
 #   DELAYQ_MAIN_BUILD_ARGS              cmake args of build/ (test.sh, demo.sh)
 #   delayq_machine <builddir>           the header of bench/results/*.machine.txt
 #   delayq_free_port                    a free loopback TCP port, on stdout
@@ -31,6 +32,23 @@ DELAYQ_TEST_DEPS=(
   clang libclang-rt-14-dev gnuplot-nox git ca-certificates
   beanstalkd wrk chromium fonts-dejavu-core
 )
+# --- beanstalk clients (issue 26; tests/beanstalk/) ---
+# The real third-party beanstalkd clients the beanstalk suite runs: PHP's
+# pheanstalk 4.0 as Debian packages it, run by php-cli. The Node client comes
+# from npm (tests/beanstalk/node/package-lock.json, installed into the build
+# tree by tests/beanstalk/npm_ci.sh); node and npm themselves come from
+# ensure_node_npm below, not from this list.
+DELAYQ_TEST_DEPS+=(php-cli php-pda-pheanstalk)
+
+# ensure_node_npm : installs Debian's nodejs and npm, each only when its
+# command is missing. Not by package name: a machine with NodeSource's
+# nodejs has node and npm from that one package, which conflicts with
+# Debian's npm package, so asking apt for "npm" there would fail.
+ensure_node_npm() {
+  command -v node >/dev/null || ensure_packages nodejs
+  command -v npm >/dev/null || ensure_packages npm
+}
+# --- end of the beanstalk clients' part ---
 
 # The configuration of build/: test.sh stage "build", demo.sh and server.sh
 # share it. -g1 (line tables and function names: enough for a backtrace)

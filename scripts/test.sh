@@ -140,6 +140,8 @@ stage_bench() {
 current=deps
 echo "==> stage deps"
 ensure_packages "${DELAYQ_TEST_DEPS[@]}"
+# node and npm for the beanstalk suite's Node client (scripts/common.sh).
+ensure_node_npm
 current=""
 
 for s in build asan tsan fuzz bench; do
