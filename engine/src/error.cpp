@@ -50,6 +50,7 @@ class category final : public boost::system::error_category {
       case errc::not_owner: return "the task's shard is held by another instance";
       case errc::shard_mismatch:
         return "the store's shard layout does not match the shard count asked for";
+      case errc::invalid_ttr: return "a task's ttr must be 0 to 4294967295 ms";
     }
     return "unknown delayq error " + std::to_string(value);
   }

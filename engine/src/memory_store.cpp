@@ -1,6 +1,7 @@
 #include "delayq/memory_store.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace delayq {
 
@@ -133,6 +134,40 @@ void memory_store::save_setting(std::string_view key, std::string_view value,
   ec = {};
   std::lock_guard lock(mutex_);
   settings_.insert_or_assign(std::string(key), std::string(value));
+}
+
+std::uint64_t memory_store::allocate(std::string_view name, std::uint64_t count,
+                                     boost::system::error_code& ec) {
+  ec = {};
+  if (!valid_sequence_call(name, count)) {
+    ec = errc::invalid_options;
+    return 0;
+  }
+  std::lock_guard lock(mutex_);
+  auto it = sequences_.find(name);
+  const std::uint64_t first = it == sequences_.end() ? 1 : it->second;
+  if (count > std::numeric_limits<std::uint64_t>::max() - first) {
+    ec = errc::invalid_options;  // would pass the last number
+    return 0;
+  }
+  if (it == sequences_.end()) it = sequences_.emplace(std::string(name), first).first;
+  it->second = first + count;
+  return first;
+}
+
+void memory_store::raise_to(std::string_view name, std::uint64_t next,
+                            boost::system::error_code& ec) {
+  ec = {};
+  if (!valid_sequence_call(name, 1)) {
+    ec = errc::invalid_options;
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  auto it = sequences_.find(name);
+  if (it == sequences_.end())
+    sequences_.emplace(std::string(name), std::max<std::uint64_t>(next, 1));
+  else
+    it->second = std::max(it->second, next);
 }
 
 bool memory_store::erase_setting(std::string_view key, boost::system::error_code& ec) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <istream>
+#include <limits>
 #include <ostream>
 #include <streambuf>
 
@@ -52,6 +53,16 @@ struct corrupt {
   const char* why;
 };
 
+// task::ttr as the record's uint32 of milliseconds: a negative one is 0 and
+// one past the field's range is cut to its largest value (the engine refuses
+// both at schedule time; this keeps a task made by hand from wrapping).
+std::uint32_t ttr_field(std::chrono::milliseconds ttr) noexcept {
+  if (ttr.count() <= 0) return 0;
+  if (ttr.count() >= std::numeric_limits<std::uint32_t>::max())
+    return std::numeric_limits<std::uint32_t>::max();
+  return static_cast<std::uint32_t>(ttr.count());
+}
+
 void put_bytes(cereal::PortableBinaryOutputArchive& ar, std::string_view s) {
   ar(static_cast<std::uint64_t>(s.size()));
   ar(cereal::binary_data(s.data(), s.size()));
@@ -94,13 +105,15 @@ bool header_ok(std::string_view bytes, std::string& why) {
   return true;
 }
 
-// Writes the header and the fields of `version` (1, 2 or 3; `error` and
-// `died_at` are used from version 2, the trigger fields from version 3).
+// Writes the header and the fields of `version` (1 to 4; `error` and
+// `died_at` are used from version 2, the trigger fields from version 3,
+// priority and ttr from version 4).
 std::string encode(std::uint16_t version, const task& t, std::string_view error,
                    std::chrono::system_clock::time_point died_at) {
   std::string out;
   out.reserve(record_header_size + 4 * sizeof(std::uint64_t) + t.id.size() + t.type.size() +
-              t.payload.size() + error.size() + 2 * sizeof(std::int64_t) + sizeof(std::uint32_t));
+              t.payload.size() + error.size() + 2 * sizeof(std::int64_t) +
+              5 * sizeof(std::uint32_t));
   out.append(magic, sizeof magic);
   string_buf buf(out);
   std::ostream os(&buf);
@@ -121,6 +134,10 @@ std::string encode(std::uint16_t version, const task& t, std::string_view error,
     if (version >= 3) {
       ar(static_cast<std::uint32_t>(t.trigger_count));
       ar(static_cast<std::uint32_t>(t.signals));
+    }
+    if (version >= 4) {
+      ar(static_cast<std::uint32_t>(t.priority));
+      ar(ttr_field(t.ttr));
     }
   }
   return out;
@@ -162,7 +179,20 @@ std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why)
       ar(t.signals);
       // Version 3 is written only for count-triggered tasks: a 0 count
       // there is damage, and would not re-encode to the same record.
-      if (t.trigger_count == 0) throw corrupt{"version 3 record without a trigger count"};
+      // Version 4 carries the trigger fields of every task it is written
+      // for, counted or not.
+      if (version == 3 && t.trigger_count == 0)
+        throw corrupt{"version 3 record without a trigger count"};
+    }
+    if (version >= 4) {
+      std::uint32_t ttr_ms = 0;
+      ar(t.priority);
+      ar(ttr_ms);
+      t.ttr = std::chrono::milliseconds{ttr_ms};
+      // Version 4 is written only for a task with a priority or a ttr: both
+      // 0 there is damage, and would not re-encode to the same record.
+      if (t.priority == 0 && ttr_ms == 0)
+        throw corrupt{"version 4 record without a priority or a ttr"};
     }
   } catch (const corrupt& c) {
     why = c.why;
@@ -178,12 +208,20 @@ std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why)
   return version;
 }
 
+// The version a record of `t` is written as: the oldest that holds
+// everything it carries (`plain` when it carries nothing more).
+std::uint16_t version_for(const task& t, std::uint16_t plain) noexcept {
+  if (t.priority != 0 || ttr_field(t.ttr) != 0) return priority_record_version;
+  return t.trigger_count != 0 ? trigger_record_version : plain;
+}
+
 }  // namespace
 
 std::string encode_task(const task& t) {
-  // Only a count-triggered task needs version 3: every other task stays
-  // readable by builds that know version 1.
-  return encode(t.trigger_count != 0 ? trigger_record_version : task_record_version, t, {}, {});
+  // Only a count-triggered task needs version 3, and only one with a
+  // priority or a ttr version 4: every other task stays readable by builds
+  // that know version 1.
+  return encode(version_for(t, task_record_version), t, {}, {});
 }
 
 task decode_task(std::string_view bytes, boost::system::error_code& ec, std::string* reason) {
@@ -232,8 +270,7 @@ std::string cap_dead_letter_error(std::string_view error) {
 }
 
 std::string encode_dead_letter(const dead_letter& d) {
-  const std::uint16_t version =
-      d.task.trigger_count != 0 ? trigger_record_version : dead_letter_record_version;
+  const std::uint16_t version = version_for(d.task, dead_letter_record_version);
   if (d.error.size() <= max_dead_letter_error) return encode(version, d.task, d.error, d.died_at);
   return encode(version, d.task, cap_dead_letter_error(d.error), d.died_at);
 }

@@ -16,6 +16,7 @@ store_keys::store_keys(const std::string& prefix) {
   dead_quarantine = tag + "dead:quarantine";
   dead_quarantine_reason = tag + "dead:quarantine:reason";
   settings = tag + "settings";
+  sequences = tag + "sequences";
 }
 
 store_keys::store_keys(const std::string& prefix, std::uint32_t shard)

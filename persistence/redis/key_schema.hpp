@@ -25,6 +25,9 @@ struct store_keys {
   std::string tasks, due, quarantine, quarantine_reason, meta;
   std::string dead, dead_by_time, dead_quarantine, dead_quarantine_reason;
   std::string settings;
+  /// The hash of sequences (sequence_store): name -> the last number handed
+  /// out. Never used under a shard's tag: it stays under `{PREFIX}`.
+  std::string sequences;
 };
 
 }  // namespace delayq::detail::redis

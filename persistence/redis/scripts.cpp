@@ -271,6 +271,13 @@ void append_score(std::string& out, std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
+const char* const sequence_raise_script =
+    "local cur = redis.call('HGET', KEYS[1], ARGV[1]) "
+    "local want = ARGV[2] "
+    "if cur and (#cur > #want or (#cur == #want and cur >= want)) then return 0 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], want) "
+    "return 1";
+
 command quarantine_call(const char* script, const std::string& hash, const std::string& index,
                         const std::string& q, const std::string& q_reason) {
   command c;

@@ -74,6 +74,12 @@ extern const char* const quarantine_id_script;
 command quarantine_call(const char* script, const std::string& hash, const std::string& index,
                         const std::string& q, const std::string& q_reason);
 
+/// sequence_store::raise_to(): makes field ARGV[1] of the hash KEYS[1] (a
+/// sequence's last number handed out) at least ARGV[2], a decimal integer
+/// without leading zeros. Compared as decimal strings, not as Lua numbers
+/// (doubles, exact only below 2^53). Returns 1 if it raised it.
+extern const char* const sequence_raise_script;
+
 /// One page of task_store::list_due(), loaded by the handshake beside the
 /// write script (store_handshake.hpp, due_sha()). KEYS[1] {P}:tasks, KEYS[2] {P}:due;
 /// ARGV: the cursor's due time ('-inf' for the default cursor), the cursor's

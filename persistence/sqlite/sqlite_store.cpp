@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -86,6 +87,14 @@ void migrate_to(SQLite::Database& db, int version) {
       db.exec(
           "CREATE INDEX tasks_due_ms_id ON tasks(due_ms, id);"
           "DROP INDEX tasks_due_ms;");
+      return;
+    case 5:
+      // Named sequences (sequence_store): `next` is the next number to hand
+      // out, at most 2^63 - 1 (SQLite's integers are signed).
+      db.exec(
+          "CREATE TABLE sequences ("
+          "  name BLOB PRIMARY KEY NOT NULL,"
+          "  next INTEGER NOT NULL) WITHOUT ROWID;");
       return;
     default:
       throw store_failure{errc::store_error,
@@ -238,6 +247,18 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                               "INSERT INTO settings(key, value) VALUES(?1, ?2) "
                               "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
     m.settings_erase.emplace(*m.db, "DELETE FROM settings WHERE key = ?1");
+    // One statement each, so one implicit transaction: the file's write lock
+    // makes them atomic against every connection, in this process or not.
+    // The WHERE keeps `next` an integer (past 2^63 - 1 SQLite would make it
+    // a float): no row comes back then.
+    m.sequence_take.emplace(*m.db,
+                            "INSERT INTO sequences(name, next) VALUES(?1, 1 + ?2) "
+                            "ON CONFLICT(name) DO UPDATE SET next = next + ?2 "
+                            "WHERE next <= 9223372036854775807 - ?2 "
+                            "RETURNING next - ?2");
+    m.sequence_raise.emplace(*m.db,
+                             "INSERT INTO sequences(name, next) VALUES(?1, ?2) "
+                             "ON CONFLICT(name) DO UPDATE SET next = max(next, excluded.next)");
     // Ids are TEXT under the default BINARY collation: compared with
     // memcmp(), then by length, which is the bytewise order list_due()
     // promises. The row value comparison seeks in the (due_ms, id) index.
@@ -574,6 +595,49 @@ bool sqlite_store::erase_setting(std::string_view key, boost::system::error_code
     erased = st.exec() > 0;
   });
   return erased && !ec;
+}
+
+std::uint64_t sqlite_store::allocate(std::string_view name, std::uint64_t count,
+                                     boost::system::error_code& ec) {
+  ec = {};
+  constexpr auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (!valid_sequence_call(name, count) || count >= most) {
+    ec = errc::invalid_options;
+    return 0;
+  }
+  impl& m = *impl_;
+  std::uint64_t first = 0;
+  std::lock_guard lock(m.mutex);
+  m.guarded("allocate", ec, [&] {
+    SQLite::Statement& st = *m.sequence_take;
+    impl::reset_on_exit reset{st};
+    bind_bytes(st, 1, name);
+    st.bind(2, static_cast<std::int64_t>(count));
+    if (!st.executeStep())
+      throw store_failure{errc::invalid_options,
+                          "sequence '" + std::string(name) + "' would pass 2^63 - 1"};
+    first = static_cast<std::uint64_t>(st.getColumn(0).getInt64());
+  });
+  return ec ? 0 : first;
+}
+
+void sqlite_store::raise_to(std::string_view name, std::uint64_t next,
+                            boost::system::error_code& ec) {
+  ec = {};
+  if (!valid_sequence_call(name, 1) ||
+      next > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    ec = errc::invalid_options;
+    return;
+  }
+  impl& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.guarded("raise_to", ec, [&] {
+    SQLite::Statement& st = *m.sequence_raise;
+    impl::reset_on_exit reset{st};
+    bind_bytes(st, 1, name);
+    st.bind(2, static_cast<std::int64_t>(next));
+    st.exec();
+  });
 }
 
 sqlite_options::synchronous_level sqlite_store::synchronous(boost::system::error_code& ec) {

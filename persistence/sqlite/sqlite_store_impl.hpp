@@ -88,8 +88,10 @@ struct sqlite_store::impl {
   std::optional<SQLite::Statement> settings_all;
   std::optional<SQLite::Statement> settings_upsert;
   std::optional<SQLite::Statement> settings_erase;
-  std::optional<SQLite::Statement> due_page;  // list_due(): sqlite_due.cpp
-  std::optional<SQLite::Statement> by_id;     // find(): sqlite_due.cpp
+  std::optional<SQLite::Statement> sequence_take;   // allocate()
+  std::optional<SQLite::Statement> sequence_raise;  // raise_to()
+  std::optional<SQLite::Statement> due_page;        // list_due(): sqlite_due.cpp
+  std::optional<SQLite::Statement> by_id;           // find(): sqlite_due.cpp
 
   // The write thread of async_write(): batches in the order given.
   struct queued_write {

@@ -7,7 +7,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <delayq/delayq.hpp>
+#include <future>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -98,11 +100,15 @@ TEST_CASE("minimal store: a store with no role beyond task_store answers null fo
   CHECK(store.dead_letters() == nullptr);
   CHECK(store.settings() == nullptr);
   CHECK(store.sharded() == nullptr);
+  CHECK(store.sequences() == nullptr);
   boost::system::error_code ec;
   CHECK(delayq::dead_letters_of(store, ec) == nullptr);
   CHECK(ec == delayq::errc::unsupported);
   ec = {};
   CHECK(delayq::settings_of(store, ec) == nullptr);
+  CHECK(ec == delayq::errc::unsupported);
+  ec = {};
+  CHECK(delayq::sequences_of(store, ec) == nullptr);
   CHECK(ec == delayq::errc::unsupported);
   // The default write() has nowhere to put a dead letter.
   const delayq::task t{"t-1", "t", "", clock_type::now(), 0};
@@ -229,4 +235,66 @@ TEST_CASE("minimal store: a task out of attempts sends the store no dead letter 
   CHECK(eng.stats().dead == 0);
   CHECK(eng.stop());
   CHECK(data.snapshot().size() == 20);  // every one kept live, as its last retry left it
+}
+
+TEST_CASE(
+    "minimal store: bury() drops the task there: kept live, unsupported, run after a restart") {
+  // attempt_completion::bury() on a store without dead letters: nothing is
+  // written (a dead letter there would fail the batch it shares), the store
+  // keeps the task as it was last written, on_stored hears unsupported, and
+  // the engine lets go of it until the next start().
+  tasks_only_data data;
+  std::atomic<int> buries{0};
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<delayq::attempt_completion> dones;
+  delayq::executor_factory f;
+  f.add_async("t", [&](const delayq::task&, delayq::attempt_completion done) {
+    std::lock_guard lock(m);
+    dones.push_back(std::move(done));
+    cv.notify_all();
+  });
+  std::string id;
+  {
+    io_thread io;
+    delayq::engine eng(io.io, f, std::make_unique<bury_counting_store>(data, buries),
+                       minimal_store_options());
+    eng.start();
+    delayq::schedule_options o;
+    o.priority = 5;
+    id = eng.schedule("t", "order-1", 0ms, o);
+    delayq::attempt_completion done;
+    {
+      std::unique_lock lock(m);
+      REQUIRE(cv.wait_for(lock, patience, [&] { return !dones.empty(); }));
+      done = std::move(dones.front());
+    }
+    std::promise<boost::system::error_code> stored_ec;
+    done.bury("poison", 9, [&](boost::system::error_code ec) { stored_ec.set_value(ec); });
+    auto fut = stored_ec.get_future();
+    REQUIRE(fut.wait_for(patience) == std::future_status::ready);
+    CHECK(fut.get() == delayq::errc::unsupported);
+    CHECK(buries.load() == 0);
+    CHECK(eng.stats().died == 1);
+    CHECK(eng.stats().dead == 0);
+    CHECK(eng.stats().pending == 0);
+    CHECK(eng.stop());
+    const auto left = data.snapshot();
+    REQUIRE(left.count(id) == 1);
+    CHECK(left.at(id).priority == 5);  // as last written: the bury's priority is not stored
+    CHECK(left.at(id).attempts == 0);
+  }
+  io_thread io;
+  delayq::engine eng(io.io, f, std::make_unique<tasks_only_store>(data), minimal_store_options());
+  eng.start();
+  CHECK(eng.stats().loaded == 1);
+  delayq::attempt_completion again;
+  {
+    std::unique_lock lock(m);
+    REQUIRE(cv.wait_for(lock, patience, [&] { return dones.size() == 2; }));
+    again = std::move(dones.back());
+  }
+  again("");  // runs again after the restart; a success removes it
+  CHECK(eventually([&] { return data.snapshot().empty(); }));
+  CHECK(eng.stop());
 }

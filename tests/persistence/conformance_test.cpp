@@ -1,7 +1,9 @@
 // The task_store contract (task_store.hpp), checked identically against every
 // backend: memory_store, sqlite_store on a file in a fresh temp dir, and
 // redis_store on the test server under a prefix of its own.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <optional>
@@ -333,8 +335,9 @@ TEST_CASE_TEMPLATE("conformance: describe names the backend", F, DELAYQ_STORES) 
          name.starts_with("redis-cluster://")));
 }
 
-TEST_CASE_TEMPLATE("conformance: the store offers dead letters and settings, shards when sharded",
-                   F, DELAYQ_STORES) {
+TEST_CASE_TEMPLATE(
+    "conformance: the store offers dead letters, settings and sequences, shards when sharded", F,
+    DELAYQ_STORES) {
   F f;
   task_store& store = f.store();
   // Each role is this very object: a store that has it inherits it.
@@ -343,6 +346,8 @@ TEST_CASE_TEMPLATE("conformance: the store offers dead letters and settings, sha
   CHECK(dynamic_cast<void*>(store.dead_letters()) == self);
   REQUIRE(store.settings() != nullptr);
   CHECK(dynamic_cast<void*>(store.settings()) == self);
+  REQUIRE(store.sequences() != nullptr);
+  CHECK(dynamic_cast<void*>(store.sequences()) == self);
   std::uint32_t shards = 0;
   if constexpr (requires { F::shards; }) shards = F::shards;
   if (shards == 0) {
@@ -568,4 +573,170 @@ TEST_CASE_TEMPLATE("conformance: an undecodable dead letter is quarantined not r
   } else {
     CHECK(list_dead(f.store(), 0, 10).empty());
   }
+}
+
+// ---- priority and ttr ---------------------------------------------------------
+
+TEST_CASE_TEMPLATE("conformance: a task's priority and ttr survive write and reload", F,
+                   DELAYQ_STORES) {
+  F f;
+  task urgent = make_task("urgent", "u", 1'700'000'000'001, 2);
+  urgent.priority = 4'294'967'295u;
+  urgent.ttr = std::chrono::milliseconds{43'200'000};
+  task counted = make_task("counted", "c", 1'700'000'000'002, 0);
+  counted.priority = 1;
+  counted.trigger_count = 3;
+  counted.signals = 1;
+  task only_ttr = make_task("only-ttr", "t", 1'700'000'000'003, 0);
+  only_ttr.ttr = std::chrono::milliseconds{1000};
+  const task plain = make_task("plain");
+  const std::vector<task> tasks{urgent, counted, only_ttr, plain};
+  f.store().save(tasks);
+  dead_letter buried = make_letter("buried", "bury requested");
+  buried.task.priority = 42;
+  buried.task.ttr = std::chrono::milliseconds{5000};
+  bury(f.store(), std::vector{buried});
+
+  const auto check = [&](task_store& store) {
+    const auto stored = list_all(store);
+    REQUIRE(stored.size() == tasks.size());
+    for (const task& t : tasks) {
+      REQUIRE(stored.count(t.id) == 1);
+      CHECK(stored.at(t.id).priority == t.priority);
+      CHECK(stored.at(t.id).ttr == t.ttr);
+      CHECK(stored.at(t.id) == t);
+    }
+    CHECK(find_dead(store, "buried") == buried);
+    CHECK(list_dead(store, 0, 10) == std::vector{buried});
+  };
+  check(f.store());
+  if constexpr (F::persistent) {
+    auto again = f.reopen();
+    REQUIRE(again);
+    check(*again);
+    // A revived dead letter keeps them too.
+    revive(*again, std::vector{buried.task});
+    CHECK(list_all(f.store()).at("buried") == buried.task);
+  }
+}
+
+// ---- sequences -------------------------------------------------------------
+
+namespace {
+
+sequence_store& sequence_role(task_store& store) {
+  sequence_store* const s = store.sequences();
+  REQUIRE_MESSAGE(s != nullptr, store.describe() << " offers no sequences");
+  return *s;
+}
+
+std::uint64_t take_numbers(task_store& store, std::string_view name, std::uint64_t count) {
+  boost::system::error_code ec;
+  const std::uint64_t first = sequence_role(store).allocate(name, count, ec);
+  REQUIRE_MESSAGE(!ec, "allocate: " << ec.message());
+  return first;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("conformance: a sequence starts at 1 and never hands a number out twice", F,
+                   DELAYQ_STORES) {
+  F f;
+  CHECK(take_numbers(f.store(), "jobs", 10) == 1);
+  CHECK(take_numbers(f.store(), "jobs", 1) == 11);
+  CHECK(take_numbers(f.store(), "jobs", 1) == 12);
+  // Sequences are independent by name (bytes, not text).
+  CHECK(take_numbers(f.store(), "other", 1) == 1);
+  CHECK(take_numbers(f.store(), std::string("jobs\0x", 6), 3) == 1);
+  CHECK(take_numbers(f.store(), "jobs", 5) == 13);
+
+  boost::system::error_code ec;
+  sequence_role(f.store()).allocate("jobs", 0, ec);
+  CHECK(ec == errc::invalid_options);
+  sequence_role(f.store()).allocate("", 1, ec);
+  CHECK(ec == errc::invalid_options);
+  CHECK(take_numbers(f.store(), "jobs", 1) == 18);  // the refusals took nothing
+
+  if constexpr (F::persistent) {
+    auto again = f.reopen();
+    REQUIRE(again);
+    CHECK(take_numbers(*again, "jobs", 2) == 19);
+    CHECK(take_numbers(f.store(), "jobs", 1) == 21);  // both objects share it
+  } else {
+    CHECK(f.reopen() == nullptr);
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: raise_to moves a sequence up, never down", F, DELAYQ_STORES) {
+  F f;
+  sequence_store& seq = sequence_role(f.store());
+  boost::system::error_code ec;
+  seq.raise_to("fresh", 100, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "fresh", 1) == 100);
+  seq.raise_to("fresh", 50, ec);  // lower than next (101): no change
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "fresh", 1) == 101);
+  seq.raise_to("fresh", 102, ec);  // equal to next: no change
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "fresh", 1) == 102);
+  // Past 2^53, where a double would lose the last digits.
+  const std::uint64_t big = (std::uint64_t{1} << 53) + 3;
+  seq.raise_to("fresh", big, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "fresh", 2) == big);
+  seq.raise_to("fresh", big + 1, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "fresh", 1) == big + 2);
+  seq.raise_to("fresh", 0, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "fresh", 1) == big + 3);
+  seq.raise_to("untouched", 1, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(take_numbers(f.store(), "untouched", 1) == 1);
+  if constexpr (F::persistent) {
+    auto again = f.reopen();
+    REQUIRE(again);
+    CHECK(take_numbers(*again, "fresh", 1) == big + 4);
+  }
+}
+
+TEST_CASE_TEMPLATE("conformance: two threads allocating never get overlapping ranges", F,
+                   DELAYQ_STORES) {
+  F f;
+  // Two store objects where the backend has a second one to give (another
+  // connection, another SQLite handle): what two engines on one store see.
+  std::unique_ptr<task_store> second = f.reopen();
+  task_store& a = f.store();
+  task_store& b = second ? *second : f.store();
+  constexpr int rounds = 200;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> got[2];  // first, count
+  std::atomic<int> errors{0};
+  const auto run = [&](task_store& store, int which) {
+    for (int i = 0; i < rounds; ++i) {
+      const std::uint64_t count = 1 + static_cast<std::uint64_t>((i * 7 + which) % 5);
+      boost::system::error_code ec;
+      const std::uint64_t first = store.sequences()->allocate("shared", count, ec);
+      if (ec || first == 0)
+        ++errors;
+      else
+        got[which].emplace_back(first, count);
+    }
+  };
+  std::thread t0(run, std::ref(a), 0);
+  std::thread t1(run, std::ref(b), 1);
+  t0.join();
+  t1.join();
+  CHECK(errors.load() == 0);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> all = got[0];
+  all.insert(all.end(), got[1].begin(), got[1].end());
+  std::sort(all.begin(), all.end());
+  REQUIRE(all.size() == 2 * rounds);
+  // Together they are 1 .. N, each number once.
+  std::uint64_t next = 1;
+  for (const auto& [first, count] : all) {
+    CHECK_MESSAGE(first == next, "a range starting at " << first << ", expected " << next);
+    next = first + count;
+  }
+  CHECK(take_numbers(a, "shared", 1) == next);
 }

@@ -319,3 +319,87 @@ TEST_CASE("codec: a count-triggered task is version 3 and round-trips its count 
   CHECK(decode_dead_letter(dead, ec) == d);
   CHECK_FALSE(ec);
 }
+
+// ---- priority and ttr (format version 4) ------------------------------------
+
+TEST_CASE("codec: a task with a priority or a ttr is version 4 and round-trips them") {
+  task t = sample;
+  t.priority = 0xfffffff0u;
+  t.ttr = std::chrono::milliseconds{120'000};
+  const std::string bytes = encode_task(t);
+  CHECK(record_version(bytes) == priority_record_version);
+  CHECK(bytes[5] == 4);
+  // The version 1 fields, the version 2 ones (empty error, died_at 0), the
+  // version 3 ones (trigger_count 0: allowed in version 4), then priority
+  // and ttr in milliseconds.
+  std::string head = encode_task(sample);
+  head[5] = 4;
+  CHECK(bytes.starts_with(head));
+  CHECK(bytes.substr(head.size()) == le64(0) + le64(0) + std::string(8, '\0') +
+                                         std::string("\xf0\xff\xff\xff", 4) +
+                                         std::string("\xc0\xd4\x01\x00", 4));
+  boost::system::error_code ec;
+  CHECK(decode_task(bytes, ec) == t);
+  CHECK_FALSE(ec);
+  for (std::size_t n = 0; n < bytes.size(); ++n)
+    CHECK_MESSAGE(rejected(std::string_view(bytes).substr(0, n)), "prefix of " << n << " bytes");
+  CHECK(rejected(bytes + std::string(1, '\0')));
+
+  SUBCASE("either field alone is enough, with or without a trigger count") {
+    task only_ttr = sample;
+    only_ttr.ttr = std::chrono::milliseconds{1};
+    CHECK(record_version(encode_task(only_ttr)) == 4);
+    CHECK(decode_task(encode_task(only_ttr)) == only_ttr);
+    task counted = sample;
+    counted.priority = 7;
+    counted.trigger_count = 3;
+    counted.signals = 2;
+    CHECK(record_version(encode_task(counted)) == 4);
+    CHECK(decode_task(encode_task(counted)) == counted);
+  }
+  SUBCASE("a task with neither stays version 1 or 3") {
+    CHECK(record_version(encode_task(sample)) == 1);
+    task counted = sample;
+    counted.trigger_count = 3;
+    CHECK(record_version(encode_task(counted)) == 3);
+  }
+  SUBCASE("a ttr past the field is stored as its largest value, a negative one as 0") {
+    task longer = sample;
+    longer.priority = 1;
+    longer.ttr = std::chrono::milliseconds{std::int64_t{1} << 40};
+    CHECK(decode_task(encode_task(longer)).ttr.count() == 0xffffffffLL);
+    longer.ttr = std::chrono::milliseconds{-5};
+    CHECK(decode_task(encode_task(longer)).ttr.count() == 0);
+  }
+  SUBCASE("a dead letter with a priority is version 4") {
+    dead_letter d{t, "buried", from_epoch_ms(1'700'000'000'999)};
+    const std::string dead = encode_dead_letter(d);
+    CHECK(dead[5] == 4);
+    CHECK(decode_dead_letter(dead, ec) == d);
+    CHECK_FALSE(ec);
+    for (std::size_t n = 0; n < dead.size(); ++n) {
+      boost::system::error_code dec;
+      decode_dead_letter(std::string_view(dead).substr(0, n), dec);
+      CHECK_MESSAGE(dec == errc::corrupt_record, "prefix of " << n << " bytes");
+    }
+  }
+}
+
+TEST_CASE("codec: a version 4 record with neither a priority nor a ttr is rejected") {
+  // It would not re-encode to the same bytes (the encoder writes version 1).
+  task t = sample;
+  t.priority = 1;
+  std::string bytes = encode_task(t);
+  bytes[bytes.size() - 8] = 0;  // priority 1 -> 0, ttr is 0 already
+  boost::system::error_code ec;
+  std::string why;
+  decode_task(bytes, ec, &why);
+  CHECK(ec == errc::corrupt_record);
+  CHECK(why.find("version 4") != std::string::npos);
+  // A version 3 record still needs its trigger count.
+  task counted = sample;
+  counted.trigger_count = 1;
+  std::string v3 = encode_task(counted);
+  v3[v3.size() - 8] = 0;
+  CHECK(rejected(v3));
+}

@@ -449,3 +449,67 @@ TEST_CASE("server: with --horizon a far task stays in the store and every call s
   REQUIRE_MESSAGE(stats.status == 200, stats.describe());
   CHECK(find_number(stats.body_json, "paged") >= std::optional<double>(1));  // read in, not loaded
 }
+
+TEST_CASE("server: priority and ttr_ms put over HTTP read back, after a restart too") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  tasks_fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("prio");
+
+  auto r = c.post(
+      "/v1/tasks",
+      json{{"type", type}, {"delay_ms", 3600000}, {"priority", 4294967295u}, {"ttr_ms", 43200000}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string top = id_of(r);
+  r = c.post("/v1/tasks", json{{"type", type}, {"delay_ms", 3600000}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string plain = id_of(r);
+  r = c.post(
+      "/v1/tasks:batch",
+      json{{"tasks",
+            json::array(
+                {json{{"type", type}, {"delay_ms", 3600000}, {"priority", 7}, {"ttr_ms", 1000}},
+                 json{{"type", type}, {"delay_ms", 3600000}, {"ttr_ms", 0}, {"priority", 0}}})}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  REQUIRE(r.body_json["ids"].size() == 2);
+  const std::string batched = r.body_json["ids"][0].get<std::string>();
+  const std::string batched_plain = r.body_json["ids"][1].get<std::string>();
+
+  const auto check = [&](http_client& client, const std::string& id, std::uint64_t priority,
+                         std::int64_t ttr_ms) {
+    INFO("task ", id);
+    auto g = client.get(task_path(id));
+    REQUIRE_MESSAGE(g.status == 200, g.describe());
+    CHECK(g.body_json["priority"] == priority);
+    CHECK(g.body_json["ttr_ms"] == ttr_ms);
+  };
+  check(c, top, 4294967295u, 43200000);
+  check(c, plain, 0, 0);
+  check(c, batched, 7, 1000);
+  check(c, batched_plain, 0, 0);
+
+  // Bad values: the same 400 as any bad field, nothing stored.
+  for (const json& bad :
+       {json{{"priority", -1}}, json{{"priority", 4294967296ull}}, json{{"priority", "high"}},
+        json{{"priority", 1.5}}, json{{"ttr_ms", 999}}, json{{"ttr_ms", 1}}, json{{"ttr_ms", -1}},
+        json{{"ttr_ms", 43200001}}, json{{"ttr_ms", "30s"}}}) {
+    INFO("bad: ", bad.dump());
+    json body{{"type", type}, {"delay_ms", 3600000}, {"id", unique_name("bad")}};
+    body.update(bad);
+    auto b = c.post("/v1/tasks", body);
+    CHECK_MESSAGE(b.status == 400, b.describe());
+    CHECK(b.error() == "bad_request");
+    CHECK(c.get(task_path(body["id"].get<std::string>())).status == 404);
+    auto bb = c.post("/v1/tasks:batch", json{{"tasks", json::array({body})}});
+    CHECK_MESSAGE(bb.status == 400, bb.describe());
+  }
+
+  // Stored with the task: a new server on the same store shows them.
+  f.server.reset();
+  f.server = server_process::start(f.store);
+  http_client again(f.server->port());
+  check(again, top, 4294967295u, 43200000);
+  check(again, batched, 7, 1000);
+  check(again, plain, 0, 0);
+}

@@ -103,7 +103,8 @@ class engine {
   /// task id once the task is durable.
   /// Errors: not_running, invalid_type, unknown_type, invalid_id,
   /// invalid_delay, due_too_far, payload_too_large, duplicate_id,
-  /// queue_full, type_full, busy, and the store's errors (store_unavailable,
+  /// invalid_ttr (schedule_options::ttr), queue_full, type_full, busy, and
+  /// the store's errors (store_unavailable,
   /// store_error: nothing was stored; outcome_unknown: the store timed out
   /// and may still apply the write, see errc::outcome_unknown).
   /// With engine_options::cluster: not_owner for a task with an id

@@ -37,6 +37,9 @@ struct type_metrics {
   std::uint64_t died = 0;       ///< Tasks that became dead letters.
   std::uint64_t cancelled = 0;  ///< Successful cancel() calls.
   std::uint64_t timed_out = 0;  ///< Attempts that passed their type's timeout.
+  /// Attempts their executor released (attempt_completion::release()):
+  /// neither succeeded nor failed.
+  std::uint64_t released = 0;
   /// Seconds from a task's due time to the start of its attempt.
   histogram_data lateness_seconds;
   /// Seconds from the start of an attempt to its end (an asynchronous one:

@@ -43,6 +43,10 @@ struct engine_stats {
   std::uint64_t retried = 0;      ///< Failed attempts scheduled to run again.
   std::uint64_t timed_out = 0;    ///< Attempts that passed their timeout.
   std::uint64_t died = 0;         ///< Tasks that became dead letters since start().
+  /// Attempts their executor released to wait again
+  /// (attempt_completion::release()): counted neither in succeeded nor in
+  /// failed.
+  std::uint64_t released = 0;
   std::size_t dead = 0;           ///< Dead letters in the store now.
   std::uint64_t wakeups = 0;      ///< Times the wheel's timer fired (0 while nothing is due).
   std::size_t writes_queued = 0;  ///< Store writes queued and not yet sent.

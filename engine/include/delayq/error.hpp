@@ -89,6 +89,8 @@ enum class errc {
   /// The store's key layout does not match the shard count asked for (a
   /// store opened with another `shards` than the one it was created with).
   shard_mismatch = 28,
+  /// A task's ttr (schedule_options::ttr) below 0 or above 2^32 - 1 ms.
+  invalid_ttr = 29,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

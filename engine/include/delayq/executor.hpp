@@ -2,9 +2,12 @@
 #pragma once
 
 #include <boost/system/error_code.hpp>
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,22 +36,36 @@ class executor {
 
 namespace detail {
 class dispatcher;
-}
+
+/// How an attempt ended, as attempt_completion reports it (internal).
+struct attempt_end {
+  enum class kind : std::uint8_t { succeeded, failed, released, buried };
+  kind what = kind::succeeded;
+  std::string text;                             ///< failed: why; buried: the dead letter's error
+  std::chrono::system_clock::time_point due{};  ///< released: when it is due again
+  std::optional<std::uint32_t> priority;        ///< released, buried: the new priority
+};
+}  // namespace detail
 
 /// How an asynchronous attempt reports its end: call it once, with an empty
-/// string for success or the reason it failed.
+/// string for success or the reason it failed; or release() the task to wait
+/// again, or bury() it.
 ///
-/// The two-argument form also says when the outcome is in the store:
+/// The forms with `on_stored` also say when the outcome is in the store:
 /// `on_stored` is called once what the outcome changes there is durable
 /// (a success: the task's removal; a failure: the retry's attempt count and
-/// due time, or the dead letter), with an empty error_code; or with the
-/// store's error (errc::store_unavailable, ...) when that write failed: the
-/// engine keeps the change and writes it again until it lands, and a crash
-/// before then runs the task once more; or with errc::attempt_ended when the
+/// due time, or the dead letter; a release: the new due time and priority;
+/// a bury: the dead letter), with an empty error_code; or with the store's
+/// error (errc::store_unavailable, ...) when that write failed: the engine
+/// keeps the change and writes it again until it lands, and a crash before
+/// then runs the task once more; or with errc::attempt_ended when the
 /// attempt had ended already (its timeout passed first) and the report was
 /// ignored. It runs on the engine's writer thread or on the caller's, with
 /// no lock of the engine held; it must not block. delayq-server answers a
 /// consumer's finish only from it, so a 204 means the task is gone for good.
+/// An attempt on a task that was replaced or cancelled while it ran changes
+/// nothing in the store (the new version owns the id): its on_stored gets an
+/// empty error_code.
 ///
 /// Copies share one attempt. Thread safety: call from any thread; one call
 /// in all per attempt (a second one is ignored, and its on_stored gets
@@ -59,17 +76,57 @@ class attempt_completion {
 
   attempt_completion() = default;
   /// Ends the attempt: success when `failure` is empty.
-  void operator()(std::string failure) const { report_(std::move(failure), nullptr); }
+  void operator()(std::string failure) const { (*this)(std::move(failure), nullptr); }
   /// Ends the attempt, and calls `on_stored` once its outcome is durable.
   void operator()(std::string failure, stored_handler on_stored) const {
-    report_(std::move(failure), std::move(on_stored));
+    detail::attempt_end e;
+    e.what =
+        failure.empty() ? detail::attempt_end::kind::succeeded : detail::attempt_end::kind::failed;
+    e.text = std::move(failure);
+    report_(std::move(e), std::move(on_stored));
+  }
+  /// Ends the attempt without counting it (no failure, no retry counted): the
+  /// task waits again until `due`, with `priority` when given (beanstalkd's
+  /// release). `on_stored` is called once the change is durable.
+  ///
+  /// The task keeps its attempt count (task::attempts) and fires again at
+  /// `due` (at once when `due` has passed; a `due` past the engine's
+  /// max_delay is cut to it). Counted in engine_stats::released, as neither
+  /// a success nor a failure. `on_stored` may be null.
+  void release(std::chrono::system_clock::time_point due, std::optional<std::uint32_t> priority,
+               stored_handler on_stored) const {
+    detail::attempt_end e;
+    e.what = detail::attempt_end::kind::released;
+    e.due = due;
+    e.priority = priority;
+    report_(std::move(e), std::move(on_stored));
+  }
+  /// Ends the attempt by burying the task now, whatever the retry policy says:
+  /// it becomes a dead letter with `reason` as its error, with `priority` when
+  /// given (beanstalkd's bury). On a store without dead letters it is dropped
+  /// like a dead task there (below).
+  ///
+  /// The dead letter's attempt count includes this attempt, as a bury after
+  /// the last retry does; it is counted in engine_stats::died (not as a
+  /// failure) and raises the dead-letter alert. On a store without
+  /// dead_letters() nothing is written: the store keeps the task as it was
+  /// last written, the engine lets go of it until its next start(), which
+  /// runs it again (an in-process store keeps no copy: the task is lost),
+  /// and `on_stored` gets errc::unsupported. `on_stored` may be null.
+  void bury(std::string reason, std::optional<std::uint32_t> priority,
+            stored_handler on_stored) const {
+    detail::attempt_end e;
+    e.what = detail::attempt_end::kind::buried;
+    e.text = std::move(reason);
+    e.priority = priority;
+    report_(std::move(e), std::move(on_stored));
   }
   /// Whether this completion belongs to an attempt.
   explicit operator bool() const noexcept { return static_cast<bool>(report_); }
 
  private:
   friend class detail::dispatcher;
-  using report_fn = std::function<void(std::string, stored_handler)>;
+  using report_fn = std::function<void(detail::attempt_end, stored_handler)>;
   explicit attempt_completion(report_fn f) : report_(std::move(f)) {}
   report_fn report_;
 };

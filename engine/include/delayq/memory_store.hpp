@@ -4,6 +4,7 @@
 #include <utility>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -14,8 +15,9 @@
 
 namespace delayq {
 
-/// A task_store held in memory, with dead letters and settings (the roles of
-/// dead_letter_store and settings_store): nothing survives the process. For tests,
+/// A task_store held in memory, with dead letters, settings and sequences
+/// (the roles of dead_letter_store, settings_store and sequence_store):
+/// nothing survives the process. For tests,
 /// benchmarks and services whose tasks are cheap to lose; use redis_store or
 /// sqlite_store when they are not.
 ///
@@ -26,7 +28,10 @@ namespace delayq {
 ///
 /// Thread safety: all members are safe to call from any thread; one mutex
 /// makes every call, and every write() batch, atomic.
-class memory_store final : public task_store, public dead_letter_store, public settings_store {
+class memory_store final : public task_store,
+                           public dead_letter_store,
+                           public settings_store,
+                           public sequence_store {
  public:
   using dead_letter_store::bury;
   using dead_letter_store::count_dead;
@@ -53,6 +58,7 @@ class memory_store final : public task_store, public dead_letter_store, public s
   bool in_process() const noexcept override { return true; }
   dead_letter_store* dead_letters() noexcept override { return this; }
   delayq::settings_store* settings() noexcept override { return this; }
+  delayq::sequence_store* sequences() noexcept override { return this; }
 
   void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
   std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
@@ -68,6 +74,12 @@ class memory_store final : public task_store, public dead_letter_store, public s
                     boost::system::error_code& ec) override;
   bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
 
+  /// Sequences in a map under the store's mutex. A sequence ends at
+  /// 2^64 - 1: errc::invalid_options past it.
+  std::uint64_t allocate(std::string_view name, std::uint64_t count,
+                         boost::system::error_code& ec) override;
+  void raise_to(std::string_view name, std::uint64_t next, boost::system::error_code& ec) override;
+
   /// The number of stored live tasks.
   std::size_t size() const;
   /// The number of quarantined records.
@@ -82,6 +94,7 @@ class memory_store final : public task_store, public dead_letter_store, public s
   std::unordered_map<std::string, dead_letter> dead_;
   std::unordered_map<std::string, std::pair<task, std::string>> quarantine_;  // task, reason
   std::map<std::string, std::string, std::less<>> settings_;
+  std::map<std::string, std::uint64_t, std::less<>> sequences_;  // name -> next number
 };
 
 }  // namespace delayq

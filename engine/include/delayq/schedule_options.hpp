@@ -31,6 +31,12 @@ struct schedule_options {
   /// runs when it has received this many signals or at its due time,
   /// whichever comes first; its executor tells which from task::signals.
   std::uint32_t trigger_count = 0;
+  /// The task's priority (task::priority): lower goes first among the ready
+  /// tasks of a pull consumer. Stored; the engine does not order by it.
+  std::uint32_t priority = 0;
+  /// The task's time to run when a consumer reserves it (task::ttr); 0: the
+  /// consumer's own choice. 0 to 2^32 - 1 ms (errc::invalid_ttr otherwise).
+  std::chrono::milliseconds ttr{0};
 };
 
 /// One task of a schedule_many() call.

@@ -33,6 +33,17 @@ struct task {
   std::uint32_t trigger_count = 0;
   /// Signals received so far (durable: each acknowledged signal is stored).
   std::uint32_t signals = 0;
+  /// For a pull consumer (delayq-server's beanstalkd listener): among the
+  /// ready tasks it hands out, a lower number goes first (beanstalkd's
+  /// meaning; 0 is the most urgent). Stored with the task; the engine itself
+  /// does not order by it: it fires tasks by due time.
+  std::uint32_t priority = 0;
+  /// The lease a consumer gets when it reserves this task (its time to run,
+  /// beanstalkd's TTR); 0: the consumer's own choice. Stored with the task
+  /// to the millisecond, at most 2^32 - 1 ms (engine::schedule() refuses a
+  /// negative or longer one with errc::invalid_ttr); the engine itself does
+  /// not read it (an executor's time limit is its type's timeout).
+  std::chrono::milliseconds ttr{0};
   /// Clusters (engine_options::cluster), in the copy an executor gets: the
   /// fencing token of the shard lease the attempt runs under; 0 otherwise
   /// (never stored). A receiver that keeps the highest token seen per shard

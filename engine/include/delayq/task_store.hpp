@@ -1,6 +1,7 @@
 // delayq/task_store.hpp - the interface every persistence backend implements:
-// the live tasks. Dead letters, settings and shards are roles a store may
-// offer besides (dead_letter_store.hpp, settings_store.hpp, shard_store.hpp).
+// the live tasks. Dead letters, settings, sequences and shards are roles a
+// store may offer besides (dead_letter_store.hpp, settings_store.hpp,
+// sequence_store.hpp, shard_store.hpp).
 #pragma once
 
 #include <utility>
@@ -21,6 +22,7 @@
 
 #include "delayq/dead_letter_store.hpp"
 #include "delayq/error.hpp"
+#include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/task.hpp"
 
@@ -83,6 +85,8 @@ struct store_change {
 /// it inherits and hands out through an accessor here (null: not offered):
 /// - dead_letters(): a dead-letter area keyed the same way (dead_letter_store);
 /// - settings(): a few named values (settings_store);
+/// - sequences(): named counters that never hand a number out twice
+///   (sequence_store);
 /// - sharded(): shards, leases and notices for a cluster (shard_store).
 /// The engine works with a store that offers none of them; what it does
 /// without each is said at the accessor.
@@ -211,6 +215,10 @@ class task_store {
   /// them; delayq-server answers what needs them with errc::unsupported.
   virtual settings_store* settings() noexcept { return nullptr; }
 
+  /// The named sequences (sequence_store), or null. The engine never needs
+  /// them; delayq-server's beanstalkd listener takes its job ids from them.
+  virtual sequence_store* sequences() noexcept { return nullptr; }
+
   /// The cluster role (shard_store, delayq/shard_store.hpp), or null: a store
   /// that keeps one key space. An engine with engine_options::cluster refuses
   /// to start on it (errc::shard_mismatch: 0 shards).
@@ -267,6 +275,14 @@ inline dead_letter_store* dead_letters_of(task_store& store,
 /// store keeps no settings.
 inline settings_store* settings_of(task_store& store, boost::system::error_code& ec) noexcept {
   settings_store* const s = store.settings();
+  if (!s) ec = errc::unsupported;
+  return s;
+}
+
+/// `store.sequences()`, or null with `ec` set to errc::unsupported when the
+/// store keeps no sequences.
+inline sequence_store* sequences_of(task_store& store, boost::system::error_code& ec) noexcept {
+  sequence_store* const s = store.sequences();
   if (!s) ec = errc::unsupported;
   return s;
 }

@@ -17,6 +17,15 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
                                                  std::string_view id, std::uint32_t attempts_before,
                                                  bool replaced, bool stopping,
                                                  std::vector<alert>& alerts) {
+  if (o.result == outcome::what::released || o.result == outcome::what::buried) {
+    // The executor's own verdict: neither a success nor a failure (no
+    // failure-rate alert), and the retry policy has no say.
+    if (replaced) return {verdict_kind::drop_replaced};
+    if (o.result == outcome::what::buried) return {verdict_kind::bury, attempts_before + 1};
+    ++released_;
+    type_counters::add(type.counters.released);
+    return {verdict_kind::release, attempts_before, o.due_ms};
+  }
   const bool ok = o.result == outcome::what::succeeded;
   const bool ran = o.result != outcome::what::abandoned && o.result != outcome::what::withheld;
   if (ran) {

@@ -6,6 +6,11 @@
 //   failed, hopeless        -> retry at now + backoff (failure_policy), with
 //                              one attempt more; or, once the retry policy
 //                              says no more, bury: a dead letter
+//   released                -> release: due again at the time the executor
+//                              gave, with its attempt count unchanged (not a
+//                              success nor a failure; counted as released)
+//   buried                  -> bury at once, whatever retries are left (a
+//                              death, not a failure)
 //   abandoned, withheld     -> run it again at the next tick (drop it when
 //                              the engine is stopping: the store has it)
 //   replaced while it ran   -> drop: the new version owns the id and the store
@@ -37,19 +42,21 @@ class attempt_settler {
     drop,           // never ran to an outcome, and the engine is stopping
     remove,         // succeeded
     retry,          // failed: again at `due_ms`, with `attempts` made
-    bury,           // failed for the last time: a dead letter after `attempts`
+    bury,           // failed for the last time, or buried: a dead letter after `attempts`
+    release,        // released: again at `due_ms`, `attempts` unchanged
   };
   struct verdict {
     verdict_kind what = verdict_kind::remove;
     std::uint32_t attempts = 0;  // retry, bury: the attempts made, this one included
-    std::int64_t due_ms = 0;     // retry
+    std::int64_t due_ms = 0;     // retry, release
   };
 
   explicit attempt_settler(failure_policy& failures) : failures_(failures) {}
 
   /// The verdict on outcome `o` of an attempt on task `id` of `type` that had
   /// made `attempts_before` attempts. `replaced`: the id went to a new version
-  /// while it ran. Counts the outcome, logs a retry, and appends the alerts
+  /// while it ran. A release's due time is o.due_ms as given: the caller
+  /// bounds it. Counts the outcome, logs a retry, and appends the alerts
   /// to raise to `alerts`.
   verdict decide(const outcome& o, const type_registry::type_info& type, std::string_view id,
                  std::uint32_t attempts_before, bool replaced, bool stopping,
@@ -63,10 +70,11 @@ class attempt_settler {
   std::uint64_t failed() const noexcept { return failed_; }
   std::uint64_t retried() const noexcept { return retried_; }
   std::uint64_t died() const noexcept { return died_; }
+  std::uint64_t released() const noexcept { return released_; }
 
  private:
   failure_policy& failures_;
-  std::uint64_t succeeded_ = 0, failed_ = 0, retried_ = 0, died_ = 0;
+  std::uint64_t succeeded_ = 0, failed_ = 0, retried_ = 0, died_ = 0, released_ = 0;
 };
 
 }  // namespace delayq::detail

@@ -31,6 +31,11 @@ std::uint64_t micros_since(std::chrono::steady_clock::time_point t) noexcept {
   return us > 0 ? static_cast<std::uint64_t>(us) : 0;
 }
 
+// A released task's due time, to the millisecond (floored, as due_at() does).
+std::int64_t epoch_ms_of(std::chrono::system_clock::time_point t) noexcept {
+  return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
 std::string describe(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);
@@ -71,17 +76,40 @@ struct dispatcher::attempt {
     report(w, std::move(failure), std::move(on_stored));
   }
 
+  // What an asynchronous executor's completion reported.
+  void settle(attempt_end e, attempt_completion::stored_handler on_stored) {
+    if (!claim()) {
+      if (on_stored) on_stored(errc::attempt_ended);
+      return;
+    }
+    using k = attempt_end::kind;
+    switch (e.what) {
+      case k::succeeded: return report(outcome::what::succeeded, {}, std::move(on_stored));
+      case k::failed: return report(outcome::what::failed, std::move(e.text), std::move(on_stored));
+      case k::released:
+        return report(outcome::what::released, {}, std::move(on_stored), epoch_ms_of(e.due),
+                      e.priority);
+      case k::buried:
+        return report(outcome::what::buried, std::move(e.text), std::move(on_stored), 0,
+                      e.priority);
+    }
+  }
+
   // Whether this caller is the one that ends the attempt.
   bool claim() noexcept { return !settled.exchange(true, std::memory_order_acq_rel); }
 
   // After a successful claim().
   void report(outcome::what w, std::string failure,
-              attempt_completion::stored_handler on_stored = nullptr) {
+              attempt_completion::stored_handler on_stored = nullptr, std::int64_t due_ms = 0,
+              std::optional<std::uint32_t> priority = {}) {
     if (timer) boost::asio::post(d->strand_, [timer = timer] { timer->cancel(); });
     // An abandoned attempt is started again later: it has no end to time.
     if (w != outcome::what::abandoned) counters->execution.record(micros_since(began));
-    d->report(outcome{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure),
-                      std::move(on_stored)});
+    outcome o{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)};
+    o.due_ms = due_ms;
+    o.priority = priority;
+    o.on_stored = std::move(on_stored);
+    d->report(std::move(o));
   }
 };
 
@@ -245,6 +273,8 @@ void dispatcher::run(const ready_ref& r, task& t) {
   t.attempts = r.v.attempts();
   t.trigger_count = r.trigger_count;
   t.signals = r.signals;
+  t.priority = r.priority;
+  t.ttr = std::chrono::milliseconds{r.ttr_ms};
   t.fence = r.fence;
   const auto started = std::chrono::system_clock::now();
   const auto late = std::chrono::duration_cast<std::chrono::microseconds>(started - t.due);
@@ -340,10 +370,8 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
     auto guard = std::make_shared<completion_guard<attempt>>();
     guard->a = a;
     async_executor::completion done{
-        [guard](std::string failure, attempt_completion::stored_handler on_stored) {
-          // Decided before the string moves: argument order is unspecified.
-          const auto result = failure.empty() ? outcome::what::succeeded : outcome::what::failed;
-          guard->a->settle(result, std::move(failure), std::move(on_stored));
+        [guard](attempt_end e, attempt_completion::stored_handler on_stored) {
+          guard->a->settle(std::move(e), std::move(on_stored));
         }};
     guard.reset();  // only `done` and its copies hold it now
     if (a->exec)

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -41,6 +42,7 @@ struct ready_ref {
   std::uint16_t kind = 0;
   timer_wheel::record_view v;
   std::uint32_t trigger_count = 0, signals = 0;  // a count-triggered task's, as it was queued
+  std::uint32_t priority = 0, ttr_ms = 0;        // the task's, as it was queued
   std::uint64_t fence = 0;  // clusters: the lease token it was dispatched under (task::fence)
 };
 
@@ -53,12 +55,16 @@ struct outcome {
     abandoned,  // an asynchronous executor dropped its completion
     dead,       // never started: cancelled while queued; free the record
     withheld,   // never started: the owner's may_start() said no; hold it again
+    released,   // the executor released it: due again at `due_ms`, not counted
+    buried,     // the executor buried it: a dead letter now, whatever the retries left
   };
   what result = what::succeeded;
   timer_wheel::handle h = 0;
   std::uint32_t tag = 0;  // the word as the dispatcher left it
   std::uint16_t kind = 0;
-  std::string failure;
+  std::string failure;                    // failed, hopeless: why; buried: the dead letter's error
+  std::int64_t due_ms = 0;                // released: when it is due again (ms since the epoch)
+  std::optional<std::uint32_t> priority;  // released, buried: the task's new priority
   /// An asynchronous attempt's wish to hear when its outcome is durable.
   attempt_completion::stored_handler on_stored;
 };

@@ -81,7 +81,23 @@ task engine_core::task_of(timer_wheel::handle h) const {
   const trigger_counts tc = trigger_of(h);
   t.trigger_count = tc.count;
   t.signals = tc.signals;
+  const task_attrs a = attrs_of(h);
+  t.priority = a.priority;
+  t.ttr = milliseconds{a.ttr_ms};
   return t;
+}
+
+engine_core::task_attrs engine_core::attrs_of(timer_wheel::handle h) const {
+  if (attrs_.empty()) return {};  // the usual case: no task with a priority or a ttr held
+  const auto it = attrs_.find(h);
+  return it == attrs_.end() ? task_attrs{} : it->second;
+}
+
+void engine_core::set_attrs_locked(timer_wheel::handle h, task_attrs a) {
+  if (a.priority == 0 && a.ttr_ms == 0)
+    attrs_.erase(h);
+  else
+    attrs_[h] = a;
 }
 
 void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms) {
@@ -98,6 +114,7 @@ void engine_core::erase_locked(timer_wheel::handle h) {
     --unindexed_;
   }
   if (!triggers_.empty()) triggers_.erase(h);
+  if (!attrs_.empty()) attrs_.erase(h);
   wheel_.erase(h);
 }
 
@@ -211,6 +228,7 @@ void engine_core::start(boost::system::error_code& ec) {
     for (timer_wheel::handle h : all) wheel_.erase(h);
     kind_pending_.clear();
     triggers_.clear();
+    attrs_.clear();
     return;
   }
   if (take && !taken.empty()) {
@@ -425,6 +443,7 @@ engine_stats engine_core::stats() const {
     s.quarantined = quarantined_;
     s.retried = settler_.retried();
     s.died = settler_.died();
+    s.released = settler_.released();
     s.dead = dead_;
   }
   s.ready = dispatcher_.ready();
@@ -477,6 +496,7 @@ engine_metrics engine_core::metrics() const {
     t.died = counter(c.died);
     t.cancelled = counter(c.cancelled);
     t.timed_out = counter(c.timed_out);
+    t.released = counter(c.released);
     c.lateness.snapshot(t.lateness_seconds, 1e-6);
     c.execution.snapshot(t.execution_seconds, 1e-6);
   }

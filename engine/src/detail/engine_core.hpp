@@ -136,6 +136,7 @@ class engine_core final : public dispatcher::owner,
     p_cancel_queued,    // a due record: leave it dead, or queued again
     p_reschedule,       // arm at the new time, or back at the old one
     p_retry,            // a failed attempt's new count and due time: arm either way
+    p_release,          // a released attempt's new due time (and priority): arm either way
     p_purge,            // a dead letter went
     p_bury,             // a dead letter written (counted already): uncount it if fenced off
     p_signal,           // a trigger's new count (and due time): arm either way, old ones on failure
@@ -161,6 +162,7 @@ class engine_core final : public dispatcher::owner,
     std::uint16_t old_kind = 0;
     std::uint32_t old_running_tag = 0;               // p_replace_running: the old record's word
     std::uint32_t old_trigger = 0, old_signals = 0;  // p_replace, p_signal
+    std::uint32_t old_priority = 0, old_ttr_ms = 0;  // p_replace
   };
   // What settling found to do once the lock is let go.
   struct after_lock {
@@ -183,6 +185,7 @@ class engine_core final : public dispatcher::owner,
     std::int64_t due_ms = 0;
     std::uint32_t hash = 0;
     std::uint32_t trigger_count = 0;
+    std::uint32_t priority = 0, ttr_ms = 0;
   };
   // The engine's side of one change, whether or not the store writes it.
   struct change {
@@ -284,6 +287,18 @@ class engine_core final : public dispatcher::owner,
   trigger_counts trigger_of(timer_wheel::handle h) const;
   void set_trigger_locked(timer_wheel::handle h, std::uint32_t count, std::uint32_t signals);
   ready_ref ready_of(timer_wheel::handle h, std::uint32_t word) const;
+
+  // Tasks with a priority or a ttr (task::priority, task::ttr): theirs, by
+  // record, beside the wheel like the trigger counts, so ordinary tasks pay
+  // nothing. Under the lock; set_attrs_locked(h, {}) forgets.
+  struct task_attrs {
+    std::uint32_t priority = 0, ttr_ms = 0;
+  };
+  task_attrs attrs_of(timer_wheel::handle h) const;
+  static task_attrs attrs_from(const task& t) noexcept {
+    return {t.priority, clamped_ttr_ms(t.ttr)};
+  }
+  void set_attrs_locked(timer_wheel::handle h, task_attrs a);
 
   // ---- the horizon (engine_core_horizon.cpp, horizon_pager.hpp) ------------
   // With a horizon the wheel holds every stored task due at or before the
@@ -405,6 +420,7 @@ class engine_core final : public dispatcher::owner,
   std::size_t unindexed_ = 0;  // records held that find() cannot reach (dead, superseded)
   std::vector<std::size_t> kind_pending_;
   std::unordered_map<timer_wheel::handle, trigger_counts> triggers_;
+  std::unordered_map<timer_wheel::handle, task_attrs> attrs_;
   std::uint64_t armed_tick_ = timer_wheel::no_tick;
   std::unordered_map<std::string, std::vector<deferred_call>>
       deferred_;  // async calls waiting for an id

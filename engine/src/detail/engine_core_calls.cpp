@@ -112,6 +112,9 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
   if (!running_check(ec)) return {};
   spec_ref spec{type, payload, opts.id, opts.conflict};
   spec.trigger_count = opts.trigger_count;
+  spec.priority = opts.priority;
+  spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
+  if (ec) return {};
   spec.due_ms = due_after(delay, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
@@ -127,6 +130,9 @@ std::string engine_core::schedule_at(std::string_view type, std::string_view pay
   if (!running_check(ec)) return {};
   spec_ref spec{type, payload, opts.id, opts.conflict};
   spec.trigger_count = opts.trigger_count;
+  spec.priority = opts.priority;
+  spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
+  if (ec) return {};
   spec.due_ms = due_at(due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
@@ -146,6 +152,12 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
     const task_spec& s = specs[i];
     refs[i] = spec_ref{s.type, s.payload, s.options.id, s.options.conflict};
     refs[i].trigger_count = s.options.trigger_count;
+    refs[i].priority = s.options.priority;
+    refs[i].ttr_ms = ttr_ms_of(s.options.ttr, ec);
+    if (ec) {
+      bad = i;
+      return {};
+    }
     refs[i].due_ms = due_at(s.due, now, options_.max_delay, ec);
     if (ec || (ec = check_spec(refs[i]))) {
       bad = i;
@@ -322,11 +334,15 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
           const trigger_counts old = trigger_of(c.h);
           ctx->old_trigger = old.count;
           ctx->old_signals = old.signals;
+          const task_attrs old_attrs = attrs_of(c.h);
+          ctx->old_priority = old_attrs.priority;
+          ctx->old_ttr_ms = old_attrs.ttr_ms;
         }
         --kind_pending(wheel_.kind(c.h));
         wheel_.disarm(c.h);
         wheel_.assign(c.h, it);
         set_trigger_locked(c.h, spec.trigger_count, 0);
+        set_attrs_locked(c.h, {spec.priority, spec.ttr_ms});
         ++kind_pending(it.kind);
       } else {
         // Its attempt is running: let it finish, but its outcome must neither
@@ -346,6 +362,8 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
       c.h = wheel_.insert_detached(it, spec.hash);
       set_tag(c.h, tsw::with_state(tag(c.h), tsw::persisting) | tsw::fresh);
       if (spec.trigger_count > 0) set_trigger_locked(c.h, spec.trigger_count, 0);
+      if (spec.priority != 0 || spec.ttr_ms != 0)
+        set_attrs_locked(c.h, {spec.priority, spec.ttr_ms});
       ++kind_pending(it.kind);
     }
     c.id = spec.id;
@@ -379,6 +397,9 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
   if (!running_check(ec)) return done->complete(ec, {});
   spec_ref ref{spec.type, spec.payload, spec.options.id, spec.options.conflict};
   ref.trigger_count = spec.options.trigger_count;
+  ref.priority = spec.options.priority;
+  ref.ttr_ms = ttr_ms_of(spec.options.ttr, ec);
+  if (ec) return done->complete(ec, {});
   ref.due_ms = due_at(spec.due, now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(ref))) return done->complete(ec, {});
   if (!ref.id.empty() && !owner_check(ref.id, ec)) return done->complete(ec, {});  // clusters
@@ -579,6 +600,7 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
         }
         c.h = wheel_.insert_detached({d->task.id, d->task.payload, type->k, due_ms, 0}, c.hash);
         set_tag(c.h, tsw::with_state(tag(c.h), tsw::persisting) | tsw::fresh);
+        set_attrs_locked(c.h, attrs_from(d->task));  // a requeue keeps its priority and ttr
         ++kind_pending(type->k);
         c.why = p_insert;
         c.aux = 1;  // a requeue: one dead letter fewer once it landed

@@ -3,7 +3,7 @@
 // dispatcher (in a cluster, only under a lease surely ours: ownership.hpp);
 // the dispatcher runs the attempts and gives their outcomes back to
 // settle(), which applies the attempt settler's verdict (attempt_settler.hpp:
-// remove, retry or bury) to the record and writes it.
+// remove, retry, release or bury) to the record and writes it.
 #include <algorithm>
 
 #include "delayq/log.hpp"
@@ -185,6 +185,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         case attempt_settler::verdict_kind::bury: {
           write_op op = make_op(change_kind::bury, p_bury, h, true);
           op.t.attempts = v.attempts;
+          if (o.priority) op.t.priority = *o.priority;  // attempt_completion::bury()
           if (store_->dead_letters() == nullptr) {
             // A store without the dead-letter role (docs/failure-handling.md)
             // gets no bury: the store writer groups changes of many callers
@@ -221,6 +222,26 @@ void engine_core::settle(std::span<outcome> outcomes) {
           op.t.attempts = v.attempts;
           op.t.due = from_epoch_ms(v.due_ms);
           op.aux = static_cast<std::uint64_t>(v.due_ms);
+          op.must_land = true;
+          op.fence = fence;
+          op.on_stored = std::move(o.on_stored);
+          ops.push_back(std::move(op));
+          break;
+        }
+        case attempt_settler::verdict_kind::release: {
+          // A retry's write without the attempt counted: the new due time
+          // (and priority) are written before the task is armed again. The
+          // due time is bounded as a schedule's is: not before the epoch
+          // (it fires at once), not past max_delay from now.
+          std::int64_t due = std::clamp<std::int64_t>(v.due_ms, 0, latest_due_ms() - 1);
+          const std::int64_t now = now_ms();
+          if (due > now && due - now > options_.max_delay.count())
+            due = now + options_.max_delay.count();
+          set_tag(h, tsw::with_state(tag(h), tsw::persisting));
+          if (o.priority) set_attrs_locked(h, {*o.priority, attrs_of(h).ttr_ms});
+          write_op op = make_op(change_kind::save, p_release, h, true);
+          op.t.due = from_epoch_ms(due);
+          op.aux = static_cast<std::uint64_t>(due);
           op.must_land = true;
           op.fence = fence;
           op.on_stored = std::move(o.on_stored);

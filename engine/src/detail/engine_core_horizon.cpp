@@ -46,6 +46,7 @@ timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry:
   if (h == timer_wheel::npos) return h;
   set_tag(h, tsw::with_state(tag(h), tsw::armed));
   if (t.trigger_count > 0) set_trigger_locked(h, t.trigger_count, t.signals);
+  if (t.priority != 0 || t.ttr.count() > 0) set_attrs_locked(h, attrs_from(t));
   ++kind_pending(type.k);
   if (overdue && due <= now && options_.catch_up_rate > 0) {
     overdue->push_back(h);

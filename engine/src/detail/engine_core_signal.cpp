@@ -42,6 +42,9 @@ ready_ref engine_core::ready_of(timer_wheel::handle h, std::uint32_t word) const
   const trigger_counts tc = trigger_of(h);
   r.trigger_count = tc.count;
   r.signals = tc.signals;
+  const task_attrs a = attrs_of(h);
+  r.priority = a.priority;
+  r.ttr_ms = a.ttr_ms;
   r.fence = owner_->fence_of_locked(h);
   return r;
 }

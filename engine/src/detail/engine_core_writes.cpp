@@ -115,6 +115,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         --kind_pending(wheel_.kind(h));
         wheel_.assign(h, {{}, ctx->old_payload, ctx->old_kind, ctx->old_due_ms, ctx->old_attempts});
         set_trigger_locked(h, ctx->old_trigger, ctx->old_signals);
+        set_attrs_locked(h, {ctx->old_priority, ctx->old_ttr_ms});
         ++kind_pending(ctx->old_kind);
       }
       arm_locked(h, wheel_.due_ms(h));
@@ -199,6 +200,18 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         if (ok) evict_if_far_locked(h);  // a kept write: the store holds the old due time
       } else {
         erase_locked(h);  // stopping: the store has it for the next start
+      }
+      break;
+    case p_release:
+      // As a retry, with the attempt count unchanged.
+      if (op.ec == errc::lease_lost) {
+        erase_locked(h);
+      } else if (state_.load() == run_state::running) {
+        wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
+        arm_locked(h, wheel_.due_ms(h));
+        if (ok) evict_if_far_locked(h);
+      } else {
+        erase_locked(h);
       }
       break;
     case p_signal:

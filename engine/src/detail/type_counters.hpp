@@ -74,7 +74,7 @@ struct type_counters {
   std::atomic<std::int64_t> running{0};
   // Counters.
   std::atomic<std::uint64_t> scheduled{0}, fired{0}, succeeded{0}, failed{0}, retried{0}, died{0},
-      cancelled{0}, timed_out{0};
+      cancelled{0}, timed_out{0}, released{0};
   fixed_histogram<16> lateness{attempt_seconds_us};
   fixed_histogram<16> execution{attempt_seconds_us};
 

@@ -108,6 +108,20 @@ std::int64_t due_at(std::chrono::system_clock::time_point due, std::int64_t now,
   return ms;
 }
 
+std::uint32_t ttr_ms_of(std::chrono::milliseconds ttr, boost::system::error_code& ec) noexcept {
+  if (ttr.count() < 0 || ttr.count() > std::numeric_limits<std::uint32_t>::max()) {
+    ec = errc::invalid_ttr;
+    return 0;
+  }
+  return static_cast<std::uint32_t>(ttr.count());
+}
+
+std::uint32_t clamped_ttr_ms(std::chrono::milliseconds ttr) noexcept {
+  if (ttr.count() <= 0) return 0;
+  return static_cast<std::uint32_t>(
+      std::min<std::int64_t>(ttr.count(), std::numeric_limits<std::uint32_t>::max()));
+}
+
 namespace {
 
 constexpr char base62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";

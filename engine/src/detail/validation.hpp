@@ -44,6 +44,14 @@ std::int64_t due_after(std::chrono::milliseconds delay, std::int64_t now,
 std::int64_t due_at(std::chrono::system_clock::time_point due, std::int64_t now,
                     std::chrono::milliseconds max_delay, boost::system::error_code& ec) noexcept;
 
+/// A task's ttr (schedule_options::ttr) in the milliseconds the engine and
+/// the record keep, or errc::invalid_ttr below 0 or past 2^32 - 1 ms.
+std::uint32_t ttr_ms_of(std::chrono::milliseconds ttr, boost::system::error_code& ec) noexcept;
+
+/// The milliseconds a stored task's ttr is kept in: a ttr out of range (a
+/// task made by hand) is cut to 0 .. 2^32 - 1, as the record stores it.
+std::uint32_t clamped_ttr_ms(std::chrono::milliseconds ttr) noexcept;
+
 /// Makes task ids unique across processes and restarts, 15 characters (so a
 /// generated id fits std::string's inline buffer and the wheel's record):
 /// 9 base-62 digits of a 64-bit random nonce drawn when the generator is

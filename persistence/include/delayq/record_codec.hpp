@@ -10,7 +10,7 @@
 //   offset  size  field
 //   0       4     magic "DQTR"
 //   4       1     byte order flag, always 1 (little-endian)
-//   5       2     format version, uint16 (1, 2 or 3): record_version() reads it
+//   5       2     format version, uint16 (1 to 4): record_version() reads it
 //   7       ...   the fields of that version, in order:
 //     v1:   id       uint64 length + bytes
 //           type     uint64 length + bytes
@@ -21,6 +21,8 @@
 //           died_at  int64 milliseconds since the Unix epoch
 //     v3:   trigger_count  uint32 (signals that make the task run early)
 //           signals        uint32 (signals received so far)
+//     v4:   priority       uint32 (lower runs first among a consumer's ready tasks)
+//           ttr            uint32 milliseconds (a reserving consumer's lease; 0: its own)
 //
 // Versioning rule: a later version appends its fields after those of the
 // earlier ones, so the decoder of version N reads the fields of every
@@ -35,9 +37,12 @@
 // version 2 (dead_letter_record_version); either of them, when the task is
 // count-triggered (trigger_count > 0), as version 3 (trigger_record_version),
 // which a build older than count-triggered tasks quarantines rather than
-// misreads. decode_task() reads every version (a version 2 record copied back
-// by hand into the live area is a valid task); decode_dead_letter() needs
-// version 2 or later.
+// misreads; and any of them, when the task has a priority or a ttr
+// (priority != 0 or ttr != 0), as version 4 (priority_record_version), which
+// holds the fields of version 2 and 3 too (error empty and died_at 0 for a
+// live task, trigger_count 0 for a task that is not count-triggered). decode_task() reads every
+// version (a version 2 record copied back by hand into the live area is a valid task);
+// decode_dead_letter() needs version 2 or later.
 //
 // Times are kept to the millisecond: a sub-millisecond part is dropped.
 //
@@ -72,7 +77,7 @@
 namespace delayq {
 
 /// The newest format version the decoders of this build accept.
-inline constexpr std::uint16_t record_format_version = 3;
+inline constexpr std::uint16_t record_format_version = 4;
 
 /// The version encode_task() writes (readers that know only version 1 must
 /// keep reading live tasks).
@@ -85,6 +90,12 @@ inline constexpr std::uint16_t dead_letter_record_version = 2;
 /// live task written so has an empty error and died_at 0. Records of
 /// versions 1 and 2 decode with trigger_count and signals 0.
 inline constexpr std::uint16_t trigger_record_version = 3;
+/// The version both encoders write for a task with a priority or a ttr
+/// (task::priority != 0 or task::ttr != 0), count-triggered or not: the
+/// first with priority and ttr (a uint32 of milliseconds: a ttr past it is
+/// stored as its largest value). Its trigger_count may be 0. Records of
+/// versions 1 to 3 decode with priority 0 and ttr 0.
+inline constexpr std::uint16_t priority_record_version = 4;
 
 /// Bytes before the fields: magic, byte order flag, version.
 inline constexpr std::size_t record_header_size = 7;
@@ -98,7 +109,8 @@ inline constexpr std::size_t max_dead_letter_error = 4096;
 /// What ends an error that encode_dead_letter() cut to max_dead_letter_error.
 inline constexpr std::string_view dead_letter_error_cut = " [truncated]";
 
-/// Encodes `t` as a task_record_version record.
+/// Encodes `t` as a task_record_version record (trigger_record_version or
+/// priority_record_version when it carries their fields).
 ///
 /// Errors: throws only std::bad_alloc.
 std::string encode_task(const task& t);
@@ -138,7 +150,8 @@ task decode_stored_task(std::string_view id, std::string_view bytes, boost::syst
 /// Errors: throws only std::bad_alloc.
 std::string cap_dead_letter_error(std::string_view error);
 
-/// Encodes `d` as a dead_letter_record_version record: the task's fields,
+/// Encodes `d` as a dead_letter_record_version record (or a later one, as
+/// encode_task() picks): the task's fields,
 /// then the error (capped by cap_dead_letter_error()) and died_at.
 ///
 /// Errors: throws only std::bad_alloc.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "delayq/dead_letter_store.hpp"
+#include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/shard_store.hpp"
 #include "delayq/task_store.hpp"
@@ -174,6 +175,7 @@ struct redis_layout {
 class redis_store final : public task_store,
                           public dead_letter_store,
                           public settings_store,
+                          public sequence_store,
                           public shard_store {
  public:
   using dead_letter_store::bury;
@@ -245,12 +247,23 @@ class redis_store final : public task_store,
   void save_setting(std::string_view key, std::string_view value,
                     boost::system::error_code& ec) override;
   bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
+  /// Sequences live in the hash `{PREFIX}:sequences` (name -> the last
+  /// number handed out; in the sharded layout too, under `{PREFIX}`, one
+  /// slot): allocate() is one HINCRBY, raise_to() one small script, each
+  /// atomic on the server, durable as the server's AOF makes it. A call
+  /// retried after a lost answer may use up numbers twice (never hand one
+  /// out twice). A sequence ends at 2^63 - 1 (Redis integers):
+  /// errc::invalid_options past it.
+  std::uint64_t allocate(std::string_view name, std::uint64_t count,
+                         boost::system::error_code& ec) override;
+  void raise_to(std::string_view name, std::uint64_t next, boost::system::error_code& ec) override;
 
   /// redis_options::describe(): the URI without the password.
   std::string describe() const override;
   /// this: dead letters and settings live in keys of their own (below).
   dead_letter_store* dead_letters() noexcept override { return this; }
   delayq::settings_store* settings() noexcept override { return this; }
+  delayq::sequence_store* sequences() noexcept override { return this; }
   /// this when the store has the sharded layout (shards() > 0), else null.
   shard_store* sharded() noexcept override;
 

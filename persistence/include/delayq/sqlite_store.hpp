@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "delayq/dead_letter_store.hpp"
+#include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/task_store.hpp"
 
@@ -51,7 +52,8 @@ struct sqlite_options {
 /// one-kind batches of write(). list() streams the table through one SELECT
 /// on a read connection of its own (a snapshot; bounded memory), decoding as
 /// it goes, and moves undecodable records to the `quarantine` table, as
-/// quarantine() does on request (list_due() and find() too). Settings live in the `settings` table.
+/// quarantine() does on request (list_due() and find() too). Settings live in
+/// the `settings` table, sequences in the `sequences` table.
 /// Schema and guarantees: docs/persistence.md.
 ///
 /// Example:
@@ -68,7 +70,10 @@ struct sqlite_options {
 /// serialized by one mutex. list() reads on a connection of its own and
 /// calls its sink without holding that mutex, so a sink may call back into
 /// the store. async_write() completions run on the store's write thread.
-class sqlite_store final : public task_store, public dead_letter_store, public settings_store {
+class sqlite_store final : public task_store,
+                           public dead_letter_store,
+                           public settings_store,
+                           public sequence_store {
  public:
   using dead_letter_store::bury;
   using dead_letter_store::count_dead;
@@ -137,6 +142,8 @@ class sqlite_store final : public task_store, public dead_letter_store, public s
   /// this: dead letters and settings live in tables of their own (below).
   dead_letter_store* dead_letters() noexcept override { return this; }
   delayq::settings_store* settings() noexcept override { return this; }
+  /// this: sequences live in the `sequences` table (below).
+  delayq::sequence_store* sequences() noexcept override { return this; }
 
   // Settings live in the `settings` table (schema version 3), keys and values
   // as BLOBs; load_settings() returns them sorted by key bytes. Each
@@ -146,6 +153,16 @@ class sqlite_store final : public task_store, public dead_letter_store, public s
   void save_setting(std::string_view key, std::string_view value,
                     boost::system::error_code& ec) override;
   bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
+
+  // Sequences live in the `sequences` table (schema version 5), one row per
+  // name holding the next number to hand out. allocate() and raise_to() are
+  // each one statement, so one transaction under the file's write lock:
+  // atomic against every connection, in this process or another. A
+  // sequence ends at 2^63 - 1 (SQLite's integers are signed):
+  // errc::invalid_options past it.
+  std::uint64_t allocate(std::string_view name, std::uint64_t count,
+                         boost::system::error_code& ec) override;
+  void raise_to(std::string_view name, std::uint64_t next, boost::system::error_code& ec) override;
 
   /// The `synchronous` level in effect on the store's connection, read back
   /// with `PRAGMA synchronous` (what sqlite_options asked for, unless SQLite
@@ -169,8 +186,9 @@ class sqlite_store final : public task_store, public dead_letter_store, public s
   /// The schema version (PRAGMA user_version) this build creates and reads.
   /// Opening a file of an older version migrates it (1 -> 2 adds the
   /// dead-letter table, 2 -> 3 the settings table, 3 -> 4 replaces the
-  /// index on tasks(due_ms) with one on (due_ms, id), list_due()'s order).
-  static constexpr int schema_version = 4;
+  /// index on tasks(due_ms) with one on (due_ms, id), list_due()'s order,
+  /// 4 -> 5 adds the sequences table).
+  static constexpr int schema_version = 5;
 
  private:
   struct impl;

@@ -261,6 +261,8 @@ void api_router::add_task(call& c) {
   opts.id = std::move(r.id);
   opts.conflict = r.conflict;
   opts.trigger_count = r.trigger_count;
+  opts.priority = r.priority;
+  opts.ttr = r.ttr;
   // Answered from the store writer's completion: 201 only once durable.
   parts_.engine->async_schedule_at(
       std::move(r.type), std::move(r.payload), r.when.due(system_clock::now()), std::move(opts),
@@ -360,6 +362,8 @@ http_answer api_router::store_batch(std::vector<add_request> rs) {
     t.options.id = std::move(r.id);
     t.options.conflict = r.conflict;
     t.options.trigger_count = r.trigger_count;
+    t.options.priority = r.priority;
+    t.options.ttr = r.ttr;
     specs.push_back(std::move(t));
   }
   boost::system::error_code ec;

@@ -112,12 +112,24 @@ std::optional<api_error> parse_json(std::string_view body, json& out, bool empty
 }
 
 std::optional<api_error> parse_add(const json& j, add_request& out, const std::string& where) {
-  if (auto e = check_object(
-          j, where, {"type", "payload", "delay_ms", "due_ms", "id", "conflict", "trigger_count"}))
+  if (auto e = check_object(j, where,
+                            {"type", "payload", "delay_ms", "due_ms", "id", "conflict",
+                             "trigger_count", "priority", "ttr_ms"}))
     return e;
-  std::optional<std::int64_t> trigger;
+  std::optional<std::int64_t> trigger, priority, ttr;
   if (auto e = get_int(j, "trigger_count", where, 0, max_trigger_count, trigger)) return e;
   out.trigger_count = static_cast<std::uint32_t>(trigger.value_or(0));
+  if (auto e =
+          get_int(j, "priority", where, 0, std::numeric_limits<std::uint32_t>::max(), priority))
+    return e;
+  out.priority = static_cast<std::uint32_t>(priority.value_or(0));
+  if (auto e = get_int(j, "ttr_ms", where, 0, max_ttr.count(), ttr)) return e;
+  // 0: the reserving consumer's own choice; else a lease a reserve could ask for.
+  if (ttr && *ttr != 0 && *ttr < min_ttr.count())
+    return bad_request(prefixed(where, "field \"ttr_ms\" must be 0 or an integer from " +
+                                           std::to_string(min_ttr.count()) + " to " +
+                                           std::to_string(max_ttr.count())));
+  out.ttr = milliseconds{ttr.value_or(0)};
   if (auto e = get_string(j, "type", where, out.type, true)) return e;
   if (auto e = get_string(j, "payload", where, out.payload, false)) return e;
   if (auto e = get_string(j, "id", where, out.id, false)) return e;

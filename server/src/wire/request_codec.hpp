@@ -43,6 +43,8 @@ struct add_request {
   on_conflict conflict = on_conflict::reject;
   when_spec when;
   std::uint32_t trigger_count = 0;  ///< "trigger_count": 0..max_trigger_count, 0 none
+  std::uint32_t priority = 0;       ///< "priority": 0..2^32 - 1, lower first (task::priority)
+  milliseconds ttr{0};              ///< "ttr_ms": 0 (the consumer's) or min_ttr..max_ttr
 };
 
 /// POST /v1/reserve.

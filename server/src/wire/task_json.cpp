@@ -9,7 +9,9 @@ nlohmann::json task_json(const delayq::task& t) {
                         {"due_ms", delayq::to_epoch_ms(t.due)},
                         {"attempts", t.attempts},
                         {"trigger_count", t.trigger_count},
-                        {"signals", t.signals}};
+                        {"signals", t.signals},
+                        {"priority", t.priority},
+                        {"ttr_ms", t.ttr.count()}};
 }
 
 }  // namespace delayq::server

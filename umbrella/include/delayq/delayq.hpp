@@ -17,6 +17,7 @@
 #include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
 #include "delayq/schedule_options.hpp"
+#include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/shard_store.hpp"
 #include "delayq/sqlite_store.hpp"
