@@ -33,10 +33,13 @@ server_sources=(server/src/wire/request_codec.cpp server/src/wire/api_error.cpp
   server/src/wire/dump_json.cpp server/src/wire/http_url.cpp server/src/api/request_guard.cpp
   server/src/api/batch_split.cpp server/src/security/hmac_sha256.cpp
   server/src/security/sha256.cpp engine/src/error.cpp)
+beanstalk_sources=(server/src/beanstalk/command_reader.cpp server/src/beanstalk/reply.cpp
+  server/src/beanstalk/tube_name.cpp)
 declare -A target_sources=(
   [fuzz_wheel]="${wheel_sources[*]}"
   [fuzz_record_decode]="tests/fuzz/fuzz_record_decode.cpp ${codec_sources[*]}"
   [fuzz_server_request]="tests/fuzz/fuzz_server_request.cpp ${server_sources[*]}"
+  [fuzz_beanstalk_parser]="tests/fuzz/fuzz_beanstalk_parser.cpp ${beanstalk_sources[*]}"
 )
 # Extra compiler flags. The wheel's input is a program, never compared with
 # constants as such, while tracing every comparison of the reference model
@@ -45,6 +48,7 @@ declare -A target_cxxflags=(
   [fuzz_wheel]="-fno-sanitize-coverage=trace-cmp"
   [fuzz_record_decode]=""
   [fuzz_server_request]=""
+  [fuzz_beanstalk_parser]=""
 )
 # Extra libFuzzer flags. Long wheel programs reach states short ones do not,
 # so let its inputs grow to -max_len at once.
@@ -52,8 +56,9 @@ declare -A target_flags=(
   [fuzz_wheel]="-len_control=0"
   [fuzz_record_decode]=""
   [fuzz_server_request]=""
+  [fuzz_beanstalk_parser]=""
 )
-all_targets=(fuzz_record_decode fuzz_wheel fuzz_server_request)
+all_targets=(fuzz_record_decode fuzz_wheel fuzz_server_request fuzz_beanstalk_parser)
 read -r -a targets <<<"${DELAYQ_FUZZ_TARGETS:-${all_targets[*]}}"
 for t in "${targets[@]}"; do
   [[ -n "${target_sources[$t]:-}" ]] || die "unknown target '$t' (targets: ${all_targets[*]})"
@@ -83,7 +88,7 @@ build() {
   cmdline="$cxx ${flags[*]} ${srcs[*]}"
   if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$cmdline" ]] &&
     [[ -z "$(find "${srcs[@]/#/$root/}" "$root/engine/include" "$root/persistence/include" "$root/server/src/api" \
-      "$root/server/src/wire" \
+      "$root/server/src/wire" "$root/server/src/beanstalk" \
       "$here" -name '*.[ch]pp' -newer "$bin" -print -quit)" ]]; then
     return 0
   fi
