@@ -68,6 +68,15 @@ int main(int argc, char** argv) {
   bool list_routes = false;
   app.add_flag("--list-routes", list_routes,
                "print every route of the API (METHOD PATH, one a line) and exit");
+  app.add_option("--beanstalk-listen", o.beanstalk_listen,
+                 "ADDR:PORT or unix:PATH to speak beanstalkd's protocol on (repeatable; "
+                 "beanstalkd's port is 11300; docs/beanstalk.md)");
+  app.add_option("--beanstalk-allow", o.beanstalk_allow,
+                 "CIDR block of TCP peers allowed on the beanstalk addresses besides loopback "
+                 "(repeatable)");
+  app.add_option("--max-job-size", o.max_job_size,
+                 "largest beanstalk job body in bytes (JOB_TOO_BIG beyond)")
+      ->capture_default_str();
   app.add_option("--max-body", o.max_body, "largest request body in bytes (413 beyond)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
@@ -180,10 +189,24 @@ int main(int argc, char** argv) {
   }
 
   delayq::server::server_app server(o);
+  // SIGUSR1 is beanstalkd's drain mode; installed before anything listens,
+  // since its default action would end the process.
+  boost::asio::io_context signals_io;
+  boost::asio::signal_set usr1(signals_io, SIGUSR1);
+  std::function<void(const boost::system::error_code&, int)> on_usr1 =
+      [&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        std::fprintf(stderr, "delayq-server: SIGUSR1: beanstalk puts answer DRAINING from now\n");
+        server.refuse_beanstalk_puts();
+        usr1.async_wait(on_usr1);
+      };
+  usr1.async_wait(on_usr1);
   try {
     const auto at = server.start();
     std::printf("delayq-server listening on %s:%u\n", at.address().to_string().c_str(),
                 static_cast<unsigned>(at.port()));
+    for (const std::string& where : server.beanstalk_addresses())
+      std::printf("delayq-server beanstalk listening on %s\n", where.c_str());
     std::fflush(stdout);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "delayq-server: %s\n", e.what());
@@ -196,7 +219,6 @@ int main(int argc, char** argv) {
   // The first SIGTERM or SIGINT drains (on a thread of its own: the drain
   // waits for work the I/O threads do); a second one exits at once. Nothing
   // acknowledged is lost either way: a 201 was sent only once durable.
-  boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGTERM, SIGINT);
   std::thread drainer;  // set on the signal thread
   std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -218,6 +240,7 @@ int main(int argc, char** argv) {
   // `drainer` (the drain it started stops the server first): join the signal
   // thread before looking at `drainer`, or a joinable thread is destroyed.
   signals.cancel();
+  usr1.cancel();
   signals_io.stop();
   signal_thread.join();
   if (drainer.joinable()) drainer.join();

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "api/api_router.hpp"
+#include "beanstalk/job_service.hpp"
+#include "beanstalk/listener.hpp"
 #include "cluster/forward_marker.hpp"
 #include "cluster/peer_directory.hpp"
 #include "cluster/peer_forwarder.hpp"
@@ -28,6 +30,7 @@
 #include "push/push_policy.hpp"
 #include "push/push_registry.hpp"
 #include "push/push_target.hpp"
+#include "security/ip_block.hpp"
 #include "wire/http_url.hpp"
 
 namespace delayq::server {
@@ -85,6 +88,10 @@ struct server_app::parts {
   std::unique_ptr<push_client> pusher;
   std::unique_ptr<lease_broker> broker;
   std::unique_ptr<delayq::engine> engine;
+  // --beanstalk-listen: the commands' service (once the store answered)
+  // and the sockets (from start(), so clients connect at once).
+  std::unique_ptr<beanstalk::job_service> jobs;
+  std::unique_ptr<beanstalk::listener> beanstalk;
   std::unique_ptr<request_guard> guard;  // before the listener: it asks it
   std::unique_ptr<api_router> router;
   std::unique_ptr<http_server> http;
@@ -325,6 +332,37 @@ tcp::endpoint server_app::start() {
     throw std::invalid_argument("refusing to listen on " + options_.listen +
                                 " without a token: anyone who reaches it could add and delete "
                                 "tasks. Give --token (or DELAYQ_TOKEN), or listen on loopback.");
+  std::vector<ip_block> beanstalk_allow;
+  for (const std::string& rule : options_.beanstalk_allow) {
+    std::string why;
+    auto b = ip_block::parse(rule, why);
+    if (!b) throw std::invalid_argument("--beanstalk-allow \"" + rule + "\": " + why);
+    beanstalk_allow.push_back(*b);
+  }
+  if (!options_.beanstalk_listen.empty() && options_.cluster)
+    throw std::invalid_argument(
+        "--beanstalk-listen does not work with --cluster yet: a beanstalk put names its job by "
+        "a number another instance may own (docs/beanstalk.md, \"Clusters\")");
+  if (options_.max_job_size == 0 || options_.max_job_size > (std::size_t{1} << 30))
+    throw std::invalid_argument("--max-job-size wants 1 to 1073741824 bytes");
+  for (const std::string& spec : options_.beanstalk_listen) {
+    if (spec.starts_with("unix:")) continue;
+    // The same rule as HTTP's: beanstalk has no authentication, so a
+    // reachable address needs the operator to have thought about it (a
+    // token for the HTTP side, and --beanstalk-allow for the peers).
+    const std::size_t colon = spec.rfind(':');
+    std::string host = colon == std::string::npos ? spec : spec.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    boost::system::error_code ec;
+    const auto addr = host == "localhost" ? boost::asio::ip::make_address("127.0.0.1")
+                                          : boost::asio::ip::make_address(host, ec);
+    if (!ec && !addr.is_loopback() && options_.token.empty())
+      throw std::invalid_argument(
+          "refusing to listen for beanstalk on " + spec +
+          " without a token: beanstalk has no authentication, and anyone who reaches it could "
+          "add and delete jobs. Listen on loopback or a unix: socket, or give --token and name "
+          "the peers allowed with --beanstalk-allow CIDR.");
+  }
   for (const std::string& spec : options_.push) {
     const std::size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -385,6 +423,13 @@ tcp::endpoint server_app::start() {
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
   }
+  if (!options_.beanstalk_listen.empty()) {
+    p.beanstalk =
+        std::make_unique<beanstalk::listener>(io_.get_executor(), std::move(beanstalk_allow),
+                                              options_.max_connections, options_.max_job_size);
+    for (const std::string& spec : options_.beanstalk_listen)
+      beanstalk_addresses_.push_back(p.beanstalk->listen(spec));
+  }
   if (options_.cluster && options_.advertise.empty()) {
     options_.advertise = advertised_url(bound);
     std::string why;
@@ -441,6 +486,7 @@ tcp::endpoint server_app::start() {
     });
   }
   p.http->start();
+  if (p.beanstalk) p.beanstalk->start();
   return bound;
 }
 
@@ -448,6 +494,7 @@ void server_app::bring_up() {
   auto& p = *p_;
   const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
   const auto fail = [&](boost::system::error_code ec, const std::string& what) {
+    p.jobs.reset();
     p.engine.reset();
     p.health.reset();
     p.forwarder.reset();
@@ -601,8 +648,24 @@ void server_app::bring_up() {
   p.health->start();
   ap.health = p.health.get();
   p.router = std::make_unique<api_router>(std::move(ap), 8);
+  if (p.beanstalk) {
+    beanstalk::job_service::parts jp;
+    jp.engine = p.engine.get();
+    jp.broker = p.broker.get();
+    jp.sequences = p.settings_store.get();
+    jp.pushed = [registry = p.registry.get()](const std::string& type) {
+      return registry->has(type);
+    };
+    jp.max_job_size = options_.max_job_size;
+    jp.instance = options_.instance.empty() ? default_instance_name() : options_.instance;
+    jp.draining = &refuse_puts_;
+    p.jobs = std::make_unique<beanstalk::job_service>(std::move(jp), 4);
+    p.beanstalk->set_service(p.jobs.get());
+  }
   p.ready.store(true, std::memory_order_release);
 }
+
+void server_app::refuse_beanstalk_puts() { refuse_puts_.store(true); }
 
 void server_app::run() {
   std::vector<std::thread> threads;
@@ -627,6 +690,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
     return;
   }
   p.http->drain();
+  if (p.beanstalk) p.beanstalk->stop_accepting();
   if (!p.ready.load(std::memory_order_acquire)) {
     // Never served: nothing to give back, no engine to stop.
     p.http->close_all();

@@ -3,6 +3,7 @@
 // start-up and the drain (docs/server.md, "Running it").
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
@@ -56,6 +57,14 @@ struct server_options {
   /// instance. Empty: the token; without one, a random key kept in the
   /// store. Ignored without --cluster.
   std::string cluster_secret;
+  /// --beanstalk-listen: ADDR:PORT or unix:PATH addresses that speak
+  /// beanstalkd's protocol (docs/beanstalk.md). Empty: none.
+  std::vector<std::string> beanstalk_listen;
+  /// --beanstalk-allow: CIDR blocks (or addresses) of TCP peers allowed
+  /// besides loopback.
+  std::vector<std::string> beanstalk_allow;
+  /// --max-job-size: the largest beanstalk job body (JOB_TOO_BIG beyond).
+  std::size_t max_job_size = 65535;
 };
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"
@@ -93,6 +102,17 @@ class server_app {
   /// abandoned, and its task pushed again after the restart.
   void drain(std::chrono::milliseconds grace = std::chrono::seconds{30});
 
+  /// beanstalkd's drain mode (SIGUSR1): every later beanstalk put answers
+  /// DRAINING, and stats says `draining: true`; everything else goes on.
+  /// Safe from any thread (a put racing with it may still be inserted).
+  void refuse_beanstalk_puts();
+
+  /// Where the beanstalk protocol listens, as --beanstalk-listen names it
+  /// (the port chosen for port 0 filled in); after start().
+  const std::vector<std::string>& beanstalk_addresses() const noexcept {
+    return beanstalk_addresses_;
+  }
+
  private:
   struct parts;  // server_app.cpp
   // Opens the store and builds what needs it; throws (start_error for the
@@ -100,6 +120,8 @@ class server_app {
   void bring_up();
   void stop_starter();
   server_options options_;
+  std::vector<std::string> beanstalk_addresses_;
+  std::atomic<bool> refuse_puts_{false};
   boost::asio::io_context io_;
   std::unique_ptr<parts> p_;
 };

@@ -71,14 +71,15 @@ declare -A ALLOWED=(
   [server/http]="engine/include"
   [server/ops]="engine/include"
   [server/web]="server/http"
-  [server/push]="engine/include server/wire server/http"
+  [server/push]="engine/include server/wire server/http server/security"
   [server/pull]="engine/include server/wire server/security"
   [server/cluster]="engine/include server/wire server/http server/security"
+  [server/beanstalk]="engine/include server/security server/pull"
   [server/api]="engine/include server/wire server/http server/security server/ops server/web
                 server/push server/pull server/cluster"
   [server/app]="engine/include persistence/include umbrella server/wire server/http
                 server/security server/ops server/web server/push server/pull server/cluster
-                server/api"
+                server/api server/beanstalk"
 )
 
 # Files that may include only these files of their own layer: the Redis

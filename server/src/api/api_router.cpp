@@ -10,6 +10,7 @@
 #include "api/api_call.hpp"
 #include "api/batch_split.hpp"
 #include "api/request_guard.hpp"
+#include "pull/task_chase.hpp"
 #include "web/static_files.hpp"
 #include "wire/dump_json.hpp"
 #include "wire/http_url.hpp"
@@ -35,8 +36,9 @@ const char* state_name(task_state s) {
 
 // How long a cancel or reschedule chases a task that the engine keeps
 // handing to the broker between our two steps (give back, then act), and
-// how long it waits for a task the engine runs to reach the broker. Both
-// hold one of the blocking threads meanwhile, polling.
+// how long it waits for a task the engine runs to reach the broker
+// (pull/task_chase.hpp). Both hold one of the blocking threads meanwhile,
+// polling.
 constexpr std::chrono::seconds chase_patience{5};
 constexpr std::chrono::seconds transit_patience{2};
 
@@ -410,57 +412,19 @@ http_answer api_router::task_answer(const std::string& id) const {
 
 http_answer api_router::chase(const std::string& id, const char* what,
                               const std::function<bool(boost::system::error_code&)>& act) {
-  // The engine cannot cancel or move a task that is "running", which a task
-  // waiting here for a consumer is: give it back to the engine first, then
-  // act. Three moments need only another round:
-  // - the engine fired it again after the give-back (one tick later);
-  // - the engine is still settling the give-back (outcomes are applied in
-  //   batches during bursts);
-  // - a worker has just started the attempt of a pulled type and has not
-  //   offered it here yet (a GET just before said "ready": the engine had
-  //   it queued for a worker).
-  // Reserved (leased) and pushed tasks are attempts that cannot be taken
-  // back: 409 at once. A task running and not here that was never here (in
-  // transit, or an attempt this check cannot name: a push whose target was
-  // just removed, a finish still being written) gets 409 once it stayed so
-  // for transit_patience. The rounds are bounded by time, not by count (a
-  // loaded worker can take longer than a count allows), and poll every few
-  // ms: one tick is the window between a settled give-back and the next fire.
-  using steady = std::chrono::steady_clock;
-  const auto give_up = steady::now() + chase_patience;
-  std::optional<steady::time_point> unheld_since;
-  bool gave_back = false;
-  auto pause = std::chrono::milliseconds{1};
-  const auto running = [&] {
-    return error_answer(conflict("conflict", "task " + id +
-                                                 " is running (reserved by a consumer or being "
-                                                 "pushed); it can be " +
-                                                 what + " once its attempt ends"));
-  };
-  while (steady::now() < give_up) {
-    boost::system::error_code ec;
-    if (act(ec)) return no_content();
-    if (ec) return error_answer(from_error_code(ec));
-    auto st = parts_.engine->status(id, ec);
-    if (ec) return error_answer(from_error_code(ec, "task " + id));
-    if (!st) return error_answer(not_found("no pending task with id " + id));
-    if (st->state == task_state::running) {
-      if (parts_.broker->release_ready(id)) {
-        gave_back = true;
-        pause = std::chrono::milliseconds{1};
-        continue;
-      }
-      if (parts_.broker->state_of(id) == lease_broker::held::reserved) return running();
-      if (!gave_back) {
-        if (parts_.registry->has(st->task.type)) return running();  // being pushed
-        const auto now = steady::now();
-        if (!unheld_since) unheld_since = now;
-        if (now - *unheld_since >= transit_patience) return running();
-      }
-    }
-    // Settling, on its way here, or moved between the two calls.
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds{4});
+  boost::system::error_code ec;
+  const auto pushed = [this](const std::string& type) { return parts_.registry->has(type); };
+  switch (server::chase(*parts_.engine, *parts_.broker, pushed, id, act, ec, chase_patience,
+                        transit_patience)) {
+    case chase_result::done: return no_content();
+    case chase_result::not_found: return error_answer(not_found("no pending task with id " + id));
+    case chase_result::running:
+      return error_answer(conflict("conflict", "task " + id +
+                                                   " is running (reserved by a consumer or being "
+                                                   "pushed); it can be " +
+                                                   what + " once its attempt ends"));
+    case chase_result::busy: break;
+    case chase_result::failed: return error_answer(from_error_code(ec, "task " + id));
   }
   return error_answer(conflict("conflict", "task " + id + " kept becoming due; try again"));
 }

@@ -111,8 +111,8 @@ struct command {
   std::uint64_t id = 0;
   /// put, release, bury.
   std::uint32_t priority = 0;
-  /// Seconds: put's and release's delay, pause-tube's pause (0 as sent;
-  /// beanstalkd pauses for 1 s then).
+  /// Seconds: put's and release's delay, pause-tube's pause (0 as sent: it
+  /// ends a pause, as in beanstalkd 1.12).
   std::uint32_t delay = 0;
   /// put's time to run in seconds, at least 1: a 0 sent is raised to 1, as
   /// the protocol says.

@@ -10,7 +10,9 @@
 namespace delayq::server {
 
 lease_broker::lease_broker(boost::asio::any_io_executor ex, std::string instance)
-    : ex_(boost::asio::make_strand(ex)), sweep_timer_(ex_) {
+    : ex_(boost::asio::make_strand(ex)),
+      pause_timer_(std::make_shared<boost::asio::steady_timer>(ex_)),
+      sweep_timer_(ex_) {
   if (!instance.empty()) lease_suffix_ = "@" + instance;
 }
 
@@ -34,8 +36,7 @@ std::string lease_broker::new_lease() {
 }
 
 void lease_broker::offer(const task& t, attempt_completion done) {
-  std::vector<leased_task> out;
-  reserve_handler handler;
+  std::vector<std::pair<reserve_handler, std::vector<leased_task>>> answers;
   std::unique_lock lock(mutex_);
   if (closed_) {
     lock.unlock();
@@ -52,35 +53,55 @@ void lease_broker::offer(const task& t, attempt_completion done) {
   std::optional<entry> old;  // dropped after the lock, like every completion
   if (auto it = held_.find(id); it != held_.end()) {
     old = std::move(it->second);
-    if (!old->lease.empty()) deadlines_.erase({old->deadline, id});
-    old->lease.empty() ? --counters_.ready : --counters_.reserved;
-    old->lease.empty() ? --old->per_type->ready : --old->per_type->reserved;
+    if (old->lease.empty()) {
+      unready_locked(*old);
+    } else {
+      deadlines_.erase({old->deadline, id});
+      --counters_.reserved;
+      --old->per_type->reserved;
+    }
     held_.erase(it);
   }
   ++e.per_type->ready;
+  if (t.priority < urgent_below) ++e.per_type->urgent;
   held_.emplace(id, std::move(e));
   ++counters_.ready;
-  ready_[t.type].emplace_back(seq_, id);
+  ready_[t.type].insert({t.priority, seq_, id});
   // The oldest waiting consumer that asked for this type gets it (and
   // whatever else is ready for it).
-  for (auto w = waiters_.begin(); w != waiters_.end(); ++w) {
-    const auto& types = w->r.types;
-    if (!types.empty() && std::find(types.begin(), types.end(), t.type) == types.end()) continue;
-    out = take_locked(types, w->r.max, w->r.ttr, clock::now());
-    if (out.empty()) continue;
-    handler = std::move(w->handler);
-    boost::asio::post(ex_, [timer = w->timer] { timer->cancel(); });
-    waiters_.erase(w);
-    break;
-  }
+  serve_waiters_locked(answers);
   lock.unlock();
-  if (handler) answer(std::move(handler), std::move(out));
+  for (auto& [h, out] : answers) answer(std::move(h), std::move(out));
 }
 
-std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler handler) {
+void lease_broker::serve_waiters_locked(
+    std::vector<std::pair<reserve_handler, std::vector<leased_task>>>& answers) {
+  if (ready_.empty()) return;
+  const auto now = clock::now();
+  for (auto w = waiters_.begin(); w != waiters_.end();) {
+    auto out = take_locked(w->r.types, w->r.max, w->r.ttr, w->terms, now);
+    if (out.empty()) {
+      ++w;
+      continue;
+    }
+    answers.emplace_back(std::move(w->handler), std::move(out));
+    boost::asio::post(ex_, [timer = w->timer] { timer->cancel(); });
+    w = waiters_.erase(w);
+    if (ready_.empty()) return;
+  }
+}
+
+void lease_broker::unready_locked(entry& e) {
+  --counters_.ready;
+  --e.per_type->ready;
+  if (e.t.priority < urgent_below) --e.per_type->urgent;
+}
+
+std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler handler,
+                                    lease_terms terms) {
   std::unique_lock lock(mutex_);
   std::vector<leased_task> out;
-  if (!closed_) out = take_locked(r.types, r.max, r.ttr, clock::now());
+  if (!closed_) out = take_locked(r.types, r.max, r.ttr, terms, clock::now());
   if (!out.empty() || r.wait.count() == 0 || closed_ || no_wait_) {
     lock.unlock();
     answer(std::move(handler), std::move(out));
@@ -89,6 +110,7 @@ std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler ha
   waiter w;
   w.n = ++waiter_seq_;
   w.r = r;
+  w.terms = terms;
   w.handler = std::move(handler);
   w.timer = std::make_shared<boost::asio::steady_timer>(ex_);
   const std::uint64_t n = w.n;
@@ -132,59 +154,146 @@ void lease_broker::cancel_wait(std::uint64_t n) {
   if (h) answer(std::move(h), {});
 }
 
+const lease_broker::ready_key* lease_broker::best_ready_locked(const std::string& type) {
+  auto q = ready_.find(type);
+  if (q == ready_.end()) return nullptr;
+  // The first key is valid when its entry is still held, ready, and the
+  // same offer (seq); anything else is dropped on the way.
+  auto& keys = q->second;
+  while (!keys.empty()) {
+    const ready_key& k = *keys.begin();
+    auto it = held_.find(k.id);
+    if (it != held_.end() && it->second.seq == k.seq && it->second.lease.empty()) return &k;
+    keys.erase(keys.begin());
+  }
+  return nullptr;
+}
+
 std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string>& types,
                                                    std::size_t max, std::chrono::milliseconds ttr,
-                                                   clock::time_point now) {
+                                                   lease_terms terms, clock::time_point now) {
   std::vector<leased_task> out;
-  // The front of a queue is valid when its entry is still held, ready, and
-  // the same offer (seq); anything else is dropped on the way.
-  const auto valid_front = [this](std::deque<std::pair<std::uint64_t, std::string>>& q) {
-    while (!q.empty()) {
-      auto it = held_.find(q.front().second);
-      if (it != held_.end() && it->second.seq == q.front().first && it->second.lease.empty())
-        return true;
-      q.pop_front();
-    }
-    return false;
+  const auto paused = [&](const std::string& type) {
+    auto p = paused_until_.find(type);
+    return p != paused_until_.end() && now < p->second;
   };
   while (out.size() < max) {
-    std::deque<std::pair<std::uint64_t, std::string>>* best = nullptr;
-    const auto consider = [&](std::deque<std::pair<std::uint64_t, std::string>>& q) {
-      if (valid_front(q) && (!best || q.front().first < best->front().first)) best = &q;
+    const ready_key* best = nullptr;
+    const std::string* best_type = nullptr;
+    const auto consider = [&](const std::string& type) {
+      if (paused(type)) return;
+      const ready_key* k = best_ready_locked(type);
+      if (k && (!best || std::tie(k->priority, k->seq) < std::tie(best->priority, best->seq))) {
+        best = k;
+        best_type = &type;
+      }
     };
     if (types.empty()) {
-      for (auto& [type, q] : ready_) consider(q);
+      for (const auto& kv : ready_) consider(kv.first);
     } else {
-      for (const std::string& type : types)
-        if (auto it = ready_.find(type); it != ready_.end()) consider(it->second);
+      for (const std::string& type : types) consider(type);
     }
     if (!best) break;
-    const std::string id = std::move(best->front().second);
-    best->pop_front();
-    lease_locked(id, ttr, now, out);
+    const std::string id = best->id;
+    ready_.find(*best_type)->second.erase(*best);
+    lease_locked(id, ttr, terms, now, out);
   }
   std::erase_if(ready_, [](const auto& kv) { return kv.second.empty(); });
   return out;
 }
 
 bool lease_broker::lease_locked(const std::string& id, std::chrono::milliseconds ttr,
-                                clock::time_point now, std::vector<leased_task>& out) {
+                                lease_terms terms, clock::time_point now,
+                                std::vector<leased_task>& out) {
   auto it = held_.find(id);
   if (it == held_.end()) return false;
   entry& e = it->second;
+  unready_locked(e);
   e.lease = new_lease();
-  e.ttr = ttr;
-  e.deadline = now + ttr;
+  // A task that names its time-to-run (a beanstalk job's TTR) gets it,
+  // whatever the consumer asked.
+  e.ttr = e.t.ttr.count() > 0 ? e.t.ttr : ttr;
+  e.deadline = now + e.ttr;
+  e.expiry_abandons = terms.expiry_abandons;
   deadlines_.emplace(e.deadline, id);
-  --counters_.ready;
   ++counters_.reserved;
   ++counters_.reserved_total;
-  --e.per_type->ready;
   ++e.per_type->reserved;
   ++e.per_type->leased;
-  out.push_back({e.t, e.lease});
+  out.push_back({e.t, e.lease, e.deadline});
   arm_sweep_locked(e.deadline);
   return true;
+}
+
+std::optional<leased_task> lease_broker::reserve_id(const std::string& id,
+                                                    std::chrono::milliseconds ttr,
+                                                    lease_terms terms) {
+  std::lock_guard lock(mutex_);
+  if (closed_) return std::nullopt;
+  auto it = held_.find(id);
+  if (it == held_.end() || !it->second.lease.empty()) return std::nullopt;
+  // Its ready key stays behind and is dropped lazily (the entry is leased).
+  std::vector<leased_task> out;
+  lease_locked(id, ttr, terms, clock::now(), out);
+  return std::move(out.front());
+}
+
+std::optional<task> lease_broker::peek_ready(const std::string& type) const {
+  // A paused type's ready tasks are shown too, as beanstalkd's peek-ready does.
+  std::lock_guard lock(mutex_);
+  auto q = ready_.find(type);
+  if (q == ready_.end()) return std::nullopt;
+  for (const ready_key& k : q->second) {
+    auto it = held_.find(k.id);
+    if (it != held_.end() && it->second.seq == k.seq && it->second.lease.empty())
+      return it->second.t;
+  }
+  return std::nullopt;
+}
+
+void lease_broker::pause(const std::string& type, std::chrono::milliseconds pause) {
+  std::vector<std::pair<reserve_handler, std::vector<leased_task>>> answers;
+  {
+    std::lock_guard lock(mutex_);
+    if (pause.count() <= 0) {
+      paused_until_.erase(type);
+      serve_waiters_locked(answers);
+    } else {
+      paused_until_[type] = clock::now() + pause;
+    }
+    arm_pause_end_locked();
+  }
+  for (auto& [h, out] : answers) answer(std::move(h), std::move(out));
+}
+
+std::chrono::milliseconds lease_broker::paused_for(const std::string& type) const {
+  std::lock_guard lock(mutex_);
+  auto p = paused_until_.find(type);
+  if (p == paused_until_.end()) return std::chrono::milliseconds{0};
+  const auto left = p->second - clock::now();
+  return std::max(std::chrono::milliseconds{0}, std::chrono::ceil<std::chrono::milliseconds>(left));
+}
+
+void lease_broker::arm_pause_end_locked() {
+  if (paused_until_.empty()) return;
+  clock::time_point first = clock::time_point::max();
+  for (const auto& kv : paused_until_) first = std::min(first, kv.second);
+  // On the strand, like every timer here; a later arm replaces this one.
+  boost::asio::post(ex_, [this, first, timer = pause_timer_] {
+    timer->expires_at(first);
+    timer->async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      std::vector<std::pair<reserve_handler, std::vector<leased_task>>> answers;
+      {
+        std::lock_guard lock(mutex_);
+        const auto now = clock::now();
+        std::erase_if(paused_until_, [now](const auto& kv) { return kv.second <= now; });
+        serve_waiters_locked(answers);
+        arm_pause_end_locked();
+      }
+      for (auto& [h, out] : answers) answer(std::move(h), std::move(out));
+    });
+  });
 }
 
 void lease_broker::arm_sweep_locked(clock::time_point when) {
@@ -200,6 +309,7 @@ void lease_broker::arm_sweep_locked(clock::time_point when) {
 
 void lease_broker::sweep() {
   std::vector<std::pair<attempt_completion, std::string>> expired;
+  std::vector<attempt_completion> abandoned;  // dropped on return, outside the lock
   {
     std::lock_guard lock(mutex_);
     const auto now = clock::now();
@@ -208,8 +318,14 @@ void lease_broker::sweep() {
       deadlines_.erase(deadlines_.begin());
       auto it = held_.find(id);
       if (it == held_.end() || it->second.lease.empty()) continue;
-      expired.emplace_back(std::move(it->second.done),
-                           "lease expired after " + std::to_string(it->second.ttr.count()) + " ms");
+      // Dropped (given back uncounted, ready again at once) when the lease
+      // said so: a beanstalk job whose time-to-run ended.
+      if (it->second.expiry_abandons)
+        abandoned.push_back(std::move(it->second.done));
+      else
+        expired.emplace_back(
+            std::move(it->second.done),
+            "lease expired after " + std::to_string(it->second.ttr.count()) + " ms");
       --it->second.per_type->reserved;
       ++it->second.per_type->expired;
       held_.erase(it);
@@ -298,6 +414,43 @@ lease_broker::lease_result lease_broker::touch(const std::string& id, const std:
   return lease_result::ok;
 }
 
+lease_broker::lease_result lease_broker::release(const std::string& id, const std::string& lease,
+                                                 std::chrono::system_clock::time_point due,
+                                                 std::optional<std::uint32_t> priority,
+                                                 attempt_completion::stored_handler on_stored) {
+  std::optional<entry> e;
+  {
+    std::lock_guard lock(mutex_);
+    e = end_lease_locked(id, lease);
+    if (!e) return lease_result::stale;
+  }
+  e->done.release(due, priority, std::move(on_stored));
+  return lease_result::ok;
+}
+
+lease_broker::lease_result lease_broker::bury(const std::string& id, const std::string& lease,
+                                              std::string reason,
+                                              std::optional<std::uint32_t> priority,
+                                              attempt_completion::stored_handler on_stored) {
+  std::optional<entry> e;
+  {
+    std::lock_guard lock(mutex_);
+    e = end_lease_locked(id, lease);
+    if (!e) return lease_result::stale;
+    ++counters_.failed;
+  }
+  if (reason.empty()) reason = "buried by the consumer";
+  e->done.bury(std::move(reason), priority, std::move(on_stored));
+  return lease_result::ok;
+}
+
+std::optional<leased_task> lease_broker::lease_of(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = held_.find(id);
+  if (it == held_.end() || it->second.lease.empty()) return std::nullopt;
+  return leased_task{it->second.t, it->second.lease, it->second.deadline};
+}
+
 lease_broker::held lease_broker::state_of(const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = held_.find(id);
@@ -313,9 +466,8 @@ bool lease_broker::release_ready(const std::string& id) {
     if (it == held_.end() || !it->second.lease.empty()) return false;
     dropped = std::move(it->second.done);
     const std::string type = it->second.t.type;
-    --it->second.per_type->ready;
+    unready_locked(it->second);
     held_.erase(it);
-    --counters_.ready;
     ++counters_.given_back;
     trim_locked(type);
   }
@@ -328,13 +480,12 @@ std::size_t lease_broker::release_type(const std::string& type) {
     std::lock_guard lock(mutex_);
     auto q = ready_.find(type);
     if (q == ready_.end()) return 0;
-    for (const auto& [seq, id] : q->second) {
-      auto it = held_.find(id);
-      if (it == held_.end() || it->second.seq != seq || !it->second.lease.empty()) continue;
+    for (const ready_key& k : q->second) {
+      auto it = held_.find(k.id);
+      if (it == held_.end() || it->second.seq != k.seq || !it->second.lease.empty()) continue;
       dropped.push_back(std::move(it->second.done));
-      --it->second.per_type->ready;
+      unready_locked(it->second);
       held_.erase(it);
-      --counters_.ready;
       ++counters_.given_back;
     }
     ready_.erase(q);
@@ -345,13 +496,7 @@ std::size_t lease_broker::release_type(const std::string& type) {
 void lease_broker::trim_locked(const std::string& type) {
   auto q = ready_.find(type);
   if (q == ready_.end()) return;
-  auto& d = q->second;
-  while (!d.empty()) {
-    auto it = held_.find(d.front().second);
-    if (it != held_.end() && it->second.seq == d.front().first && it->second.lease.empty()) break;
-    d.pop_front();
-  }
-  if (d.empty()) ready_.erase(q);
+  if (best_ready_locked(type) == nullptr) ready_.erase(q);
 }
 
 void lease_broker::stop_waiting() {
@@ -380,7 +525,7 @@ void lease_broker::close() {
     ready_.clear();
     deadlines_.clear();
     counters_.ready = counters_.reserved = 0;
-    for (auto& [type, c] : per_type_) c.ready = c.reserved = 0;
+    for (auto& [type, c] : per_type_) c.ready = c.urgent = c.reserved = 0;
     for (waiter& w : waiters_) {
       answers.push_back(std::move(w.handler));
       boost::asio::post(ex_, [timer = w.timer] { timer->cancel(); });

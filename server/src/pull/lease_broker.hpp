@@ -19,18 +19,24 @@
 //
 // Consumers long-poll: a reserve that finds nothing waits (a timer per
 // waiter) and is answered by the first offer of a type it asked for.
+//
+// Order: among the ready tasks of the types a reserve asks for, the lowest
+// task::priority goes first, then the one offered first (beanstalkd's
+// order; HTTP tasks have priority 0 unless they set one). A lease lasts the
+// task's own ttr when it has one, else the reserve's. A paused type
+// (pause()) is skipped by every reserve until its pause ends.
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -46,6 +52,17 @@ namespace delayq::server {
 struct leased_task {
   task t;
   std::string lease;
+  /// When the lease ends unless it is touched.
+  std::chrono::steady_clock::time_point deadline{};
+};
+
+/// How a reserve leases what it takes, beyond what reserve_request says.
+struct lease_terms {
+  /// When the lease passes its deadline: false (HTTP) fails the attempt
+  /// ("lease expired", counted, retried by the retry policy); true
+  /// (beanstalk) gives the task back uncounted, ready again at once, as
+  /// beanstalkd does when a job's time-to-run ends.
+  bool expiry_abandons = false;
 };
 
 /// Thread safety: every member is safe to call from any thread. Handlers
@@ -55,6 +72,8 @@ class lease_broker {
  public:
   using clock = std::chrono::steady_clock;
   using reserve_handler = std::function<void(std::vector<leased_task>)>;
+  /// Priorities below this count as urgent (beanstalkd's current-jobs-urgent).
+  static constexpr std::uint32_t urgent_below = 1024;
 
   /// `instance` (under --cluster, else empty): every lease ends in
   /// "@" + instance, so that a finish, fail or touch made on another
@@ -77,7 +96,21 @@ class lease_broker {
   /// tasks of the types asked for, as soon as at least one is ready, or
   /// with none after `r.wait`. Returns the waiter's number when it waits
   /// (for cancel_wait()), else 0.
-  std::uint64_t reserve(const reserve_request& r, reserve_handler handler);
+  std::uint64_t reserve(const reserve_request& r, reserve_handler handler, lease_terms terms = {});
+
+  /// Leases the task `id` if it is ready here (beanstalk's reserve-job);
+  /// nullopt when it is not (not held, or reserved already).
+  std::optional<leased_task> reserve_id(const std::string& id, std::chrono::milliseconds ttr,
+                                        lease_terms terms = {});
+
+  /// The ready task a reserve of `type` would get next, without leasing it.
+  std::optional<task> peek_ready(const std::string& type) const;
+
+  /// Holds back every reserve of `type` until now + `pause` (0 ends a
+  /// pause); waiting consumers are served when it ends.
+  void pause(const std::string& type, std::chrono::milliseconds pause);
+  /// How long `type` stays paused from now (0: not paused).
+  std::chrono::milliseconds paused_for(const std::string& type) const;
 
   /// The consumer of waiter `n` went away: answers it with nothing now, so
   /// no task is leased to a closed connection. No-op when already answered.
@@ -97,6 +130,20 @@ class lease_broker {
   /// Moves the lease's deadline to now + `ttr` (or its length at reserve).
   lease_result touch(const std::string& id, const std::string& lease,
                      std::optional<std::chrono::milliseconds> ttr);
+  /// Ends the attempt uncounted: the task waits until `due`, with
+  /// `priority` when given (attempt_completion::release).
+  lease_result release(const std::string& id, const std::string& lease,
+                       std::chrono::system_clock::time_point due,
+                       std::optional<std::uint32_t> priority,
+                       attempt_completion::stored_handler on_stored);
+  /// Ends the attempt by burying the task now (attempt_completion::bury).
+  lease_result bury(const std::string& id, const std::string& lease, std::string reason,
+                    std::optional<std::uint32_t> priority,
+                    attempt_completion::stored_handler on_stored);
+
+  /// A reserved task's lease: its token and deadline (none when the task is
+  /// not reserved here).
+  std::optional<leased_task> lease_of(const std::string& id) const;
 
   enum class held { none, ready, reserved };
   /// Where the task is here (none: not held, e.g. being pushed).
@@ -132,6 +179,7 @@ class lease_broker {
   /// One type's share (types never offered here are absent).
   struct type_counters {
     std::size_t ready = 0;     ///< Waiting for a consumer.
+    std::size_t urgent = 0;    ///< Of those, with a priority below 1024 (beanstalk's "urgent").
     std::size_t reserved = 0;  ///< Leased now.
     std::uint64_t leased = 0;  ///< Leases granted.
     std::uint64_t expired = 0;
@@ -148,19 +196,35 @@ class lease_broker {
     std::chrono::milliseconds ttr{0};
     clock::time_point deadline{};
     type_counters* per_type = nullptr;  // in per_type_ (map nodes stay put)
+    bool expiry_abandons = false;       // lease_terms of its lease
   };
   struct waiter {
     std::uint64_t n = 0;
     reserve_request r;
+    lease_terms terms;
     reserve_handler handler;
     std::shared_ptr<boost::asio::steady_timer> timer;
   };
 
   // Under mutex_: leases up to `max` ready tasks of `types` (empty: any).
   std::vector<leased_task> take_locked(const std::vector<std::string>& types, std::size_t max,
-                                       std::chrono::milliseconds ttr, clock::time_point now);
-  bool lease_locked(const std::string& id, std::chrono::milliseconds ttr, clock::time_point now,
-                    std::vector<leased_task>& out);
+                                       std::chrono::milliseconds ttr, lease_terms terms,
+                                       clock::time_point now);
+  bool lease_locked(const std::string& id, std::chrono::milliseconds ttr, lease_terms terms,
+                    clock::time_point now, std::vector<leased_task>& out);
+  // Under mutex_: the ready queue's best valid entry of `type` (stale
+  // entries on the way are dropped), or null.
+  struct ready_key;
+  const ready_key* best_ready_locked(const std::string& type);
+  // Under mutex_: a held entry stops being ready (leased, given back, gone).
+  void unready_locked(entry& e);
+  // Under mutex_: serves waiting consumers from what is ready now; the
+  // handlers to answer are appended to `answers`.
+  void serve_waiters_locked(
+      std::vector<std::pair<reserve_handler, std::vector<leased_task>>>& answers);
+  // Under mutex_: arms the timer that serves waiting consumers when the
+  // earliest pause ends.
+  void arm_pause_end_locked();
   // Under mutex_: the attempt's entry if `lease` is its current one; removes it.
   std::optional<entry> end_lease_locked(const std::string& id, const std::string& lease);
   void arm_sweep_locked(clock::time_point when);
@@ -178,8 +242,17 @@ class lease_broker {
   bool no_wait_ = false;
   std::uint64_t seq_ = 0;
   std::unordered_map<std::string, entry> held_;
-  // Ready ids per type in offer order; ids no longer ready are skipped lazily.
-  std::map<std::string, std::deque<std::pair<std::uint64_t, std::string>>, std::less<>> ready_;
+  // Ready ids per type by priority, then offer order; ids no longer ready
+  // are skipped lazily.
+  struct ready_key {
+    std::uint32_t priority = 0;
+    std::uint64_t seq = 0;
+    std::string id;
+    friend auto operator<=>(const ready_key&, const ready_key&) = default;
+  };
+  std::map<std::string, std::set<ready_key>, std::less<>> ready_;
+  std::map<std::string, clock::time_point, std::less<>> paused_until_;
+  std::shared_ptr<boost::asio::steady_timer> pause_timer_;
   std::set<std::pair<clock::time_point, std::string>> deadlines_;
   std::list<waiter> waiters_;
   std::uint64_t waiter_seq_ = 0;

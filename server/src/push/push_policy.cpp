@@ -7,24 +7,12 @@
 #include <stdexcept>
 
 #include "http/ascii.hpp"
+#include "security/ip_block.hpp"
 
 namespace delayq::server {
 namespace {
 
 namespace ip = boost::asio::ip;
-
-// ::ffff:a.b.c.d and the NAT64 64:ff9b::a.b.c.d reach a.b.c.d: the v4
-// checks must apply to them.
-ip::address plain(const ip::address& a) {
-  if (!a.is_v6()) return a;
-  const ip::address_v6 v6 = a.to_v6();
-  if (v6.is_v4_mapped()) return ip::make_address_v4(ip::v4_mapped, v6);
-  const auto b = v6.to_bytes();
-  static constexpr unsigned char nat64[12] = {0x00, 0x64, 0xff, 0x9b};
-  if (std::equal(b.begin(), b.begin() + 12, nat64))
-    return ip::address_v4({b[12], b[13], b[14], b[15]});
-  return a;
-}
 
 // Addresses no broad rule opens, or "" for any other: where cloud metadata
 // answers (link-local, and the few providers that use another address),
@@ -48,23 +36,6 @@ std::string special(const ip::address& a) {
 
 }  // namespace
 
-bool push_policy::contains(const block& b, const ip::address& a) {
-  if (b.base.is_v4() != a.is_v4()) return false;
-  if (a.is_v4()) {
-    const std::uint32_t mask = b.prefix == 0 ? 0 : ~std::uint32_t{0} << (32 - b.prefix);
-    return (a.to_v4().to_uint() & mask) == (b.base.to_v4().to_uint() & mask);
-  }
-  const auto x = a.to_v6().to_bytes(), y = b.base.to_v6().to_bytes();
-  unsigned left = b.prefix;
-  for (std::size_t i = 0; i < x.size() && left > 0; ++i) {
-    const unsigned bits = std::min(left, 8u);
-    const auto mask = static_cast<unsigned char>(0xff << (8 - bits));
-    if ((x[i] & mask) != (y[i] & mask)) return false;
-    left -= bits;
-  }
-  return true;
-}
-
 push_policy::push_policy(const std::vector<std::string>& allow, ip::tcp::endpoint self)
     : self_(self) {
   for (const std::string& rule : allow) {
@@ -72,29 +43,13 @@ push_policy::push_policy(const std::vector<std::string>& allow, ip::tcp::endpoin
       return std::invalid_argument("--push-allow \"" + rule + "\": " + why);
     };
     if (rule.empty()) throw bad("empty");
-    boost::system::error_code ec;
-    if (const std::size_t slash = rule.find('/'); slash != std::string::npos) {
-      const auto base = ip::make_address(rule.substr(0, slash), ec);
-      if (ec) throw bad("not ADDRESS/PREFIX");
-      const std::string_view bits = std::string_view(rule).substr(slash + 1);
-      unsigned prefix = 0;
-      const auto [end, err] = std::from_chars(bits.data(), bits.data() + bits.size(), prefix);
-      const ip::address p = plain(base);
-      if (err != std::errc{} || end != bits.data() + bits.size() || bits.empty() ||
-          prefix > (p.is_v4() ? 32u : 128u))
-        throw bad("the prefix must be 0-32 (IPv4) or 0-128 (IPv6)");
-      blocks_.push_back({p, prefix});
+    // A CIDR block, or an address alone (a block of one).
+    std::string why;
+    if (auto b = ip_block::parse(rule, why)) {
+      blocks_.push_back(*b);
       continue;
     }
-    // An address alone is a block of one.
-    std::string_view text = rule;
-    if (text.size() > 2 && text.front() == '[' && text.back() == ']')
-      text = text.substr(1, text.size() - 2);
-    if (const auto a = ip::make_address(std::string(text), ec); !ec) {
-      const ip::address p = plain(a);
-      blocks_.push_back({p, p.is_v4() ? 32u : 128u});
-      continue;
-    }
+    if (rule.find('/') != std::string::npos) throw bad(why);
     // HOST or HOST:PORT.
     name_rule n;
     const std::size_t colon = rule.rfind(':');
@@ -111,18 +66,17 @@ push_policy::push_policy(const std::vector<std::string>& allow, ip::tcp::endpoin
       throw bad("not a CIDR block, an address or HOST[:PORT]");
     names_.push_back(std::move(n));
   }
-  self_ = ip::tcp::endpoint(plain(self.address()), self.port());
+  self_ = ip::tcp::endpoint(plain_address(self.address()), self.port());
 }
 
 bool push_policy::named_alone(const ip::address& a) const {
-  return std::any_of(blocks_.begin(), blocks_.end(), [&](const block& b) {
-    return b.prefix == (b.base.is_v4() ? 32u : 128u) && contains(b, a);
-  });
+  return std::any_of(blocks_.begin(), blocks_.end(),
+                     [&](const ip_block& b) { return b.single() && b.contains(a); });
 }
 
 bool push_policy::allows(std::string_view host, std::uint16_t port, const ip::address& raw,
                          std::string& why) const {
-  const ip::address a = plain(raw);
+  const ip::address a = plain_address(raw);
   const std::string where = std::string(host) + ":" + std::to_string(port);
   const std::string said = a.to_string() == host ? where : where + " (" + a.to_string() + ")";
   // Never by a broad rule: only a rule that names the address itself.
@@ -142,7 +96,7 @@ bool push_policy::allows(std::string_view host, std::uint16_t port, const ip::ad
           "with --push-allow CIDR|HOST[:PORT]";
     return false;
   }
-  if (std::any_of(blocks_.begin(), blocks_.end(), [&](const block& b) { return contains(b, a); }))
+  if (std::any_of(blocks_.begin(), blocks_.end(), [&](const ip_block& b) { return b.contains(a); }))
     return true;
   const std::string h = ascii_lower(host), p = std::to_string(port);
   if (std::any_of(names_.begin(), names_.end(), [&](const name_rule& n) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "security/ip_block.hpp"
 #include "wire/http_url.hpp"
 
 namespace delayq::server {
@@ -45,18 +46,13 @@ class push_policy {
   std::string check(const http_url& url, bool* unresolved = nullptr) const;
 
  private:
-  struct block {
-    boost::asio::ip::address base;  // v4, or v6 (v4-mapped ones are kept as v4)
-    unsigned prefix = 0;
-  };
   struct name_rule {
     std::string host;  // lower case
     std::string port;  // "" for any
   };
-  static bool contains(const block& b, const boost::asio::ip::address& a);
   bool named_alone(const boost::asio::ip::address& a) const;
 
-  std::vector<block> blocks_;
+  std::vector<ip_block> blocks_;
   std::vector<name_rule> names_;
   boost::asio::ip::tcp::endpoint self_;
 };

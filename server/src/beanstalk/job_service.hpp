@@ -1,0 +1,199 @@
+// beanstalk/job_service.hpp - what each beanstalk command does to delayq:
+// the engine holds the jobs (a job is a task, its tube the task's type), the
+// lease broker hands ready jobs to reserving clients, the dead letters are
+// the buried jobs (docs/beanstalk.md, "How jobs map onto delayq").
+//
+// A job's state, as beanstalk names it, is read from where delayq keeps it:
+//   ready     due, waiting in the broker for a consumer (or about to be)
+//   reserved  leased by the broker to a client
+//   delayed   pending in the engine, due later
+//   buried    a dead letter
+//
+// Every call answers through a handler, once, on any thread; calls that
+// wait for the store (cancel, requeue, the dead letters, a new block of
+// ids) run on the service's own blocking threads, never on the caller's.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "beanstalk/command_reader.hpp"
+#include "beanstalk/job_names.hpp"
+#include "delayq/engine.hpp"
+#include "delayq/task_store.hpp"
+#include "pull/lease_broker.hpp"
+
+namespace delayq::server::beanstalk {
+
+/// What a command's answer carries; the session turns it into the reply's
+/// bytes (protocol.hpp).
+struct answer {
+  enum class kind {
+    ok,              ///< INSERTED, DELETED, RELEASED, BURIED, TOUCHED, KICKED, FOUND, OK...
+    not_found,       ///< NOT_FOUND
+    draining,        ///< DRAINING (put while draining)
+    bad_format,      ///< BAD_FORMAT (a value delayq cannot hold, e.g. a delay past max_delay)
+    out_of_memory,   ///< OUT_OF_MEMORY (the engine's pending or per-type limit)
+    internal_error,  ///< INTERNAL_ERROR (the store failed or did not confirm)
+  } what = kind::ok;
+  std::uint64_t id = 0;     ///< put, peek*, reserve-job: the job's id
+  std::uint64_t count = 0;  ///< kick: jobs kicked
+  std::string body;         ///< peek*, reserve-job: the job's data
+  /// stats, stats-job, stats-tube: the YAML document (stats_yaml.hpp).
+  std::string yaml;
+  std::optional<leased_task> lease;  ///< reserve-job: the lease taken
+};
+using answer_handler = std::function<void(answer)>;
+
+/// What the sessions report for the stats commands.
+struct connection_counts {
+  std::size_t current = 0, producers = 0, workers = 0, waiting = 0;
+  std::uint64_t total = 0;
+};
+
+/// Thread safety: every member is safe from any thread. The engine, the
+/// broker and the store must outlive it.
+class job_service {
+ public:
+  struct parts {
+    delayq::engine* engine = nullptr;
+    lease_broker* broker = nullptr;
+    /// Where the id sequence is kept (a store with the sequence role; a
+    /// store without it gets numbers from this process only).
+    task_store* sequences = nullptr;
+    /// Whether a type has a push target (its jobs are pushed, never ready).
+    std::function<bool(const std::string& type)> pushed;
+    std::size_t max_job_size = 65535;
+    /// The time-to-run of a task that names none (one put over HTTP).
+    std::chrono::milliseconds default_ttr{30'000};
+    std::string instance;  ///< stats' "id" and "hostname"
+    /// Set (by SIGUSR1) to put the service in drain mode: every later put
+    /// answers DRAINING, and stats says draining: true. Must outlive it.
+    const std::atomic<bool>* draining = nullptr;
+  };
+  job_service(parts p, std::size_t blocking_threads);
+  ~job_service();
+  job_service(const job_service&) = delete;
+  job_service& operator=(const job_service&) = delete;
+
+  job_names& names() noexcept { return names_; }
+  lease_broker& broker() noexcept { return *p_.broker; }
+  std::size_t max_job_size() const noexcept { return p_.max_job_size; }
+  /// The lease a reserve asks for when the job names no time-to-run.
+  std::chrono::milliseconds default_ttr() const noexcept { return p_.default_ttr; }
+
+  /// Drain mode (parts::draining).
+  bool draining() const noexcept { return p_.draining && p_.draining->load(); }
+
+  void put(std::string type, std::string body, std::uint32_t priority, std::uint32_t delay_s,
+           std::uint32_t ttr_s, answer_handler done);
+  /// `lease`: the job's lease when the asking client reserved it.
+  void remove(std::uint64_t job, std::optional<std::string> lease, answer_handler done);
+  void release(std::uint64_t job, const std::string& lease, std::uint32_t priority,
+               std::uint32_t delay_s, answer_handler done);
+  void bury(std::uint64_t job, const std::string& lease, std::uint32_t priority,
+            answer_handler done);
+  /// TOUCHED (ok) or NOT_FOUND; answers at once.
+  answer touch(std::uint64_t job, const std::string& lease);
+  void reserve_job(std::uint64_t job, answer_handler done);
+
+  void peek(std::uint64_t job, answer_handler done);
+  void peek_ready(const std::string& type, answer_handler done);
+  void peek_delayed(const std::string& type, answer_handler done);
+  void peek_buried(const std::string& type, answer_handler done);
+  void kick(const std::string& type, std::uint64_t bound, answer_handler done);
+  void kick_job(std::uint64_t job, answer_handler done);
+  void pause_tube(const std::string& type, std::uint32_t delay_s);
+
+  void stats_job(std::uint64_t job, answer_handler done);
+  /// `using_`, `watching`, `waiting`: the sessions' counts for this tube.
+  void stats_tube(const std::string& type, std::size_t using_, std::size_t watching,
+                  std::size_t waiting, answer_handler done);
+  void stats(const connection_counts& connections, std::size_t tubes, answer_handler done);
+  /// Every type known to the engine or to the broker.
+  std::vector<std::string> types() const;
+
+  /// Counts one command for stats ("cmd-put", ...).
+  void count_command(verb v) noexcept { ++commands_[static_cast<std::size_t>(v)]; }
+  /// Task `id` was reserved over beanstalk (stats-job: reserves).
+  void count_reserve(const std::string& id);
+  /// A reserved job's lease passed its time-to-run (stats: job-timeouts,
+  /// stats-job: timeouts).
+  void count_timeout(const std::string& id);
+
+  /// Runs `then` (on any thread) once every job made ready by a command
+  /// answered so far (a put without delay, a kick, a release without delay)
+  /// has reached the broker, so a reserve-with-timeout 0, a peek or a stats
+  /// that follows sees it ready, as it would in beanstalkd. The engine hands
+  /// a due task to the broker within a tick of its due time; this waits for
+  /// that, at most 200 ms a job, and runs `then` at once when nothing is on
+  /// its way. (A reserve that waits does not need it: the job reaches it.)
+  void after_arrivals(std::function<void()> then);
+
+ private:
+  // On the blocking threads; `fn`'s answer goes to `done` (internal_error
+  // if it throws).
+  void blocking(answer_handler done, std::function<answer()> fn);
+  // The next job number, taking a block of numbers from the store when the
+  // one in hand is used up (blocks).
+  std::optional<std::uint64_t> next_number(boost::system::error_code& ec);
+  std::optional<std::uint64_t> next_number_now();
+  void schedule_put(std::string type, std::string body, std::uint32_t priority,
+                    std::chrono::system_clock::time_point due, std::chrono::milliseconds ttr,
+                    std::uint64_t number, int tries, answer_handler done);
+  // The dead letter with task id `id`, or the first of `type` (scans).
+  std::optional<dead_letter> find_buried(const std::string& id, boost::system::error_code& ec);
+  std::vector<dead_letter> buried_of(const std::string& type, std::size_t limit,
+                                     boost::system::error_code& ec, std::size_t* total = nullptr);
+  answer job_answer(const task& t);
+  // A job on its way to the broker (after_arrivals()).
+  void arriving(const std::string& id);
+  // What beanstalkd counts per job and delayq does not store: kept here,
+  // for the jobs this server has seen since it started (stats-job).
+  struct job_counts {
+    std::chrono::steady_clock::time_point born{};  // put here (else unknown)
+    std::uint32_t delay_s = 0;                     // put's or release's delay
+    std::uint32_t reserves = 0, timeouts = 0, releases = 0, buries = 0, kicks = 0;
+  };
+  template <class F>
+  void with_counts(const std::string& id, F f);
+  void forget(const std::string& id);
+  static answer error(const boost::system::error_code& ec);
+
+  parts p_;
+  job_names names_;
+  boost::asio::thread_pool pool_;
+  std::atomic<std::uint64_t> timeouts_{0};
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+  mutable std::mutex ids_mutex_;  // the block of numbers in hand
+  std::uint64_t next_ = 0, end_ = 0;
+  std::mutex refill_mutex_;       // one refill at a time
+  std::uint64_t local_next_ = 1;  // a store without the sequence role
+
+  std::array<std::atomic<std::uint64_t>, verb_count> commands_{};
+  mutable std::mutex counts_mutex_;
+  std::unordered_map<std::string, job_counts> jobs_;  // at most max_counted_jobs
+  std::mutex arriving_mutex_;
+  // Ids on their way to the broker, and since when (given up after 200 ms).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> arriving_;
+  struct pause_count {
+    std::uint64_t count = 0;    // pause-tube commands
+    std::uint64_t seconds = 0;  // the last one's pause
+  };
+  std::map<std::string, std::uint64_t, std::less<>> deletes_;  // per type
+  std::map<std::string, pause_count, std::less<>> pauses_;
+};
+
+}  // namespace delayq::server::beanstalk

@@ -1,0 +1,79 @@
+// beanstalk/listener.hpp - the beanstalk protocol's listening sockets
+// (--beanstalk-listen ADDR:PORT or unix:PATH), on the server's I/O threads:
+// one Asio acceptor per address, one session per connection, no thread per
+// connection.
+//
+// beanstalk has no authentication, so who may connect is decided here
+// (docs/beanstalk.md, "Security"): a unix socket (file permissions), or a
+// TCP peer on loopback, or inside a --beanstalk-allow block. Any other peer
+// is closed at once. Past --max-connections, a new connection is closed at
+// once too.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/basic_socket_acceptor.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "beanstalk/job_service.hpp"
+#include "beanstalk/session.hpp"
+#include "security/ip_block.hpp"
+
+namespace delayq::server::beanstalk {
+
+/// Thread safety: listen() and start() from one thread before the I/O
+/// threads run; set_service() and close() from any thread.
+class listener {
+ public:
+  listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
+           std::size_t max_connections, std::size_t max_job_size);
+  ~listener();
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
+
+  /// Binds and listens on `spec`: "ADDR:PORT" (port 0: any free one) or
+  /// "unix:PATH". A socket file left at PATH by a server that is gone is
+  /// replaced; one a live server answers on, or any other file, is not.
+  /// Returns the bound address as `spec` would name it. Throws
+  /// std::invalid_argument for a malformed spec and std::runtime_error
+  /// (naming the address) when it cannot listen.
+  std::string listen(const std::string& spec);
+
+  /// Accepts on every address given to listen().
+  void start();
+
+  /// The service the sessions use, once the store answered (until then
+  /// they answer INTERNAL_ERROR).
+  void set_service(job_service* service) noexcept { service_.store(service); }
+
+  /// Stops accepting (a drain), on the I/O threads; connections open stay
+  /// until the server stops. Removes the unix socket files it made.
+  void stop_accepting();
+
+  session_registry& registry() noexcept { return registry_; }
+
+ private:
+  using protocol = boost::asio::generic::stream_protocol;
+  using acceptor = boost::asio::basic_socket_acceptor<protocol>;
+  struct bound {
+    std::unique_ptr<acceptor> a;
+    std::string unix_path;  // for close()
+  };
+  void accept(acceptor& a, bool tcp);
+  void close_now();
+  bool allowed(const protocol::endpoint& peer) const;
+
+  boost::asio::any_io_executor ex_;
+  std::vector<ip_block> allow_;
+  std::size_t max_connections_;
+  std::size_t max_job_size_;
+  std::vector<bound> bound_;
+  std::atomic<job_service*> service_{nullptr};
+  session_registry registry_;
+};
+
+}  // namespace delayq::server::beanstalk

@@ -1,0 +1,490 @@
+#include "beanstalk/session.hpp"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include "beanstalk/reply.hpp"
+#include "beanstalk/stats_yaml.hpp"
+#include "beanstalk/tube_name.hpp"
+
+namespace delayq::server::beanstalk {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+// beanstalkd's safety margin: a reserve waiting while a job the client
+// holds is within its last second answers DEADLINE_SOON.
+constexpr auto safety_margin = 1s;
+// "reserve" without a timeout waits as long as the connection lasts.
+constexpr auto forever = std::chrono::hours{24 * 365};
+
+std::string_view error_of(answer::kind k) {
+  switch (k) {
+    case answer::kind::ok: break;
+    case answer::kind::not_found: return replies::not_found;
+    case answer::kind::draining: return replies::draining;
+    case answer::kind::bad_format: return replies::bad_format;
+    case answer::kind::out_of_memory: return replies::out_of_memory;
+    case answer::kind::internal_error: return replies::internal_error;
+  }
+  return replies::internal_error;
+}
+
+}  // namespace
+
+session::session(socket_type socket, const std::atomic<job_service*>& service,
+                 session_registry& registry, std::size_t max_job_size)
+    : socket_(std::move(socket)),
+      service_source_(service),
+      service_(service.load()),
+      registry_(registry),
+      reader_(max_job_size),
+      buf_(16 * 1024),
+      soon_timer_(socket_.get_executor()) {}
+
+// Nothing here may touch the service or the registry: a session still
+// queued when the server stops is destroyed with the io_context, after them.
+// close() did the work on a live server; the broker's close() gave back
+// what the others held.
+session::~session() = default;
+
+void session::start() {
+  registry_.opened();
+  registry_.use("", using_);
+  registry_.watch(watching_.front(), +1);
+  read();
+}
+
+void session::read() {
+  if (reading_ || closed_ || closing_) return;
+  reading_ = true;
+  socket_.async_read_some(
+      boost::asio::buffer(buf_),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+        self->reading_ = false;
+        if (ec) return self->close();
+        self->in_.append(self->buf_.data(), n);
+        self->pump();
+      });
+}
+
+void session::pump() {
+  while (!busy_ && !closed_ && !closing_) {
+    std::string_view rest(in_.data() + in_pos_, in_.size() - in_pos_);
+    auto r = reader_.next(rest);
+    in_pos_ = in_.size() - rest.size();
+    if (!r) break;
+    if (auto* e = std::get_if<protocol_error>(&*r)) {
+      out_ += error_reply(*e);
+      continue;
+    }
+    if (!run(std::get<command>(std::move(*r)))) busy_ = true;
+  }
+  if (in_pos_ == in_.size()) {
+    in_.clear();
+    in_pos_ = 0;
+  }
+  write();
+  if (!busy_ && in_.empty()) read();
+}
+
+void session::write() {
+  if (closed_ || !writing_.empty()) return;
+  if (out_.empty()) {
+    if (closing_ && !busy_) close();
+    return;
+  }
+  writing_.swap(out_);
+  boost::asio::async_write(
+      socket_, boost::asio::buffer(writing_),
+      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+        self->writing_.clear();
+        if (ec) return self->close();
+        self->write();
+      });
+}
+
+void session::close() {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  soon_timer_.cancel();
+  if (waiter_ != 0 && service_) {
+    registry_.wait(watching_, -1);
+    service_->broker().cancel_wait(waiter_);
+  }
+  if (service_ && !reserved_.empty()) {
+    // beanstalkd puts a closed connection's jobs back into the ready queue.
+    std::vector<leased_task> back;
+    for (auto& [n, lt] : reserved_) back.push_back(std::move(lt));
+    reserved_.clear();
+    service_->broker().give_back(back);
+  }
+  registry_.use(using_, "");
+  for (const std::string& t : watching_) registry_.watch(t, -1);
+  registry_.closed(producer_, worker_);
+}
+
+std::optional<std::string> session::lease_of(std::uint64_t job) const {
+  auto it = reserved_.find(job);
+  if (it == reserved_.end()) return std::nullopt;
+  return it->second.lease;
+}
+
+void session::prune_reserved() {
+  for (auto it = reserved_.begin(); it != reserved_.end();) {
+    const auto now = service_->broker().lease_of(it->second.t.id);
+    if (now && now->lease == it->second.lease) {
+      it->second.deadline = now->deadline;  // touched meanwhile
+      ++it;
+      continue;
+    }
+    // Its time-to-run ended: the job is ready again, not ours.
+    service_->count_timeout(it->second.t.id);
+    it = reserved_.erase(it);
+  }
+}
+
+std::optional<steady::time_point> session::first_deadline() const {
+  std::optional<steady::time_point> first;
+  for (const auto& [n, lt] : reserved_)
+    if (!first || lt.deadline < *first) first = lt.deadline;
+  return first;
+}
+
+std::vector<std::string> session::tube_names() const {
+  // A tube exists while a connection uses or watches it, or delayq knows
+  // its type (tasks of it were scheduled or loaded); "default" always.
+  std::vector<std::string> tubes = registry_.tubes();
+  for (const std::string& type : service_->types())
+    if (auto tube = tube_of_type(type)) tubes.push_back(std::move(*tube));
+  tubes.push_back("default");
+  std::sort(tubes.begin(), tubes.end());
+  tubes.erase(std::unique(tubes.begin(), tubes.end()), tubes.end());
+  return tubes;
+}
+
+std::vector<std::string> session::watched_types() const {
+  std::vector<std::string> out;
+  for (const std::string& tube : watching_)
+    if (auto t = type_of_tube(tube)) out.push_back(std::move(*t));
+  return out;
+}
+
+void session::reply_answer(verb v, const answer& a) {
+  if (a.what != answer::kind::ok) {
+    out_ += error_of(a.what);
+    return;
+  }
+  switch (v) {
+    case verb::put: return append_inserted(out_, a.id);
+    case verb::delete_: out_ += replies::deleted; return;
+    case verb::release: out_ += replies::released; return;
+    case verb::bury: out_ += replies::buried; return;
+    case verb::touch: out_ += replies::touched; return;
+    case verb::kick: return append_kicked(out_, a.count);
+    case verb::kick_job: out_ += replies::kicked; return;
+    case verb::reserve_job: return append_reserved(out_, a.id, a.body);
+    case verb::peek:
+    case verb::peek_ready:
+    case verb::peek_delayed:
+    case verb::peek_buried: return append_found(out_, a.id, a.body);
+    case verb::stats:
+    case verb::stats_job:
+    case verb::stats_tube: return append_ok(out_, a.yaml);
+    default: out_ += replies::internal_error; return;
+  }
+}
+
+bool session::run(command c, bool settled) {
+  if (c.name == verb::quit) {
+    closing_ = true;
+    return true;
+  }
+  // Until the store answered once, nothing can be done: beanstalk has no
+  // "unavailable", and INTERNAL_ERROR is what its clients retry on.
+  if (!service_) service_ = service_source_.load();
+  if (!service_) {
+    out_ += replies::internal_error;
+    return true;
+  }
+  if (!settled) service_->count_command(c.name);
+  // What reads the ready jobs waits for the jobs made ready a moment ago to
+  // reach the broker (job_service::after_arrivals()).
+  const bool reads_ready = c.name == verb::peek_ready || c.name == verb::stats ||
+                           c.name == verb::stats_tube || c.name == verb::stats_job ||
+                           (c.name == verb::reserve_with_timeout && c.timeout == 0);
+  if (reads_ready && !settled) {
+    service_->after_arrivals([self = shared_from_this(), c]() mutable {
+      boost::asio::post(self->socket_.get_executor(), [self, c = std::move(c)]() mutable {
+        if (self->closed_) return;
+        if (!self->run(std::move(c), true)) return;  // its reply comes later
+        self->busy_ = false;
+        self->pump();
+      });
+    });
+    return false;
+  }
+  // An answer from the service arrives on any thread: back to the strand.
+  const auto later = [this, v = c.name](auto&& extra) {
+    return [self = shared_from_this(), v,
+            extra = std::forward<decltype(extra)>(extra)](answer a) mutable {
+      boost::asio::post(self->socket_.get_executor(),
+                        [self, v, extra = std::move(extra), a = std::move(a)]() {
+                          if (self->closed_) return;
+                          extra(*self, a);
+                          self->reply_answer(v, a);
+                          self->busy_ = false;
+                          self->pump();
+                        });
+    };
+  };
+  const auto plain = later([](session&, const answer&) {});
+  // The tube a command names: BAD_FORMAT when delayq cannot hold it as a
+  // task type (tube_name.hpp).
+  const auto type_of = [&](const std::string& tube) -> std::optional<std::string> {
+    auto t = type_of_tube(tube);
+    if (!t) out_ += replies::bad_format;
+    return t;
+  };
+  const auto known = [&](const std::string& tube, const std::string& type) {
+    const auto types = service_->types();
+    const auto tubes = registry_.tubes();
+    return tube == "default" || std::find(types.begin(), types.end(), type) != types.end() ||
+           std::find(tubes.begin(), tubes.end(), tube) != tubes.end();
+  };
+
+  switch (c.name) {
+    case verb::put: {
+      if (!producer_) registry_.became(producer_ = true, false);
+      service_->put(*type_of_tube(using_), std::move(c.body), c.priority, c.delay, c.ttr, plain);
+      return false;
+    }
+    case verb::use: {
+      if (!type_of(c.tube)) return true;
+      registry_.use(using_, c.tube);
+      using_ = c.tube;
+      append_using(out_, using_);
+      return true;
+    }
+    case verb::watch: {
+      if (!type_of(c.tube)) return true;
+      if (std::find(watching_.begin(), watching_.end(), c.tube) == watching_.end()) {
+        watching_.push_back(c.tube);
+        registry_.watch(c.tube, +1);
+      }
+      append_watching(out_, watching_.size());
+      return true;
+    }
+    case verb::ignore: {
+      if (watching_.size() < 2) {
+        out_ += replies::not_ignored;
+        return true;
+      }
+      if (auto it = std::find(watching_.begin(), watching_.end(), c.tube); it != watching_.end()) {
+        watching_.erase(it);
+        registry_.watch(c.tube, -1);
+      }
+      append_watching(out_, watching_.size());
+      return true;
+    }
+    case verb::reserve: return reserve(std::nullopt);
+    case verb::reserve_with_timeout: return reserve(c.timeout);
+    case verb::reserve_job:
+      service_->reserve_job(c.id, later([](session& s, const answer& a) {
+                              if (a.lease) s.reserved_[a.id] = *a.lease;
+                            }));
+      return false;
+    case verb::delete_:
+      service_->remove(c.id, lease_of(c.id), later([](session& s, const answer& a) {
+                         if (a.what == answer::kind::ok) s.reserved_.erase(a.id);
+                       }));
+      return false;
+    case verb::release:
+    case verb::bury: {
+      const auto lease = lease_of(c.id);
+      if (!lease) {
+        out_ += replies::not_found;
+        return true;
+      }
+      // Released or buried, or its lease ended meanwhile: not ours either way.
+      auto forget = later([id = c.id](session& s, const answer&) { s.reserved_.erase(id); });
+      if (c.name == verb::release)
+        service_->release(c.id, *lease, c.priority, c.delay, std::move(forget));
+      else
+        service_->bury(c.id, *lease, c.priority, std::move(forget));
+      return false;
+    }
+    case verb::touch: {
+      const auto lease = lease_of(c.id);
+      const answer a = lease ? service_->touch(c.id, *lease) : answer{answer::kind::not_found};
+      if (a.what == answer::kind::ok) {
+        if (auto now = service_->broker().lease_of(reserved_[c.id].t.id))
+          reserved_[c.id].deadline = now->deadline;
+      }
+      reply_answer(c.name, a);
+      return true;
+    }
+    case verb::peek: service_->peek(c.id, plain); return false;
+    case verb::peek_ready: service_->peek_ready(*type_of_tube(using_), plain); return false;
+    case verb::peek_delayed: service_->peek_delayed(*type_of_tube(using_), plain); return false;
+    case verb::peek_buried: service_->peek_buried(*type_of_tube(using_), plain); return false;
+    case verb::kick: service_->kick(*type_of_tube(using_), c.bound, plain); return false;
+    case verb::kick_job: service_->kick_job(c.id, plain); return false;
+    case verb::stats_job: service_->stats_job(c.id, plain); return false;
+    case verb::stats_tube: {
+      const auto type = type_of(c.tube);
+      if (!type) return true;
+      if (!known(c.tube, *type)) {
+        out_ += replies::not_found;
+        return true;
+      }
+      const auto n = registry_.of(c.tube);
+      service_->stats_tube(*type, n.using_, n.watching, n.waiting, plain);
+      return false;
+    }
+    case verb::stats: {
+      service_->stats(registry_.counts(), tube_names().size(), plain);
+      return false;
+    }
+    case verb::list_tubes: append_ok(out_, tube_list_yaml(tube_names())); return true;
+    case verb::list_tube_used: append_using(out_, using_); return true;
+    case verb::list_tubes_watched: append_ok(out_, tube_list_yaml(watching_)); return true;
+    case verb::pause_tube: {
+      const auto type = type_of(c.tube);
+      if (!type) return true;
+      if (!known(c.tube, *type)) {
+        out_ += replies::not_found;
+        return true;
+      }
+      service_->pause_tube(*type, c.delay);
+      out_ += replies::paused;
+      return true;
+    }
+    case verb::quit: break;
+  }
+  return true;
+}
+
+bool session::reserve(std::optional<std::uint32_t> timeout) {
+  prune_reserved();
+  const auto first = first_deadline();
+  if (first && *first - steady::now() <= safety_margin) {
+    out_ += replies::deadline_soon;
+    return true;
+  }
+  if (!worker_) registry_.became(false, worker_ = true);
+  reserve_request r;
+  r.types = watched_types();
+  r.max = 1;
+  r.wait = timeout ? std::chrono::milliseconds(std::chrono::seconds{*timeout})
+                   : std::chrono::duration_cast<std::chrono::milliseconds>(forever);
+  r.ttr = service_->default_ttr();
+  registry_.wait(watching_, +1);
+  deadline_soon_ = false;
+  waiter_ = service_->broker().reserve(
+      r,
+      [self = shared_from_this()](std::vector<leased_task> tasks) {
+        boost::asio::post(self->socket_.get_executor(), [self, tasks = std::move(tasks)]() mutable {
+          self->waiter_ = 0;
+          self->soon_timer_.cancel();
+          if (self->closed_) {
+            if (!tasks.empty()) self->service_->broker().give_back(tasks);
+            return;
+          }
+          self->registry_.wait(self->watching_, -1);
+          if (!tasks.empty()) {
+            leased_task& lt = tasks.front();
+            const std::uint64_t n = self->service_->names().number_of(lt.t.id);
+            append_reserved(self->out_, n, lt.t.payload);
+            self->service_->count_reserve(lt.t.id);
+            self->reserved_[n] = std::move(lt);
+          } else {
+            self->out_ += self->deadline_soon_ ? replies::deadline_soon : replies::timed_out;
+          }
+          self->busy_ = false;
+          self->pump();
+        });
+      },
+      lease_terms{.expiry_abandons = true});
+  if (first && waiter_ != 0) {
+    soon_timer_.expires_at(*first - safety_margin);
+    soon_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->waiter_ == 0 || self->closed_) return;
+      self->deadline_soon_ = true;
+      self->service_->broker().cancel_wait(self->waiter_);
+    });
+  }
+  return false;
+}
+
+// ------------------------------------------------------------------ registry
+
+void session_registry::opened() {
+  std::lock_guard lock(mutex_);
+  ++c_.current;
+  ++c_.total;
+}
+
+void session_registry::closed(bool producer, bool worker) {
+  std::lock_guard lock(mutex_);
+  --c_.current;
+  if (producer) --c_.producers;
+  if (worker) --c_.workers;
+}
+
+void session_registry::became(bool producer, bool worker) {
+  std::lock_guard lock(mutex_);
+  if (producer) ++c_.producers;
+  if (worker) ++c_.workers;
+}
+
+void session_registry::use(const std::string& from, const std::string& to) {
+  std::lock_guard lock(mutex_);
+  if (!from.empty()) {
+    auto it = tubes_.find(from);
+    if (it != tubes_.end() && --it->second.using_ == 0 && it->second.watching == 0)
+      tubes_.erase(it);
+  }
+  if (!to.empty()) ++tubes_[to].using_;
+}
+
+void session_registry::watch(const std::string& tube, int delta) {
+  std::lock_guard lock(mutex_);
+  auto& t = tubes_[tube];
+  t.watching = static_cast<std::size_t>(static_cast<long>(t.watching) + delta);
+  if (t.watching == 0 && t.using_ == 0 && t.waiting == 0) tubes_.erase(tube);
+}
+
+void session_registry::wait(const std::vector<std::string>& tubes, int delta) {
+  std::lock_guard lock(mutex_);
+  c_.waiting = static_cast<std::size_t>(static_cast<long>(c_.waiting) + delta);
+  for (const std::string& tube : tubes) {
+    auto& t = tubes_[tube];
+    t.waiting = static_cast<std::size_t>(static_cast<long>(t.waiting) + delta);
+  }
+}
+
+connection_counts session_registry::counts() const {
+  std::lock_guard lock(mutex_);
+  return c_;
+}
+
+session_registry::tube_counts session_registry::of(const std::string& tube) const {
+  std::lock_guard lock(mutex_);
+  auto it = tubes_.find(tube);
+  return it == tubes_.end() ? tube_counts{} : it->second;
+}
+
+std::vector<std::string> session_registry::tubes() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tubes_) out.push_back(name);
+  return out;
+}
+
+}  // namespace delayq::server::beanstalk

@@ -1,0 +1,114 @@
+// beanstalk/session.hpp - one beanstalk client connection: its tube in use,
+// the tubes it watches, the jobs it has reserved, and the loop that reads a
+// command, runs it, and writes its reply, one command at a time and in
+// order (the protocol pipelines, and replies must come back in order).
+//
+// Reserved jobs belong to the connection: when it closes, they are given
+// back (ready again at once, uncounted), as beanstalkd does. While the
+// client waits in reserve, a job it holds whose time-to-run ends within a
+// second ends the wait with DEADLINE_SOON.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "beanstalk/command_reader.hpp"
+#include "beanstalk/job_service.hpp"
+
+namespace delayq::server::beanstalk {
+
+class session_registry;
+
+/// Thread safety: none from outside; everything runs on the session's
+/// strand (the socket's executor). Keep it in a shared_ptr: start() holds
+/// it alive until the connection ends.
+class session : public std::enable_shared_from_this<session> {
+ public:
+  using socket_type = boost::asio::generic::stream_protocol::socket;
+
+  /// `service`: read at each command until it is set (the store answered).
+  session(socket_type socket, const std::atomic<job_service*>& service, session_registry& registry,
+          std::size_t max_job_size);
+  ~session();
+
+  void start();
+
+ private:
+  void read();
+  // Runs the commands held in `in_`, stopping at one that answers later.
+  void pump();
+  // Runs one command; false when its reply comes later (and pump() resumes
+  // then). `settled`: after_arrivals() has run for it.
+  bool run(command c, bool settled = false);
+  void write();
+  void close();
+  // Appends the reply of a command of verb `v` that answered `a`.
+  void reply_answer(verb v, const answer& a);
+  // reserve and reserve-with-timeout; false: the reply comes later.
+  bool reserve(std::optional<std::uint32_t> timeout);
+  // Jobs reserved here whose lease is still theirs; drops the others.
+  void prune_reserved();
+  // The earliest deadline of the jobs reserved here.
+  std::optional<std::chrono::steady_clock::time_point> first_deadline() const;
+  std::optional<std::string> lease_of(std::uint64_t job) const;
+  std::vector<std::string> watched_types() const;
+  // list-tubes: every tube there is, sorted.
+  std::vector<std::string> tube_names() const;
+
+  socket_type socket_;
+  const std::atomic<job_service*>& service_source_;
+  job_service* service_ = nullptr;  // null until the store answered
+  session_registry& registry_;
+  command_reader reader_;
+  std::vector<char> buf_;
+  std::string in_;  // bytes read and not yet consumed by reader_ (from in_pos_)
+  std::size_t in_pos_ = 0;
+  std::string out_, writing_;
+  bool busy_ = false;  // a command's reply is on its way
+  bool reading_ = false, closing_ = false, closed_ = false;
+  bool producer_ = false, worker_ = false;
+
+  std::string using_ = "default";  // a tube name
+  std::vector<std::string> watching_{"default"};
+  std::map<std::uint64_t, leased_task> reserved_;  // by job number
+
+  // A reserve waiting for a job.
+  std::uint64_t waiter_ = 0;
+  bool deadline_soon_ = false;
+  boost::asio::steady_timer soon_timer_;
+};
+
+/// The connections' counts per tube, for stats and stats-tube.
+///
+/// Thread safety: every member is safe from any thread.
+class session_registry {
+ public:
+  void opened();
+  void closed(bool producer, bool worker);
+  void became(bool producer, bool worker);
+  void use(const std::string& from, const std::string& to);
+  void watch(const std::string& tube, int delta);
+  void wait(const std::vector<std::string>& tubes, int delta);
+  connection_counts counts() const;
+  struct tube_counts {
+    std::size_t using_ = 0, watching = 0, waiting = 0;
+  };
+  tube_counts of(const std::string& tube) const;
+  /// Tubes some connection uses or watches.
+  std::vector<std::string> tubes() const;
+
+ private:
+  mutable std::mutex mutex_;
+  connection_counts c_;
+  std::map<std::string, tube_counts, std::less<>> tubes_;
+};
+
+}  // namespace delayq::server::beanstalk
