@@ -66,6 +66,15 @@ void record_seeds(const fs::path& dir) {
   std::string v2 = typical;  // version 2 without its fields
   v2[5] = 2;
   write(dir / "bad-version-2-short", v2);
+  // Version 4: a priority and a ttr, after the version 2 and 3 fields
+  // (trigger_count 0 is allowed there); and its header on a version 1 body.
+  delayq::task prio = make("job:7", "beanstalk.default", "hello", 1'700'000'000'123, 0);
+  prio.priority = 1024;
+  prio.ttr = std::chrono::milliseconds{120'000};
+  write(dir / "valid-priority-ttr", encode_task(prio));
+  std::string v4 = typical;
+  v4[5] = 4;
+  write(dir / "bad-version-4-short", v4);
 
   // Dead letters (version 2).
   using delayq::encode_dead_letter;
@@ -77,6 +86,8 @@ void record_seeds(const fs::path& dir) {
   write(dir / "dead-empty", encode_dead_letter(delayq::dead_letter{}));
   d.error = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";  // UTF-8: 2, 3 and 4 bytes
   write(dir / "dead-utf8-error", encode_dead_letter(d));
+  d.task.priority = 7;  // buried with a priority: version 4
+  write(dir / "dead-priority", encode_dead_letter(d));
   // Not a record: read by the encoder-side check of a dead letter (see
   // check_dead_letter_round_trip): empty id, type and payload, zero times,
   // an error of 5000 bytes repeating UTF-8 characters of 2, 3 and 4 bytes,

@@ -151,6 +151,6 @@ TEST_CASE("push target: task_json and dump_json replace invalid UTF-8") {
   CHECK(text ==
         "{\"attempts\":4,\"due_ms\":1700000000123,\"id\":\"t-1\",\"payload\":"
         "\"ok\xEF\xBF\xBD\\u0000\","
-        "\"signals\":0,\"trigger_count\":0,\"type\":\"mail.send\"}");
+        "\"priority\":0,\"signals\":0,\"trigger_count\":0,\"ttr_ms\":0,\"type\":\"mail.send\"}");
   CHECK_THROWS(j.dump());  // Why dump_json exists.
 }

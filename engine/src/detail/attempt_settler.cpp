@@ -52,13 +52,21 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
 
 void attempt_settler::note_death(const task& t, const type_registry::type_info& type,
                                  const std::string& failure, std::vector<alert>& alerts,
-                                 bool buried) {
-  if (buried)
-    log(log_level::error, describe_attempted(t.id, type.name) + " is a dead letter after " +
-                              std::to_string(t.attempts) + " attempts: " + failure);
+                                 bool buried, bool asked) {
+  const std::string who = describe_attempted(t.id, type.name);
+  if (buried && asked)
+    log(log_level::error, who + " is a dead letter: its executor buried it: " + failure);
+  else if (buried)
+    log(log_level::error,
+        who + " is a dead letter after " + std::to_string(t.attempts) + " attempts: " + failure);
+  else if (asked)
+    log(log_level::error, who +
+                              " was buried by its executor; the store keeps no dead letters, so "
+                              "the task stays stored as it was last written and runs again at "
+                              "the next start(): " +
+                              failure);
   else
-    log(log_level::error, describe_attempted(t.id, type.name) + " failed its " +
-                              std::to_string(t.attempts) +
+    log(log_level::error, who + " failed its " + std::to_string(t.attempts) +
                               " attempts; the store keeps no dead letters, so the task stays "
                               "stored as its last retry left it and runs again at the next "
                               "start(): " +

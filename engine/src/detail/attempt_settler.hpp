@@ -62,9 +62,11 @@ class attempt_settler {
                  std::uint32_t attempts_before, bool replaced, bool stopping,
                  std::vector<alert>& alerts);
   /// A bury verdict's dead letter is `t` (as written): counts and logs the
-  /// death and appends its alert.
+  /// death and appends its alert. `buried`: a dead letter was written (the
+  /// store has the role); `asked`: the executor buried it
+  /// (attempt_completion::bury()), its retries did not run out.
   void note_death(const task& t, const type_registry::type_info& type, const std::string& failure,
-                  std::vector<alert>& alerts, bool buried = true);
+                  std::vector<alert>& alerts, bool buried = true, bool asked = false);
 
   std::uint64_t succeeded() const noexcept { return succeeded_; }
   std::uint64_t failed() const noexcept { return failed_; }

@@ -183,6 +183,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
           break;
         }
         case attempt_settler::verdict_kind::bury: {
+          const bool asked = o.result == outcome::what::buried;  // attempt_completion::bury()
           write_op op = make_op(change_kind::bury, p_bury, h, true);
           op.t.attempts = v.attempts;
           if (o.priority) op.t.priority = *o.priority;  // attempt_completion::bury()
@@ -193,7 +194,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
             // others with it. The store keeps the task as its last retry
             // wrote it, and the next start() runs it again; no dead letter is
             // counted, since none exists.
-            settler_.note_death(op.t, type, o.failure, after.alerts, false);
+            settler_.note_death(op.t, type, o.failure, after.alerts, false, asked);
             if (store_->in_process())  // it gave its tasks to the wheel at start()
               log(log_level::error, "task " + op.t.id +
                                         " is dropped: an in-process store without dead "
@@ -207,7 +208,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
           op.must_land = true;
           op.fence = fence;
           op.on_stored = std::move(o.on_stored);
-          settler_.note_death(op.t, type, o.failure, after.alerts);
+          settler_.note_death(op.t, type, o.failure, after.alerts, true, asked);
           ++dead_;
           ops.push_back(std::move(op));
           erase_locked(h);
