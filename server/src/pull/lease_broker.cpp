@@ -66,7 +66,7 @@ void lease_broker::offer(const task& t, attempt_completion done) {
   if (t.priority < urgent_below) ++e.per_type->urgent;
   held_.emplace(id, std::move(e));
   ++counters_.ready;
-  ready_[t.type].insert({t.priority, seq_, id});
+  ready_[t.type].insert(key_of(t, seq_));
   // The oldest waiting consumer that asked for this type gets it (and
   // whatever else is ready for it).
   serve_waiters_locked(answers);
@@ -154,6 +154,19 @@ void lease_broker::cancel_wait(std::uint64_t n) {
   if (h) answer(std::move(h), {});
 }
 
+lease_broker::ready_key lease_broker::key_of(const task& t, std::uint64_t seq) {
+  std::uint64_t number = 0;
+  bool numeric = !t.id.empty() && t.id.size() <= 19 && t.id[0] != '0';
+  for (const char c : t.id) {
+    if (c < '0' || c > '9') {
+      numeric = false;
+      break;
+    }
+    number = number * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return {t.priority, to_epoch_ms(t.due), numeric ? number : ~std::uint64_t{0}, seq, t.id};
+}
+
 const lease_broker::ready_key* lease_broker::best_ready_locked(const std::string& type) {
   auto q = ready_.find(type);
   if (q == ready_.end()) return nullptr;
@@ -183,7 +196,7 @@ std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string
     const auto consider = [&](const std::string& type) {
       if (paused(type)) return;
       const ready_key* k = best_ready_locked(type);
-      if (k && (!best || std::tie(k->priority, k->seq) < std::tie(best->priority, best->seq))) {
+      if (k && (!best || *k < *best)) {
         best = k;
         best_type = &type;
       }

@@ -21,8 +21,9 @@
 // waiter) and is answered by the first offer of a type it asked for.
 //
 // Order: among the ready tasks of the types a reserve asks for, the lowest
-// task::priority goes first, then the one offered first (beanstalkd's
-// order; HTTP tasks have priority 0 unless they set one). A lease lasts the
+// task::priority goes first, then the earliest due, then (beanstalkd's
+// order among jobs put together) the lowest id number, then the one offered
+// first. HTTP tasks have priority 0 unless they set one. A lease lasts the
 // task's own ttr when it has one, else the reserve's. A paused type
 // (pause()) is skipped by every reserve until its pause ends.
 #pragma once
@@ -242,14 +243,19 @@ class lease_broker {
   bool no_wait_ = false;
   std::uint64_t seq_ = 0;
   std::unordered_map<std::string, entry> held_;
-  // Ready ids per type by priority, then offer order; ids no longer ready
-  // are skipped lazily.
+  // Ready ids per type in the order they are handed out: priority, then
+  // due time, then the id's number (a beanstalk job's id: the order it was
+  // put in, when several were due in the same millisecond), then the order
+  // offered. Ids no longer ready are skipped lazily.
   struct ready_key {
     std::uint32_t priority = 0;
+    std::int64_t due_ms = 0;
+    std::uint64_t number = 0;  // the id as a decimal number, else the largest
     std::uint64_t seq = 0;
     std::string id;
     friend auto operator<=>(const ready_key&, const ready_key&) = default;
   };
+  static ready_key key_of(const task& t, std::uint64_t seq);
   std::map<std::string, std::set<ready_key>, std::less<>> ready_;
   std::map<std::string, clock::time_point, std::less<>> paused_until_;
   std::shared_ptr<boost::asio::steady_timer> pause_timer_;
