@@ -100,7 +100,23 @@ void engine_core::set_attrs_locked(timer_wheel::handle h, task_attrs a) {
     attrs_[h] = a;
 }
 
-void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms) {
+void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms, after_lock* after) {
+  // A task already due when its write lands (a schedule without delay, a
+  // reschedule or release to now, a triggering signal) goes to the
+  // dispatcher at once. Through the wheel it would wait for the next tick
+  // boundary: the ticker files a due time at the first boundary at or after
+  // it, and the boundary of the tick now running is the wheel's past. That
+  // wait, up to a tick, was most of a put-then-reserve round trip.
+  if (after != nullptr && due_ms <= now_ms() &&
+      state_.load(std::memory_order_relaxed) == run_state::running &&
+      owner_->may_fire_locked(h, wheel_.id(h), std::chrono::steady_clock::now()) != 0) {
+    if (wheel_.is_armed(h)) wheel_.disarm(h);
+    const std::uint32_t w = tsw::next_queued(tag(h));
+    set_tag(h, w);
+    dispatcher_.count_ready(wheel_.kind(h), 1);
+    after->requeue.push_back(ready_of(h, w));
+    return;
+  }
   set_tag(h, tsw::with_state(tag(h), tsw::armed));
   wheel_.arm(h, ticker_.tick_for(due_ms));
   note_armed_locked(wheel_.due_tick(h));

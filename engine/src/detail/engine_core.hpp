@@ -265,7 +265,9 @@ class engine_core final : public dispatcher::owner,
   task task_of(timer_wheel::handle h) const;
   std::uint32_t tag(timer_wheel::handle h) const noexcept;
   void set_tag(timer_wheel::handle h, std::uint32_t w) noexcept;
-  void arm_locked(timer_wheel::handle h, std::int64_t due_ms);
+  // Files the record in the wheel for `due_ms`; or, given `after` and a due
+  // time already passed, queues it for a worker at once (engine_core.cpp).
+  void arm_locked(timer_wheel::handle h, std::int64_t due_ms, after_lock* after = nullptr);
   void erase_locked(timer_wheel::handle h);
   // Waits while the record of `id` is in transit (a store write about it in
   // flight); returns its handle then, or npos.

@@ -94,7 +94,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       break;
     case p_insert:
       if (ok) {
-        arm_locked(h, wheel_.due_ms(h));
+        arm_locked(h, wheel_.due_ms(h), &after);
         call.found = true;
         if (op.aux == 1) {
           if (dead_ > 0) --dead_;
@@ -118,12 +118,12 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         set_attrs_locked(h, {ctx->old_priority, ctx->old_ttr_ms});
         ++kind_pending(ctx->old_kind);
       }
-      arm_locked(h, wheel_.due_ms(h));
+      arm_locked(h, wheel_.due_ms(h), &after);
       if (ok) evict_if_far_locked(h);  // after a failed write the store may hold either
       break;
     case p_replace_running:
       if (ok) {
-        arm_locked(h, wheel_.due_ms(h));
+        arm_locked(h, wheel_.due_ms(h), &after);
         ++scheduled_;
         count(h, &type_counters::scheduled);
         evict_if_far_locked(h);
@@ -145,7 +145,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         ++cancelled_;
         call.found = true;
       } else {
-        arm_locked(h, wheel_.due_ms(h));  // held: the failed remove may yet land
+        arm_locked(h, wheel_.due_ms(h), &after);  // held: the failed remove may yet land
       }
       break;
     case p_cancel_queued: {
@@ -185,7 +185,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         call.found = true;
       else if (ctx)
         wheel_.set_due_ms(h, ctx->old_due_ms);
-      arm_locked(h, wheel_.due_ms(h));
+      arm_locked(h, wheel_.due_ms(h), &after);
       if (ok) evict_if_far_locked(h);
       break;
     case p_retry:
@@ -196,7 +196,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
       } else if (state_.load() == run_state::running) {
         wheel_.set_attempts(h, wheel_.attempts(h) + 1);
         wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
-        arm_locked(h, wheel_.due_ms(h));
+        arm_locked(h, wheel_.due_ms(h), &after);
         if (ok) evict_if_far_locked(h);  // a kept write: the store holds the old due time
       } else {
         erase_locked(h);  // stopping: the store has it for the next start
@@ -208,7 +208,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         erase_locked(h);
       } else if (state_.load() == run_state::running) {
         wheel_.set_due_ms(h, static_cast<std::int64_t>(op.aux));
-        arm_locked(h, wheel_.due_ms(h));
+        arm_locked(h, wheel_.due_ms(h), &after);
         if (ok) evict_if_far_locked(h);
       } else {
         erase_locked(h);
@@ -221,7 +221,7 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
         set_trigger_locked(h, trigger_of(h).count, ctx->old_signals);
         wheel_.set_due_ms(h, ctx->old_due_ms);
       }
-      arm_locked(h, wheel_.due_ms(h));
+      arm_locked(h, wheel_.due_ms(h), &after);
       if (ok) evict_if_far_locked(h);
       break;
     case p_purge:
