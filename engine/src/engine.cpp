@@ -133,6 +133,17 @@ std::vector<dead_letter> engine::dead_letters(std::size_t offset, std::size_t li
   return core_->dead_letters(offset, limit, ec);
 }
 
+std::optional<dead_letter> engine::find_dead(std::string_view id,
+                                             boost::system::error_code& ec) const {
+  return core_->find_dead(id, ec);
+}
+std::optional<dead_letter> engine::find_dead(std::string_view id) const {
+  boost::system::error_code ec;
+  auto d = find_dead(id, ec);
+  detail::throw_if(ec, "delayq::engine::find_dead");
+  return d;
+}
+
 bool engine::requeue(std::string_view id, time_point due) {
   boost::system::error_code ec;
   const bool found = requeue(id, due, ec);

@@ -659,7 +659,9 @@ void server_app::bring_up() {
     jp.max_job_size = options_.max_job_size;
     jp.instance = options_.instance.empty() ? default_instance_name() : options_.instance;
     jp.draining = &refuse_puts_;
-    p.jobs = std::make_unique<beanstalk::job_service>(std::move(jp), 4);
+    // Store calls (deletes, kicks, peeks, stats) and the short waits of
+    // reserve-job and after_arrivals() share these threads.
+    p.jobs = std::make_unique<beanstalk::job_service>(std::move(jp), 8);
     p.beanstalk->set_service(p.jobs.get());
   }
   p.ready.store(true, std::memory_order_release);

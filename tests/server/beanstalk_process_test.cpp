@@ -6,9 +6,11 @@
 // server's output, or polls stats-tube where nothing else says it.
 #include <doctest/doctest.h>
 
+#include <poll.h>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
+#include <fstream>
 
 #include "server_test_support.hpp"
 
@@ -126,6 +128,8 @@ class basic_bs_client {
   /// Whether the server closed the connection (reads until it does).
   bool closed_by_server() { return line().empty(); }
 
+  asio::io_context& ioc() { return ioc_; }
+
  private:
   void wait(bool& done) {
     ioc_.restart();
@@ -159,9 +163,8 @@ struct bs_server {
     p = std::make_unique<server_process>(std::move(args));
     p->wait_listening();
   }
-  bs_client client() const {
-    return bs_client(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  }
+  tcp::endpoint endpoint() const { return {asio::ip::make_address("127.0.0.1"), port}; }
+  bs_client client() const { return bs_client(endpoint()); }
 };
 
 /// Waits until stats-tube of `tube` shows `n` ready jobs: jobs put with no
@@ -455,4 +458,95 @@ TEST_CASE("beanstalk: jobs are durable: ids, priorities and reserved jobs surviv
     // Ids never repeat after a restart.
     CHECK(c.put_id("new") > *ids.rbegin());
   }
+}
+
+TEST_CASE("beanstalk: a client that hangs up while it waits in reserve is gone at once") {
+  bs_server s("memory:");
+  {
+    std::vector<std::unique_ptr<bs_client>> waiting;
+    for (int i = 0; i < 3; ++i) {
+      waiting.push_back(std::make_unique<bs_client>(s.endpoint()));
+      CHECK(waiting.back()->cmd("watch empty") == "WATCHING 2");
+      waiting.back()->send("reserve\r\n");
+    }
+    auto c = s.client();
+    REQUIRE(eventually([&] { return c.stat("stats", "current-waiting") == "3"; }));
+  }
+  // The three closed their sockets while waiting: their sessions end, and
+  // their connection slots are free again.
+  auto c = s.client();
+  CHECK(eventually([&] {
+    return c.stat("stats", "current-connections") == "1" &&
+           c.stat("stats", "current-waiting") == "0";
+  }));
+}
+
+TEST_CASE("beanstalk: DEADLINE_SOON only when no job is ready, and ignore of a tube not watched") {
+  bs_server s("memory:");
+  auto c = s.client();
+  const auto a = c.put_id("a", 0, 0, 1);
+  CHECK(c.reserve().id == a);
+  const auto b = c.put_id("b");
+  // a is in its last second, but b is ready: b comes first.
+  CHECK(c.reserve("reserve-with-timeout 0").id == b);
+  CHECK(c.cmd("reserve-with-timeout 0") == "DEADLINE_SOON");
+  CHECK(c.cmd("ignore nosuchtube") == "WATCHING 1");
+  CHECK(c.cmd("ignore default") == "NOT_IGNORED");
+}
+
+TEST_CASE("beanstalk: a deleted job is no time-out") {
+  bs_server s("memory:");
+  auto c = s.client();
+  const auto id = c.put_id("x");
+  CHECK(c.reserve().id == id);
+  CHECK(c.cmd("delete " + std::to_string(id)) == "DELETED");
+  CHECK(c.cmd("reserve-with-timeout 0") == "TIMED_OUT");
+  CHECK(c.stat("stats", "job-timeouts") == "0");
+}
+
+namespace {
+
+// The resident memory of process `pid`, in bytes (VmRSS).
+std::size_t resident_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("beanstalk: a client that never reads its replies cannot grow the server's memory") {
+  bs_server s("memory:");
+  auto c = s.client();
+  const auto id = c.put_id(std::string(1000, 'x'));
+  const std::size_t before = resident_bytes(s.p->pid());
+  // 16 MB of pipelined peeks, never reading a reply (each would be 1 kB).
+  // The server must stop reading once its unsent replies pass its bound;
+  // then the kernel's buffers fill, and the sender blocks for good.
+  const std::string peek = "peek " + std::to_string(id) + "\r\n";
+  std::string chunk;
+  while (chunk.size() < 64 * 1024) chunk += peek;
+  tcp::socket raw(c.ioc());
+  raw.connect(s.endpoint());
+  raw.non_blocking(true);
+  std::size_t sent = 0;
+  bool blocked = false;
+  while (sent < 16u << 20) {
+    boost::system::error_code ec;
+    sent += raw.write_some(asio::buffer(chunk), ec);
+    if (!ec) continue;
+    REQUIRE(ec == asio::error::would_block);
+    // Still not writable after a while: the server has stopped reading (a
+    // server that reads on slowly makes room again, and the loop goes on).
+    pollfd p{raw.native_handle(), POLLOUT, 0};
+    if (::poll(&p, 1, 2000) == 0) {
+      blocked = true;
+      break;
+    }
+  }
+  CAPTURE(sent);
+  CHECK(blocked);
+  CHECK(resident_bytes(s.p->pid()) < before + 64 * 1024 * 1024);
 }

@@ -204,6 +204,12 @@ class engine {
   std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
                                         boost::system::error_code& ec) const;
 
+  /// The dead letter `id`, if there is one: one store look-up, where a
+  /// search through dead_letters() reads them all. Errors as dead_letters().
+  std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) const;
+  /// Throwing form: boost::system::system_error.
+  std::optional<dead_letter> find_dead(std::string_view id) const;
+
   /// Puts the dead letter `id` back in the wheel, due at `due`, with its
   /// attempt count reset to 0; a count-triggered task comes back as an
   /// ordinary one (its trigger count is dropped). Returns false when there is no such dead

@@ -96,6 +96,7 @@ class engine_core final : public dispatcher::owner,
   bool cancel(std::string_view id, boost::system::error_code& ec);
   bool reschedule(std::string_view id, std::chrono::system_clock::time_point due,
                   boost::system::error_code& ec);
+  std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) const;
   std::vector<dead_letter> dead_letters(std::size_t offset, std::size_t limit,
                                         boost::system::error_code& ec) const;
   bool requeue(std::string_view id, std::chrono::system_clock::time_point due,

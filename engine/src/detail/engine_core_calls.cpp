@@ -565,6 +565,15 @@ std::vector<dead_letter> engine_core::dead_letters(std::size_t offset, std::size
   return dead ? dead->list_dead(offset, limit, ec) : std::vector<dead_letter>{};
 }
 
+std::optional<dead_letter> engine_core::find_dead(std::string_view id,
+                                                  boost::system::error_code& ec) const {
+  ec = {};
+  if (!running_check(ec)) return std::nullopt;
+  const_cast<store_writer&>(writer_).flush();  // as dead_letters()
+  dead_letter_store* const dead = dead_letters_of(*store_, ec);
+  return dead ? dead->find_dead(id, ec) : std::nullopt;
+}
+
 bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_point due,
                           boost::system::error_code& ec) {
   ec = {};

@@ -31,8 +31,11 @@ constexpr std::uint32_t max_ttr_s = 12 * 3600;
 // Jobs whose beanstalk counters are kept (stats-job); past it, a new job's
 // counters read 0. About 100 bytes each.
 constexpr std::size_t max_counted_jobs = std::size_t{1} << 20;
-// The longest after_arrivals() waits for one job to reach the broker.
+// The longest after_arrivals() waits for one job to reach the broker, and
+// the most jobs it remembers (more arrive only under a load where a few
+// milliseconds of "not ready yet" cannot be told from the load itself).
 constexpr auto arrival_patience = std::chrono::milliseconds{200};
+constexpr std::size_t max_arrivals = 4096;
 
 }  // namespace
 
@@ -159,16 +162,19 @@ void job_service::schedule_put(std::string type, std::string body, std::uint32_t
 
 // ------------------------------------------------------------------ a job's end
 
-void job_service::remove(std::uint64_t job, std::optional<std::string> lease, answer_handler done) {
-  const auto id = names_.id_of(job);
+void job_service::remove(std::uint64_t job, std::optional<leased_task> mine, answer_handler done) {
+  // A job this client holds is named by its task id, not looked up again by
+  // number (an alias may name another task by now).
+  const auto id = mine ? std::optional<std::string>(mine->t.id) : names_.id_of(job);
   if (!id) return done(answer{.what = answer::kind::not_found});
-  if (lease) {
+  if (mine) {
+    const std::string& lease = mine->lease;
     // Reserved by this client: the attempt ends as a success, answered
     // once the removal is durable.
-    if (auto held = p_.broker->lease_of(*id); held && held->lease == *lease) {
+    if (auto held = p_.broker->lease_of(*id); held && held->lease == lease) {
       auto shared = std::make_shared<answer_handler>(std::move(done));
       const auto r = p_.broker->finish(
-          *id, *lease, [this, shared, id = *id, type = held->t.type](boost::system::error_code ec) {
+          *id, lease, [this, shared, id = *id, type = held->t.type](boost::system::error_code ec) {
             if (!ec) {
               std::lock_guard lock(counts_mutex_);
               ++deletes_[type];
@@ -220,42 +226,36 @@ void job_service::remove(std::uint64_t job, std::optional<std::string> lease, an
   });
 }
 
-void job_service::release(std::uint64_t job, const std::string& lease, std::uint32_t priority,
-                          std::uint32_t delay_s, answer_handler done) {
-  const auto id = names_.id_of(job);
-  if (!id) return done(answer{.what = answer::kind::not_found});
+void job_service::release(const leased_task& held, std::uint32_t priority, std::uint32_t delay_s,
+                          answer_handler done) {
   auto shared = std::make_shared<answer_handler>(std::move(done));
-  const auto r =
-      p_.broker->release(*id, lease, system_clock::now() + std::chrono::seconds{delay_s}, priority,
-                         [this, shared, id = *id, delay_s](boost::system::error_code ec) {
-                           if (!ec) {
-                             with_counts(id, [&](job_counts& c) {
-                               ++c.releases;
-                               c.delay_s = delay_s;
-                             });
-                             if (delay_s == 0) arriving(id);
-                           }
-                           (*shared)(ec ? error(ec) : answer{});
-                         });
+  const auto r = p_.broker->release(
+      held.t.id, held.lease, system_clock::now() + std::chrono::seconds{delay_s}, priority,
+      [this, shared, id = held.t.id, delay_s](boost::system::error_code ec) {
+        if (!ec) {
+          with_counts(id, [&](job_counts& c) {
+            ++c.releases;
+            c.delay_s = delay_s;
+          });
+          if (delay_s == 0) arriving(id);
+        }
+        (*shared)(ec ? error(ec) : answer{});
+      });
   if (r == lease_broker::lease_result::stale) (*shared)(answer{.what = answer::kind::not_found});
 }
 
-void job_service::bury(std::uint64_t job, const std::string& lease, std::uint32_t priority,
-                       answer_handler done) {
-  const auto id = names_.id_of(job);
-  if (!id) return done(answer{.what = answer::kind::not_found});
+void job_service::bury(const leased_task& held, std::uint32_t priority, answer_handler done) {
   auto shared = std::make_shared<answer_handler>(std::move(done));
-  const auto r = p_.broker->bury(*id, lease, "buried by a beanstalk client", priority,
-                                 [this, shared, id = *id](boost::system::error_code ec) {
+  const auto r = p_.broker->bury(held.t.id, held.lease, "buried by a beanstalk client", priority,
+                                 [this, shared, id = held.t.id](boost::system::error_code ec) {
                                    if (!ec) with_counts(id, [](job_counts& c) { ++c.buries; });
                                    (*shared)(ec ? error(ec) : answer{});
                                  });
   if (r == lease_broker::lease_result::stale) (*shared)(answer{.what = answer::kind::not_found});
 }
 
-answer job_service::touch(std::uint64_t job, const std::string& lease) {
-  const auto id = names_.id_of(job);
-  if (!id || p_.broker->touch(*id, lease, std::nullopt) == lease_broker::lease_result::stale)
+answer job_service::touch(const leased_task& held) {
+  if (p_.broker->touch(held.t.id, held.lease, std::nullopt) == lease_broker::lease_result::stale)
     return answer{.what = answer::kind::not_found};
   return answer{};
 }
@@ -327,8 +327,14 @@ void job_service::count_timeout(const std::string& id) {
 // ------------------------------------------------------------------ arrivals
 
 void job_service::arriving(const std::string& id) {
+  const auto now = steady::now();
   std::lock_guard lock(arriving_mutex_);
-  arriving_.emplace(id, steady::now());
+  // Nothing but after_arrivals() takes entries out, and a worker that only
+  // puts, reserves and deletes never calls it: past a few thousand, drop
+  // those older than arrival_patience (they are ignored anyway).
+  if (arriving_.size() >= max_arrivals)
+    std::erase_if(arriving_, [&](const auto& e) { return now - e.second >= arrival_patience; });
+  if (arriving_.size() < max_arrivals) arriving_.insert_or_assign(id, now);
 }
 
 void job_service::after_arrivals(std::function<void()> then) {
@@ -359,7 +365,7 @@ void job_service::after_arrivals(std::function<void()> then) {
     while (!ids.empty()) {
       std::erase_if(ids, [&](const auto& entry) {
         const auto& [id, since] = entry;
-        if (!arrived(id) && steady::now() - since < arrival_patience) return false;
+        if (steady::now() - since < arrival_patience && !arrived(id)) return false;
         std::lock_guard lock(arriving_mutex_);
         if (auto it = arriving_.find(id); it != arriving_.end() && it->second == since)
           arriving_.erase(it);
@@ -384,20 +390,9 @@ answer job_service::job_answer(const task& t) {
 
 std::optional<dead_letter> job_service::find_buried(const std::string& id,
                                                     boost::system::error_code& ec) {
-  // The engine offers dead letters in pages only: a scan, as the admin
-  // views do (docs/beanstalk.md says what it costs).
-  constexpr std::size_t page = 512;
-  for (std::size_t offset = 0;; offset += page) {
-    auto letters = p_.engine->dead_letters(offset, page, ec);
-    if (ec == errc::unsupported) {
-      ec.clear();
-      return std::nullopt;
-    }
-    if (ec) return std::nullopt;
-    for (dead_letter& d : letters)
-      if (d.task.id == id) return std::move(d);
-    if (letters.size() < page) return std::nullopt;
-  }
+  auto d = p_.engine->find_dead(id, ec);
+  if (ec == errc::unsupported) ec.clear();  // a store without dead letters buries nothing
+  return d;
 }
 
 std::vector<dead_letter> job_service::buried_of(const std::string& type, std::size_t limit,

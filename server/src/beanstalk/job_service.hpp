@@ -30,6 +30,7 @@
 
 #include "beanstalk/command_reader.hpp"
 #include "beanstalk/job_names.hpp"
+#include "beanstalk/session_registry.hpp"
 #include "delayq/engine.hpp"
 #include "delayq/task_store.hpp"
 #include "pull/lease_broker.hpp"
@@ -55,12 +56,6 @@ struct answer {
   std::optional<leased_task> lease;  ///< reserve-job: the lease taken
 };
 using answer_handler = std::function<void(answer)>;
-
-/// What the sessions report for the stats commands.
-struct connection_counts {
-  std::size_t current = 0, producers = 0, workers = 0, waiting = 0;
-  std::uint64_t total = 0;
-};
 
 /// Thread safety: every member is safe from any thread. The engine, the
 /// broker and the store must outlive it.
@@ -98,14 +93,15 @@ class job_service {
 
   void put(std::string type, std::string body, std::uint32_t priority, std::uint32_t delay_s,
            std::uint32_t ttr_s, answer_handler done);
-  /// `lease`: the job's lease when the asking client reserved it.
-  void remove(std::uint64_t job, std::optional<std::string> lease, answer_handler done);
-  void release(std::uint64_t job, const std::string& lease, std::uint32_t priority,
-               std::uint32_t delay_s, answer_handler done);
-  void bury(std::uint64_t job, const std::string& lease, std::uint32_t priority,
-            answer_handler done);
+  /// `held`: the job as the asking client reserved it (its task id and
+  /// lease), if it did; the job number is looked up only otherwise.
+  void remove(std::uint64_t job, std::optional<leased_task> held, answer_handler done);
+  /// The job `held`, reserved by the asking client.
+  void release(const leased_task& held, std::uint32_t priority, std::uint32_t delay_s,
+               answer_handler done);
+  void bury(const leased_task& held, std::uint32_t priority, answer_handler done);
   /// TOUCHED (ok) or NOT_FOUND; answers at once.
-  answer touch(std::uint64_t job, const std::string& lease);
+  answer touch(const leased_task& held);
   void reserve_job(std::uint64_t job, answer_handler done);
 
   void peek(std::uint64_t job, answer_handler done);

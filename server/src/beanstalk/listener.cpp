@@ -21,7 +21,8 @@ using local = boost::asio::local::stream_protocol;
 
 listener::listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
                    std::size_t max_connections, std::size_t max_job_size)
-    : ex_(std::move(ex)),
+    : ex_(ex),
+      strand_(boost::asio::make_strand(ex)),
       allow_(std::move(allow)),
       max_connections_(max_connections),
       max_job_size_(max_job_size) {}
@@ -67,6 +68,11 @@ void clear_stale_socket(const std::string& path) {
   if (!ec)
     throw std::runtime_error("--beanstalk-listen unix:" + path +
                              ": another server accepts connections there");
+  // Only a refused connection says nobody listens: a socket we may not
+  // connect to (EACCES) may well be someone else's live one.
+  if (ec != boost::asio::error::connection_refused)
+    throw std::runtime_error("--beanstalk-listen unix:" + path + ": " + ec.message() +
+                             "; not replacing the socket file");
   if (::unlink(path.c_str()) != 0)
     throw std::runtime_error("--beanstalk-listen unix:" + path +
                              ": cannot remove the stale socket file");
@@ -76,7 +82,7 @@ void clear_stale_socket(const std::string& path) {
 
 std::string listener::listen(const std::string& spec) {
   bound b;
-  b.a = std::make_unique<acceptor>(ex_);
+  b.a = std::make_unique<acceptor>(strand_);
   protocol::endpoint at;
   bool tcp = true;
   if (spec.starts_with("unix:")) {
@@ -121,7 +127,12 @@ bool listener::allowed(const protocol::endpoint& peer) const {
   if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) return true;  // unix: file modes
   ip::tcp::endpoint e;
   std::memcpy(e.data(), sa, std::min<std::size_t>(peer.size(), sizeof(sockaddr_in6)));
-  const auto a = plain_address(e.address());
+  // Only an IPv4-mapped source is that IPv4 peer (a dual-stack socket shows
+  // IPv4 clients so). A NAT64 source (64:ff9b::/96) is an IPv6 host, not the
+  // IPv4 address inside it: plain_address() would let 64:ff9b::7f00:1 in as
+  // loopback.
+  auto a = e.address();
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) a = ip::make_address_v4(ip::v4_mapped, a.to_v6());
   if (a.is_loopback()) return true;
   for (const ip_block& b : allow_)
     if (b.contains(a)) return true;
@@ -129,7 +140,9 @@ bool listener::allowed(const protocol::endpoint& peer) const {
 }
 
 void listener::accept(acceptor& a, bool tcp) {
-  // Each session on a strand of its own: its handlers never run at once.
+  // On strand_ (the acceptor's executor), so stop_accepting() never closes
+  // an acceptor while a handler starts its next accept. Each session on a
+  // strand of its own: its handlers never run at once.
   a.async_accept(boost::asio::make_strand(ex_), [this, &a, tcp](boost::system::error_code ec,
                                                                 protocol::socket socket) {
     if (ec == boost::asio::error::operation_aborted || !a.is_open()) return;
@@ -160,9 +173,9 @@ void listener::accept(acceptor& a, bool tcp) {
 }
 
 void listener::stop_accepting() {
-  // On the acceptors' executor: an acceptor is not safe to close while a
+  // On the acceptors' strand: an acceptor is not safe to close while a
   // handler on another thread starts its next accept.
-  boost::asio::post(ex_, [this] { close_now(); });
+  boost::asio::post(strand_, [this] { close_now(); });
 }
 
 void listener::close_now() {

@@ -15,6 +15,7 @@
 #include <boost/asio/basic_socket_acceptor.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,7 +68,8 @@ class listener {
   void close_now();
   bool allowed(const protocol::endpoint& peer) const;
 
-  boost::asio::any_io_executor ex_;
+  boost::asio::any_io_executor ex_;  // the sessions' (each gets a strand of it)
+  boost::asio::strand<boost::asio::any_io_executor> strand_;  // the acceptors'
   std::vector<ip_block> allow_;
   std::size_t max_connections_;
   std::size_t max_job_size_;

@@ -20,6 +20,13 @@ namespace {
 constexpr auto safety_margin = 1s;
 // "reserve" without a timeout waits as long as the connection lasts.
 constexpr auto forever = std::chrono::hours{24 * 365};
+// Bytes read and not yet run, and replies not yet sent, past which the
+// session stops reading: a connection's memory stays below about both, plus
+// one put body (the reader holds that), whatever the client sends.
+constexpr std::size_t max_unread = 64 * 1024;
+constexpr std::size_t max_unsent = 256 * 1024;
+// How long one write may wait for a client that does not read (HTTP's).
+constexpr auto write_timeout = std::chrono::seconds{30};
 
 std::string_view error_of(answer::kind k) {
   switch (k) {
@@ -43,7 +50,8 @@ session::session(socket_type socket, const std::atomic<job_service*>& service,
       registry_(registry),
       reader_(max_job_size),
       buf_(16 * 1024),
-      soon_timer_(socket_.get_executor()) {}
+      soon_timer_(socket_.get_executor()),
+      write_timer_(socket_.get_executor()) {}
 
 // Nothing here may touch the service or the registry: a session still
 // queued when the server stops is destroyed with the io_context, after them.
@@ -59,7 +67,11 @@ void session::start() {
 }
 
 void session::read() {
+  // Reading goes on while a command waits (a reserve), so a client that
+  // hangs up is seen at once; it stops while too much is unread or unsent,
+  // and the kernel's buffers then push back on the client.
   if (reading_ || closed_ || closing_) return;
+  if (in_.size() - in_pos_ >= max_unread || out_.size() + writing_.size() >= max_unsent) return;
   reading_ = true;
   socket_.async_read_some(
       boost::asio::buffer(buf_),
@@ -72,7 +84,7 @@ void session::read() {
 }
 
 void session::pump() {
-  while (!busy_ && !closed_ && !closing_) {
+  while (!busy_ && !closed_ && !closing_ && out_.size() < max_unsent) {
     std::string_view rest(in_.data() + in_pos_, in_.size() - in_pos_);
     auto r = reader_.next(rest);
     in_pos_ = in_.size() - rest.size();
@@ -88,7 +100,7 @@ void session::pump() {
     in_pos_ = 0;
   }
   write();
-  if (!busy_ && in_.empty()) read();
+  read();
 }
 
 void session::write() {
@@ -98,12 +110,21 @@ void session::write() {
     return;
   }
   writing_.swap(out_);
+  // A client that stops reading its replies is closed after write_timeout,
+  // as HTTP's are: its replies would otherwise be held for ever.
+  const std::uint64_t n = ++writes_;
+  write_timer_.expires_after(write_timeout);
+  write_timer_.async_wait([self = shared_from_this(), n](const boost::system::error_code& ec) {
+    if (!ec && self->writes_ == n && !self->writing_.empty()) self->close();
+  });
   boost::asio::async_write(
       socket_, boost::asio::buffer(writing_),
       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
         self->writing_.clear();
+        self->write_timer_.cancel();
         if (ec) return self->close();
-        self->write();
+        // Room again: the commands held back by max_unsent run now.
+        self->pump();
       });
 }
 
@@ -113,10 +134,12 @@ void session::close() {
   boost::system::error_code ignored;
   socket_.close(ignored);
   soon_timer_.cancel();
-  if (waiter_ != 0 && service_) {
+  write_timer_.cancel();
+  if (counted_waiting_) {
+    counted_waiting_ = false;
     registry_.wait(watching_, -1);
-    service_->broker().cancel_wait(waiter_);
   }
+  if (waiter_ != 0 && service_) service_->broker().cancel_wait(waiter_);
   if (service_ && !reserved_.empty()) {
     // beanstalkd puts a closed connection's jobs back into the ready queue.
     std::vector<leased_task> back;
@@ -129,10 +152,10 @@ void session::close() {
   registry_.closed(producer_, worker_);
 }
 
-std::optional<std::string> session::lease_of(std::uint64_t job) const {
+std::optional<leased_task> session::held(std::uint64_t job) const {
   auto it = reserved_.find(job);
   if (it == reserved_.end()) return std::nullopt;
-  return it->second.lease;
+  return it->second;
 }
 
 void session::prune_reserved() {
@@ -235,7 +258,12 @@ bool session::run(command c, bool settled) {
             extra = std::forward<decltype(extra)>(extra)](answer a) mutable {
       boost::asio::post(self->socket_.get_executor(),
                         [self, v, extra = std::move(extra), a = std::move(a)]() {
-                          if (self->closed_) return;
+                          if (self->closed_) {
+                            // A reserve-job answered after the client left:
+                            // its job is ready again at once.
+                            if (a.lease) self->service_->broker().give_back({*a.lease});
+                            return;
+                          }
                           extra(*self, a);
                           self->reply_answer(v, a);
                           self->busy_ = false;
@@ -281,11 +309,13 @@ bool session::run(command c, bool settled) {
       return true;
     }
     case verb::ignore: {
-      if (watching_.size() < 2) {
-        out_ += replies::not_ignored;
-        return true;
-      }
+      // NOT_IGNORED only for the last tube watched; a tube not watched is
+      // ignored already (beanstalkd answers WATCHING then).
       if (auto it = std::find(watching_.begin(), watching_.end(), c.tube); it != watching_.end()) {
+        if (watching_.size() < 2) {
+          out_ += replies::not_ignored;
+          return true;
+        }
         watching_.erase(it);
         registry_.watch(c.tube, -1);
       }
@@ -300,30 +330,30 @@ bool session::run(command c, bool settled) {
                             }));
       return false;
     case verb::delete_:
-      service_->remove(c.id, lease_of(c.id), later([](session& s, const answer& a) {
-                         if (a.what == answer::kind::ok) s.reserved_.erase(a.id);
-                       }));
+      // Deleted, or gone meanwhile: not held here either way.
+      service_->remove(c.id, held(c.id),
+                       later([id = c.id](session& s, const answer&) { s.reserved_.erase(id); }));
       return false;
     case verb::release:
     case verb::bury: {
-      const auto lease = lease_of(c.id);
-      if (!lease) {
+      const auto lt = held(c.id);
+      if (!lt) {
         out_ += replies::not_found;
         return true;
       }
       // Released or buried, or its lease ended meanwhile: not ours either way.
       auto forget = later([id = c.id](session& s, const answer&) { s.reserved_.erase(id); });
       if (c.name == verb::release)
-        service_->release(c.id, *lease, c.priority, c.delay, std::move(forget));
+        service_->release(*lt, c.priority, c.delay, std::move(forget));
       else
-        service_->bury(c.id, *lease, c.priority, std::move(forget));
+        service_->bury(*lt, c.priority, std::move(forget));
       return false;
     }
     case verb::touch: {
-      const auto lease = lease_of(c.id);
-      const answer a = lease ? service_->touch(c.id, *lease) : answer{answer::kind::not_found};
+      const auto lt = held(c.id);
+      const answer a = lt ? service_->touch(*lt) : answer{answer::kind::not_found};
       if (a.what == answer::kind::ok) {
-        if (auto now = service_->broker().lease_of(reserved_[c.id].t.id))
+        if (auto now = service_->broker().lease_of(lt->t.id))
           reserved_[c.id].deadline = now->deadline;
       }
       reply_answer(c.name, a);
@@ -373,48 +403,37 @@ bool session::run(command c, bool settled) {
 bool session::reserve(std::optional<std::uint32_t> timeout) {
   prune_reserved();
   const auto first = first_deadline();
-  if (first && *first - steady::now() <= safety_margin) {
-    out_ += replies::deadline_soon;
-    return true;
-  }
+  // beanstalkd: a job this client holds in its last second (the safety
+  // margin) ends the wait with DEADLINE_SOON, but only when nothing is ready
+  // for it now: so look first, without waiting.
+  const bool soon = first && *first - steady::now() <= safety_margin;
   if (!worker_) registry_.became(false, worker_ = true);
   reserve_request r;
   r.types = watched_types();
   r.max = 1;
-  r.wait = timeout ? std::chrono::milliseconds(std::chrono::seconds{*timeout})
-                   : std::chrono::duration_cast<std::chrono::milliseconds>(forever);
+  r.wait = soon      ? std::chrono::milliseconds{0}
+           : timeout ? std::chrono::milliseconds(std::chrono::seconds{*timeout})
+                     : std::chrono::duration_cast<std::chrono::milliseconds>(forever);
   r.ttr = service_->default_ttr();
-  registry_.wait(watching_, +1);
-  deadline_soon_ = false;
+  deadline_soon_ = soon;
+  if (r.wait.count() > 0) {
+    registry_.wait(watching_, +1);
+    counted_waiting_ = true;
+  }
   waiter_ = service_->broker().reserve(
       r,
-      [self = shared_from_this()](std::vector<leased_task> tasks) {
-        boost::asio::post(self->socket_.get_executor(), [self, tasks = std::move(tasks)]() mutable {
-          self->waiter_ = 0;
-          self->soon_timer_.cancel();
-          if (self->closed_) {
-            if (!tasks.empty()) self->service_->broker().give_back(tasks);
-            return;
-          }
-          self->registry_.wait(self->watching_, -1);
-          if (!tasks.empty()) {
-            leased_task& lt = tasks.front();
-            const std::uint64_t n = self->service_->names().number_of(lt.t.id);
-            append_reserved(self->out_, n, lt.t.payload);
-            self->service_->count_reserve(lt.t.id);
-            self->reserved_[n] = std::move(lt);
-          } else {
-            self->out_ += self->deadline_soon_ ? replies::deadline_soon : replies::timed_out;
-          }
-          self->busy_ = false;
-          self->pump();
-        });
+      [self = shared_from_this(), forever_ = !timeout](std::vector<leased_task> tasks) {
+        boost::asio::post(self->socket_.get_executor(),
+                          [self, forever_, tasks = std::move(tasks)]() mutable {
+                            self->answered(std::move(tasks), forever_);
+                          });
       },
       lease_terms{.expiry_abandons = true});
-  if (first && waiter_ != 0) {
+  if (first && !soon && waiter_ != 0) {
     soon_timer_.expires_at(*first - safety_margin);
     soon_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->waiter_ == 0 || self->closed_) return;
+      // The broker answers the wait with nothing unless a job came first.
       self->deadline_soon_ = true;
       self->service_->broker().cancel_wait(self->waiter_);
     });
@@ -422,69 +441,35 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
   return false;
 }
 
-// ------------------------------------------------------------------ registry
-
-void session_registry::opened() {
-  std::lock_guard lock(mutex_);
-  ++c_.current;
-  ++c_.total;
-}
-
-void session_registry::closed(bool producer, bool worker) {
-  std::lock_guard lock(mutex_);
-  --c_.current;
-  if (producer) --c_.producers;
-  if (worker) --c_.workers;
-}
-
-void session_registry::became(bool producer, bool worker) {
-  std::lock_guard lock(mutex_);
-  if (producer) ++c_.producers;
-  if (worker) ++c_.workers;
-}
-
-void session_registry::use(const std::string& from, const std::string& to) {
-  std::lock_guard lock(mutex_);
-  if (!from.empty()) {
-    auto it = tubes_.find(from);
-    if (it != tubes_.end() && --it->second.using_ == 0 && it->second.watching == 0)
-      tubes_.erase(it);
+void session::answered(std::vector<leased_task> tasks, bool forever) {
+  waiter_ = 0;
+  soon_timer_.cancel();
+  if (counted_waiting_) {
+    counted_waiting_ = false;
+    registry_.wait(watching_, -1);
   }
-  if (!to.empty()) ++tubes_[to].using_;
-}
-
-void session_registry::watch(const std::string& tube, int delta) {
-  std::lock_guard lock(mutex_);
-  auto& t = tubes_[tube];
-  t.watching = static_cast<std::size_t>(static_cast<long>(t.watching) + delta);
-  if (t.watching == 0 && t.using_ == 0 && t.waiting == 0) tubes_.erase(tube);
-}
-
-void session_registry::wait(const std::vector<std::string>& tubes, int delta) {
-  std::lock_guard lock(mutex_);
-  c_.waiting = static_cast<std::size_t>(static_cast<long>(c_.waiting) + delta);
-  for (const std::string& tube : tubes) {
-    auto& t = tubes_[tube];
-    t.waiting = static_cast<std::size_t>(static_cast<long>(t.waiting) + delta);
+  if (closed_) {
+    if (!tasks.empty()) service_->broker().give_back(tasks);
+    return;
   }
-}
-
-connection_counts session_registry::counts() const {
-  std::lock_guard lock(mutex_);
-  return c_;
-}
-
-session_registry::tube_counts session_registry::of(const std::string& tube) const {
-  std::lock_guard lock(mutex_);
-  auto it = tubes_.find(tube);
-  return it == tubes_.end() ? tube_counts{} : it->second;
-}
-
-std::vector<std::string> session_registry::tubes() const {
-  std::lock_guard lock(mutex_);
-  std::vector<std::string> out;
-  for (const auto& [name, t] : tubes_) out.push_back(name);
-  return out;
+  if (!tasks.empty()) {
+    leased_task& lt = tasks.front();
+    const std::uint64_t n = service_->names().number_of(lt.t.id);
+    append_reserved(out_, n, lt.t.payload);
+    service_->count_reserve(lt.t.id);
+    reserved_[n] = std::move(lt);
+  } else if (deadline_soon_) {
+    out_ += replies::deadline_soon;
+  } else if (!forever) {
+    out_ += replies::timed_out;
+  } else {
+    // A reserve without a timeout answered with nothing: the server is
+    // draining. beanstalkd never times such a reserve out, so it stays
+    // unanswered until the connection closes (a client would otherwise spin).
+    return;
+  }
+  busy_ = false;
+  pump();
 }
 
 }  // namespace delayq::server::beanstalk

@@ -22,10 +22,9 @@
 
 #include "beanstalk/command_reader.hpp"
 #include "beanstalk/job_service.hpp"
+#include "beanstalk/session_registry.hpp"
 
 namespace delayq::server::beanstalk {
-
-class session_registry;
 
 /// Thread safety: none from outside; everything runs on the session's
 /// strand (the socket's executor). Keep it in a shared_ptr: start() holds
@@ -54,11 +53,14 @@ class session : public std::enable_shared_from_this<session> {
   void reply_answer(verb v, const answer& a);
   // reserve and reserve-with-timeout; false: the reply comes later.
   bool reserve(std::optional<std::uint32_t> timeout);
+  // The broker's answer to a reserve (`forever`: one without a timeout).
+  void answered(std::vector<leased_task> tasks, bool forever);
   // Jobs reserved here whose lease is still theirs; drops the others.
   void prune_reserved();
   // The earliest deadline of the jobs reserved here.
   std::optional<std::chrono::steady_clock::time_point> first_deadline() const;
-  std::optional<std::string> lease_of(std::uint64_t job) const;
+  // The job `job` as reserved here (its task id and lease), if it is.
+  std::optional<leased_task> held(std::uint64_t job) const;
   std::vector<std::string> watched_types() const;
   // list-tubes: every tube there is, sorted.
   std::vector<std::string> tube_names() const;
@@ -82,33 +84,12 @@ class session : public std::enable_shared_from_this<session> {
 
   // A reserve waiting for a job.
   std::uint64_t waiter_ = 0;
+  bool counted_waiting_ = false;  // in the registry's current-waiting
   bool deadline_soon_ = false;
   boost::asio::steady_timer soon_timer_;
-};
-
-/// The connections' counts per tube, for stats and stats-tube.
-///
-/// Thread safety: every member is safe from any thread.
-class session_registry {
- public:
-  void opened();
-  void closed(bool producer, bool worker);
-  void became(bool producer, bool worker);
-  void use(const std::string& from, const std::string& to);
-  void watch(const std::string& tube, int delta);
-  void wait(const std::vector<std::string>& tubes, int delta);
-  connection_counts counts() const;
-  struct tube_counts {
-    std::size_t using_ = 0, watching = 0, waiting = 0;
-  };
-  tube_counts of(const std::string& tube) const;
-  /// Tubes some connection uses or watches.
-  std::vector<std::string> tubes() const;
-
- private:
-  mutable std::mutex mutex_;
-  connection_counts c_;
-  std::map<std::string, tube_counts, std::less<>> tubes_;
+  // The write in flight, and its deadline.
+  std::uint64_t writes_ = 0;
+  boost::asio::steady_timer write_timer_;
 };
 
 }  // namespace delayq::server::beanstalk
