@@ -197,6 +197,27 @@ else
   fi
   binaries+=("$server_bench")
 fi
+# The same client in beanstalkd's protocol to both (scripts/bench-beanstalk.sh
+# --quick: delayq-server's --beanstalk-listen), same checks. About 15 s.
+if [[ -x "$server_bench" ]]; then
+  rc=0
+  timeout 180 bash "$DELAYQ_ROOT/scripts/bench-beanstalk.sh" --quick --no-build --build "$dir" \
+    --out "$e2e_out/beanstalk" >"$log" 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "FAIL bench-beanstalk.sh --quick: still running after 180 s"
+  elif ((rc != 0)); then
+    echo "FAIL bench-beanstalk.sh --quick: exit status $rc"
+  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/beanstalk/beanstalk.json" >/dev/null; then
+    echo "FAIL bench-beanstalk.sh --quick: $e2e_out/beanstalk/beanstalk.json is not valid JSON"
+    rc=1
+  else
+    echo "ok   delayq-bench-server (bench-beanstalk.sh --quick): $(grep -c '^| [a-z]' "$e2e_out/beanstalk/beanstalk-tables.md" || true) table rows"
+  fi
+  if ((rc != 0)); then
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  fi
+fi
 # delayq-bench-scaleout, through scripts/bench-scaleout.sh --quick on this
 # build (about 15 s): 1, 2 and 3 delayq-server --cluster instances on a
 # private redis-server, and one failover round. It fails when a batch is

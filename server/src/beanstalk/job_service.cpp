@@ -554,7 +554,7 @@ void job_service::stats_job(std::uint64_t job, answer_handler done) {
     // The counts beanstalkd keeps per job are kept in memory here, for the
     // jobs seen since this server started; for the others they read as the
     // store knows them (reserves: the attempts made) or 0, and the delay as
-    // the time left, rounded up (docs/beanstalk.md, "Differences").
+    // the time left, rounded up (docs/beanstalk.md, "Commands").
     s.reserves = t->attempts;
     s.delay = s.state == "delayed" ? std::chrono::ceil<std::chrono::seconds>(left).count() : 0;
     {
