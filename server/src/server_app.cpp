@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "api/api_router.hpp"
+#include "api/forward_call.hpp"
 #include "beanstalk/job_service.hpp"
 #include "beanstalk/listener.hpp"
 #include "cluster/forward_marker.hpp"
@@ -90,6 +91,10 @@ struct server_app::parts {
   std::unique_ptr<delayq::engine> engine;
   // --beanstalk-listen: the commands' service (once the store answered)
   // and the sockets (from start(), so clients connect at once).
+  // --cluster: the beanstalk commands on another instance's job, forwarded
+  // there over HTTP on a pool of their own.
+  std::unique_ptr<boost::asio::thread_pool> beanstalk_pool;
+  std::unique_ptr<call_forwarder> beanstalk_forward;
   std::unique_ptr<beanstalk::job_service> jobs;
   std::unique_ptr<beanstalk::listener> beanstalk;
   std::unique_ptr<request_guard> guard;  // before the listener: it asks it
@@ -339,10 +344,6 @@ tcp::endpoint server_app::start() {
     if (!b) throw std::invalid_argument("--beanstalk-allow \"" + rule + "\": " + why);
     beanstalk_allow.push_back(*b);
   }
-  if (!options_.beanstalk_listen.empty() && options_.cluster)
-    throw std::invalid_argument(
-        "--beanstalk-listen does not work with --cluster yet: a beanstalk put names its job by "
-        "a number another instance may own (docs/beanstalk.md, \"Clusters\")");
   if (options_.max_job_size == 0 || options_.max_job_size > (std::size_t{1} << 30))
     throw std::invalid_argument("--max-job-size wants 1 to 1073741824 bytes");
   for (const std::string& spec : options_.beanstalk_listen) {
@@ -495,6 +496,8 @@ void server_app::bring_up() {
   const std::string uri = options_.store.empty() ? default_store_uri() : options_.store;
   const auto fail = [&](boost::system::error_code ec, const std::string& what) {
     p.jobs.reset();
+    p.beanstalk_forward.reset();
+    p.beanstalk_pool.reset();
     p.engine.reset();
     p.health.reset();
     p.forwarder.reset();
@@ -659,6 +662,33 @@ void server_app::bring_up() {
     jp.max_job_size = options_.max_job_size;
     jp.instance = options_.instance.empty() ? default_instance_name() : options_.instance;
     jp.draining = &refuse_puts_;
+    if (options_.cluster) {
+      p.beanstalk_pool = std::make_unique<boost::asio::thread_pool>(2);
+      forward_limits limits;
+      limits.timeout = options_.forward_timeout;
+      p.beanstalk_forward =
+          std::make_unique<call_forwarder>(*p.peers, *p.forwarder, *p.beanstalk_pool, limits);
+      jp.owns = [engine = p.engine.get(), self = options_.instance](const std::string& id) {
+        return engine->owner_of(id) == self;
+      };
+      jp.forward = [&p, token = options_.token](const std::string& id, std::string method,
+                                                std::string target, std::string body,
+                                                std::function<void(unsigned, std::string)> done) {
+        namespace bhttp = boost::beast::http;
+        http_request req;
+        req.method(bhttp::string_to_verb(method));
+        req.target(target);
+        req.version(11);
+        if (!token.empty()) req.set(bhttp::field::authorization, "Bearer " + token);
+        if (!body.empty()) req.set(bhttp::field::content_type, "application/json");
+        req.body() = std::move(body);
+        req.prepare_payload();
+        p.beanstalk_forward->forward(
+            p.engine->owner_of(id), std::move(req), id,
+            [done = std::move(done)](http_answer a) { done(a.status, std::move(a.body)); },
+            nullptr);
+      };
+    }
     // Store calls (deletes, kicks, peeks, stats) and the short waits of
     // reserve-job and after_arrivals() share these threads.
     p.jobs = std::make_unique<beanstalk::job_service>(std::move(jp), 8);

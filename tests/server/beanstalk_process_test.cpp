@@ -12,9 +12,12 @@
 #include <boost/asio/read_until.hpp>
 #include <fstream>
 
+#include "cluster_support.hpp"
 #include "server_test_support.hpp"
 
 namespace {
+
+using namespace delayq::server_test;
 
 /// A beanstalk client on a raw socket: sends bytes, reads reply lines and
 /// bodies, each wait bounded by the hang guard.
@@ -549,4 +552,67 @@ TEST_CASE("beanstalk: a client that never reads its replies cannot grow the serv
   CAPTURE(sent);
   CHECK(blocked);
   CHECK(resident_bytes(s.p->pid()) < before + 64 * 1024 * 1024);
+}
+
+TEST_CASE(
+    "beanstalk: under --cluster, jobs are put on any instance, reserved where they live, and "
+    "deleted or kicked from any") {
+  const std::string uri = cluster_store_uri(test_redis_uri());
+  const std::uint16_t pa = unused_port(), pb = unused_port();
+  const auto at = [](std::uint16_t port) {
+    return tcp::endpoint(asio::ip::make_address("127.0.0.1"), port);
+  };
+  auto a =
+      start_instance(uri, "a", "2s", {"--beanstalk-listen", "127.0.0.1:" + std::to_string(pa)});
+  auto b =
+      start_instance(uri, "b", "2s", {"--beanstalk-listen", "127.0.0.1:" + std::to_string(pb)});
+  INFO(a->output_tail());
+  INFO(b->output_tail());
+  http_client ca(a->port());
+  http_client cb(b->port());
+  const std::vector<std::string> names{"a", "b"};
+  REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
+  bs_client ba(at(pa)), bb(at(pb));
+
+  // Puts on both instances: the ids are unique across the cluster (one
+  // sequence in the store), each job on a shard of the instance it was put on.
+  std::set<std::uint64_t> put_a, put_b;
+  for (int i = 0; i < 10; ++i) put_a.insert(ba.put_id("a" + std::to_string(i)));
+  for (int i = 0; i < 10; ++i) put_b.insert(bb.put_id("b" + std::to_string(i)));
+  CHECK(put_a.size() == 10);
+  CHECK(put_b.size() == 10);
+  for (const auto id : put_a) CHECK(put_b.count(id) == 0);
+  // A consumer on each instance: between them they drain the queue.
+  const auto drain = [](bs_client& c) {
+    std::set<std::uint64_t> got;
+    for (;;) {
+      const auto j = c.reserve("reserve-with-timeout 0");
+      if (j.word != "RESERVED") break;
+      got.insert(j.id);
+      CHECK(c.cmd("delete " + std::to_string(j.id)) == "DELETED");
+    }
+    return got;
+  };
+  CHECK(drain(ba) == put_a);
+  CHECK(drain(bb) == put_b);
+
+  // A job of a's, seen and kicked from b: peek and stats-job read the
+  // store; kick-job is sent to a over HTTP.
+  const auto x = ba.put_id("x", 5, 600);
+  const std::string n = std::to_string(x);
+  const auto p = bb.reserve("peek " + n);
+  CHECK(p.word == "FOUND");
+  CHECK(p.data == "x");
+  CHECK(bb.stat("stats-job " + n, "state") == "delayed");
+  CHECK(bb.cmd("reserve-job " + n) == "NOT_FOUND");  // leased only where it lives
+  CHECK(bb.cmd("kick-job " + n) == "KICKED");
+  CHECK(ba.reserve("reserve-with-timeout 600").id == x);
+  CHECK(ba.cmd("bury " + n + " 5") == "BURIED");
+  CHECK(bb.cmd("kick-job " + n) == "KICKED");  // a buried one: requeued there
+  CHECK(ba.reserve("reserve-with-timeout 600").id == x);
+  CHECK(ba.cmd("release " + n + " 5 600") == "RELEASED");
+  // Deleted from b: cancelled on a.
+  CHECK(bb.cmd("delete " + n) == "DELETED");
+  CHECK(ba.cmd("peek " + n) == "NOT_FOUND");
+  CHECK(bb.cmd("delete " + n) == "NOT_FOUND");
 }

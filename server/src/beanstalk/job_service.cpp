@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <cctype>
 #include <thread>
 
 #include "beanstalk/stats_yaml.hpp"
@@ -99,6 +100,18 @@ std::optional<std::uint64_t> job_service::next_number(boost::system::error_code&
   return first;
 }
 
+std::optional<std::uint64_t> job_service::own_number(boost::system::error_code& ec) {
+  // A member holds about 1/N of the shards: a few numbers are skipped
+  // (never used, so ids stay unique). None of 1,024 held means it holds no
+  // shard at all yet (just started): the put fails, and may be tried again.
+  for (int i = 0; i < 1024; ++i) {
+    const auto n = next_number(ec);
+    if (!n || !p_.owns || p_.owns(std::to_string(*n))) return n;
+  }
+  ec = errc::not_owner;
+  return std::nullopt;
+}
+
 // ------------------------------------------------------------------ put
 
 void job_service::put(std::string type, std::string body, std::uint32_t priority,
@@ -117,14 +130,17 @@ void job_service::put(std::string type, std::string body, std::uint32_t priority
   };
   const auto due = system_clock::now() + std::chrono::seconds{delay_s};
   const auto ttr = std::chrono::seconds{std::clamp<std::uint32_t>(ttr_s, 1, max_ttr_s)};
-  if (auto n = next_number_now())
-    return schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, 0,
-                        std::move(done));
+  // One instance stores every number; a cluster's member picks one of its
+  // own shards' (own_number(), on the blocking threads).
+  if (!p_.owns)
+    if (auto n = next_number_now())
+      return schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, 0,
+                          std::move(done));
   // A new block of numbers is a store round trip: not on this thread.
   boost::asio::post(pool_, [this, type = std::move(type), body = std::move(body), priority, due,
                             ttr, done = std::move(done)]() mutable {
     boost::system::error_code ec;
-    const auto n = next_number(ec);
+    const auto n = own_number(ec);
     if (!n) return done(answer{.what = answer::kind::internal_error});
     schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, 0, std::move(done));
   });
@@ -143,21 +159,24 @@ void job_service::schedule_put(std::string type, std::string body, std::uint32_t
     boost::asio::post(pool_, [this, type = std::move(type), body = std::move(body), priority, due,
                               ttr, tries, done = std::move(done)]() mutable {
       boost::system::error_code ec;
-      const auto n = next_number(ec);
+      const auto n = own_number(ec);
       if (!n) return done(answer{.what = answer::kind::internal_error});
       schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, tries + 1,
                    std::move(done));
     });
   };
-  p_.engine->async_schedule_at(std::move(type), std::move(body), due, std::move(opts),
-                               // 201's promise: INSERTED only once the job is durable.
-                               [number, tries, retry = std::move(retry), done = std::move(done)](
-                                   boost::system::error_code ec, const std::string&) mutable {
-                                 if (ec == errc::duplicate_id && tries < 16)
-                                   return retry(std::move(done));
-                                 if (ec) return done(error(ec));
-                                 done(answer{.id = number});
-                               });
+  p_.engine->async_schedule_at(
+      std::move(type), std::move(body), due, std::move(opts),
+      // 201's promise: INSERTED only once the job is durable.
+      [number, tries, retry = std::move(retry), done = std::move(done)](
+          boost::system::error_code ec, const std::string&) mutable {
+        // A number an HTTP task holds, or (a cluster)
+        // one whose shard moved away: the next one.
+        if ((ec == errc::duplicate_id || ec == errc::not_owner) && tries < 16)
+          return retry(std::move(done));
+        if (ec) return done(error(ec));
+        done(answer{.id = number});
+      });
 }
 
 // ------------------------------------------------------------------ a job's end
@@ -186,6 +205,7 @@ void job_service::remove(std::uint64_t job, std::optional<leased_task> mine, ans
       done = std::move(*shared);
     }
   }
+  if (foreign(*id)) return forward_remove(*id, std::move(done));
   blocking(std::move(done), [this, id = *id] {
     // Reserved by another client: beanstalkd answers NOT_FOUND.
     if (p_.broker->state_of(id) == lease_broker::held::reserved)
@@ -262,7 +282,8 @@ answer job_service::touch(const leased_task& held) {
 
 void job_service::reserve_job(std::uint64_t job, answer_handler done) {
   const auto id = names_.id_of(job);
-  if (!id) return done(answer{.what = answer::kind::not_found});
+  // Another instance's job is leased there only (docs/beanstalk.md).
+  if (!id || foreign(*id)) return done(answer{.what = answer::kind::not_found});
   const lease_terms terms{.expiry_abandons = true};
   if (auto lt = p_.broker->reserve_id(*id, p_.default_ttr, terms)) {
     count_reserve(*id);
@@ -379,6 +400,64 @@ void job_service::after_arrivals(std::function<void()> then) {
   });
 }
 
+// ------------------------------------------------------------------ clusters
+
+namespace {
+
+// A task id as one path segment (RFC 3986's unreserved characters pass).
+std::string path_segment(std::string_view id) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char ch : id) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void job_service::forward_remove(const std::string& id, answer_handler done) {
+  // DELETE /v1/tasks/{id} cancels it there (409 while reserved there:
+  // beanstalkd's NOT_FOUND); a 404 may be a buried job: its dead letter.
+  const std::string target = "/v1/tasks/" + path_segment(id);
+  p_.forward(id, "DELETE", target, "", [this, id, done](unsigned status, std::string) {
+    if (status == 204) return done(answer{});
+    if (status == 409) return done(answer{.what = answer::kind::not_found});
+    if (status != 404) return done(answer{.what = answer::kind::internal_error});
+    p_.forward(id, "DELETE", "/v1/dead/" + path_segment(id), "",
+               [done](unsigned status, std::string) {
+                 done(answer{.what = status == 204   ? answer::kind::ok
+                                     : status == 404 ? answer::kind::not_found
+                                                     : answer::kind::internal_error});
+               });
+  });
+}
+
+void job_service::forward_kick(const std::string& id, answer_handler done) {
+  // A buried job: requeued now. Else a delayed one: due now. (A ready or
+  // reserved job is not kicked: beanstalkd's NOT_FOUND; a reschedule of a
+  // reserved task answers 409 there.)
+  p_.forward(id, "POST", "/v1/dead/" + path_segment(id) + "/requeue", "{}",
+             [this, id, done](unsigned status, std::string) {
+               if (status == 204) return done(answer{});
+               if (status != 404) return done(answer{.what = answer::kind::internal_error});
+               p_.forward(id, "POST", "/v1/tasks/" + path_segment(id) + "/reschedule",
+                          R"({"delay_ms":0})", [done](unsigned status, std::string) {
+                            done(answer{.what = status == 204 ? answer::kind::ok
+                                                : status == 404 || status == 409
+                                                    ? answer::kind::not_found
+                                                    : answer::kind::internal_error});
+                          });
+             });
+}
+
 // ------------------------------------------------------------------ peeks and kicks
 
 answer job_service::job_answer(const task& t) {
@@ -485,6 +564,7 @@ void job_service::kick(const std::string& type, std::uint64_t bound, answer_hand
 void job_service::kick_job(std::uint64_t job, answer_handler done) {
   const auto id = names_.id_of(job);
   if (!id) return done(answer{.what = answer::kind::not_found});
+  if (foreign(*id)) return forward_kick(*id, std::move(done));
   blocking(std::move(done), [this, id = *id] {
     boost::system::error_code ec;
     const auto now = system_clock::now();

@@ -76,6 +76,17 @@ class job_service {
     /// Set (by SIGUSR1) to put the service in drain mode: every later put
     /// answers DRAINING, and stats says draining: true. Must outlive it.
     const std::atomic<bool>* draining = nullptr;
+    /// --cluster: whether this instance holds the shard of task `id` now.
+    /// Null: one instance, which holds every id.
+    std::function<bool(const std::string& id)> owns;
+    /// --cluster: sends an API call on task `id` (method, target, JSON body;
+    /// docs/server.md) to the instance that owns it, and calls `done` once,
+    /// on any thread, with the answer's status and body (503 or 421 when it
+    /// could not be sent).
+    using forward_fn = std::function<void(
+        const std::string& id, std::string method, std::string target, std::string body,
+        std::function<void(unsigned status, std::string body)> done)>;
+    forward_fn forward;
   };
   job_service(parts p, std::size_t blocking_threads);
   ~job_service();
@@ -144,6 +155,14 @@ class job_service {
   // The next job number, taking a block of numbers from the store when the
   // one in hand is used up (blocks).
   std::optional<std::uint64_t> next_number(boost::system::error_code& ec);
+  // The next number whose task this instance may store (under a cluster,
+  // one of a shard it holds; the numbers skipped are never used).
+  std::optional<std::uint64_t> own_number(boost::system::error_code& ec);
+  // Under a cluster: whether `id` is another instance's.
+  bool foreign(const std::string& id) const { return p_.owns && !p_.owns(id); }
+  // A command on another instance's job, sent there over HTTP.
+  void forward_remove(const std::string& id, answer_handler done);
+  void forward_kick(const std::string& id, answer_handler done);
   std::optional<std::uint64_t> next_number_now();
   void schedule_put(std::string type, std::string body, std::uint32_t priority,
                     std::chrono::system_clock::time_point due, std::chrono::milliseconds ttr,
