@@ -169,54 +169,45 @@ else
   binaries+=("$e2e")
 fi
 
+# smoke_script SCRIPT NAME SECONDS ROW PROGRAM: scripts/SCRIPT --quick on this
+# build, into $e2e_out/NAME. It fails on a non-zero exit, a run past SECONDS
+# or an invalid NAME.json, never on a timing; the lines of NAME-tables.md that
+# match ROW are counted as PROGRAM's table rows.
+smoke_script() {
+  local script="$1" name="$2" seconds="$3" row="$4" program="$5"
+  local res="$e2e_out/$name" rc=0
+  timeout "$seconds" bash "$DELAYQ_ROOT/scripts/$script" --quick --no-build --build "$dir" \
+    --out "$res" >"$log" 2>&1 || rc=$?
+  if ((rc == 124)); then
+    echo "FAIL $script --quick: still running after $seconds s"
+  elif ((rc != 0)); then
+    echo "FAIL $script --quick: exit status $rc"
+  elif command -v python3 >/dev/null && ! python3 -m json.tool "$res/$name.json" >/dev/null; then
+    echo "FAIL $script --quick: $res/$name.json is not valid JSON"
+    rc=1
+  else
+    echo "ok   $program ($script --quick): $(grep -c "$row" "$res/$name-tables.md" || true) table rows"
+  fi
+  if ((rc != 0)); then
+    sed 's/^/    /' "$log" | tail -n 40
+    failed=1
+  fi
+}
+
 # delayq-bench-server, through scripts/bench-server.sh --quick on this build:
 # beanstalkd and delayq-server side by side, tiny sizes. It fails on any error
 # answer (a put refused, a job never delivered), a server that died, or
-# invalid JSON; never on a timing.
+# invalid JSON; never on a timing. Then the same client in beanstalkd's
+# protocol to both (scripts/bench-beanstalk.sh --quick: delayq-server's
+# --beanstalk-listen), same checks. About 15 s each.
 server_bench="$dir/bench/server/delayq-bench-server"
 if [[ ! -x "$server_bench" ]]; then
   echo "FAIL delayq-bench-server: $server_bench was not built"
   failed=1
 else
-  rc=0
-  timeout 180 bash "$DELAYQ_ROOT/scripts/bench-server.sh" --quick --no-build --build "$dir" \
-    --out "$e2e_out/server" >"$log" 2>&1 || rc=$?
-  if ((rc == 124)); then
-    echo "FAIL bench-server.sh --quick: still running after 180 s"
-  elif ((rc != 0)); then
-    echo "FAIL bench-server.sh --quick: exit status $rc"
-  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/server/server.json" >/dev/null; then
-    echo "FAIL bench-server.sh --quick: $e2e_out/server/server.json is not valid JSON"
-    rc=1
-  else
-    echo "ok   delayq-bench-server (bench-server.sh --quick): $(grep -c '^| [a-z]' "$e2e_out/server/server-tables.md" || true) table rows"
-  fi
-  if ((rc != 0)); then
-    sed 's/^/    /' "$log" | tail -n 40
-    failed=1
-  fi
+  smoke_script bench-server.sh server 180 '^| [a-z]' delayq-bench-server
+  smoke_script bench-beanstalk.sh beanstalk 180 '^| [a-z]' delayq-bench-server
   binaries+=("$server_bench")
-fi
-# The same client in beanstalkd's protocol to both (scripts/bench-beanstalk.sh
-# --quick: delayq-server's --beanstalk-listen), same checks. About 15 s.
-if [[ -x "$server_bench" ]]; then
-  rc=0
-  timeout 180 bash "$DELAYQ_ROOT/scripts/bench-beanstalk.sh" --quick --no-build --build "$dir" \
-    --out "$e2e_out/beanstalk" >"$log" 2>&1 || rc=$?
-  if ((rc == 124)); then
-    echo "FAIL bench-beanstalk.sh --quick: still running after 180 s"
-  elif ((rc != 0)); then
-    echo "FAIL bench-beanstalk.sh --quick: exit status $rc"
-  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/beanstalk/beanstalk.json" >/dev/null; then
-    echo "FAIL bench-beanstalk.sh --quick: $e2e_out/beanstalk/beanstalk.json is not valid JSON"
-    rc=1
-  else
-    echo "ok   delayq-bench-server (bench-beanstalk.sh --quick): $(grep -c '^| [a-z]' "$e2e_out/beanstalk/beanstalk-tables.md" || true) table rows"
-  fi
-  if ((rc != 0)); then
-    sed 's/^/    /' "$log" | tail -n 40
-    failed=1
-  fi
 fi
 # delayq-bench-scaleout, through scripts/bench-scaleout.sh --quick on this
 # build (about 15 s): 1, 2 and 3 delayq-server --cluster instances on a
@@ -228,23 +219,7 @@ if [[ ! -x "$scaleout_bench" ]]; then
   echo "FAIL delayq-bench-scaleout: $scaleout_bench was not built"
   failed=1
 else
-  rc=0
-  timeout 120 bash "$DELAYQ_ROOT/scripts/bench-scaleout.sh" --quick --no-build --build "$dir" \
-    --out "$e2e_out/scaleout" >"$log" 2>&1 || rc=$?
-  if ((rc == 124)); then
-    echo "FAIL bench-scaleout.sh --quick: still running after 120 s"
-  elif ((rc != 0)); then
-    echo "FAIL bench-scaleout.sh --quick: exit status $rc"
-  elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/scaleout/scaleout.json" >/dev/null; then
-    echo "FAIL bench-scaleout.sh --quick: $e2e_out/scaleout/scaleout.json is not valid JSON"
-    rc=1
-  else
-    echo "ok   delayq-bench-scaleout (bench-scaleout.sh --quick): $(grep -c '^| [0-9]' "$e2e_out/scaleout/scaleout-tables.md" || true) table rows"
-  fi
-  if ((rc != 0)); then
-    sed 's/^/    /' "$log" | tail -n 40
-    failed=1
-  fi
+  smoke_script bench-scaleout.sh scaleout 120 '^| [0-9]' delayq-bench-scaleout
   binaries+=("$scaleout_bench")
 fi
 echo "bench smoke: ${#binaries[@]} binaries in $((SECONDS - start)) s"
