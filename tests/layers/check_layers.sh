@@ -74,7 +74,7 @@ declare -A ALLOWED=(
   [server/push]="engine/include server/wire server/http server/security"
   [server/pull]="engine/include server/wire server/security"
   [server/cluster]="engine/include server/wire server/http server/security"
-  [server/beanstalk]="engine/include server/security server/pull"
+  [server/beanstalk]="engine/include server/wire server/security server/pull"
   [server/api]="engine/include server/wire server/http server/security server/ops server/web
                 server/push server/pull server/cluster"
   [server/app]="engine/include persistence/include umbrella server/wire server/http

@@ -12,6 +12,7 @@
 #include "beanstalk/tube_name.hpp"
 #include "delayq/sequence_store.hpp"
 #include "pull/task_chase.hpp"
+#include "wire/http_url.hpp"
 
 namespace delayq::server::beanstalk {
 
@@ -402,36 +403,15 @@ void job_service::after_arrivals(std::function<void()> then) {
 
 // ------------------------------------------------------------------ clusters
 
-namespace {
-
-// A task id as one path segment (RFC 3986's unreserved characters pass).
-std::string path_segment(std::string_view id) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (const char ch : id) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += ch;
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 void job_service::forward_remove(const std::string& id, answer_handler done) {
   // DELETE /v1/tasks/{id} cancels it there (409 while reserved there:
   // beanstalkd's NOT_FOUND); a 404 may be a buried job: its dead letter.
-  const std::string target = "/v1/tasks/" + path_segment(id);
+  const std::string target = "/v1/tasks/" + percent_encode(id);
   p_.forward(id, "DELETE", target, "", [this, id, done](unsigned status, std::string) {
     if (status == 204) return done(answer{});
     if (status == 409) return done(answer{.what = answer::kind::not_found});
     if (status != 404) return done(answer{.what = answer::kind::internal_error});
-    p_.forward(id, "DELETE", "/v1/dead/" + path_segment(id), "",
+    p_.forward(id, "DELETE", "/v1/dead/" + percent_encode(id), "",
                [done](unsigned status, std::string) {
                  done(answer{.what = status == 204   ? answer::kind::ok
                                      : status == 404 ? answer::kind::not_found
@@ -444,11 +424,11 @@ void job_service::forward_kick(const std::string& id, answer_handler done) {
   // A buried job: requeued now. Else a delayed one: due now. (A ready or
   // reserved job is not kicked: beanstalkd's NOT_FOUND; a reschedule of a
   // reserved task answers 409 there.)
-  p_.forward(id, "POST", "/v1/dead/" + path_segment(id) + "/requeue", "{}",
+  p_.forward(id, "POST", "/v1/dead/" + percent_encode(id) + "/requeue", "{}",
              [this, id, done](unsigned status, std::string) {
                if (status == 204) return done(answer{});
                if (status != 404) return done(answer{.what = answer::kind::internal_error});
-               p_.forward(id, "POST", "/v1/tasks/" + path_segment(id) + "/reschedule",
+               p_.forward(id, "POST", "/v1/tasks/" + percent_encode(id) + "/reschedule",
                           R"({"delay_ms":0})", [done](unsigned status, std::string) {
                             done(answer{.what = status == 204 ? answer::kind::ok
                                                 : status == 404 || status == 409

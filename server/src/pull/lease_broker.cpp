@@ -383,33 +383,36 @@ std::optional<lease_broker::entry> lease_broker::end_lease_locked(const std::str
   return e;
 }
 
-lease_broker::lease_result lease_broker::finish(const std::string& id, const std::string& lease,
-                                                attempt_completion::stored_handler on_stored) {
+template <class End>
+lease_broker::lease_result lease_broker::end_attempt(const std::string& id,
+                                                     const std::string& lease,
+                                                     std::uint64_t counters::*count, End&& end) {
   std::optional<entry> e;
   {
     std::lock_guard lock(mutex_);
     e = end_lease_locked(id, lease);
     if (!e) return lease_result::stale;
-    ++counters_.finished;
+    if (count) ++(counters_.*count);
   }
-  e->done(std::string{}, std::move(on_stored));
+  // Outside the lock: the completion may call back into the engine.
+  end(e->done);
   return lease_result::ok;
+}
+
+lease_broker::lease_result lease_broker::finish(const std::string& id, const std::string& lease,
+                                                attempt_completion::stored_handler on_stored) {
+  return end_attempt(id, lease, &counters::finished,
+                     [&](attempt_completion& done) { done(std::string{}, std::move(on_stored)); });
 }
 
 lease_broker::lease_result lease_broker::fail(const std::string& id, const std::string& lease,
                                               std::string error,
                                               attempt_completion::stored_handler on_stored) {
-  std::optional<entry> e;
-  {
-    std::lock_guard lock(mutex_);
-    e = end_lease_locked(id, lease);
-    if (!e) return lease_result::stale;
-    ++counters_.failed;
-  }
   // An empty reason would read as success to the engine.
   if (error.empty()) error = "failed by the consumer";
-  e->done(std::move(error), std::move(on_stored));
-  return lease_result::ok;
+  return end_attempt(id, lease, &counters::failed, [&](attempt_completion& done) {
+    done(std::move(error), std::move(on_stored));
+  });
 }
 
 lease_broker::lease_result lease_broker::touch(const std::string& id, const std::string& lease,
@@ -431,30 +434,19 @@ lease_broker::lease_result lease_broker::release(const std::string& id, const st
                                                  std::chrono::system_clock::time_point due,
                                                  std::optional<std::uint32_t> priority,
                                                  attempt_completion::stored_handler on_stored) {
-  std::optional<entry> e;
-  {
-    std::lock_guard lock(mutex_);
-    e = end_lease_locked(id, lease);
-    if (!e) return lease_result::stale;
-  }
-  e->done.release(due, priority, std::move(on_stored));
-  return lease_result::ok;
+  return end_attempt(id, lease, nullptr, [&](attempt_completion& done) {
+    done.release(due, priority, std::move(on_stored));
+  });
 }
 
 lease_broker::lease_result lease_broker::bury(const std::string& id, const std::string& lease,
                                               std::string reason,
                                               std::optional<std::uint32_t> priority,
                                               attempt_completion::stored_handler on_stored) {
-  std::optional<entry> e;
-  {
-    std::lock_guard lock(mutex_);
-    e = end_lease_locked(id, lease);
-    if (!e) return lease_result::stale;
-    ++counters_.failed;
-  }
   if (reason.empty()) reason = "buried by the consumer";
-  e->done.bury(std::move(reason), priority, std::move(on_stored));
-  return lease_result::ok;
+  return end_attempt(id, lease, &counters::failed, [&](attempt_completion& done) {
+    done.bury(std::move(reason), priority, std::move(on_stored));
+  });
 }
 
 std::optional<leased_task> lease_broker::lease_of(const std::string& id) const {

@@ -228,6 +228,12 @@ class lease_broker {
   void arm_pause_end_locked();
   // Under mutex_: the attempt's entry if `lease` is its current one; removes it.
   std::optional<entry> end_lease_locked(const std::string& id, const std::string& lease);
+  // finish, fail, release, bury: ends the attempt under `lease` with `end`
+  // (called with its completion, outside the lock), counting it in `count`
+  // (null: not counted).
+  template <class End>
+  lease_result end_attempt(const std::string& id, const std::string& lease,
+                           std::uint64_t counters::*count, End&& end);
   void arm_sweep_locked(clock::time_point when);
   // Under mutex_: drops queue fronts that are no longer ready, and the queue
   // when it is empty, so released entries do not pile up.

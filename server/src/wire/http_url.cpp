@@ -128,6 +128,23 @@ std::optional<http_url> parse_http_url(std::string_view url, std::string& why) {
   return out;
 }
 
+std::string percent_encode(std::string_view in) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(in.size());
+  for (const char ch : in) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 bool percent_decode(std::string_view in, std::string& out) {
   out.clear();
   out.reserve(in.size());

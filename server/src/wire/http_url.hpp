@@ -39,6 +39,10 @@ std::optional<http_url> parse_http_url(std::string_view url, std::string& why);
 /// Decodes %XX escapes of a path segment; false when one is malformed.
 bool percent_decode(std::string_view in, std::string& out);
 
+/// `in` as one path segment: RFC 3986's unreserved characters as they are,
+/// every other byte as %XX (a task id in /v1/tasks/{id}).
+std::string percent_encode(std::string_view in);
+
 /// The value of `name` in a query string ("a=1&b=2"), percent-decoded.
 std::optional<std::string> query_param(std::string_view query, std::string_view name);
 
