@@ -236,6 +236,67 @@ TEST_CASE("failure: alerts on a death and on a failure rate, and a throwing aler
   CHECK(rates == 1);  // raised once while the rate stays above the threshold
 }
 
+// failure-handling.md and alert_options: one failure_rate alert per
+// crossing; "raised again only after the rate fell below". Each task makes
+// one attempt (max_attempts 1) and runs alone, so the rate moves one attempt
+// at a time: 4 failures (1.0, the first alert), 5 successes (4/9, below 0.5),
+// one failure (5/10, at the threshold again: the second alert).
+TEST_CASE("failure: a failure_rate alert is raised again once the rate fell below and rose") {
+  io_thread io;
+  std::mutex m;
+  std::vector<delayq::alert> rates;
+  std::atomic<bool> failing{true};
+  delayq::executor_factory f;
+  f.add("flaky", [&](const delayq::task&) {
+    if (failing) throw std::runtime_error("flaky");
+  });
+  auto opts = failure_options();
+  opts.workers = 1;
+  opts.retry_per_type["flaky"] = delayq::retry_policy{1, 1ms, 1ms};
+  opts.alerts.min_attempts = 4;
+  opts.alerts.failure_rate_threshold = 0.5;
+  opts.alerts.window = std::chrono::seconds{3600};
+  opts.alerts.on_alert = [&](const delayq::alert& a) {
+    if (a.what != delayq::alert::kind::failure_rate) return;
+    std::lock_guard lock(m);
+    rates.push_back(a);
+  };
+  const auto alerts_seen = [&] {
+    std::lock_guard lock(m);
+    return rates.size();
+  };
+  delayq::engine eng(io.io, f, std::make_unique<delayq::memory_store>(), opts);
+  eng.start();
+  // One task at a time, each waited for: the order of outcomes is the
+  // order the rate sees them.
+  const auto run_one = [&](std::uint64_t finished) {
+    eng.schedule("flaky", "", 0ms);
+    return eventually([&] {
+      const auto s = eng.stats();
+      return s.died + s.succeeded == finished;
+    });
+  };
+  std::uint64_t finished = 0;
+  for (int i = 0; i < 4; ++i) REQUIRE(run_one(++finished));
+  REQUIRE(eventually([&] { return alerts_seen() == 1; }));
+
+  failing = false;
+  for (int i = 0; i < 5; ++i) REQUIRE(run_one(++finished));
+  failing = true;
+  REQUIRE(run_one(++finished));
+  CHECK(eventually([&] { return alerts_seen() == 2; }));
+  CHECK(eng.stop());
+
+  std::lock_guard lock(m);
+  REQUIRE(rates.size() == 2);
+  CHECK(rates[0].attempts == 4);
+  CHECK(rates[0].failures == 4);
+  CHECK(rates[1].type == "flaky");
+  CHECK(rates[1].attempts == 10);
+  CHECK(rates[1].failures == 5);
+  CHECK(rates[1].failure_rate == doctest::Approx(0.5));
+}
+
 TEST_CASE("failure: an attempt past its timeout fails and is retried") {
   io_thread io;
   latch stuck;

@@ -4,9 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_future.hpp>
 #include <delayq/delayq.hpp>
+#include <future>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -311,4 +314,100 @@ TEST_CASE("start: a stored task whose id the engine rejects is quarantined, not 
   REQUIRE(eventually([&] { return eng.stats().succeeded == 1; }));
   CHECK(eng.stop());
   CHECK(stored(inner).empty());  // not left to be met again at every start
+}
+
+// engine.hpp's class comment: every call is safe "from handlers on the
+// engine's own io_context". Here the io_context has one thread and the
+// handler holds it while it calls: a call that needed that thread to finish
+// (a write completed there, a hop to the engine's strand that the caller
+// waits for) would never return. On stores with real writes, where the
+// blocking calls wait for them.
+TEST_CASE("calls: every call works from a handler running on the engine's own io_context") {
+  temp_dir dir;
+  std::string uri;
+  SUBCASE("sqlite") { uri = "sqlite:" + dir.file("handler.db"); }
+  SUBCASE("redis") { uri = fresh_redis_uri("handler"); }
+  CAPTURE(uri);
+  io_thread io;  // one thread runs io.io
+  recorder ran;
+  delayq::executor_factory f;
+  f.add("t", std::ref(ran));
+  f.add("orphan", [](const delayq::task&) { throw std::runtime_error("fails"); });
+  auto opts = fast_options();
+  opts.retry_per_type["orphan"] = delayq::retry_policy{1, 1ms, 1ms};
+  delayq::engine eng(io.io, f, delayq::open_store(uri), opts);
+  eng.start();
+  // "orphan" fails its one attempt: dead letters.
+  eng.schedule("orphan", "", 0ms, {"dead"});
+  eng.schedule("orphan", "", 0ms, {"dead2"});
+  REQUIRE(eventually([&] { return eng.stats().dead == 2; }));
+
+  // Each call's outcome, read on the test thread once the handler returned.
+  struct outcomes {
+    std::thread::id thread;
+    std::string scheduled;
+    std::size_t batch = 0;
+    bool found = false, status = false, rescheduled = false, signalled = false;
+    bool cancelled = false, requeued = false, purged = false;
+    std::set<std::string> upcoming;
+    std::size_t dead = 0;
+    std::string error;
+  };
+  std::promise<outcomes> done;
+  auto result = done.get_future();
+  boost::asio::post(io.io, [&] {
+    outcomes o;
+    o.thread = std::this_thread::get_id();
+    try {
+      o.scheduled = eng.schedule("t", "from a handler", 1h, {"h1"});
+      o.batch = eng.schedule_many({{"t", "b1", clock_type::now() + 1h, {"h2"}},
+                                   {"t", "b2", clock_type::now() + 1h, {"h3"}}})
+                    .size();
+      o.found = eng.find("h1").has_value();
+      o.status = eng.status("h2").has_value();
+      o.rescheduled = eng.reschedule("h2", clock_type::now() + 2h);
+      delayq::schedule_options counted{"h4"};
+      counted.trigger_count = 1;
+      eng.schedule("t", "counted", 1h, counted);
+      o.signalled = eng.signal("h4").triggered;
+      o.cancelled = eng.cancel("h3");
+      for (const auto& t : eng.upcoming(10)) o.upcoming.insert(t.id);
+      o.dead = eng.dead_letters().size();
+      o.requeued = eng.requeue("dead", clock_type::now() + 1h);
+      o.purged = eng.purge("dead2");
+      (void)eng.stats();
+    } catch (const std::exception& e) {
+      o.error = e.what();
+    }
+    done.set_value(std::move(o));
+  });
+  REQUIRE_MESSAGE(result.wait_for(std::chrono::seconds{30}) == std::future_status::ready,
+                  "a call from a handler on the engine's io_context never returned");
+  const outcomes o = result.get();
+  CHECK(o.thread == io.runner.get_id());
+  CHECK(o.error == "");
+  CHECK(o.scheduled == "h1");
+  CHECK(o.batch == 2);
+  CHECK(o.found);
+  CHECK(o.status);
+  CHECK(o.rescheduled);
+  CHECK(o.signalled);
+  CHECK(o.cancelled);
+  CHECK(o.upcoming.count("h1") == 1);
+  CHECK(o.upcoming.count("h2") == 1);
+  CHECK(o.upcoming.count("h3") == 0);  // cancelled
+  CHECK(o.dead == 2);
+  CHECK(o.requeued);
+  CHECK(o.purged);
+  // The task the handler's signal fired runs once the handler gave the
+  // thread back; what the handler stored is in the store.
+  REQUIRE(ran.wait_for_count(1));
+  CHECK(ran.snapshot().at(0).t.id == "h4");
+  CHECK(eng.stop());
+  auto direct = delayq::open_store(uri);
+  const auto held = stored(*direct);
+  CHECK(held.count("h1") == 1);
+  CHECK(held.count("h2") == 1);
+  CHECK(held.count("h3") == 0);
+  CHECK(held.count("dead") == 1);  // requeued: a live task again
 }

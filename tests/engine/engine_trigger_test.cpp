@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <delayq/delayq.hpp>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -305,5 +307,72 @@ TEST_CASE("capacity: threads racing for the last place of a type: exactly one ge
     for (int k = 0; k < threads; ++k)
       eng.cancel("r" + std::to_string(round) + "-" + std::to_string(k));
   }
+  CHECK(eng.stop());
+}
+
+// engine.hpp, requeue(): "a count-triggered task comes back as an ordinary
+// one (its trigger count is dropped)". Checked in memory, through a signal,
+// in the store, after a restart, and by the task's run.
+TEST_CASE("signal: a requeued count-triggered dead letter comes back as an ordinary task") {
+  temp_dir dir;
+  std::string uri;
+  SUBCASE("sqlite") { uri = "sqlite:" + dir.file("requeue.db"); }
+  SUBCASE("redis") { uri = fresh_redis_uri("requeue"); }
+  CAPTURE(uri);
+  std::atomic<bool> healthy{false};
+  recorder ran;
+  delayq::executor_factory f;
+  f.add("t", [&](const delayq::task& t) {
+    if (!healthy) throw std::runtime_error("down");
+    ran(t);
+  });
+  auto opts = fast_options();
+  opts.retry.max_attempts = 1;  // the first failure makes the dead letter
+  delayq::schedule_options o{"ct"};
+  o.trigger_count = 2;
+  {
+    io_thread io;
+    delayq::engine eng(io.io, f, delayq::open_store(uri), opts);
+    eng.start();
+    eng.schedule("t", "", 1h, o);
+    CHECK(eng.signal("ct").signals == 1);
+    CHECK(eng.signal("ct").triggered);
+    REQUIRE(eventually([&] { return eng.stats().died == 1; }));
+    const auto dead = eng.find_dead("ct");
+    REQUIRE(dead.has_value());
+    CHECK(dead->task.trigger_count == 2);  // the dead letter keeps what it was
+
+    REQUIRE(eng.requeue("ct", clock_type::now() + 1h));
+    const auto back = eng.find("ct");
+    REQUIRE(back.has_value());
+    CHECK(back->trigger_count == 0);
+    CHECK(back->signals == 0);
+    CHECK(back->attempts == 0);
+    // Ordinary: a signal means nothing to it now.
+    boost::system::error_code ec;
+    eng.signal("ct", 1, ec);
+    CHECK(ec == delayq::errc::not_count_triggered);
+    CHECK(eng.stop());
+  }
+  {
+    auto direct = delayq::open_store(uri);
+    const auto held = stored(*direct);
+    REQUIRE(held.count("ct") == 1);
+    CHECK(held.at("ct").trigger_count == 0);
+    CHECK(held.at("ct").signals == 0);
+  }
+  // After a restart it is still ordinary, and runs at its due time as one.
+  healthy = true;
+  io_thread io;
+  delayq::engine eng(io.io, f, delayq::open_store(uri), opts);
+  eng.start();
+  const auto again = eng.find("ct");
+  REQUIRE(again.has_value());
+  CHECK(again->trigger_count == 0);
+  REQUIRE(eng.reschedule("ct", clock_type::now()));
+  REQUIRE(ran.wait_for_count(1));
+  CHECK(ran.snapshot().at(0).t.id == "ct");
+  CHECK(ran.snapshot().at(0).t.trigger_count == 0);
+  REQUIRE(eventually([&] { return eng.stats().succeeded == 1; }));
   CHECK(eng.stop());
 }

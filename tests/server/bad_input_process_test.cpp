@@ -252,6 +252,28 @@ TEST_CASE("server: headers that never finish (slowloris) are answered 408 or clo
   check_unharmed(*server, c, s);
 }
 
+// docs/server.md, "Errors": "a keep-alive connection idle for 10 s is
+// closed without an answer". One request answered with keep-alive, then
+// nothing: the next read must see the server close the connection, not a
+// 408 or any other answer (and not the test's guard: no close at all).
+TEST_CASE("server: an idle keep-alive connection is closed without an answer") {
+  test_store store(store_kind::sqlite);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  raw_connection raw(server->port());
+  raw.send(raw_request("GET", "/v1/stats", ""));
+  auto first = raw.read_response();
+  REQUIRE(first.has_value());
+  CHECK_MESSAGE(first->status == 200, first->describe());
+  REQUIRE(first->keep_alive);
+  const auto idle = raw.read_response();
+  CHECK_MESSAGE(!idle.has_value(),
+                "an answer on an idle connection: ", idle ? idle->describe() : std::string());
+  // The server goes on serving new connections.
+  http_client c(server->port());
+  CHECK(c.get("/v1/stats").status == 200);
+}
+
 TEST_CASE("server: a body that never arrives is answered 408 or closed") {
   test_store store(store_kind::sqlite);
   auto server = server_process::start(store);

@@ -397,6 +397,15 @@ TEST_CASE("server: a store that stops answering stalls no I/O thread, and its er
     CHECK_MESSAGE(s.status == 200, s.describe());
     CHECK(fresh.get("/healthz").status > 0);
   }
+  // docs/server.md, "Operations": a probe that has not come back for 3 s
+  // reads as unhealthy; checked_ms_ago is the age of the last probe that
+  // ended (the one before the store stopped), so past 3000.
+  http_client health(server->port());
+  CHECK(eventually([&] {
+    auto h = health.get("/healthz");
+    return h.status == 503 && h.body_json.value("status", "") == "store_unavailable" &&
+           h.body_json.value("checked_ms_ago", std::int64_t{0}) > 3000;
+  }));
   redis->signal(SIGCONT);
   for (auto& w : waiting) {
     auto r = w->read_response();

@@ -96,6 +96,32 @@ TEST_CASE("server: healthz answers ok without a token") {
   CHECK_MESSAGE(h.status == 200, h.describe());
   CHECK(h.body_json.value("status", "") == "ok");
   CHECK(h.header("content-type").starts_with("application/json"));
+
+  // docs/server.md, "Operations": `checked_ms_ago`, since the probe that
+  // decided the answer ended. An ok answer is never older than the 3 s
+  // after which a probe that has not come back reads as unhealthy.
+  const auto checked = [](const http_response& r) -> std::int64_t {
+    REQUIRE_MESSAGE(r.body_json.contains("checked_ms_ago"), r.describe());
+    const json& n = r.body_json["checked_ms_ago"];
+    REQUIRE_MESSAGE(n.is_number_integer(), r.describe());
+    return n.get<std::int64_t>();
+  };
+  const std::int64_t first = checked(h);
+  CHECK(first >= 0);
+  CHECK(first <= 3000);
+  // The probe runs again (once a second): a later answer is decided by a
+  // newer probe, so its age drops below one seen before it.
+  std::int64_t last = first;
+  CHECK(eventually([&] {
+    auto again = anonymous.get("/healthz");
+    if (again.status != 200) return false;
+    const std::int64_t age = checked(again);
+    CHECK(age >= 0);
+    CHECK(age <= 3000);
+    const bool newer = age < last;
+    last = age;
+    return newer;
+  }));
 }
 
 TEST_CASE("server: stats count tasks, reservations and consumers") {

@@ -285,6 +285,14 @@ TEST_CASE(
   auto a = forward(bhttp::verb::delete_, nullptr);
   CHECK(a.status == 503);
   CHECK(a.body.find("\"owner_unreachable\"") != std::string::npos);
+  // docs/server.md, "Errors": owner_unreachable comes with Retry-After: 1.
+  int retry_after = 0;
+  for (const auto& [name, value] : a.headers)
+    if (name == "Retry-After") {
+      ++retry_after;
+      CHECK(value == "1");
+    }
+  CHECK(retry_after == 1);
   a = forward(bhttp::verb::get, [] {
     http_answer local;
     local.body = "from the store";
