@@ -95,8 +95,14 @@ void session::pump() {
     }
     if (!run(std::get<command>(std::move(*r)))) busy_ = true;
   }
+  // Drop what was run: at once when all of it was, else once the run part
+  // is large (a client that keeps pipelining may never let it all be run,
+  // and the bytes already run would pile up in front).
   if (in_pos_ == in_.size()) {
     in_.clear();
+    in_pos_ = 0;
+  } else if (in_pos_ >= 16 * 1024) {
+    in_.erase(0, in_pos_);
     in_pos_ = 0;
   }
   write();
