@@ -158,6 +158,13 @@ void session::close() {
   registry_.closed(producer_, worker_);
 }
 
+void session::remember(std::uint64_t job, leased_task lt) {
+  // Its id and lease are what the commands on it need: the body (up to
+  // --max-job-size) is not kept, nor copied by every delete or release.
+  std::string().swap(lt.t.payload);
+  reserved_[job] = std::move(lt);
+}
+
 std::optional<leased_task> session::held(std::uint64_t job) const {
   auto it = reserved_.find(job);
   if (it == reserved_.end()) return std::nullopt;
@@ -332,7 +339,7 @@ bool session::run(command c, bool settled) {
     case verb::reserve_with_timeout: return reserve(c.timeout);
     case verb::reserve_job:
       service_->reserve_job(c.id, later([](session& s, const answer& a) {
-                              if (a.lease) s.reserved_[a.id] = *a.lease;
+                              if (a.lease) s.remember(a.id, *a.lease);
                             }));
       return false;
     case verb::delete_:
@@ -463,7 +470,7 @@ void session::answered(std::vector<leased_task> tasks, bool forever) {
     const std::uint64_t n = service_->names().number_of(lt.t.id);
     append_reserved(out_, n, lt.t.payload);
     service_->count_reserve(lt.t.id);
-    reserved_[n] = std::move(lt);
+    remember(n, std::move(lt));
   } else if (deadline_soon_) {
     out_ += replies::deadline_soon;
   } else if (!forever) {

@@ -61,6 +61,8 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<std::chrono::steady_clock::time_point> first_deadline() const;
   // The job `job` as reserved here (its task id and lease), if it is.
   std::optional<leased_task> held(std::uint64_t job) const;
+  // Keeps job `job` as reserved here (without its body).
+  void remember(std::uint64_t job, leased_task lt);
   std::vector<std::string> watched_types() const;
   // list-tubes: every tube there is, sorted.
   std::vector<std::string> tube_names() const;
@@ -80,7 +82,7 @@ class session : public std::enable_shared_from_this<session> {
 
   std::string using_ = "default";  // a tube name
   std::vector<std::string> watching_{"default"};
-  std::map<std::uint64_t, leased_task> reserved_;  // by job number
+  std::map<std::uint64_t, leased_task> reserved_;  // by job number; bodies dropped
 
   // A reserve waiting for a job.
   std::uint64_t waiter_ = 0;
