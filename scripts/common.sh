@@ -20,7 +20,7 @@ DELAYQ_BUILD_DEPS=(
   build-essential cmake ninja-build ccache pkg-config
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev libpq-dev
 )
 # What the tests and benchmarks need on top: clang and libclang-rt-14-dev for
 # fuzzing (g++'s own sanitizer runtimes come with build-essential); gnuplot
@@ -39,6 +39,13 @@ DELAYQ_TEST_DEPS=(
 # tree by tests/beanstalk/npm_ci.sh); node and npm themselves come from
 # ensure_node_npm below, not from this list.
 DELAYQ_TEST_DEPS+=(php-cli php-pda-pheanstalk)
+# --- PostgreSQL (issue 34) ---
+# The server the PostgreSQL store's tests run against (scripts/with-postgres.sh
+# runs its binaries as an unprivileged user in a temp dir) and psql. The
+# package makes a cluster of its own at install and would start a service:
+# ensure_packages keeps services from starting, and nothing uses that cluster.
+DELAYQ_TEST_DEPS+=(postgresql postgresql-client)
+# --- end of the PostgreSQL part ---
 
 # ensure_node_npm : installs Debian's nodejs and npm, each only when its
 # command is missing. Not by package name: a machine with NodeSource's

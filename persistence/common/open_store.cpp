@@ -7,6 +7,7 @@
 
 #include "delayq/log.hpp"
 #include "delayq/memory_store.hpp"
+#include "delayq/postgres_store.hpp"
 #include "delayq/redis_store.hpp"
 #include "delayq/sqlite_store.hpp"
 
@@ -18,6 +19,7 @@ constexpr const char* accepted_forms =
     "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME], "
     "unix:///PATH/TO/SOCKET[?db=N&prefix=NAME], "
     "redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][?prefix=NAME], "
+    "postgres://[USER[:PASSWORD]@]HOST[:PORT][/DB][?schema=NAME] (or postgresql://), "
     "sqlite:PATH/TO/FILE.db or sqlite:///ABS/PATH/FILE.db "
     "[?synchronous=off|normal|full|extra&busy_timeout_ms=N], "
     "memory: (in-process, nothing persisted)";
@@ -74,12 +76,19 @@ std::pair<std::string, sqlite_options> parse_sqlite(std::string_view rest) {
   return {std::string(rest), opts};
 }
 
-}  // namespace
+bool is_redis_uri(std::string_view uri) {
+  return uri.starts_with("redis://") || uri.starts_with("unix://") ||
+         uri.starts_with("redis-cluster://");
+}
 
-std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::error_code& ec,
-                                       std::string* message) {
+bool is_postgres_uri(std::string_view uri) {
+  return uri.starts_with("postgres://") || uri.starts_with("postgresql://");
+}
+
+// Opens what the URI names, without requirements; `why` gets the sentence.
+std::unique_ptr<task_store> open_plain(std::string_view uri, boost::system::error_code& ec,
+                                       std::string& why) {
   ec = {};
-  std::string why;
   std::unique_ptr<task_store> store;
   // A URI with credentials is shown only up to its scheme: a mistyped scheme
   // ("rediss://:secret@host") must not put the password in a log.
@@ -115,6 +124,21 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
       else if (ec)
         why = opts.describe() + ": " + open_message;
     }
+  } else if (is_postgres_uri(uri)) {
+    std::string parse_message;
+    postgres_options opts = postgres_options::parse(uri, ec, &parse_message);
+    if (ec) {
+      why = parse_message + " (" + std::string(uri.substr(0, uri.find("://") + 3)) + "...); " +
+            accepted_forms;
+    } else {
+      std::string open_message;
+      store = open_postgres_store(opts, ec, &open_message);
+      if (ec == errc::store_unavailable)
+        why = "PostgreSQL at " + opts.connection.address() + " is unreachable (" + open_message +
+              "). Start it there, or set DELAYQ_STORE to a reachable postgres:// URI";
+      else if (ec)
+        why = opts.describe() + ": " + open_message;
+    }
   } else if (uri.starts_with("sqlite:")) {
     try {
       auto [path, opts] = parse_sqlite(uri.substr(7));
@@ -129,20 +153,239 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
     why = "unsupported store URI " + shown + "; " + accepted_forms;
   }
 
-  if (ec) {
-    store.reset();
-    if (message)
-      *message = std::move(why);
-    else
-      log(log_level::error, "delayq: open_store: " + why);
-  }
+  if (ec) store.reset();
   return store;
 }
 
+// "3 tasks and 1 dead letter"
+std::string count_records(std::size_t tasks, std::size_t dead) {
+  return std::to_string(tasks) + (tasks == 1 ? " task and " : " tasks and ") +
+         std::to_string(dead) + (dead == 1 ? " dead letter" : " dead letters");
+}
+
+std::string with_shards(std::string uri, std::uint32_t shards) {
+  const std::size_t q = uri.find('?');
+  uri += q == std::string::npos ? "?" : (q + 1 == uri.size() ? "" : "&");
+  return uri + "shards=" + std::to_string(shards);
+}
+
+// What a store holds, whatever its backend: the layout checks below are the
+// same for every store several instances can share.
+struct layout_view {
+  std::uint32_t shards = 0;  // recorded
+  std::size_t unsharded_tasks = 0;
+  std::size_t unsharded_dead = 0;
+  bool half_moved = false;  // Redis: records N and still holds unsharded records
+  std::string shown;        // the URI without password and shards=
+  bool password = false;
+};
+
+// --cluster: the store must hold the sharded layout of `n` shards and
+// nothing in the unsharded one, or the instances would not see every task.
+// An empty store gets that layout here (also one a server without --cluster
+// left empty). Returns the sentence when it refuses; sets ec.
+std::string check_cluster_layout(std::string_view uri, std::uint32_t n,
+                                 boost::system::error_code& ec) {
+  ec = {};
+  std::string why;
+  layout_view v;
+  if (is_redis_uri(uri)) {
+    redis_options opts = redis_options::parse(uri, ec);
+    if (ec) return {};  // open_plain() says what is wrong
+    opts.shards = n;
+    redis_options plain = opts;
+    plain.shards = 0;
+    v.shown = plain.describe();
+    v.password = !opts.password.empty();
+    const redis_layout layout = redis_store::claim_shards(opts, true, ec, &why);
+    if (ec) return "store " + v.shown + ": reading its shard layout: " + why;
+    v.shards = layout.shards;
+    v.unsharded_tasks = layout.unsharded_tasks;
+    v.unsharded_dead = layout.unsharded_dead;
+    v.half_moved = layout.shards == n && !layout.unsharded_empty();
+    if (layout.shards == n && layout.unsharded_empty()) return {};
+  } else {
+    postgres_options opts = postgres_options::parse(uri, ec);
+    if (ec) return {};
+    opts.layout.shards = n;
+    postgres_options plain = opts;
+    plain.layout.shards = 0;
+    v.shown = plain.describe();
+    v.password = !opts.connection.password.empty();
+    const postgres_layout_state state = claim_postgres_shards(opts, true, ec, &why);
+    if (ec) return "store " + v.shown + ": reading its shard layout: " + why;
+    if (state.shards == n) return {};
+    v.shards = state.shards;
+    v.unsharded_tasks = state.tasks;
+    v.unsharded_dead = state.dead_letters;
+  }
+  ec = errc::shard_mismatch;
+  const std::string count = std::to_string(n);
+  std::string command = "delayqctl migrate-shards --store '" + v.shown + "' --shards " + count;
+  if (v.password) command += " (with the store URI's password in --store)";
+  const std::string counts = count_records(v.unsharded_tasks, v.unsharded_dead);
+  if (v.shards != 0 && v.shards != n)
+    return "store " + v.shown + " is sharded with " + std::to_string(v.shards) +
+           " shards, not the " + count +
+           " this instance was given: start every instance with --shards " +
+           std::to_string(v.shards);
+  if (v.shards == 0)
+    return "store " + v.shown + " holds an unsharded task set (" + counts +
+           ", written by delayq-server without --cluster); --cluster needs it in the sharded "
+           "layout. Stop every server that uses this store, then move the tasks with: " +
+           command;
+  return "store " + v.shown + " is half converted to the sharded layout: it records " + count +
+         " shards, but " + counts +
+         " are still in the unsharded layout (a migration that did not finish, or a server "
+         "without --cluster still writing there). Not starting on it; finish the migration "
+         "with: " +
+         command;
+}
+
+// Without --cluster, a store opened with another shard count than the one
+// it records (errc::shard_mismatch): which, and what to start instead. Empty
+// when it cannot tell.
+std::string explain_shard_mismatch(std::string_view uri) {
+  boost::system::error_code ec;
+  std::uint32_t recorded = 0, asked = 0;
+  std::string shown;
+  if (is_redis_uri(uri)) {
+    const redis_options opts = redis_options::parse(uri, ec);
+    if (ec) return {};
+    const redis_layout layout = redis_store::inspect_layout(opts, ec);
+    if (ec) return {};
+    redis_options plain = opts;
+    plain.shards = 0;
+    shown = plain.describe();
+    recorded = layout.shards;
+    asked = opts.shards;
+  } else if (is_postgres_uri(uri)) {
+    const postgres_options opts = postgres_options::parse(uri, ec);
+    if (ec) return {};
+    const postgres_layout_state state = inspect_postgres_layout(opts, ec);
+    if (ec) return {};
+    postgres_options plain = opts;
+    plain.layout.shards = 0;
+    shown = plain.describe();
+    recorded = state.shards;
+    asked = opts.layout.shards;
+  } else {
+    return {};
+  }
+  if (recorded == asked) return {};
+  const std::string m = std::to_string(recorded);
+  if (asked == 0)
+    return "store " + shown + " holds a sharded task set (" + m +
+           " shards, written by delayq-server --cluster); without --cluster this server would "
+           "see none of its tasks. Start it with --cluster --shards " +
+           m;
+  return "store " + shown + " records " + m + " shards, not the shards=" + std::to_string(asked) +
+         " of its URI";
+}
+
+// The error-code forms' common end: the sentence to `message`, or the log.
+void report(boost::system::error_code& ec, std::string why, std::string* message) {
+  if (!ec) return;
+  if (message)
+    *message = std::move(why);
+  else
+    log(log_level::error, "delayq: open_store: " + why);
+}
+
+}  // namespace
+
+std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::error_code& ec,
+                                       std::string* message) {
+  return open_store(uri, store_requirements{}, ec, message);
+}
+
 std::unique_ptr<task_store> open_store(std::string_view uri) {
+  return open_store(uri, store_requirements{});
+}
+
+std::uint32_t required_shards(std::string_view uri, const store_requirements& requirements,
+                              boost::system::error_code& ec, std::string* message) {
+  ec = {};
+  if (!requirements.cluster) return 0;
+  const auto fail = [&](errc code, std::string why) -> std::uint32_t {
+    ec = code;
+    if (message) *message = std::move(why);
+    return 0;
+  };
+  std::uint32_t in_uri = 0;
+  std::string why;
+  if (is_redis_uri(uri)) {
+    const redis_options parsed = redis_options::parse(uri, ec, &why);
+    if (ec) return fail(errc::invalid_store_uri, why);
+    in_uri = parsed.shards;
+  } else if (is_postgres_uri(uri)) {
+    const postgres_options parsed = postgres_options::parse(uri, ec, &why);
+    if (ec) return fail(errc::invalid_store_uri, why);
+    in_uri = parsed.layout.shards;
+  } else {
+    // The instances share the store: only Redis and PostgreSQL can be shared.
+    return fail(errc::invalid_cluster_options,
+                "--cluster needs a store the instances share (redis://, unix://, "
+                "redis-cluster:// or postgres://), not a " +
+                    std::string(uri.substr(0, uri.find(':'))) + ": store");
+  }
+  if (requirements.shards != 0 && in_uri != 0 && requirements.shards != in_uri)
+    return fail(errc::invalid_cluster_options,
+                "--shards " + std::to_string(requirements.shards) +
+                    " and the store URI's shards=" + std::to_string(in_uri) +
+                    " differ: give the shard count once (--shards alone is enough), or the same "
+                    "in both");
+  const std::uint32_t n = requirements.shards != 0
+                              ? requirements.shards
+                              : (in_uri != 0 ? in_uri : default_cluster_shards);
+  if (n > 16384)
+    return fail(errc::invalid_cluster_options,
+                "a shard count must be from 1 to 16384, not " + std::to_string(n));
+  return n;
+}
+
+std::unique_ptr<task_store> open_store(std::string_view uri, const store_requirements& requirements,
+                                       boost::system::error_code& ec, std::string* message) {
+  ec = {};
+  std::string why;
+  std::unique_ptr<task_store> store;
+  if (!requirements.cluster) {
+    store = open_plain(uri, ec, why);
+    if (ec == errc::shard_mismatch)
+      if (std::string better = explain_shard_mismatch(uri); !better.empty())
+        why = std::move(better);
+    report(ec, std::move(why), message);
+    return store;
+  }
+  const std::uint32_t n = required_shards(uri, requirements, ec, &why);
+  if (ec) {
+    report(ec, std::move(why), message);
+    return nullptr;
+  }
+  // Before the store is opened: a cluster store is checked (and an empty
+  // one given the sharded layout) first.
+  why = check_cluster_layout(uri, n, ec);
+  if (ec) {
+    report(ec, std::move(why), message);
+    return nullptr;
+  }
+  std::string full(uri);
+  bool has_count = false;
+  if (is_redis_uri(uri))
+    has_count = redis_options::parse(uri, ec).shards != 0;
+  else
+    has_count = postgres_options::parse(uri, ec).layout.shards != 0;
+  ec = {};
+  store = open_plain(has_count ? full : with_shards(full, n), ec, why);
+  report(ec, std::move(why), message);
+  return store;
+}
+
+std::unique_ptr<task_store> open_store(std::string_view uri,
+                                       const store_requirements& requirements) {
   boost::system::error_code ec;
   std::string message;
-  auto store = open_store(uri, ec, &message);
+  auto store = open_store(uri, requirements, ec, &message);
   if (ec) throw boost::system::system_error(ec, "delayq: open_store: " + message);
   return store;
 }
@@ -301,10 +544,27 @@ shard_migration migrate_to_shards(std::string_view uri, std::uint32_t shards,
       log(log_level::error, "delayq: migrate_to_shards: " + text);
     return result;
   };
-  if (!uri.starts_with("redis://") && !uri.starts_with("unix://") &&
-      !uri.starts_with("redis-cluster://"))
+  if (is_postgres_uri(uri)) {
+    postgres_options opts = postgres_options::parse(uri, ec, &why);
+    if (ec) return fail(ec, why);
+    if (shards == 0 || shards > 16384)
+      return fail(errc::invalid_cluster_options,
+                  "a shard count must be from 1 to 16384, not " + std::to_string(shards));
+    if (opts.layout.shards != 0 && opts.layout.shards != shards)
+      return fail(errc::shard_mismatch,
+                  "the store URI says shards=" + std::to_string(opts.layout.shards) +
+                      ", the migration " + std::to_string(shards) + " shards: give the count once");
+    opts.layout.shards = shards;
+    // One transaction: it moves everything or nothing.
+    result.tasks = migrate_postgres_shards(opts, ec, &why);
+    if (ec) return fail(ec, opts.describe() + ": " + why);
+    result.shards = shards;
+    return result;
+  }
+  if (!is_redis_uri(uri))
     return fail(errc::invalid_store_uri,
-                "only a Redis store (redis://, unix://, redis-cluster://) has a sharded layout");
+                "only a Redis store (redis://, unix://, redis-cluster://) or a PostgreSQL one "
+                "(postgres://) has a sharded layout");
   redis_options opts = redis_options::parse(uri, ec, &why);
   if (ec) return fail(ec, why);
   if (shards == 0 || shards > 16384)

@@ -92,7 +92,9 @@ constexpr std::int64_t no_end = std::numeric_limits<std::int64_t>::max();
 #ifdef DELAYQ_CONFORMANCE_ON_CLUSTER
 #define DELAYQ_STORES redis_cluster_fixture, redis_cluster_sharded_fixture
 #else
-#define DELAYQ_STORES memory_fixture, sqlite_fixture, redis_fixture, redis_sharded_fixture
+#define DELAYQ_STORES                                                                     \
+  memory_fixture, sqlite_fixture, redis_fixture, redis_sharded_fixture, postgres_fixture, \
+      postgres_sharded_fixture
 #endif
 
 TEST_CASE_TEMPLATE("conformance: list_due and find on an empty store", F, DELAYQ_STORES) {

@@ -9,8 +9,11 @@
 
 #include "cluster_support.hpp"
 #include "delayq/memory_store.hpp"
+#include "delayq/postgres_store.hpp"
 #include "delayq/redis_store.hpp"
+#include "delayq/shard_leases.hpp"
 #include "delayq/sqlite_store.hpp"
+#include "pg_test_support.hpp"
 #include "test_support.hpp"
 
 namespace delayq::test {
@@ -167,8 +170,75 @@ using redis_sharded_fixture = basic_redis_fixture<raw_redis, redis_test_options,
 using redis_cluster_sharded_fixture =
     basic_redis_fixture<raw_cluster, redis_cluster_test_options, 8>;
 
+// PostgreSQL in a fresh schema of the test server (scripts/with-postgres.sh);
+// `Shards` > 0: a cluster's layout.
+template <std::uint32_t Shards = 0>
+struct basic_postgres_fixture {
+  static constexpr bool persistent = true;
+  static constexpr bool raw_access = true;
+  static constexpr std::uint32_t shards = Shards;
+
+  std::string schema_ = unique_schema("conf");
+  raw_postgres pg_;
+  std::unique_ptr<task_store> store_ = open_postgres_store(postgres_test_options(schema_, Shards));
+
+  ~basic_postgres_fixture() {
+    store_.reset();
+    pg_.drop_schema(schema_);
+  }
+  task_store& store() { return *store_; }
+  std::unique_ptr<task_store> reopen() {
+    return open_postgres_store(postgres_test_options(schema_, Shards));
+  }
+  std::string table(const char* name) const { return "\"" + schema_ + "\"." + name; }
+  std::string shard(const std::string& id) const {
+    return std::to_string(Shards == 0 ? 0 : shard_of(id, Shards));
+  }
+
+  void put_raw(const std::string& id, const std::string& bytes) {
+    pg_.run("INSERT INTO " + table("tasks") +
+                " (gen, shard, id, due_ms, record) VALUES (0, $1::int4, $2::bytea, 0, $3::bytea)",
+            {shard(id), bytea_hex(id), bytea_hex(bytes)});
+  }
+  std::optional<std::string> quarantined_raw(const std::string& id) {
+    auto r = pg_.run("SELECT raw, reason FROM " + table("quarantine") +
+                         " WHERE id = $1::bytea AND source = 'tasks'",
+                     {bytea_hex(id)});
+    if (PQntuples(r.get()) == 0) return std::nullopt;
+    CHECK(PQgetlength(r.get(), 0, 1) > 0);
+    return bytes_of(r.get(), 0, 0);
+  }
+  bool exists_raw(const std::string& id) {
+    auto r = pg_.run("SELECT 1 FROM " + table("tasks") + " WHERE id = $1::bytea", {bytea_hex(id)});
+    return PQntuples(r.get()) > 0;
+  }
+  void put_raw_dead(const std::string& id, const std::string& bytes, std::int64_t died_ms) {
+    pg_.run("INSERT INTO " + table("dead_letters") +
+                " (id, died_at_ms, record) VALUES ($1::bytea, $2::int8, $3::bytea)",
+            {bytea_hex(id), std::to_string(died_ms), bytea_hex(bytes)});
+  }
+  std::optional<std::string> dead_quarantined_raw(const std::string& id) {
+    auto r = pg_.run("SELECT raw, reason FROM " + table("quarantine") +
+                         " WHERE id = $1::bytea AND source = 'dead_letters'",
+                     {bytea_hex(id)});
+    if (PQntuples(r.get()) == 0) return std::nullopt;
+    CHECK(PQgetlength(r.get(), 0, 1) > 0);
+    return bytes_of(r.get(), 0, 0);
+  }
+  bool exists_raw_dead(const std::string& id) {
+    auto r = pg_.run("SELECT 1 FROM " + table("dead_letters") + " WHERE id = $1::bytea",
+                     {bytea_hex(id)});
+    return PQntuples(r.get()) > 0;
+  }
+};
+
+using postgres_fixture = basic_postgres_fixture<0>;
+using postgres_sharded_fixture = basic_postgres_fixture<8>;
+
 }  // namespace delayq::test
 
+TYPE_TO_STRING_AS("postgres", delayq::test::postgres_fixture);
+TYPE_TO_STRING_AS("postgres-sharded", delayq::test::postgres_sharded_fixture);
 TYPE_TO_STRING_AS("memory", delayq::test::memory_fixture);
 TYPE_TO_STRING_AS("sqlite", delayq::test::sqlite_fixture);
 TYPE_TO_STRING_AS("redis", delayq::test::redis_fixture);

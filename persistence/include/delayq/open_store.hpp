@@ -17,12 +17,15 @@ namespace delayq {
 ///
 ///   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME]   Redis over TCP
 ///   unix:///PATH/TO/SOCKET[?db=N&prefix=NAME]                  Redis over a Unix socket
+///   redis-cluster://[[USER]:PASSWORD@]HOST:PORT[,...]          a Redis Cluster
+///   postgres://[USER[:PASSWORD]@]HOST[:PORT][/DB][?schema=NAME] PostgreSQL (also postgresql://)
 ///   sqlite:PATH/TO/FILE.db  or  sqlite:///ABS/PATH/FILE.db     an SQLite file
 ///       [?synchronous=off|normal|full|extra&busy_timeout_ms=N]
 ///   memory:                                                    process memory
 ///
-/// The Redis options are those of redis_options::parse(); a relative SQLite
-/// path is relative to the working directory and may not contain '?'.
+/// The Redis options are those of redis_options::parse(), the PostgreSQL ones
+/// those of postgres_options::parse(); a relative SQLite path is relative to
+/// the working directory and may not contain '?'.
 ///
 /// Errors: errc::invalid_store_uri for anything else (the message lists the
 /// accepted forms); otherwise the backend's errors (errc::store_unavailable,
@@ -38,6 +41,52 @@ std::unique_ptr<task_store> open_store(std::string_view uri, boost::system::erro
 /// Throwing form of open_store(): boost::system::system_error whose what()
 /// holds the sentence described above.
 std::unique_ptr<task_store> open_store(std::string_view uri);
+
+/// The shard count a cluster uses when nothing names one.
+inline constexpr std::uint32_t default_cluster_shards = 64;
+
+/// What the caller needs of a store, which open_store(uri, requirements)
+/// checks against what the store holds before it hands the store out
+/// (docs/persistence.md, "Opening a store"): every backend's layout checks
+/// live there, so no caller carries any.
+///
+/// Thread safety: a plain value.
+struct store_requirements {
+  /// For a cluster of engines (engine_options::cluster): the store must be
+  /// one several processes share (Redis, a Redis Cluster, PostgreSQL) and is
+  /// opened in its sharded layout. An empty store (or one a server without
+  /// --cluster left empty) is given that layout; one holding an unsharded
+  /// task set, one sharded with another count, or a move that did not
+  /// finish is refused with errc::shard_mismatch and a sentence naming the
+  /// command that fixes it (delayqctl migrate-shards).
+  ///
+  /// Without it (false), a store recording a shard count is refused with
+  /// errc::shard_mismatch and a sentence saying so (its tasks live in the
+  /// sharded layout, which one engine alone would not see).
+  bool cluster = false;
+  /// With `cluster`: the shard count the caller was given, or 0 for none:
+  /// then the URI's `shards=N`, else default_cluster_shards. Both given and
+  /// different is errc::invalid_cluster_options.
+  std::uint32_t shards = 0;
+};
+
+/// open_store() of `uri`, checked against `requirements` (above). Errors:
+/// those of open_store(); errc::invalid_cluster_options (with `cluster`: a
+/// store the instances cannot share, two shard counts that differ, a count
+/// out of range); errc::shard_mismatch (above).
+std::unique_ptr<task_store> open_store(std::string_view uri, const store_requirements& requirements,
+                                       boost::system::error_code& ec,
+                                       std::string* message = nullptr);
+/// Throwing form: boost::system::system_error whose what() holds the sentence.
+std::unique_ptr<task_store> open_store(std::string_view uri,
+                                       const store_requirements& requirements);
+
+/// The shard count open_store(uri, requirements) opens the store with (0
+/// without `cluster`), worked out from the URI alone: no store is contacted.
+/// Errors: errc::invalid_cluster_options, errc::invalid_store_uri, as
+/// open_store(); `message` says why.
+std::uint32_t required_shards(std::string_view uri, const store_requirements& requirements,
+                              boost::system::error_code& ec, std::string* message = nullptr);
 
 /// The URI to use when none is configured: the environment variable
 /// DELAYQ_STORE when set and not empty, else "redis://127.0.0.1:6379/0".
@@ -70,7 +119,7 @@ struct shard_migration {
   std::size_t dead_letters = 0;
 };
 
-/// Moves a Redis store from the unsharded layout (written by engines without
+/// Moves a Redis or PostgreSQL store from the unsharded layout (written by engines without
 /// engine_options::cluster, `delayq-server` without --cluster) to the
 /// sharded layout of `shards` shards that a cluster uses
 /// (docs/scale-out.md, "Moving a store to the sharded layout"):
@@ -93,10 +142,14 @@ struct shard_migration {
 /// every server on the store first: one without --cluster that still runs
 /// keeps writing to the unsharded layout.
 ///
-/// `uri` is a redis://, unix:// or redis-cluster:// URI; a `shards=` option
-/// in it must be absent or equal to `shards`.
+/// PostgreSQL keeps both layouts in one table: its move is one transaction
+/// that records the count and gives every task its shard, so it never
+/// stops half done.
 ///
-/// Errors: errc::invalid_store_uri (not a Redis URI, or a bad one),
+/// `uri` is a redis://, unix://, redis-cluster:// or postgres:// URI; a
+/// `shards=` option in it must be absent or equal to `shards`.
+///
+/// Errors: errc::invalid_store_uri (neither Redis nor PostgreSQL, or a bad URI),
 /// errc::invalid_cluster_options (`shards` not 1-16384),
 /// errc::shard_mismatch (the URI's `shards=` differs, or the store records
 /// another shard count already), errc::busy (records kept changing: a
