@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen, "ADDR:PORT to listen on (port 0: any free one)")
       ->capture_default_str();
   app.add_option("--store", o.store,
-                 "store URI: redis://..., redis-cluster://..., sqlite:FILE or memory: "
+                 "store URI: redis://..., redis-cluster://..., postgres://..., sqlite:FILE or "
+                 "memory: "
                  "(default: $DELAYQ_STORE, else redis://127.0.0.1:6379)");
   app.add_option("--token", o.token, "bearer token every /v1/ request must carry")
       ->envname("DELAYQ_TOKEN");

@@ -22,7 +22,6 @@
 #include "cluster/peer_forwarder.hpp"
 #include "delayq/log.hpp"
 #include "delayq/open_store.hpp"
-#include "delayq/redis_store.hpp"
 #include "delayq/shard_leases.hpp"
 #include "http/http_server.hpp"
 #include "ops/store_health.hpp"
@@ -164,117 +163,6 @@ std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
   return {std::move(type), n};
 }
 
-bool is_redis_uri(std::string_view uri) {
-  return uri.starts_with("redis://") || uri.starts_with("unix://") ||
-         uri.starts_with("redis-cluster://");
-}
-
-// --cluster: the shard count is given once, by --shards or by a `shards=N`
-// of the store URI, and the store is opened with it. Returns the URI to
-// open; updates o.shards from the URI. Throws std::invalid_argument for a
-// store that cannot hold a cluster, or two counts that differ.
-std::string cluster_store_uri(server_options& o) {
-  std::string uri = o.store.empty() ? default_store_uri() : o.store;
-  if (!is_redis_uri(uri)) {
-    // The instances share the store, and only Redis can be shared.
-    const std::string scheme = uri.substr(0, uri.find(':'));
-    throw std::invalid_argument(
-        "--cluster needs a Redis store the instances share (redis://, unix:// or "
-        "redis-cluster://), not a " +
-        scheme + ": store");
-  }
-  boost::system::error_code ec;
-  const redis_options parsed = redis_options::parse(uri, ec);
-  if (ec) return uri;  // open_store() says what is wrong, with the accepted forms
-  if (parsed.shards != 0) {
-    if (o.shards_given && parsed.shards != o.shards)
-      throw std::invalid_argument(
-          "--shards " + std::to_string(o.shards) +
-          " and the store URI's shards=" + std::to_string(parsed.shards) +
-          " differ: give the shard count once (--shards alone is enough), or the same in both");
-    o.shards = parsed.shards;
-    return uri;
-  }
-  const std::size_t q = uri.find('?');
-  uri += q == std::string::npos ? "?" : (q + 1 == uri.size() ? "" : "&");
-  return uri + "shards=" + std::to_string(o.shards);
-}
-
-// "3 tasks and 1 dead letter"
-std::string count_records(std::size_t tasks, std::size_t dead) {
-  return std::to_string(tasks) + (tasks == 1 ? " task and " : " tasks and ") +
-         std::to_string(dead) + (dead == 1 ? " dead letter" : " dead letters");
-}
-
-// --cluster: the store `uri` (with its shards=N) must hold the sharded
-// layout of N shards and nothing in the unsharded one, or the instances
-// would not see every task. An empty store gets that layout here (also one
-// a server without --cluster left empty); a store with tasks in the
-// unsharded layout, or in both (a migration that did not finish), is
-// refused with the command that moves them. Throws start_error.
-void check_sharded_layout(const std::string& uri) {
-  boost::system::error_code ec;
-  std::string why;
-  const redis_options opts = redis_options::parse(uri, ec);
-  if (ec) return;  // open_store() says what is wrong
-  redis_options plain = opts;
-  plain.shards = 0;
-  // describe(): the URI without its password.
-  const std::string shown = plain.describe();
-  const redis_layout layout = redis_store::claim_shards(opts, true, ec, &why);
-  if (ec) throw start_error(ec, "store " + shown + ": reading its shard layout: " + why);
-  if (layout.shards == opts.shards && layout.unsharded_empty()) return;
-  const std::string n = std::to_string(opts.shards);
-  std::string command = "delayqctl migrate-shards --store '" + shown + "' --shards " + n;
-  if (!opts.password.empty()) command += " (with the store URI's password in --store)";
-  const std::string counts = count_records(layout.unsharded_tasks, layout.unsharded_dead);
-  if (layout.shards != 0 && layout.shards != opts.shards)
-    throw start_error(errc::shard_mismatch, "store " + shown + " is sharded with " +
-                                                std::to_string(layout.shards) +
-                                                " shards, not the " + n +
-                                                " this instance was given: start every "
-                                                "instance with --shards " +
-                                                std::to_string(layout.shards));
-  if (layout.shards == 0)
-    throw start_error(
-        errc::shard_mismatch,
-        "store " + shown + " holds an unsharded task set (" + counts +
-            ", written by delayq-server without --cluster); --cluster needs it in the sharded "
-            "layout. Stop every server that uses this store, then move the tasks with: " +
-            command);
-  throw start_error(errc::shard_mismatch,
-                    "store " + shown + " is half converted to the sharded layout: it records " + n +
-                        " shards, but " + counts +
-                        " are still in the unsharded layout (a migration that did not finish, "
-                        "or a server without --cluster still writing there). Not starting on "
-                        "it; finish the migration with: " +
-                        command);
-}
-
-// Without --cluster, a store opened with another shard count than the one it
-// records (errc::shard_mismatch): says which, and what to start instead.
-// Throws start_error; returns when it cannot tell (the caller then fails as
-// before).
-void explain_shard_mismatch(const std::string& uri) {
-  boost::system::error_code ec;
-  const redis_options opts = redis_options::parse(uri, ec);
-  if (ec) return;
-  const redis_layout layout = redis_store::inspect_layout(opts, ec);
-  if (ec || layout.shards == opts.shards) return;
-  redis_options plain = opts;
-  plain.shards = 0;
-  const std::string m = std::to_string(layout.shards);
-  if (opts.shards == 0)
-    throw start_error(errc::shard_mismatch,
-                      "store " + plain.describe() + " holds a sharded task set (" + m +
-                          " shards, written by delayq-server --cluster); without --cluster this "
-                          "server would see none of its tasks. Start it with --cluster --shards " +
-                          m);
-  throw start_error(errc::shard_mismatch,
-                    "store " + plain.describe() + " records " + m +
-                        " shards, not the shards=" + std::to_string(opts.shards) + " of its URI");
-}
-
 }  // namespace
 
 std::chrono::milliseconds parse_duration(const std::string& text) {
@@ -302,9 +190,18 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
 tcp::endpoint server_app::start() {
   const tcp::endpoint at = parse_listen(options_.listen);
   if (options_.cluster) {
-    options_.store = cluster_store_uri(options_);
     std::string why;
     boost::system::error_code ec;
+    // The shard count, given once (--shards or the URI's shards=N), and a
+    // store the instances can share: open_store() checks the store's layout
+    // against it when it opens it (bring_up()).
+    const std::uint32_t shards = required_shards(
+        options_.store.empty() ? default_store_uri() : options_.store,
+        store_requirements{true, options_.shards_given ? options_.shards : 0}, ec, &why);
+    if (ec == errc::invalid_cluster_options) throw std::invalid_argument(why);
+    // A URI open_store() cannot read: it says what is wrong when it opens it.
+    if (!ec) options_.shards = shards;
+    ec = {};
     cluster_options{options_.shards, options_.lease, options_.instance}.validate(ec, &why);
     if (ec) throw std::invalid_argument("--cluster: " + why);
     // Named once here, so the leases and the pushes (X-Delayq-Instance)
@@ -507,15 +404,22 @@ void server_app::bring_up() {
     p.settings_store.reset();
     throw start_error(ec, "store " + uri + ": " + what + ec.message());
   };
-  // Before anything is opened: a cluster store is checked (and an empty
-  // one given the sharded layout) first.
-  if (options_.cluster) check_sharded_layout(uri);
+  // open_store() checks the store's layout against what this server needs
+  // (a cluster store is checked, and an empty one given the sharded layout,
+  // before it is opened) and says what to do when it does not fit.
+  const store_requirements needs{options_.cluster, options_.cluster ? options_.shards : 0};
+  const auto open = [&](boost::system::error_code& ec) {
+    std::string why;
+    auto store = open_store(uri, needs, ec, &why);
+    if (ec == errc::shard_mismatch || ec == errc::invalid_cluster_options)
+      throw start_error(ec, why);
+    if (ec) log(log_level::error, "delayq: open_store: " + why);
+    return store;
+  };
   // The settings get a connection of their own, so a slow settings call
   // never waits behind the engine's writes (and the other way round).
   boost::system::error_code ec;
-  p.settings_store = open_store(uri, ec);
-  if (ec == errc::shard_mismatch && !options_.cluster && is_redis_uri(uri))
-    explain_shard_mismatch(uri);
+  p.settings_store = open(ec);
   if (ec) fail(ec, "");
   p.registry = std::make_unique<push_registry>(*p.settings_store);
   if (options_.cluster) p.peers = std::make_unique<peer_directory>(*p.settings_store);
@@ -611,7 +515,7 @@ void server_app::bring_up() {
     };
   }
   for (const std::string& spec : options_.capacity) eo.type_capacity.insert(parse_capacity(spec));
-  auto store = open_store(uri, ec);
+  auto store = open(ec);
   if (ec) fail(ec, "");
   if (options_.cluster) {
     // Before the engine starts, so that a failure here has started nothing.

@@ -799,7 +799,7 @@ TEST_CASE("shard layout: the shard count is given once, and counts that differ a
     auto r = server_refusal({"--store", "memory:", "--cluster"});
     INFO(show(r));
     CHECK(r.exit_code == 2);
-    CHECK(has(r.err, "--cluster needs a Redis store"));
+    CHECK(has(r.err, "--cluster needs a store the instances share"));
   }
 }
 
