@@ -216,6 +216,29 @@ void connection::close() noexcept {
   prepared_.clear();
 }
 
+bool connection::alive() noexcept {
+  if (!conn_) return false;
+  // A server that ends a connection sends a FATAL error, then closes it:
+  // read until nothing more is there (a few rounds at most), and take any
+  // result arriving on an idle connection for that error.
+  for (int round = 0; round < 4; ++round) {
+    pollfd p{PQsocket(conn_), POLLIN, 0};
+    if (p.fd < 0 || (::poll(&p, 1, 0) > 0 &&
+                     (PQconsumeInput(conn_) != 1 || PQstatus(conn_) == CONNECTION_BAD))) {
+      close();
+      return false;
+    }
+    if (!PQisBusy(conn_)) {
+      if (result_ptr unsolicited{PQgetResult(conn_)}) {
+        close();
+        return false;
+      }
+    }
+    if ((p.revents & POLLIN) == 0) break;
+  }
+  return PQstatus(conn_) == CONNECTION_OK;
+}
+
 bool connection::wait_socket(bool out, steady::time_point deadline) {
   const int fd = PQsocket(conn_);
   if (fd < 0) return true;  // let the libpq call that follows report it
@@ -284,6 +307,9 @@ void connection::connect() {
     if (n == 0) continue;  // the deadline check above ends it
     st = PQconnectPoll(c);
   }
+  // Notices (CREATE ... IF NOT EXISTS found it there) would go to stderr.
+  PQsetNoticeProcessor(
+      c, [](void*, const char*) {}, nullptr);
   if (PQsetnonblocking(c, 1) != 0 || PQenterPipelineMode(c) != 1)
     fail(errc::store_error, trimmed(PQerrorMessage(c)));
   conn_ = c;
@@ -295,7 +321,7 @@ void connection::lost(const std::string& what, bool write, bool sent) {
   pg_failure f{write && sent ? errc::outcome_unknown : errc::store_unavailable,
                name_ + ": " + what + ": connection lost" + (why.empty() ? "" : " (" + why + ")"),
                true};
-  f.retryable = !write || !sent;
+  f.retryable = true;
   throw f;
 }
 

@@ -13,10 +13,10 @@
 // - an error the server answered for a statement (a SQLSTATE): the
 //   transaction was rolled back, nothing of it landed; mapped by class
 //   (sqlstate_errc()). The connection stays usable.
-// - the connection broke (EOF, reset, the server shut down): `lost`. A read
-//   may be run again on a fresh connection (`retryable`); a write sent whole
-//   is errc::outcome_unknown (the server may have committed it just before),
-//   one not sent whole errc::store_unavailable.
+// - the connection broke (EOF, reset, the server shut down): `lost` and
+//   `retryable`: the pool runs the call once more on a fresh connection. A
+//   write sent whole is errc::outcome_unknown (the server may have committed
+//   it just before), one not sent whole errc::store_unavailable.
 // - no progress for command_timeout: for a read errc::store_unavailable, for
 //   a write sent whole errc::outcome_unknown; the connection is cancelled
 //   (a cancel request stops what the server still runs for it) and dropped.
@@ -42,8 +42,8 @@
 namespace delayq::detail::pg {
 
 /// What went wrong in one exchange. `lost`: the connection is unusable;
-/// `retryable`: a read found it broken before any answer, so one fresh
-/// connection may be tried within the same call.
+/// `retryable`: it broke (not a timeout), so one fresh connection may be
+/// tried within the same call (every call of the store may run twice).
 struct pg_failure {
   errc code;
   std::string message;
@@ -148,6 +148,10 @@ class connection {
   /// refused the login: a password, a missing database or role).
   void connect();
   bool connected() const noexcept { return conn_ != nullptr; }
+  /// Whether an idle connection is still usable: reads what the server sent
+  /// meanwhile without waiting, and drops the connection when the server
+  /// closed it.
+  bool alive() noexcept;
   /// Drops the connection (a later connect() dials again).
   void close() noexcept;
 

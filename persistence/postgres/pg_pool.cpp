@@ -2,6 +2,7 @@
 #include "pg_pool.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "delayq/log.hpp"
 
@@ -60,10 +61,12 @@ std::unique_ptr<connection> pool::take() {
   std::unique_lock lock(mutex_);
   cv_.wait(lock, [&] { return !idle_.empty() || out_ < opts_.pool; });
   ++out_;
-  if (!idle_.empty()) {
+  while (!idle_.empty()) {
     auto c = std::move(idle_.back().first);
     idle_.pop_back();
-    return c;
+    // One the server closed while it sat here (a restart, an idle timeout,
+    // pg_terminate_backend) is dropped before anything is sent on it.
+    if (c->alive()) return c;
   }
   lock.unlock();
   return std::make_unique<connection>(opts_, name_, app_name_);
@@ -88,6 +91,14 @@ void pool::give_back(std::unique_ptr<connection> c, bool broken, std::uint64_t g
 void pool::run(const char* what, bool write, boost::system::error_code& ec,
                const std::function<void(connection&)>& body) {
   ec = {};
+  // The first attempt's failure, when the connection broke under it: a write
+  // sent whole may have committed, whatever the second attempt finds.
+  std::optional<errc> first;
+  const auto finish = [&](errc code) {
+    ec = make_error_code(first == errc::outcome_unknown && code == errc::store_unavailable
+                             ? errc::outcome_unknown
+                             : code);
+  };
   for (int attempt = 0;; ++attempt) {
     std::uint64_t generation = 0;
     {
@@ -101,7 +112,7 @@ void pool::run(const char* what, bool write, boost::system::error_code& ec,
         check_backoff();
       } catch (const pg_failure& f) {
         give_back(nullptr, false, generation);
-        ec = make_error_code(f.code);
+        finish(f.code);
         return;
       }
       try {
@@ -109,7 +120,7 @@ void pool::run(const char* what, bool write, boost::system::error_code& ec,
       } catch (const pg_failure& f) {
         give_back(nullptr, false, generation);
         dial_failed(f);
-        ec = make_error_code(f.code);
+        finish(f.code);
         return;
       }
       dial_worked();
@@ -121,11 +132,17 @@ void pool::run(const char* what, bool write, boost::system::error_code& ec,
     } catch (const pg_failure& f) {
       const bool broken = f.lost || !c->connected();
       give_back(broken ? nullptr : std::move(c), broken, generation);
-      // A connection found broken before the call was sent whole (an idle
-      // one, after a server restart): once more, on a fresh one. Nothing of
-      // it can have run: the server commits only at the pipeline's Sync.
-      if (f.retryable && attempt == 0) continue;
-      ec = make_error_code(f.code);
+      // The connection broke (the server restarted, or closed an idle
+      // connection): once more, on a fresh one. Safe for a write too: every
+      // write of the store is idempotent (pg_batch.hpp), and one that was
+      // not sent whole never ran (the server commits at the pipeline's Sync).
+      // A timeout is not tried again: it would double the wait.
+      if (f.retryable && attempt == 0) {
+        first = f.code;
+        log(log_level::warning, f.message + " (" + what + "; trying once more)");
+        continue;
+      }
+      finish(f.code);
       log(f.lost ? log_level::warning : log_level::error,
           std::string(f.message) + " (" + what + (write ? ", a write)" : ")"));
       return;

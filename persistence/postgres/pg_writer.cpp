@@ -118,6 +118,9 @@ void write_pipeline::wait(int timeout_ms) {
 
 // Appends the fresh batches, dialling first when needed.
 void write_pipeline::start_fresh() {
+  // An idle connection the server closed meanwhile (a restart) is found out
+  // before a batch is sent on it, which would then fail as outcome_unknown.
+  if (conn_ && open_.empty() && !conn_->alive()) conn_.reset();
   if (!conn_ || !conn_->connected()) {
     try {
       conn_ = calls_.dial(":writer");
@@ -256,7 +259,37 @@ void write_pipeline::complete_front() {
   }
 }
 
+bool write_pipeline::resend_open(const std::string& why) {
+  for (const auto& b : open_)
+    if (b->retried) return false;
+  conn_.reset();
+  prepares_sent_.clear();
+  unflushed_ = false;
+  try {
+    conn_ = calls_.dial(":writer");
+  } catch (const pg_failure&) {
+    return false;
+  }
+  log(log_level::warning, calls_.log_name() + ": async write: " + why + "; sending " +
+                              std::to_string(open_.size()) + " open batch(es) again");
+  last_progress_ = steady::now();
+  for (auto& b : open_) {
+    b->retried = true;
+    b->sent = false;
+    b->expected.clear();
+    b->at = 0;
+    b->have_result = false;
+    b->results.clear();
+    b->error.reset();
+    append(*b);
+    if (!conn_) return true;  // lost again while sending: fail_open() failed them
+  }
+  flush();
+  return true;
+}
+
 void write_pipeline::fail_open(const std::string& why, bool timed_out) {
+  if (!timed_out && !open_.empty() && resend_open(why)) return;
   if (conn_ && conn_->connected() && timed_out) {
     if (PGcancel* cancel = PQgetCancel(conn_->get())) {
       char buf[256];

@@ -12,12 +12,16 @@
 // Failures, per batch and truthful:
 // - an error the server answered (a SQLSTATE) fails its batch alone: its
 //   transaction rolled back, the batches before and after are unaffected;
-// - the connection broke, or nothing moved for command_timeout: each open
-//   batch fails with errc::outcome_unknown when all of it had reached the
-//   socket (the server may have committed it) and errc::store_unavailable
-//   when not (an incomplete pipeline never commits). A timeout sends a
-//   cancel request first. Nothing is sent again: the engine keeps what must
-//   land and writes it again.
+// - the connection broke (the server restarted, or ended the connection):
+//   the thread dials once more and sends every open batch again, in order
+//   (every batch is idempotent: pg_batch.hpp); if that fails too, or the
+//   batches were sent again already, each open batch fails as below;
+// - nothing moved for command_timeout, or the connection broke twice: each
+//   open batch fails with errc::outcome_unknown when all of it had reached
+//   the socket (the server may have committed it) and
+//   errc::store_unavailable when not (an incomplete pipeline never
+//   commits). A timeout sends a cancel request first. The engine keeps what
+//   must land and writes it again.
 // The next batch dials again, obeying the pool's backoff (within it,
 // batches fail at once with errc::store_unavailable).
 //
@@ -75,7 +79,8 @@ class write_pipeline {
     bool have_result = false;  // of expected[at]
     std::vector<result_ptr> results;
     std::optional<pg_failure> error;
-    bool sent = false;  // all of it reached the socket
+    bool sent = false;     // all of it reached the socket
+    bool retried = false;  // sent again after a lost connection
   };
 
   void run();
@@ -87,6 +92,8 @@ class write_pipeline {
   void complete_front();
   void forget_prepare(std::string_view name);
   void fail_open(const std::string& why, bool timed_out);
+  // Dials again and sends every open batch again; false when it cannot.
+  bool resend_open(const std::string& why);
 
   pool& calls_;
   const schema_sql& sql_;
