@@ -13,6 +13,11 @@
 // Cluster"), where each shard's lease key sits on the node of its own slot
 // and a round is one pipeline per node. The failed-round test needs a proxy
 // in front of one server and runs on a single Redis only.
+//
+// With DELAYQ_LEASES_ON_POSTGRES=1 they run on the PostgreSQL store's lease
+// table instead (ctest "cluster: shard leases on PostgreSQL", through
+// scripts/with-postgres.sh), every case but the two that only Redis has a
+// reason for (its script cache, the proxy in front of it).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,8 +30,11 @@
 #include <thread>
 
 #include "cluster_support.hpp"
+#include "delayq/postgres_store.hpp"
 #include "delayq/redis_shard_leases.hpp"
+#include "delayq/shard_store.hpp"
 #include "freezing_proxy.hpp"
+#include "pg_test_support.hpp"
 #include "test_support.hpp"
 
 using namespace delayq;
@@ -39,6 +47,11 @@ using steady = std::chrono::steady_clock;
 
 bool on_cluster() {
   const char* v = std::getenv("DELAYQ_LEASES_ON_CLUSTER");
+  return v && std::string_view(v) == "1";
+}
+
+bool on_postgres() {
+  const char* v = std::getenv("DELAYQ_LEASES_ON_POSTGRES");
   return v && std::string_view(v) == "1";
 }
 
@@ -125,15 +138,75 @@ struct member {
 };
 
 struct cluster {
-  std::string prefix = unique_prefix("lease");
+  std::string prefix = on_postgres() ? unique_schema("lease") : unique_prefix("lease");
   std::uint32_t shards = 64;
-  raw_keys raw;
+  std::optional<raw_keys> raw_;
+  std::optional<raw_postgres> pg_;
+  // PostgreSQL: the store whose schema holds the lease table (opened with
+  // the first instance, with `shards`).
+  std::unique_ptr<task_store> pg_store_;
   std::map<std::string, member> members;
 
+  cluster() {
+    if (on_postgres())
+      pg_.emplace();
+    else
+      raw_.emplace();
+  }
   ~cluster() {
+    members.clear();
+    if (pg_) {
+      pg_store_.reset();
+      pg_->drop_schema(prefix);
+      return;
+    }
     std::vector<std::string> keys{redis_members_key(prefix), "{" + prefix + "}:meta"};
     for (std::uint32_t s = 0; s < shards; ++s) keys.push_back(redis_lease_key(prefix, s));
-    raw.del(keys);
+    raw_->del(keys);
+  }
+  raw_keys& raw() {
+    REQUIRE_MESSAGE(raw_.has_value(), "a Redis-only step");
+    return *raw_;
+  }
+
+  std::unique_ptr<shard_leases> make(const cluster_options& o) {
+    if (!pg_) return make_redis_shard_leases(lease_options(prefix), o);
+    if (!pg_store_) pg_store_ = open_postgres_store(postgres_test_options(prefix, shards));
+    boost::system::error_code ec;
+    auto leases = pg_store_->sharded()->make_shard_leases(o, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    return leases;
+  }
+
+  // What the store says of a shard's lease.
+  std::string lease_table() const { return "\"" + prefix + "\".leases"; }
+  std::optional<std::string> pg_value(const char* column, std::uint32_t shard) {
+    return pg_->text("SELECT " + std::string(column) + "::text FROM " + lease_table() +
+                     " WHERE shard = " + std::to_string(shard));
+  }
+  std::optional<std::string> stored_owner(std::uint32_t shard) {
+    if (pg_) return pg_value("owner", shard);
+    return raw().get({"HGET", redis_lease_key(prefix, shard), "owner"});
+  }
+  std::optional<std::string> stored_token(std::uint32_t shard) {
+    if (pg_) return pg_value("token", shard);
+    return raw().get({"HGET", redis_lease_key(prefix, shard), "token"});
+  }
+  long long stored_expiry(std::uint32_t shard) {
+    if (pg_) return std::stoll(pg_value("expires_ms", shard).value_or("0"));
+    return std::stoll(*raw().get({"HGET", redis_lease_key(prefix, shard), "expires_ms"}));
+  }
+  // Lets a shard's lease expire behind its holder's back.
+  void expire(std::uint32_t shard) {
+    if (pg_)
+      pg_->run("UPDATE " + lease_table() +
+               " SET expires_ms = 1 WHERE shard = " + std::to_string(shard));
+    else
+      raw().run({"HSET", redis_lease_key(prefix, shard), "expires_ms", "1"});
+  }
+  long long member_entries() {
+    if (pg_) return pg_->count("SELECT count(*) FROM \"" + prefix + "\".members");
+    return raw().integer({"ZCARD", redis_members_key(prefix)});
   }
 
   member& add(const std::string& name, std::chrono::milliseconds lease = 5s) {
@@ -142,7 +215,7 @@ struct cluster {
     o.lease = lease;
     o.instance = name;
     member& m = members[name];
-    m.leases = make_redis_shard_leases(lease_options(prefix), o);
+    m.leases = make(o);
     return m;
   }
 
@@ -158,11 +231,11 @@ struct cluster {
       }
   }
 
-  // What Redis says: the owner of every shard with a live lease.
+  // What the store says: the owner of every shard with a lease.
   std::map<std::uint32_t, std::string> owners() {
     std::map<std::uint32_t, std::string> out;
     for (std::uint32_t s = 0; s < shards; ++s)
-      if (auto o = raw.get({"HGET", redis_lease_key(prefix, s), "owner"})) out[s] = *o;
+      if (auto o = stored_owner(s)) out[s] = *o;
     return out;
   }
 
@@ -211,9 +284,13 @@ struct cluster {
   }
 
   bool run_fence(std::uint32_t shard, std::uint64_t token) {
+    // The check every fenced write statement makes (pg_schema.cpp).
+    if (pg_)
+      return pg_->count("SELECT count(*) FROM " + lease_table() + " WHERE shard = " +
+                        std::to_string(shard) + " AND token = " + std::to_string(token)) == 1;
     const std::string script = std::string(redis_fence_lua) +
                                "if delayq_fence(KEYS[1], ARGV[1]) then return 1 end return 0";
-    return raw.eval_integer(script, redis_lease_key(prefix, shard), std::to_string(token)) == 1;
+    return raw().eval_integer(script, redis_lease_key(prefix, shard), std::to_string(token)) == 1;
   }
 };
 
@@ -244,7 +321,7 @@ TEST_CASE("shard leases: one instance takes every shard in one round") {
     // The leases spread over the nodes: the round really spoke to several.
     std::vector<std::string> keys;
     for (std::uint32_t s = 0; s < c.shards; ++s) keys.push_back(redis_lease_key(c.prefix, s));
-    CHECK(c.raw.nodes_of(keys) == 3);
+    CHECK(c.raw().nodes_of(keys) == 3);
   }
 
   // The next round renews: same tokens, nothing gained or lost.
@@ -387,14 +464,14 @@ TEST_CASE("shard leases: a new incarnation under the same name waits for the old
   cluster c;
   c.shards = 8;
   cluster_options o{8, 300ms, "a"};
-  auto first = make_redis_shard_leases(lease_options(c.prefix), o);
+  auto first = c.make(o);
   const lease_round r1 = first->renew();
   REQUIRE(r1.held.size() == 8);
 
   // A restart under the same name while the old process is only stalled:
   // the old one may still fire the shards' tasks, so their live leases are
   // not taken, and the old tokens still pass the fence.
-  auto second = make_redis_shard_leases(lease_options(c.prefix), o);
+  auto second = c.make(o);
   lease_round r2 = second->renew();
   CHECK(r2.held.empty());
   for (const shard_lease& l : r1.held) CHECK(c.run_fence(l.shard, l.token));
@@ -432,12 +509,12 @@ TEST_CASE("shard leases: an expired lease nobody took is renewed with its token"
   a.round();
   const std::uint64_t token = a.token(2);
   // Let shard 2's lease expire behind a's back (expires_ms in the past).
-  c.raw.run({"HSET", redis_lease_key(c.prefix, 2), "expires_ms", "1"});
+  c.expire(2);
   const lease_round r = a.round();
   CHECK(r.lost.empty());
   CHECK(a.token(2) == token);
   CHECK(c.run_fence(2, token));
-  CHECK(std::stoll(*c.raw.get({"HGET", redis_lease_key(c.prefix, 2), "expires_ms"})) > 1);
+  CHECK(c.stored_expiry(2) > 1);
 }
 
 TEST_CASE("shard leases: release_all hands every shard over at once") {
@@ -450,11 +527,10 @@ TEST_CASE("shard leases: release_all hands every shard over at once") {
   c.members.at("a").leases->release_all();
   c.members.at("a").last = {};
   for (const shard_lease& l : a_last.held) {
-    CHECK_FALSE(c.raw.get({"HGET", redis_lease_key(c.prefix, l.shard), "owner"}));
-    CHECK(c.raw.get({"HGET", redis_lease_key(c.prefix, l.shard), "token"}) ==
-          std::to_string(l.token));
+    CHECK_FALSE(c.stored_owner(l.shard));
+    CHECK(c.stored_token(l.shard) == std::to_string(l.token));
   }
-  CHECK(c.raw.integer({"ZCARD", redis_members_key(c.prefix)}) == 1);
+  CHECK(c.member_entries() == 1);
 
   // b takes them in its very next round (5 s leases: nothing lapsed), each
   // with a larger token than a had.
@@ -502,15 +578,15 @@ TEST_CASE("shard leases: a kept shard stays, reported leaving, until it is let g
   boost::system::error_code ec;
   a.leases->release_all(std::span(to_b).first(1), ec);
   REQUIRE_MESSAGE(!ec, ec.message());
-  CHECK(c.raw.get({"HGET", redis_lease_key(c.prefix, to_b[0]), "owner"}) == "a");
-  CHECK_FALSE(c.raw.get({"HGET", redis_lease_key(c.prefix, own), "owner"}));
+  CHECK(c.stored_owner(to_b[0]) == "a");
+  CHECK_FALSE(c.stored_owner(own));
 }
 
 TEST_CASE("shard leases: a server that lost the scripts gets them again (NOSCRIPT)") {
   cluster c;
   member& a = c.add("a");
   a.round();
-  c.raw.flush_scripts();
+  c.raw().flush_scripts();
   const auto before = a.last.held;
   const lease_round r = a.round();
   CHECK(r.lost.empty());
@@ -520,7 +596,7 @@ TEST_CASE("shard leases: a server that lost the scripts gets them again (NOSCRIP
     CHECK(r.held[i].token == before[i].token);
   }
   // And a fresh instance on the flushed server works too.
-  c.raw.flush_scripts();
+  c.raw().flush_scripts();
   c.add("b");
   c.rounds_until({"b", "a"}, [&] { return c.split_among({"a", "b"}); });
 }

@@ -2,8 +2,10 @@
 // store hold every shard once between them, run each task once, on its
 // shard's owner, and answer calls on an id only where its shard is held.
 // Real Redis: the sharded redis_store (URI shards=N), its lease table and
-// its notices. The fence test wraps the store in `sharded_view`, which can
-// refuse fenced writes (lease_lost) on demand.
+// its notices. With DELAYQ_CLUSTER_ON_POSTGRES=1 the same cases run on the
+// PostgreSQL store (its lease table and LISTEN/NOTIFY; ctest "cluster:
+// engines in a cluster on PostgreSQL", under scripts/with-postgres.sh). The fence test wraps the
+// store in `sharded_view`, which can refuse fenced writes (lease_lost) on demand.
 
 #include <doctest/doctest.h>
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "engine_test_support.hpp"
+#include "pg_test_support.hpp"
 
 using namespace delayq_test;
 
@@ -151,9 +154,33 @@ delayq::engine_options member_options(const std::string& name, std::size_t worke
   return o;
 }
 
+bool cluster_on_postgres() {
+  const char* v = std::getenv("DELAYQ_CLUSTER_ON_POSTGRES");
+  return v && std::string_view(v) == "1";
+}
+
 // A fresh sharded store URI.
 std::string sharded_uri(const std::string& name) {
+  if (cluster_on_postgres()) {
+    std::string schema = name;
+    std::replace(schema.begin(), schema.end(), '-', '_');
+    return delayq::test::postgres_uri_for(delayq::test::unique_schema(schema),
+                                          "shards=" + std::to_string(test_shards));
+  }
   return fresh_redis_uri(name) + "&shards=" + std::to_string(test_shards);
+}
+
+// A lease table of the store at `uri` for another instance.
+std::unique_ptr<delayq::shard_leases> other_leases(const std::string& uri,
+                                                   delayq::cluster_options o) {
+  if (!cluster_on_postgres())
+    return delayq::make_redis_shard_leases(delayq::redis_options::parse(uri), std::move(o));
+  // The lease table keeps nothing of the store it came from.
+  auto store = delayq::open_store(uri);
+  boost::system::error_code ec;
+  auto leases = store->sharded()->make_shard_leases(o, ec);
+  REQUIRE_MESSAGE(!ec, ec.message());
+  return leases;
 }
 
 void start_member(member& m, io_thread& io, std::unique_ptr<delayq::task_store> store,
@@ -240,6 +267,13 @@ struct raw_connection {
 };
 
 void expire_lease(const std::string& uri, std::uint32_t shard) {
+  if (cluster_on_postgres()) {
+    const auto o = delayq::postgres_options::parse(uri);
+    delayq::test::raw_postgres pg;
+    pg.run("UPDATE \"" + o.layout.schema +
+           "\".leases SET expires_ms = 0 WHERE shard = " + std::to_string(shard));
+    return;
+  }
   raw_connection raw(uri);
   raw.run({"HSET", delayq::redis_lease_key(raw.opts.prefix, shard), "expires_ms", "0"});
 }
@@ -247,6 +281,14 @@ void expire_lease(const std::string& uri, std::uint32_t shard) {
 // Closes the notice connections of the stores on `uri`'s prefix (named
 // "delayq:PREFIX:listen"), as a network fault would; returns how many.
 int kill_listeners(const std::string& uri) {
+  if (cluster_on_postgres()) {
+    const auto o = delayq::postgres_options::parse(uri);
+    delayq::test::raw_postgres pg;
+    return static_cast<int>(
+        pg.count("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                 "WHERE application_name = 'delayq:" +
+                 o.layout.schema + ":listen') x"));
+  }
   raw_connection raw(uri);
   const std::string name = "name=delayq:" + raw.opts.prefix + ":listen ";
   std::istringstream clients(raw.run({"CLIENT", "LIST"}));
@@ -534,9 +576,7 @@ TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost o
   // While the attempt runs, the thief joins. a keeps the shard while its
   // attempt runs (a hand-over waits for it), so a's lease is made to lapse,
   // as in a stall, and the thief takes the shard with a new token.
-  auto thief =
-      delayq::make_redis_shard_leases(delayq::redis_options::parse(uri),
-                                      delayq::cluster_options{test_shards, thief_lease, "thief"});
+  auto thief = other_leases(uri, delayq::cluster_options{test_shards, thief_lease, "thief"});
   REQUIRE(steal_shard(uri, *thief, shard));
   gate.release();
   // a's outcome write carries its old token: refused, dropped, not kept.
@@ -663,8 +703,7 @@ TEST_CASE("cluster: a task queued when its shard's lease lapsed does not start")
   // shard: one under a's own name (a restart of a while it stalled), so
   // that nothing else changes hands and a has nothing to give away; a's
   // next round finds the shard lost.
-  auto thief = delayq::make_redis_shard_leases(
-      delayq::redis_options::parse(uri), delayq::cluster_options{test_shards, thief_lease, "a"});
+  auto thief = other_leases(uri, delayq::cluster_options{test_shards, thief_lease, "a"});
   REQUIRE(steal_shard(uri, *thief, shard));
   REQUIRE(eventually([&] { return a.eng->stats().shards_lost >= 1; }));
   CHECK(a.eng->stats().shards_leaving == 0);
