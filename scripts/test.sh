@@ -8,7 +8,8 @@
 #   tsan   build-tsan/  TSan at -O1; ctest (not the browser tests)
 #   fuzz   build-fuzz/  tests/fuzz/run.sh: each libFuzzer target for 45 s (clang 14)
 #   bench  scripts/bench-smoke.sh (quick benchmark run), when it exists
-# Every ctest run has a private Redis server (scripts/with-redis.sh).
+# Every ctest run has a private Redis server (scripts/with-redis.sh) and a
+# private PostgreSQL (scripts/with-postgres.sh).
 # Pick stages with DELAYQ_STAGES, e.g. DELAYQ_STAGES=build bash scripts/test.sh
 # DELAYQ_CTEST_JOBS sets ctest's -j (default 4: the tests mostly wait).
 # The last line sums up every ctest run: "ctest: N passed, M failed".
@@ -95,11 +96,12 @@ stage() {
 # how loaded the machine is, so this only changes how long a run takes.
 ctest_jobs="${DELAYQ_CTEST_JOBS:-4}"
 
-# run_ctest <builddir> [ctest args...] : ctest under a private Redis; counts
-# the results.
+# run_ctest <builddir> [ctest args...] : ctest under a private Redis and a
+# private PostgreSQL; counts the results.
 run_ctest() {
   local log="$log_dir/ctest-$current.log" rc=0
-  scripts/with-redis.sh ctest --test-dir "$1" --output-on-failure --no-tests=error -j"$ctest_jobs" "${@:2}" 2>&1 | tee "$log" || rc=$?
+  scripts/with-redis.sh scripts/with-postgres.sh \
+    ctest --test-dir "$1" --output-on-failure --no-tests=error -j"$ctest_jobs" "${@:2}" 2>&1 | tee "$log" || rc=$?
   count_ctest "$log"
   return "$rc"
 }

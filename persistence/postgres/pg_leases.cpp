@@ -19,7 +19,7 @@
 #include <mutex>
 #include <random>
 
-#include "../common/lease_book.hpp"
+#include "../roles/lease_book.hpp"
 #include "delayq/log.hpp"
 #include "pg_shards.hpp"
 

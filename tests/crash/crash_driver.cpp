@@ -2,7 +2,7 @@
 // with SIGKILL at seeded random moments, restarts it, lets a last run drain
 // everything, then checks the files the runs left (crash_files.hpp):
 //
-//   delayq-crash-driver --backend sqlite|redis|redis-cluster --worker PATH --work-dir DIR
+//   delayq-crash-driver --backend sqlite|redis|redis-cluster|postgres --worker PATH --work-dir DIR
 //                       [--tasks N] [--span-ms S] [--kills K] [--seed X]
 //                       [--in-flight W] [--keep]
 //
@@ -13,10 +13,13 @@
 // a failure can be replayed (the kill moments, not the thread timing). The
 // Redis backend uses the server in $DELAYQ_TEST_REDIS (redis-cluster: the
 // cluster in $DELAYQ_TEST_REDIS_CLUSTER) under a fresh prefix
-// and deletes its keys at the end. Exits 0 when every check passed.
+// and deletes its keys at the end; the PostgreSQL one the server in
+// $DELAYQ_TEST_POSTGRES under a fresh schema, which it drops at the end. Exits 0 when every check
+// passed.
 #include <utility>
 
 #include <hiredis/hiredis.h>
+#include <libpq-fe.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/inotify.h>
@@ -32,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <delayq/postgres_store.hpp>
 #include <delayq/redis_store.hpp>
 #include <filesystem>
 #include <functional>
@@ -95,7 +99,7 @@ options parse_args(int argc, char** argv) {
       "delayq-crash-driver");
   app.add_option("--backend", o.backend, "the store")
       ->required()
-      ->check(CLI::IsMember({"sqlite", "redis", "redis-cluster"}));
+      ->check(CLI::IsMember({"sqlite", "redis", "redis-cluster", "postgres"}));
   app.add_option("--worker", o.worker, "the delayq-crash-worker binary")
       ->required()
       ->type_name("PATH");
@@ -354,6 +358,51 @@ std::string drop_redis_prefix(const redis_target& t) {
   return error;
 }
 
+// The PostgreSQL server the tests use, with a schema of our own.
+struct postgres_target {
+  std::string uri;  // with ?schema=
+  std::string schema;
+};
+
+postgres_target postgres_from_env() {
+  const char* base = std::getenv("DELAYQ_TEST_POSTGRES");
+  if (!base || !*base)
+    fatal(
+        "DELAYQ_TEST_POSTGRES is not set: run the tests through scripts/with-postgres.sh (e.g. "
+        "scripts/with-postgres.sh ctest -R crash) or scripts/test.sh, which start a private "
+        "PostgreSQL and set it");
+  postgres_target t;
+  t.schema = "crash_" + std::to_string(::getpid()) + "_" +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  t.uri = std::string(base) +
+          (std::string_view(base).find('?') == std::string_view::npos ? "?" : "&") +
+          "schema=" + t.schema;
+  return t;
+}
+
+// Drops the schema. Returns an error message, or empty.
+std::string drop_postgres_schema(const postgres_target& t) {
+  const auto o = delayq::postgres_options::parse(t.uri);
+  const std::string port = std::to_string(o.connection.port);
+  const char* keys[] = {"host", "port", "user", "password", "dbname", nullptr};
+  const char* values[] = {o.connection.host.c_str(),     port.c_str(),
+                          o.connection.user.c_str(),     o.connection.password.c_str(),
+                          o.connection.database.c_str(), nullptr};
+  PGconn* c = PQconnectdbParams(keys, values, 0);
+  std::string error;
+  if (PQstatus(c) != CONNECTION_OK) {
+    error = PQerrorMessage(c);
+  } else {
+    PGresult* r = PQexec(c, ("DROP SCHEMA IF EXISTS \"" + t.schema + "\" CASCADE").c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) error = PQresultErrorMessage(r);
+    PQclear(r);
+  }
+  PQfinish(c);
+  return error;
+}
+
 std::optional<unsigned> read_run_counter(const std::string& dir) {
   const auto f = crash::read_lines(dir + "/" + crash::run_counter);
   if (f.lines.empty() || f.torn) return std::nullopt;
@@ -567,22 +616,38 @@ int main(int argc, char** argv) {
   const std::uint64_t seed = pick_seed(o);
 
   std::optional<redis_target> redis;
-  if (o.backend != "sqlite") redis = redis_from_env(o.backend == "redis-cluster");
+  std::optional<postgres_target> postgres;
+  if (o.backend == "postgres")
+    postgres = postgres_from_env();
+  else if (o.backend != "sqlite")
+    redis = redis_from_env(o.backend == "redis-cluster");
   if (redis && !o.keep)
     drop_keys = [&redis] {
       if (auto error = drop_redis_prefix(*redis); !error.empty())
         std::fprintf(stderr, "%s: warning: could not delete the keys of prefix %s: %s\n",
                      tag.c_str(), redis->prefix.c_str(), error.c_str());
     };
+  if (postgres && !o.keep)
+    drop_keys = [&postgres] {
+      if (auto error = drop_postgres_schema(*postgres); !error.empty())
+        std::fprintf(stderr, "%s: warning: could not drop schema %s: %s\n", tag.c_str(),
+                     postgres->schema.c_str(), error.c_str());
+    };
 
   std::filesystem::create_directories(o.work_dir);
   std::string dir = o.work_dir + "/crash-" + o.backend + "-XXXXXX";
   if (!mkdtemp(dir.data())) fatal("cannot create a directory under " + o.work_dir);
   work_files = dir;
-  const std::string store = redis ? redis->uri : "sqlite:" + dir + "/tasks.db";
+  const std::string store = redis      ? redis->uri
+                            : postgres ? postgres->uri
+                                       : "sqlite:" + dir + "/tasks.db";
+  // Never the password of a postgres:// URI.
+  const std::string store_shown =
+      postgres ? delayq::postgres_options::parse(postgres->uri).describe() : store;
   std::fprintf(stderr, "%s: seed %llu, %zu tasks over %llu ms, %u kills, store %s, dir %s\n",
                tag.c_str(), static_cast<unsigned long long>(seed), o.tasks,
-               static_cast<unsigned long long>(o.span_ms), o.kills, store.c_str(), dir.c_str());
+               static_cast<unsigned long long>(o.span_ms), o.kills, store_shown.c_str(),
+               dir.c_str());
 
   // Kill moments: the first half while tasks are being scheduled (after a
   // random number of further acks), the rest once all are scheduled (after a

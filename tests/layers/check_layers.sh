@@ -39,6 +39,8 @@ layer_of() {
     persistence/include/delayq/*) layer=persistence/include ;;
     persistence/common/*) layer=persistence/common ;;
     persistence/redis/*) layer=persistence/redis ;;
+    persistence/roles/*) layer=persistence/roles ;;
+    persistence/postgres/*) layer=persistence/postgres ;;
     persistence/sqlite/*) layer=persistence/sqlite ;;
     umbrella/include/*) layer=umbrella ;;
     server/src/*/*)
@@ -63,6 +65,10 @@ declare -A ALLOWED=(
   [persistence/common]="engine/include persistence/include"
   [persistence/redis]="engine/include persistence/include"
   [persistence/sqlite]="engine/include persistence/include"
+  # What the backends built from role objects share (role_store, the lease
+  # table's bookkeeping): it knows no backend.
+  [persistence/roles]="engine/include persistence/include"
+  [persistence/postgres]="engine/include persistence/include persistence/roles"
   [umbrella]="engine/include persistence/include"
   # server/src: wire/ (the formats) at the bottom, api/ (the routes) at the
   # top, server_app.cpp and main.cpp above all of them.
@@ -92,10 +98,10 @@ declare -A OWN_LAYER_ONLY=(
 
 # Third-party headers (angle includes) a layer must not name.
 declare -A FORBIDDEN_SYSTEM=(
-  [engine/include]="hiredis/ sqlite3.h SQLiteCpp/ cereal/"
-  [engine/src]="hiredis/ sqlite3.h SQLiteCpp/ cereal/"
-  [engine/src/detail]="hiredis/ sqlite3.h SQLiteCpp/ cereal/"
-  [persistence/include]="hiredis/ sqlite3.h SQLiteCpp/ cereal/"
+  [engine/include]="hiredis/ sqlite3.h SQLiteCpp/ cereal/ libpq-fe.h"
+  [engine/src]="hiredis/ sqlite3.h SQLiteCpp/ cereal/ libpq-fe.h"
+  [engine/src/detail]="hiredis/ sqlite3.h SQLiteCpp/ cereal/ libpq-fe.h"
+  [persistence/include]="hiredis/ sqlite3.h SQLiteCpp/ cereal/ libpq-fe.h"
 )
 
 # Where a quoted include may be found, after the including file's folder.

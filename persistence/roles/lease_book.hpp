@@ -1,4 +1,4 @@
-// persistence/common/lease_book.hpp - the bookkeeping of a shard lease
+// persistence/roles/lease_book.hpp - the bookkeeping of a shard lease
 // table that no backend changes: which shards this instance should own
 // (rendezvous hashing over the live members), what it holds, and what a
 // round reports (lease_round). Internal.

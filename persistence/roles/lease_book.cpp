@@ -1,4 +1,4 @@
-// persistence/common/lease_book.cpp - see lease_book.hpp.
+// persistence/roles/lease_book.cpp - see lease_book.hpp.
 #include "lease_book.hpp"
 
 #include <algorithm>
