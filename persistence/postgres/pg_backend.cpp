@@ -9,11 +9,12 @@
 
 namespace delayq::detail::pg {
 
-backend::backend(postgres_options options)
+backend::backend(postgres_options options, int gen)
     : opts_(std::move(options)),
       name_(opts_.describe()),
       sql_(opts_.layout.schema),
-      calls_(opts_.connection, name_, "delayq:" + opts_.layout.schema) {}
+      calls_(opts_.connection, name_, "delayq:" + opts_.layout.schema),
+      gen_(gen) {}
 
 backend::~backend() {
   rotation_.reset();
@@ -30,7 +31,7 @@ void backend::write(std::span<const store_change> changes, boost::system::error_
   if (changes.empty()) return;
   write_batch b;
   try {
-    b = make_batch(sql_, shards(), changes);
+    b = make_batch(sql_, shards(), gen(), changes);
   } catch (const pg_failure& f) {
     ec = make_error_code(f.code);
     log(log_level::error, name_ + ": write failed: " + f.message);
@@ -58,7 +59,7 @@ void backend::write(std::span<const store_change> changes, boost::system::error_
 
 write_pipeline& backend::writer() {
   std::lock_guard lock(writer_mutex_);
-  if (!writer_) writer_ = std::make_unique<write_pipeline>(calls_, sql_, shards());
+  if (!writer_) writer_ = std::make_unique<write_pipeline>(calls_, sql_, shards(), gen_);
   return *writer_;
 }
 

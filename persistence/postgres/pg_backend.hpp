@@ -11,6 +11,7 @@
 
 #include <utility>
 
+#include <atomic>
 #include <boost/system/error_code.hpp>
 #include <memory>
 #include <mutex>
@@ -33,7 +34,8 @@ class rotation;
 /// Thread safety: every member may be called from any thread.
 class backend {
  public:
-  explicit backend(postgres_options options);
+  /// `gen`: the generation new live rows go to, as the schema records it.
+  backend(postgres_options options, int gen);
   ~backend();
   backend(const backend&) = delete;
   backend& operator=(const backend&) = delete;
@@ -50,6 +52,12 @@ class backend {
   void write(std::span<const store_change> changes, boost::system::error_code& ec);
   /// The pipeline of async_write(), started on first use.
   write_pipeline& writer();
+  /// The generation new live rows go to (pg_rotation.hpp): 0 or 1. A write
+  /// that used an older value is still right: its rows go to the other
+  /// generation, which the rotation drains.
+  int gen() const noexcept { return gen_.load(std::memory_order_relaxed); }
+  const std::atomic<int>& gen_ref() const noexcept { return gen_; }
+  void set_gen(int g) noexcept { gen_.store(g, std::memory_order_relaxed); }
   /// Notes writes to the live tasks for the generation rotation
   /// (pg_rotation.hpp), which this starts on first use.
   void note_writes(std::size_t changes);
@@ -64,6 +72,7 @@ class backend {
   std::string name_;
   schema_sql sql_;
   pool calls_;
+  std::atomic<int> gen_;
   std::mutex writer_mutex_;
   // Declared after the pool it dials through: destroyed first, draining.
   std::unique_ptr<write_pipeline> writer_;

@@ -68,7 +68,7 @@ std::string task_notice_line(std::uint32_t shard, std::int64_t due_ms, std::stri
 
 std::string setting_notice_line(std::string_view key) { return "s " + percent_encode(key); }
 
-write_batch make_batch(const schema_sql& sql, std::uint32_t shards,
+write_batch make_batch(const schema_sql& sql, std::uint32_t shards, int gen,
                        std::span<const store_change> changes) {
   write_batch b;
   // Last change per id and area; the order of first appearance keeps the
@@ -125,8 +125,10 @@ write_batch make_batch(const schema_sql& sql, std::uint32_t shards,
   b.records.reserve(live.size() + dead.size());
   std::map<std::uint32_t, std::vector<std::string>> notices;  // per shard part
   for (const auto& [id, f] : live) {
-    b.live_delete.push_back(id);
-    if (!f.upsert) continue;
+    if (!f.upsert) {
+      b.live_delete.push_back(id);
+      continue;
+    }
     const task& t = *f.change->task;
     b.records.push_back(encode_task(t));
     const std::uint32_t shard = shards == 0 ? 0 : shard_of(id, shards);
@@ -189,9 +191,15 @@ write_batch make_batch(const schema_sql& sql, std::uint32_t shards,
     if (fenced) add_fence(s.args);
   }
   if (!b.live_ids.empty()) {
+    const int other = 1 - gen;
+    statement& d = b.stmts.emplace_back();
+    d.name = fenced ? (other == 0 ? "dq_dg0f" : "dq_dg1f") : (other == 0 ? "dq_dg0" : "dq_dg1");
+    d.sql = fenced ? sql.delete_gen_fenced[other] : sql.delete_gen[other];
+    d.args.bytea_array(b.live_ids);
+    if (fenced) add_fence(d.args);
     statement& s = b.stmts.emplace_back();
-    s.name = fenced ? "dq_ilf" : "dq_il";
-    s.sql = fenced ? sql.insert_live_fenced : sql.insert_live;
+    s.name = fenced ? (gen == 0 ? "dq_ug0f" : "dq_ug1f") : (gen == 0 ? "dq_ug0" : "dq_ug1");
+    s.sql = fenced ? sql.upsert_gen_fenced[gen] : sql.upsert_gen[gen];
     s.args.int4_array(b.live_shards)
         .bytea_array(b.live_ids)
         .int8_array(b.live_due)

@@ -10,16 +10,20 @@
 // per column, whatever the batch's size), and the batch idempotent: running
 // it twice leaves what running it once does. The transaction:
 //
-//   DELETE FROM tasks WHERE id = ANY(every id the batch writes live)
-//   INSERT INTO tasks SELECT ... FROM unnest(the upserts)
+//   DELETE FROM tasks WHERE id = ANY(the ids the batch removes)
+//   DELETE FROM tasks_OTHER WHERE id = ANY(the ids it upserts)
+//   INSERT INTO tasks_GEN SELECT ... FROM unnest(the upserts)
+//     ON CONFLICT (id) DO UPDATE
 //   DELETE FROM dead_letters WHERE id = ANY(the dead letters deleted)
 //   INSERT INTO dead_letters ... ON CONFLICT (id) DO UPDATE (the burials)
 //   [sharded] SELECT pg_notify(...) per shard part (the notices)
 //   [fenced]  SELECT the shards refused
 //
-// An upsert of a live task is a DELETE and an INSERT, since the id's row may
-// sit in either generation (pg_rotation.hpp). Only the statements the batch
-// needs are sent.
+// A live task's row sits in one of two generations (pg_rotation.hpp); new
+// rows go to generation GEN, so an upsert is an INSERT ... ON CONFLICT into
+// GEN's partition (its unique index on id the arbiter) and a DELETE of the
+// id from the other one, where it may still be. Only the statements the
+// batch needs are sent.
 //
 // Fencing (a sharded layout, store_change::fence): every statement carries
 // the fence check of pg_schema.cpp (fence_cte), so each shard part whose
@@ -62,9 +66,10 @@ struct write_batch {
   std::vector<std::int64_t> live_due, dead_died, fence_tokens;
 };
 
-/// Encodes `changes` for a store of `shards` shards (0: unsharded). Throws
+/// Encodes `changes` for a store of `shards` shards (0: unsharded), new rows
+/// going to generation `gen` (0 or 1). Throws
 /// pg_failure (errc::store_error for a change without a task).
-write_batch make_batch(const schema_sql& sql, std::uint32_t shards,
+write_batch make_batch(const schema_sql& sql, std::uint32_t shards, int gen,
                        std::span<const store_change> changes);
 
 /// The batch's outcome from its results: errc::lease_lost with the refused

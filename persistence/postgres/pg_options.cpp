@@ -93,6 +93,11 @@ void parse_query(std::string_view query, postgres_options& o) {
           parse_number<std::int64_t>(value, 1, 3'600'000, "command_timeout_ms")};
     } else if (key == "pool") {
       o.connection.pool = parse_number<std::size_t>(value, 1, 64, "pool");
+    } else if (key == "rotate") {
+      if (value != "on" && value != "off") throw uri_error{"rotate must be on or off"};
+      o.rotate = value == "on";
+    } else if (key == "rotate_at") {
+      o.rotate_at = parse_number<unsigned>(value, 10, 1000, "rotate_at");
     } else if (key == "sslmode") {
       static constexpr std::string_view modes[] = {"disable", "allow",     "prefer",
                                                    "require", "verify-ca", "verify-full"};

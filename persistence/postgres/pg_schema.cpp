@@ -52,12 +52,23 @@ schema_sql::schema_sql(const std::string& name) : schema(name), q(quote_ident(na
   delete_live = "DELETE FROM " + tasks + " WHERE id = ANY($1::bytea[])";
   delete_live_fenced = fence_cte(leases, 2, 3) + "DELETE FROM " + tasks +
                        " WHERE id = ANY($1::bytea[]) AND shard" + not_refused;
-  const std::string insert_head =
-      "INSERT INTO " + tasks + " (gen, shard, id, due_ms, record) SELECT " + gen +
-      ", u.shard, u.id, u.due_ms, u.record FROM unnest($1::int4[], $2::bytea[], $3::int8[], "
-      "$4::bytea[]) AS u(shard, id, due_ms, record)";
-  insert_live = insert_head;
-  insert_live_fenced = fence_cte(leases, 5, 6) + insert_head + " WHERE u.shard" + not_refused;
+  for (int g = 0; g < 2; ++g) {
+    const std::string part = g == 0 ? tasks0 : tasks1;
+    delete_gen[g] = "DELETE FROM " + part + " WHERE id = ANY($1::bytea[])";
+    delete_gen_fenced[g] = fence_cte(leases, 2, 3) + "DELETE FROM " + part +
+                           " WHERE id = ANY($1::bytea[]) AND shard" + not_refused;
+    // Straight into the partition: its unique index on id is the upsert's
+    // arbiter (the partitioned table has no index unique on id alone).
+    const std::string head =
+        "INSERT INTO " + part + " (gen, shard, id, due_ms, record) SELECT " + std::to_string(g) +
+        ", u.shard, u.id, u.due_ms, u.record FROM unnest($1::int4[], "
+        "$2::bytea[], $3::int8[], $4::bytea[]) AS u(shard, id, due_ms, record)";
+    const std::string tail =
+        " ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard, due_ms = EXCLUDED.due_ms, "
+        "record = EXCLUDED.record";
+    upsert_gen[g] = head + tail;
+    upsert_gen_fenced[g] = fence_cte(leases, 5, 6) + head + " WHERE u.shard" + not_refused + tail;
+  }
 
   delete_dead = "DELETE FROM " + dead + " WHERE id = ANY($1::bytea[])";
   delete_dead_fenced = fence_cte(leases, 3, 4) + "DELETE FROM " + dead +
@@ -222,6 +233,17 @@ postgres_layout_state read_layout(connection& c, const schema_sql& sql) {
   out.tasks = static_cast<std::size_t>(get_int8(got[1].get(), 0, 0));
   out.dead_letters = static_cast<std::size_t>(get_int8(got[1].get(), 0, 1));
   return out;
+}
+
+int read_gen(connection& c, const schema_sql& sql) {
+  const std::string q = "SELECT value FROM " + sql.meta + " WHERE key = 'gen'";
+  statement s{{}, q, {}};
+  const auto r = c.exchange(std::span{&s, 1}, false);
+  if (PQntuples(r[0].get()) != 1) throw pg_failure{errc::store_error, sql.meta + " has no 'gen'"};
+  const std::string_view v = get_bytes(r[0].get(), 0, 0);
+  if (v != "0" && v != "1")
+    throw pg_failure{errc::store_error, "generation '" + to_text(v) + "' in " + sql.meta};
+  return v == "1" ? 1 : 0;
 }
 
 postgres_layout_state ensure_schema(connection& c, const schema_sql& sql, std::uint32_t shards) {

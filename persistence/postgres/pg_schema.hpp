@@ -45,10 +45,13 @@ struct schema_sql {
   std::string meta, tasks, tasks0, tasks1, dead, quarantine, settings, sequences, leases, members;
 
   // ---- writes (pg_batch.cpp): one transaction per batch -----------------
-  // Unsharded: $1 ids. Sharded: + $2 fence shards, $3 fence tokens.
+  // From both generations: $1 ids. Fenced: + $2 fence shards, $3 tokens.
   std::string delete_live, delete_live_fenced;
-  // Unsharded: $1 shards, $2 ids, $3 due_ms, $4 records. Sharded: + $5, $6.
-  std::string insert_live, insert_live_fenced;
+  // From generation g only (the one new rows do not go to): the same.
+  std::string delete_gen[2], delete_gen_fenced[2];
+  // Into generation g, an upsert on its unique id: $1 shards, $2 ids,
+  // $3 due_ms, $4 records. Fenced: + $5, $6.
+  std::string upsert_gen[2], upsert_gen_fenced[2];
   // $1 ids (+ $2 their shards, $3 and $4 the fence, sharded).
   std::string delete_dead, delete_dead_fenced;
   // $1 ids, $2 died_at_ms, $3 records (+ $4 shards, $5 and $6 the fence).
@@ -85,6 +88,10 @@ bool valid_schema_name(std::string_view name) noexcept;
 /// The schema's state, read on `c` (nothing created). Throws pg_failure
 /// (errc::store_error for a newer schema version than this build's).
 postgres_layout_state read_layout(connection& c, const schema_sql& sql);
+
+/// The generation new live rows go to, as the schema's meta records it.
+/// Throws pg_failure.
+int read_gen(connection& c, const schema_sql& sql);
 
 /// Creates the schema and its tables when they do not exist (under an
 /// advisory lock: two processes creating it at once create it once), with

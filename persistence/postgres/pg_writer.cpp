@@ -28,8 +28,9 @@ void wake(int fd) {
 
 }  // namespace
 
-write_pipeline::write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t shards)
-    : calls_(calls), sql_(sql), shards_(shards) {
+write_pipeline::write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t shards,
+                               const std::atomic<int>& gen)
+    : calls_(calls), sql_(sql), shards_(shards), gen_(gen) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0)
     throw std::system_error(errno, std::generic_category(), "delayq: postgres write pipeline");
@@ -49,7 +50,7 @@ write_pipeline::~write_pipeline() {
 void write_pipeline::submit(std::span<const store_change> changes, done_fn done) {
   auto b = std::make_unique<open_batch>();
   try {
-    b->batch = make_batch(sql_, shards_, changes);
+    b->batch = make_batch(sql_, shards_, gen_.load(std::memory_order_relaxed), changes);
   } catch (const pg_failure& f) {
     log(log_level::error, calls_.log_name() + ": async write failed: " + f.message);
     done(make_error_code(f.code));
@@ -217,6 +218,7 @@ void write_pipeline::read() {
         const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
         b.error = pg_failure{state ? sqlstate_errc(state) : errc::store_error,
                              calls_.log_name() + ": " + trimmed(PQresultErrorMessage(r.get()))};
+        if (state) b.error->sqlstate = state;
       }
     } else if (st == PGRES_PIPELINE_ABORTED) {
       forget_prepare(prepare);
@@ -243,6 +245,20 @@ void write_pipeline::forget_prepare(std::string_view name) {
 void write_pipeline::complete_front() {
   auto b = std::move(open_.front());
   open_.pop_front();
+  if (b->error && (b->error->sqlstate == "40001" || b->error->sqlstate == "40P01") &&
+      b->conflicts < 3 && conn_ && conn_->connected()) {
+    ++b->conflicts;
+    b->sent = false;
+    b->expected.clear();
+    b->at = 0;
+    b->have_result = false;
+    b->results.clear();
+    b->error.reset();
+    open_.push_back(std::move(b));
+    append(*open_.back());
+    if (conn_) flush();
+    return;
+  }
   boost::system::error_code ec;
   if (b->error) {
     ec = make_error_code(b->error->code);

@@ -12,6 +12,11 @@
 // Failures, per batch and truthful:
 // - an error the server answered (a SQLSTATE) fails its batch alone: its
 //   transaction rolled back, the batches before and after are unaffected;
+//   but a serialization failure or a deadlock (a row the generation rotation
+//   moved under it, a fence's lock against a lease round: pg_rotation.hpp)
+//   sends the batch again, behind the others, up to three times. Two
+//   batches in flight never hold a change to the same id (the engine's
+//   writer sees to it), so the later ones landing first changes nothing;
 // - the connection broke (the server restarted, or ended the connection):
 //   the thread dials once more and sends every open batch again, in order
 //   (every batch is idempotent: pg_batch.hpp); if that fails too, or the
@@ -31,6 +36,7 @@
 
 #include <utility>
 
+#include <atomic>
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <deque>
@@ -57,7 +63,8 @@ class write_pipeline {
   /// `calls` (its options, names and backoff) and `sql` must outlive the
   /// pipeline. The thread starts at once; the connection is dialled with
   /// the first batch.
-  write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t shards);
+  write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t shards,
+                 const std::atomic<int>& gen);
   ~write_pipeline();
   write_pipeline(const write_pipeline&) = delete;
   write_pipeline& operator=(const write_pipeline&) = delete;
@@ -81,6 +88,7 @@ class write_pipeline {
     std::optional<pg_failure> error;
     bool sent = false;     // all of it reached the socket
     bool retried = false;  // sent again after a lost connection
+    int conflicts = 0;     // sent again after a serialization failure or deadlock
   };
 
   void run();
@@ -98,6 +106,7 @@ class write_pipeline {
   pool& calls_;
   const schema_sql& sql_;
   std::uint32_t shards_;
+  const std::atomic<int>& gen_;
   std::unique_ptr<connection> conn_;
   std::set<std::string, std::less<>> prepares_sent_;  // on conn_, answered or not
   int wake_fd_ = -1;

@@ -46,8 +46,10 @@ std::unique_ptr<task_store> open_postgres_store(const postgres_options& options,
     if (message) *message = "invalid schema name";
     return nullptr;
   }
+  int gen = 0;
   with_connection(options, ec, message, [&](detail::pg::connection& c) {
     state = detail::pg::ensure_schema(c, sql, options.layout.shards);
+    gen = detail::pg::read_gen(c, sql);
   });
   if (ec) return nullptr;
   if (state.shards != options.layout.shards) {
@@ -57,7 +59,7 @@ std::unique_ptr<task_store> open_postgres_store(const postgres_options& options,
                  " shards, not the " + std::to_string(options.layout.shards) + " asked for";
     return nullptr;
   }
-  auto b = std::make_shared<detail::pg::backend>(options);
+  auto b = std::make_shared<detail::pg::backend>(options, gen);
   store_roles roles;
   roles.backend = b;
   auto tasks = std::make_unique<detail::pg::tasks_role>(*b);

@@ -70,13 +70,23 @@ struct postgres_layout {
 /// defaults to 5432. USER, PASSWORD and DATABASE may be percent-encoded.
 /// OPTIONS, joined with '&': `schema=NAME` (default "delayq"), `shards=N`
 /// (1-16384), `connect_timeout_ms=N`, `command_timeout_ms=N`, `pool=N`
-/// (1-64) and `sslmode=MODE`. Anything else is errc::invalid_store_uri, so a
+/// (1-64), `sslmode=MODE`, `rotate=on|off` and `rotate_at=PERCENT`. Anything else is errc::invalid_store_uri, so a
 /// typo does not silently fall back to a default.
 ///
 /// Thread safety: a plain value; parse() may be called from any thread.
 struct postgres_options {
   postgres_connection_options connection;
   postgres_layout layout;
+  /// Whether the store keeps the live tasks' table from growing while a
+  /// long transaction elsewhere holds VACUUM back: a full generation of the
+  /// table is drained and truncated (docs/persistence.md, "PostgreSQL").
+  /// URI: `rotate=off` turns it off (for measuring without it).
+  bool rotate = true;
+  /// When a generation flips: once its dead rows reach this percentage of
+  /// its live ones (and 2,000). Lower keeps the table smaller and moves
+  /// more rows (docs/persistence.md has both measured). URI:
+  /// `rotate_at=PERCENT`, 10-1000.
+  unsigned rotate_at = 100;
 
   /// Parses a postgres:// or postgresql:// URI; on failure sets `ec` to
   /// errc::invalid_store_uri and, when `message` is not null, says why
