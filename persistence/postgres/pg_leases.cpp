@@ -41,14 +41,21 @@ const char* const now_cte =
 
 struct lease_sql {
   explicit lease_sql(const schema_sql& s) {
-    renew =
-        std::string(now_cte) + "UPDATE " + s.leases +
-        " l SET expires_ms = n.ms + $5 FROM n, unnest($1::int4[], $2::int8[]) AS h(shard, token) "
-        "WHERE l.shard = h.shard AND l.token = h.token AND l.owner = $3 AND l.incarnation = $4 "
-        "RETURNING l.shard";
-    release = "UPDATE " + s.leases +
-              " l SET owner = NULL, incarnation = NULL, expires_ms = 0 FROM unnest($1::int4[], "
-              "$2::int8[]) AS h(shard, token) WHERE l.shard = h.shard AND l.token = h.token AND "
+    // Every statement locks lease rows in ascending shard order (the
+    // `locked` CTE here, the ORDER BY of acquire, the fence's ORDER BY):
+    // two rounds, or a round and a fenced write, never wait on each other
+    // in a circle (a deadlock, which fails a round).
+    const std::string held =
+        ", h AS (SELECT * FROM unnest($1::int4[], $2::int8[]) AS h(shard, token)), "
+        "locked AS (SELECT l.shard FROM " +
+        s.leases + " l JOIN h ON h.shard = l.shard ORDER BY l.shard FOR UPDATE OF l) ";
+    renew = std::string(now_cte) + held + "UPDATE " + s.leases +
+            " l SET expires_ms = n.ms + $5 FROM n, h, locked WHERE l.shard = locked.shard AND "
+            "l.shard = h.shard AND l.token = h.token AND l.owner = $3 AND l.incarnation = $4 "
+            "RETURNING l.shard";
+    release = std::string(now_cte) + held + "UPDATE " + s.leases +
+              " l SET owner = NULL, incarnation = NULL, expires_ms = 0 FROM h, locked WHERE "
+              "l.shard = locked.shard AND l.shard = h.shard AND l.token = h.token AND "
               "l.owner = $3 AND l.incarnation = $4";
     acquire = std::string(now_cte) + "INSERT INTO " + s.leases +
               " AS l (shard, owner, incarnation, expires_ms, token) "
@@ -124,6 +131,9 @@ void pg_shard_leases::add_members(std::vector<statement>& stmts) {
 }
 
 std::vector<result_ptr> pg_shard_leases::trip(std::vector<statement>& stmts) {
+  // A connection the server closed since the last round (a restart) is
+  // found out before the round is sent on it.
+  if (conn_.connected() && !conn_.alive()) conn_.close();
   if (!conn_.connected()) {
     if (backoff_.count() > 0 && clock::now() < retry_at_)
       throw pg_failure{errc::store_unavailable, name_ +
