@@ -7,6 +7,10 @@
 # delayq-bench-engine is a plain program: its quick mode (every scenario with
 # tiny sizes, about 2 s) writes its JSON, TSV and tables to a temp dir.
 #
+# The PostgreSQL benchmarks (bench/postgres, about 25 s together) need a
+# PostgreSQL: $DELAYQ_TEST_POSTGRES, else the script runs itself again under
+# scripts/with-postgres.sh.
+#
 # The end-to-end benchmark (bench/e2e, delayq-bench --quick, about 10 s) needs
 # a Redis: the script uses $DELAYQ_TEST_REDIS (scripts/test.sh runs it under
 # scripts/with-redis.sh), and without one runs itself again under
@@ -35,6 +39,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 if [[ -z "${DELAYQ_TEST_REDIS:-}" ]]; then
   exec "$DELAYQ_ROOT/scripts/with-redis.sh" bash "${BASH_SOURCE[0]}" "$@"
 fi
+# The PostgreSQL benchmarks need a server too (scripts/with-postgres.sh).
+if [[ -z "${DELAYQ_TEST_POSTGRES:-}" ]]; then
+  exec "$DELAYQ_ROOT/scripts/with-postgres.sh" bash "${BASH_SOURCE[0]}" "$@"
+fi
 
 dir="${1:-$DELAYQ_ROOT/build}"
 [[ "$dir" = /* ]] || dir="$PWD/$dir"
@@ -45,7 +53,8 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
   ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
-  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout | sort)
+  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout ! -name delayq-bench-postgres \
+  ! -name delayq-bench-pg-churn | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -102,6 +111,14 @@ smoke_plain() {
 smoke_plain delayq-bench-store \
   "$(find "$dir/bench" -type f -name delayq-bench-store -perm -u+x | head -n 1)" \
   --quick --uri="$DELAYQ_TEST_REDIS"
+
+# delayq-bench-postgres: the PostgreSQL store alone (bench/postgres), 20,000
+# tasks, against the private PostgreSQL; delayq-bench-pg-churn: a 12 s churn
+# with a long transaction open, the generation rotation on.
+smoke_plain delayq-bench-postgres "$dir/bench/postgres/delayq-bench-postgres" --quick \
+  --uri="$DELAYQ_TEST_POSTGRES"
+smoke_plain delayq-bench-pg-churn "$dir/bench/postgres/delayq-bench-pg-churn" --quick --long-tx \
+  --uri="$DELAYQ_TEST_POSTGRES"
 
 # delayq-bench-horizon: --quick stores 20,000 tasks on a fresh prefix of the
 # private Redis and runs an engine with a 1 s horizon until 50 tasks the

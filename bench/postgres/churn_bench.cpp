@@ -39,6 +39,7 @@
 
 #include "delayq/delayq.hpp"
 #include "delayq/postgres_store.hpp"
+#include "pg_raw.hpp"
 
 namespace {
 
@@ -93,29 +94,11 @@ args parse(int argc, char** argv) {
 }
 
 PGconn* raw_connect(const delayq::postgres_options& o) {
-  const std::string port = std::to_string(o.connection.port);
-  const char* keys[] = {"host", "port", "user", "password", "dbname", nullptr};
-  const char* values[] = {o.connection.host.c_str(),     port.c_str(),
-                          o.connection.user.c_str(),     o.connection.password.c_str(),
-                          o.connection.database.c_str(), nullptr};
-  PGconn* c = PQconnectdbParams(keys, values, 0);
-  if (PQstatus(c) != CONNECTION_OK) {
-    std::fprintf(stderr, "delayq-bench-pg-churn: %s", PQerrorMessage(c));
-    std::exit(1);
-  }
-  PQsetNoticeProcessor(
-      c, [](void*, const char*) {}, nullptr);
-  return c;
+  return delayq_bench::pg_connect(o, "delayq-bench-pg-churn");
 }
 
 void exec(PGconn* c, const std::string& sql) {
-  PGresult* r = PQexec(c, sql.c_str());
-  const auto st = PQresultStatus(r);
-  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-    std::fprintf(stderr, "delayq-bench-pg-churn: %s: %s", sql.c_str(), PQresultErrorMessage(r));
-    std::exit(1);
-  }
-  PQclear(r);
+  delayq_bench::pg_exec(c, sql, "delayq-bench-pg-churn");
 }
 
 struct sample {

@@ -32,6 +32,7 @@
 
 #include "delayq/delayq.hpp"
 #include "delayq/postgres_store.hpp"
+#include "pg_raw.hpp"
 
 namespace {
 
@@ -87,13 +88,13 @@ args parse(int argc, char** argv) {
   return a;
 }
 
-std::vector<delayq::task> make_tasks(std::size_t n) {
+std::vector<delayq::task> make_tasks(std::size_t n, const std::string& tag) {
   std::vector<delayq::task> out(n);
   std::mt19937_64 rng(42);
   const auto now = std::chrono::system_clock::now();
   for (std::size_t i = 0; i < n; ++i) {
     delayq::task& t = out[i];
-    t.id = "t-" + std::to_string(i);
+    t.id = tag + std::to_string(i);
     t.type = "bench.store";
     t.payload = "payload-" + std::to_string(rng() % 1'000'000);
     // Due over the next day: a restart holds them all in the wheel.
@@ -119,19 +120,8 @@ void report(const char* name, std::size_t n, double s, const char* unit) {
   std::fflush(stdout);
 }
 
-// A plain libpq connection to the server of `o`.
 PGconn* raw_connect(const delayq::postgres_options& o) {
-  const std::string port = std::to_string(o.connection.port);
-  const char* keys[] = {"host", "port", "user", "password", "dbname", nullptr};
-  const char* values[] = {o.connection.host.c_str(),     port.c_str(),
-                          o.connection.user.c_str(),     o.connection.password.c_str(),
-                          o.connection.database.c_str(), nullptr};
-  PGconn* c = PQconnectdbParams(keys, values, 0);
-  if (PQstatus(c) != CONNECTION_OK) {
-    std::fprintf(stderr, "delayq-bench-postgres: %s", PQerrorMessage(c));
-    std::exit(1);
-  }
-  return c;
+  return delayq_bench::pg_connect(o, "delayq-bench-postgres");
 }
 
 // The recovery read's COPY, bytes only: what the store's list() costs
@@ -214,22 +204,27 @@ int main(int argc, char** argv) {
               store->describe().c_str(), a.tasks, a.async_batch, store->max_writes_in_flight());
   std::printf("%-10s %10s %11s %12s\n", "figure", "count", "time", "rate");
 
-  const auto tasks = make_tasks(a.tasks);
+  // Fresh ids for each figure (ids never come back in practice: a second
+  // save of a removed id meets its dead index entries).
+  const auto tasks = make_tasks(a.tasks, "t-");
   std::vector<std::string> ids;
   for (const auto& t : tasks) ids.push_back(t.id);
-  const auto clear = [&] {
-    for (std::size_t i = 0; i < ids.size(); i += 10'000)
-      store->remove(std::span(ids).subspan(i, std::min<std::size_t>(10'000, ids.size() - i)));
+  const auto clear = [&](const std::vector<std::string>& which) {
+    for (std::size_t i = 0; i < which.size(); i += 10'000)
+      store->remove(std::span(which).subspan(i, std::min<std::size_t>(10'000, which.size() - i)));
   };
 
   {
     const std::size_t n = std::min<std::size_t>(a.tasks, a.quick ? 10'000 : 200'000);
+    const auto first = make_tasks(n, "w-");
+    std::vector<std::string> first_ids;
+    for (const auto& t : first) first_ids.push_back(t.id);
     const auto t0 = clock_type::now();
     for (std::size_t i = 0; i < n; i += 1000)
-      store->write(saves(tasks, i, std::min<std::size_t>(1000, n - i)));
+      store->write(saves(first, i, std::min<std::size_t>(1000, n - i)));
     report("write1000", n, seconds_since(t0), "tasks");
+    clear(first_ids);
   }
-  clear();
 
   {
     std::mutex m;
@@ -261,22 +256,22 @@ int main(int argc, char** argv) {
   // leaves it.
   {
     PGconn* c = raw_connect(o);
-    PQclear(PQexec(c, ("VACUUM ANALYZE \"" + schema + "\".tasks").c_str()));
+    delayq_bench::pg_exec(c, "VACUUM ANALYZE \"" + schema + "\".tasks", "delayq-bench-postgres");
     PQfinish(c);
   }
   reads(o, tasks.size(), runs);
 
-  clear();
+  clear(ids);
   {
+    const auto singles = make_tasks(a.single, "s-");
     const auto t0 = clock_type::now();
-    for (std::size_t i = 0; i < a.single; ++i) store->write(saves(tasks, i, 1));
+    for (std::size_t i = 0; i < a.single; ++i) store->write(saves(singles, i, 1));
     report("single", a.single, seconds_since(t0), "ops");
   }
-  clear();
   store.reset();
   if (!a.keep) {
     PGconn* c = raw_connect(o);
-    PQclear(PQexec(c, ("DROP SCHEMA \"" + schema + "\" CASCADE").c_str()));
+    delayq_bench::pg_exec(c, "DROP SCHEMA \"" + schema + "\" CASCADE", "delayq-bench-postgres");
     PQfinish(c);
   }
   return 0;

@@ -102,6 +102,8 @@ class pg_shard_leases final : public shard_leases {
   std::vector<result_ptr> trip(std::vector<statement>& stmts);
   void read_members(const PGresult* r);
   void add_members(std::vector<statement>& stmts);
+  void add_release(std::vector<statement>& stmts, const std::vector<std::int32_t>& shards,
+                   const std::vector<std::int64_t>& tokens);
 
   postgres_options opts_;
   schema_sql sql_;
@@ -116,6 +118,15 @@ class pg_shard_leases final : public shard_leases {
   clock::time_point retry_at_{};
   std::chrono::milliseconds backoff_{0};
 };
+
+void pg_shard_leases::add_release(std::vector<statement>& stmts,
+                                  const std::vector<std::int32_t>& shards,
+                                  const std::vector<std::int64_t>& tokens) {
+  statement& r = stmts.emplace_back();
+  r.name = "dq_ll";
+  r.sql = q_.release;
+  r.args.int4_array(shards).int8_array(tokens).text(book_.options().instance).text(incarnation_);
+}
 
 void pg_shard_leases::add_members(std::vector<statement>& stmts) {
   statement& e = stmts.emplace_back();
@@ -234,15 +245,7 @@ lease_round pg_shard_leases::renew(std::span<const std::uint32_t> keep,
       if (book_.mine(s) && !held.contains(s))
         acquire_shards.push_back(static_cast<std::int32_t>(s));
     if (release_shards.empty() && acquire_shards.empty()) return book_.finish(start, before, false);
-    if (!release_shards.empty()) {
-      statement& r = stmts.emplace_back();
-      r.name = "dq_ll";
-      r.sql = q_.release;
-      r.args.int4_array(release_shards)
-          .int8_array(release_tokens)
-          .text(book_.options().instance)
-          .text(incarnation_);
-    }
+    if (!release_shards.empty()) add_release(stmts, release_shards, release_tokens);
     const std::size_t acquire_at = stmts.size();
     if (!acquire_shards.empty()) {
       statement& a = stmts.emplace_back();
@@ -287,12 +290,7 @@ void pg_shard_leases::release_all(std::span<const std::uint32_t> keep,
     }
   book_.clear();
   std::vector<statement> stmts;
-  if (!shards.empty()) {
-    statement& r = stmts.emplace_back();
-    r.name = "dq_ll";
-    r.sql = q_.release;
-    r.args.int4_array(shards).int8_array(tokens).text(book_.options().instance).text(incarnation_);
-  }
+  if (!shards.empty()) add_release(stmts, shards, tokens);
   statement& l = stmts.emplace_back();
   l.name = "dq_lv";
   l.sql = q_.leave;

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "delayq/postgres_store.hpp"
+#include "pg_batch.hpp"
 #include "pg_schema.hpp"
 
 namespace delayq {
@@ -25,20 +26,8 @@ std::string shown(std::string_view v) {
 
 std::string percent_decode(std::string_view s, const char* what) {
   std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out.push_back(s[i]);
-      continue;
-    }
-    unsigned value = 0;
-    if (i + 2 >= s.size()) throw uri_error{std::string("bad percent-encoding in ") + what};
-    auto [p, e] = std::from_chars(s.data() + i + 1, s.data() + i + 3, value, 16);
-    if (e != std::errc{} || p != s.data() + i + 3)
-      throw uri_error{std::string("bad percent-encoding in ") + what};
-    out.push_back(static_cast<char>(value));
-    i += 2;
-  }
+  if (!detail::pg::percent_decode(s, out))
+    throw uri_error{std::string("bad percent-encoding in ") + what};
   if (out.find('\0') != std::string::npos) throw uri_error{std::string("a NUL byte in ") + what};
   return out;
 }

@@ -248,12 +248,7 @@ void write_pipeline::complete_front() {
   if (b->error && (b->error->sqlstate == "40001" || b->error->sqlstate == "40P01") &&
       b->conflicts < 3 && conn_ && conn_->connected()) {
     ++b->conflicts;
-    b->sent = false;
-    b->expected.clear();
-    b->at = 0;
-    b->have_result = false;
-    b->results.clear();
-    b->error.reset();
+    b->unsend();
     open_.push_back(std::move(b));
     append(*open_.back());
     if (conn_) flush();
@@ -291,12 +286,7 @@ bool write_pipeline::resend_open(const std::string& why) {
   last_progress_ = steady::now();
   for (auto& b : open_) {
     b->retried = true;
-    b->sent = false;
-    b->expected.clear();
-    b->at = 0;
-    b->have_result = false;
-    b->results.clear();
-    b->error.reset();
+    b->unsend();
     append(*b);
     if (!conn_) return true;  // lost again while sending: fail_open() failed them
   }

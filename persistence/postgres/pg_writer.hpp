@@ -89,6 +89,16 @@ class write_pipeline {
     bool sent = false;     // all of it reached the socket
     bool retried = false;  // sent again after a lost connection
     int conflicts = 0;     // sent again after a serialization failure or deadlock
+
+    // Forgets what a sending of it left, before it is sent again.
+    void unsend() {
+      sent = false;
+      expected.clear();
+      at = 0;
+      have_result = false;
+      results.clear();
+      error.reset();
+    }
   };
 
   void run();
