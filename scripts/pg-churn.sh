@@ -9,10 +9,11 @@
 # session for the whole run (unless --no-long-tx). Variants:
 #   plain      PostgreSQL's default autovacuum settings, no rotation
 #   tuned      the store's per-table autovacuum settings, no rotation
-#   rotate     tuned + the generation rotation, flipping at dead = live
+#   rotate     tuned + the generation rotation (the default: flipping at
+#              dead = 50% of live)
 #   rotate@P   the same, flipping at dead = P% of live (rotate_at=P)
 # Each variant's report goes to OUT/pg-churn-VARIANT.txt (default
-# bench/results/), and a table of the summaries is printed at the end.
+# bench/results/postgres/), and a table of the summaries is printed at the end.
 # Not run by CI (it takes S seconds per variant); docs/persistence.md,
 # "PostgreSQL", has the figures it produced.
 set -euo pipefail
@@ -24,9 +25,9 @@ seconds=600
 rate=2000
 delay_ms=5000
 long_tx=--long-tx
-variants="plain tuned rotate rotate@50"
+variants="plain tuned rotate rotate@100"
 build="$DELAYQ_ROOT/build"
-out="$DELAYQ_ROOT/bench/results"
+out="$DELAYQ_ROOT/bench/results/postgres"
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;

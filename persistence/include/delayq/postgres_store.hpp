@@ -86,7 +86,7 @@ struct postgres_options {
   /// its live ones (and 2,000). Lower keeps the table smaller and moves
   /// more rows (docs/persistence.md has both measured). URI:
   /// `rotate_at=PERCENT`, 10-1000.
-  unsigned rotate_at = 100;
+  unsigned rotate_at = 50;
 
   /// Parses a postgres:// or postgresql:// URI; on failure sets `ec` to
   /// errc::invalid_store_uri and, when `message` is not null, says why
