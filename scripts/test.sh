@@ -97,10 +97,12 @@ stage() {
 ctest_jobs="${DELAYQ_CTEST_JOBS:-4}"
 
 # run_ctest <builddir> [ctest args...] : ctest under a private Redis and a
-# private PostgreSQL; counts the results.
+# private PostgreSQL (fsync off: no test crashes the OS, and a loaded disk's
+# fsyncs would be most of their time; scripts/with-postgres.sh); counts the
+# results.
 run_ctest() {
   local log="$log_dir/ctest-$current.log" rc=0
-  scripts/with-redis.sh scripts/with-postgres.sh \
+  DELAYQ_POSTGRES_FSYNC=off scripts/with-redis.sh scripts/with-postgres.sh \
     ctest --test-dir "$1" --output-on-failure --no-tests=error -j"$ctest_jobs" "${@:2}" 2>&1 | tee "$log" || rc=$?
   count_ctest "$log"
   return "$rc"
