@@ -187,6 +187,8 @@ std::vector<task> engine::upcoming(std::size_t limit, std::string_view type) con
   return core_->upcoming(limit, type);
 }
 std::size_t engine::pending() const { return core_->pending(); }
+
+std::size_t engine::fire_due() { return core_->fire_due(); }
 std::string engine::owner_of(std::string_view id) const { return core_->owner_of(id); }
 
 std::vector<std::string> engine::members() const { return core_->members(); }

@@ -110,12 +110,25 @@ struct server_app::parts {
 };
 
 server_app::server_app(server_options options)
-    : options_(std::move(options)), p_(std::make_unique<parts>()) {}
+    : options_(std::move(options)), p_(std::make_unique<parts>()) {
+  for (std::size_t i = 1; i < options_.io_threads; ++i)
+    more_io_.push_back(std::make_unique<boost::asio::io_context>(1));
+}
 
 server_app::~server_app() {
   stop_starter();
   if (p_->engine) p_->engine->stop(std::chrono::seconds{0});
+  stop_io();
+}
+
+boost::asio::any_io_executor server_app::next_connection_executor() {
+  const std::size_t n = next_io_.fetch_add(1, std::memory_order_relaxed) % (more_io_.size() + 1);
+  return n == 0 ? io_.get_executor() : more_io_[n - 1]->get_executor();
+}
+
+void server_app::stop_io() {
   io_.stop();
+  for (auto& io : more_io_) io->stop();
 }
 
 void server_app::stop_starter() {
@@ -417,7 +430,7 @@ tcp::endpoint server_app::start() {
         a.headers.emplace_back("Retry-After", "1");
         respond(std::move(a));
       },
-      limits);
+      limits, [this] { return next_connection_executor(); });
   tcp::endpoint bound;
   try {
     bound = p.http->listen(at);
@@ -425,9 +438,9 @@ tcp::endpoint server_app::start() {
     throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
   }
   if (!options_.beanstalk_listen.empty()) {
-    p.beanstalk =
-        std::make_unique<beanstalk::listener>(io_.get_executor(), std::move(beanstalk_allow),
-                                              options_.max_connections, options_.max_job_size);
+    p.beanstalk = std::make_unique<beanstalk::listener>(
+        io_.get_executor(), std::move(beanstalk_allow), options_.max_connections,
+        options_.max_job_size, [this] { return next_connection_executor(); });
     for (const std::string& spec : options_.beanstalk_listen)
       beanstalk_addresses_.push_back(p.beanstalk->listen(spec));
   }
@@ -550,19 +563,24 @@ void server_app::bring_up() {
 
   // Every type goes to the fallback: pushed when it has a target, else
   // offered to consumers. Both end the attempt through its completion.
+  // Both only hand the task on, so it starts where it comes due
+  // (async_start::immediate): a task due when its write lands is in the
+  // broker's ready order before its 201 or INSERTED is sent.
   executor_factory executors;
-  executors.set_fallback_async([&p](const task& t, attempt_completion done) {
-    if (auto target = p.registry->find(t.type)) {
-      p.pusher->deliver(t.type, *target, t,
-                        [done](std::string failure) { done(std::move(failure)); });
-    } else {
-      p.broker->offer(t, std::move(done));
-      // A target registered between the find() above and the offer (a PUT
-      // here, or another instance's noticed) released the type's ready
-      // tasks before this one arrived: give it back, so it is pushed.
-      if (p.registry->has(t.type)) p.broker->release_ready(t.id);
-    }
-  });
+  executors.set_fallback_async(
+      [&p](const task& t, attempt_completion done) {
+        if (auto target = p.registry->find(t.type)) {
+          p.pusher->deliver(t.type, *target, t,
+                            [done](std::string failure) { done(std::move(failure)); });
+        } else {
+          p.broker->offer(t, std::move(done));
+          // A target registered between the find() above and the offer (a PUT
+          // here, or another instance's noticed) released the type's ready
+          // tasks before this one arrived: give it back, so it is pushed.
+          if (p.registry->has(t.type)) p.broker->release_ready(t.id);
+        }
+      },
+      async_start::immediate);
   engine_options eo;
   eo.tick = options_.tick;
   eo.workers = options_.workers;
@@ -624,6 +642,8 @@ void server_app::bring_up() {
         std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance, *p.marker);
   }
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
+  // A consumer's wait that ends the instant a task comes due gets the task.
+  p.broker->set_before_timeout([engine = p.engine.get()] { engine->fire_due(); });
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
 
@@ -701,8 +721,14 @@ void server_app::refuse_beanstalk_puts() { refuse_puts_.store(true); }
 
 void server_app::run() {
   std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
+  for (auto& io : more_io_)
+    threads.emplace_back([io = io.get()] {
+      // Kept running while no connection is open on it, until stop_io().
+      auto work = boost::asio::make_work_guard(*io);
+      io->run();
+    });
   io_.run();
+  for (auto& io : more_io_) io->stop();
   for (std::thread& t : threads) t.join();
 }
 
@@ -718,7 +744,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
   };
   stop_starter();
   if (!p.http) {
-    io_.stop();
+    stop_io();
     return;
   }
   p.http->drain();
@@ -726,7 +752,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
   if (!p.ready.load(std::memory_order_acquire)) {
     // Never served: nothing to give back, no engine to stop.
     p.http->close_all();
-    io_.stop();
+    stop_io();
     return;
   }
   // Long polls would hold the drain for up to a minute: answer them now.
@@ -777,7 +803,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
     if (ec) log(log_level::warning, "drain: erasing this instance's address: " + ec.message());
   }
   p.http->close_all();
-  io_.stop();
+  stop_io();
 }
 
 }  // namespace delayq::server

@@ -122,7 +122,19 @@ class server_app {
   server_options options_;
   std::vector<std::string> beanstalk_addresses_;
   std::atomic<bool> refuse_puts_{false};
+  // The I/O threads: thread 0 runs io_ (the engine's timer, the broker,
+  // the pushes and connections), each other thread an io_context of its own
+  // that only connections use. A connection is given one of them, in turn,
+  // when it is accepted, and is read, handled and answered on that thread:
+  // one io_context run by several threads hands every request from the
+  // thread that read it to another and back (measured in
+  // docs/benchmarks.md, "A request runs to completion").
   boost::asio::io_context io_;
+  std::vector<std::unique_ptr<boost::asio::io_context>> more_io_;
+  std::atomic<std::size_t> next_io_{0};
+  // The executor of the next connection's thread.
+  boost::asio::any_io_executor next_connection_executor();
+  void stop_io();
   std::unique_ptr<parts> p_;
 };
 

@@ -11,6 +11,8 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
 #include <fstream>
+#include <optional>
+#include <regex>
 
 #include "cluster_support.hpp"
 #include "server_test_support.hpp"
@@ -158,10 +160,10 @@ struct bs_server {
                                   store,
                                   "--token",
                                   test_token,
-                                  "--tick",
-                                  "10",
                                   "--beanstalk-listen",
                                   "127.0.0.1:" + std::to_string(port)};
+    if (std::find(extra.begin(), extra.end(), "--tick") == extra.end())
+      args.insert(args.end(), {"--tick", "10"});
     args.insert(args.end(), extra.begin(), extra.end());
     p = std::make_unique<server_process>(std::move(args));
     p->wait_listening();
@@ -219,6 +221,85 @@ TEST_CASE("beanstalk: the lowest priority is reserved first, then the oldest") {
     CHECK(j.word == "RESERVED");
     CHECK(j.id == want);
   }
+}
+
+TEST_CASE("beanstalk: INSERTED, RELEASED and KICKED mean the job is ready for the next reserve") {
+  // beanstalkd decides a put and the reserve after it on one loop. delayq
+  // answers a put, a release without delay or a kick only once the job is
+  // in the broker's ready order, so a reserve-with-timeout 0 sent after the
+  // answer, on any connection, gets it, in priority order: with no wait in
+  // between, on every store, and with --tick 10 (a job that waited for the
+  // next tick boundary would be missed).
+  for (const std::string kind : {"memory", "sqlite", "redis"}) {
+    CAPTURE(kind);
+    std::optional<test_store> store;
+    if (kind != "memory") store.emplace(kind == "sqlite" ? store_kind::sqlite : store_kind::redis);
+    bs_server s(store ? store->uri() : "memory:");
+    auto producer = s.client();
+    auto worker = s.client();
+    for (int round = 0; round < 50; ++round) {
+      CAPTURE(round);
+      const auto two = producer.put_id("two", 2);
+      const auto one = producer.put_id("one", 1);
+      auto j = worker.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == one);
+      // Released without delay: ready again, ahead of the priority-2 job.
+      CHECK(worker.cmd("release " + std::to_string(one) + " 1 0") == "RELEASED");
+      j = producer.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == one);
+      CHECK(producer.cmd("bury " + std::to_string(one) + " 1") == "BURIED");
+      CHECK(worker.cmd("kick 1") == "KICKED 1");
+      j = worker.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == one);
+      CHECK(worker.cmd("delete " + std::to_string(one)) == "DELETED");
+      j = worker.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == two);
+      CHECK(worker.cmd("delete " + std::to_string(two)) == "DELETED");
+    }
+  }
+}
+
+TEST_CASE("beanstalk: a reserve whose timeout ends at or after a job's due time gets the job") {
+  // beanstalkd decides both on one loop, and the job wins. Here the broker's
+  // timer and the engine's tick are two clocks; with a 1 s tick the engine
+  // alone would hand the job over up to a second late, and the reserve would
+  // answer TIMED_OUT. Released with delay 1 before the reserve-with-timeout
+  // 1 starts, the job is due no later than the reserve's deadline.
+  bs_server s("memory:", {"--tick", "1000"});
+  auto c = s.client();
+  const auto id = c.put_id("j");
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto j = c.reserve("reserve-with-timeout 1");
+    REQUIRE(j.word == "RESERVED");
+    CHECK(j.id == id);
+    CHECK(c.cmd("release " + std::to_string(id) + " 0 1") == "RELEASED");
+    j = c.reserve("reserve-with-timeout 1");
+    REQUIRE(j.word == "RESERVED");
+    CHECK(j.id == id);
+    CHECK(c.cmd("release " + std::to_string(id) + " 0 0") == "RELEASED");
+  }
+}
+
+TEST_CASE("beanstalk: stats names the protocol level as a semantic version") {
+  // Clients read `version` to decide which commands exist (kick-job came
+  // with beanstalkd 1.8); a semver parser must accept it.
+  bs_server s("memory:");
+  auto c = s.client();
+  std::string v = c.stat("stats", "version");
+  REQUIRE(v.size() >= 2);
+  REQUIRE(v.front() == '"');
+  v = v.substr(1, v.size() - 2);
+  static const std::regex semver(
+      R"(^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$)");
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_match(v, m, semver), v);
+  CHECK(std::make_pair(std::stoi(m[1]), std::stoi(m[2])) >= std::make_pair(1, 13));
+  CHECK(v.find("+delayq.") != std::string::npos);
 }
 
 TEST_CASE("beanstalk: every error reply") {

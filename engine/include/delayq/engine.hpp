@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "delayq/detail/schedule_completion.hpp"
+#include "delayq/direct_completion.hpp"
 #include "delayq/engine_metrics.hpp"
 #include "delayq/engine_options.hpp"
 #include "delayq/engine_stats.hpp"
@@ -141,8 +142,10 @@ class engine {
   /// acknowledged. Any Asio completion token works: a callback,
   /// boost::asio::use_future, boost::asio::use_awaitable. The handler runs
   /// on its associated executor (by default the engine's), which is kept
-  /// busy until then. When engine_options::max_queued_writes writes are
-  /// queued it fails with errc::busy rather than wait.
+  /// busy until then; a delayq::direct() completion instead runs where the
+  /// outcome is learnt, unposted (direct_completion.hpp). When
+  /// engine_options::max_queued_writes writes are queued it fails with
+  /// errc::busy rather than wait.
   template <class CompletionToken>
   auto async_schedule_at(std::string type, std::string payload, time_point due,
                          schedule_options options, CompletionToken&& token);
@@ -266,6 +269,16 @@ class engine {
 
   /// Tasks held: waiting, due or running.
   std::size_t pending() const;
+
+  /// Hands every task due by now (the wall clock's, to the millisecond) to
+  /// its executor at once, instead of at the timer's next wake-up, and
+  /// returns how many. Nothing fires before its due time. For a caller
+  /// about to answer "nothing is due" when a deadline of its own passes (a
+  /// consumer's wait ending the instant a task comes due): the task, not the
+  /// timeout, wins, as it would on one loop. Tasks of immediate types
+  /// (async_start::immediate) have been started when it returns. Call it
+  /// holding no lock an executor takes. Does nothing unless running.
+  std::size_t fire_due();
 
   /// Counters and lateness percentiles.
   engine_stats stats() const;

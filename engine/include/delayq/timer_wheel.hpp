@@ -302,6 +302,14 @@ class timer_wheel {
   template <class Sink>
   std::size_t advance(std::uint64_t to_tick, Sink&& sink);
 
+  /// Takes out of the tick under way (now() + 1) the armed records whose
+  /// due time in milliseconds (due_ms()) is at most `due_ms`, disarmed and
+  /// held as advance() hands them over, appending them to `out`; the rest of
+  /// that tick stays armed, and now() does not move. For an owner whose
+  /// clock is finer than a tick: a task filed at the next boundary may be
+  /// due by its own milliseconds already. Returns how many were taken.
+  std::size_t take_due_by(std::int64_t due_ms, std::vector<handle>& out);
+
   /// Bytes the wheel holds for its own structures (record chunks, index,
   /// slot arrays) and for the heap blocks of ids and payloads too long to
   /// be inline (their bytes, counted separately by heap_bytes()).

@@ -97,7 +97,9 @@ class dispatcher {
   /// Limits attempts of `kind` running at once (before any push()).
   void set_limit(std::uint16_t kind, std::size_t limit);
 
-  /// Queues due tasks, in the order given, and wakes workers.
+  /// Queues due tasks, in the order given, and wakes workers; those of
+  /// types started where they are found (async_start::immediate) start on
+  /// this thread before it returns. Call it holding no lock of the owner.
   void push(std::span<const ready_ref> refs);
 
   /// From now on ask owner::may_start() before each attempt starts (a
@@ -152,6 +154,10 @@ class dispatcher {
   friend struct attempt;
 
   void work();
+  // Whether references of `kind` start on the thread that pushes them.
+  bool immediate(std::uint16_t kind) const noexcept;
+  // Starts (or drops, or hands back) one reference on this thread.
+  void start_now(const ready_ref& r);
   // Under mutex_: the next reference to start, or false. Stale and dead
   // references met on the way are dealt with.
   bool pop(ready_ref& r);

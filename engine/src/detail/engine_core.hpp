@@ -109,6 +109,8 @@ class engine_core final : public dispatcher::owner,
   std::string owner_of(std::string_view id) const;
   std::vector<std::string> members() const;
   std::size_t pending() const;
+  /// engine::fire_due().
+  std::size_t fire_due();
   engine_stats stats() const;
   engine_metrics metrics() const;
   bool stop(std::chrono::milliseconds drain);
@@ -402,6 +404,11 @@ class engine_core final : public dispatcher::owner,
   void note_armed_locked(std::uint64_t tick);
   void rearm();
   void on_tick();
+  // Under the lock: advances the wheel to `to_tick`, and with `due_by_ms`
+  // takes the tasks of the tick under way due by then too, putting what may
+  // fire into `due` (in due order, counted ready); re-arms the timer's tick.
+  void advance_locked(std::uint64_t to_tick, std::vector<ready_ref>& due,
+                      std::optional<std::int64_t> due_by_ms = std::nullopt);
   void release_overdue(std::vector<timer_wheel::handle>& overdue);
 
   const engine_options options_;

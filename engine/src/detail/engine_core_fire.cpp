@@ -47,59 +47,88 @@ void engine_core::rearm() {
 void engine_core::on_tick() {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   std::vector<ready_ref> due;
-  std::vector<timer_wheel::handle> held_back;
   {
     std::lock_guard lock(mutex_);
     if (state_.load() != run_state::running) return;
-    const auto now = steady_clock::now();
-    wheel_.advance(ticker_.current_tick(), [&](timer_wheel::handle h) {
-      // Clusters: a record fires only under a lease surely ours now (its
-      // outcome's writes carry the token); otherwise the next round decides.
-      if (owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
-        held_back.push_back(h);
-        return;
-      }
-      const std::uint32_t w = tsw::next_queued(tag(h));
-      set_tag(h, w);
-      due.push_back(ready_of(h, w));
-    });
-    // One tick may hold tasks due at different milliseconds, and a reload
-    // puts many overdue tasks in one tick: hand them over in due order.
-    if (due.size() > 1) {
-      std::int64_t lo = due.front().v.due_ms(), hi = lo;
-      for (const ready_ref& r : due) {
-        lo = std::min(lo, r.v.due_ms());
-        hi = std::max(hi, r.v.due_ms());
-      }
-      if (hi - lo < 4096) {
-        // The usual case: a tick's worth of milliseconds. Counting sort.
-        std::vector<std::uint32_t> count(static_cast<std::size_t>(hi - lo) + 2, 0);
-        for (const ready_ref& r : due) ++count[static_cast<std::size_t>(r.v.due_ms() - lo) + 1];
-        for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
-        std::vector<ready_ref> sorted(due.size());
-        for (const ready_ref& r : due)
-          sorted[count[static_cast<std::size_t>(r.v.due_ms() - lo)]++] = r;
-        due.swap(sorted);
-      } else {
-        std::stable_sort(due.begin(), due.end(), [](const ready_ref& a, const ready_ref& b) {
-          return a.v.due_ms() < b.v.due_ms();
-        });
-      }
-    }
-    if (!held_back.empty()) {
-      // A round from now: renewed, they run; lost, apply_round let go of them.
-      const std::uint64_t later = ticker_.tick_for(now_ms() + owner_->hold_back().count());
-      for (timer_wheel::handle h : held_back) {
-        wheel_.arm(h, later);
-        // Not held at all (lost while a write about it was in flight): let go.
-        if (!owns_locked(wheel_.id(h))) evict_if_far_locked(h);
-      }
-    }
-    armed_tick_ = wheel_.next_due_tick();
-    for (const ready_ref& r : due) dispatcher_.count_ready(r.kind, 1);
+    advance_locked(ticker_.current_tick(), due);
   }
   dispatcher_.push(due);
   rearm();
+}
+
+std::size_t engine_core::fire_due() {
+  std::vector<ready_ref> due;
+  {
+    std::lock_guard lock(mutex_);
+    if (state_.load() != run_state::running) return 0;
+    // Every tick whose boundary is at or before the wall clock's now (a
+    // task is filed at the first boundary at or after its due time), then,
+    // of the tick under way, the tasks due by now's millisecond: nothing
+    // fires early, and nothing due waits for the boundary.
+    const std::int64_t now = now_ms();
+    advance_locked(ticker_.last_tick_by(now), due, now);
+  }
+  dispatcher_.push(due);
+  // The timer may be armed for a tick just emptied: it then wakes once for
+  // nothing, and sleeps until the next due tick.
+  return due.size();
+}
+
+void engine_core::advance_locked(std::uint64_t to_tick, std::vector<ready_ref>& due,
+                                 std::optional<std::int64_t> due_by_ms) {
+  std::vector<timer_wheel::handle> held_back;
+  const auto now = steady_clock::now();
+  const auto fire = [&](timer_wheel::handle h) {
+    // Clusters: a record fires only under a lease surely ours now (its
+    // outcome's writes carry the token); otherwise the next round decides.
+    if (owner_->may_fire_locked(h, wheel_.id(h), now) == 0) {
+      held_back.push_back(h);
+      return;
+    }
+    const std::uint32_t w = tsw::next_queued(tag(h));
+    set_tag(h, w);
+    due.push_back(ready_of(h, w));
+  };
+  wheel_.advance(to_tick, fire);
+  if (due_by_ms) {
+    std::vector<timer_wheel::handle> taken;
+    wheel_.take_due_by(*due_by_ms, taken);
+    for (timer_wheel::handle h : taken) fire(h);
+  }
+  // One tick may hold tasks due at different milliseconds, and a reload
+  // puts many overdue tasks in one tick: hand them over in due order.
+  if (due.size() > 1) {
+    std::int64_t lo = due.front().v.due_ms(), hi = lo;
+    for (const ready_ref& r : due) {
+      lo = std::min(lo, r.v.due_ms());
+      hi = std::max(hi, r.v.due_ms());
+    }
+    if (hi - lo < 4096) {
+      // The usual case: a tick's worth of milliseconds. Counting sort.
+      std::vector<std::uint32_t> count(static_cast<std::size_t>(hi - lo) + 2, 0);
+      for (const ready_ref& r : due) ++count[static_cast<std::size_t>(r.v.due_ms() - lo) + 1];
+      for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+      std::vector<ready_ref> sorted(due.size());
+      for (const ready_ref& r : due)
+        sorted[count[static_cast<std::size_t>(r.v.due_ms() - lo)]++] = r;
+      due.swap(sorted);
+    } else {
+      std::stable_sort(due.begin(), due.end(), [](const ready_ref& a, const ready_ref& b) {
+        return a.v.due_ms() < b.v.due_ms();
+      });
+    }
+  }
+  if (!held_back.empty()) {
+    // A round from now: renewed, they run; lost, apply_round let go of them.
+    const std::uint64_t later = ticker_.tick_for(now_ms() + owner_->hold_back().count());
+    for (timer_wheel::handle h : held_back) {
+      wheel_.arm(h, later);
+      // Not held at all (lost while a write about it was in flight): let go.
+      if (!owns_locked(wheel_.id(h))) evict_if_far_locked(h);
+    }
+  }
+  armed_tick_ = wheel_.next_due_tick();
+  for (const ready_ref& r : due) dispatcher_.count_ready(r.kind, 1);
 }
 
 // start(): tasks found overdue are released over the coming ticks.

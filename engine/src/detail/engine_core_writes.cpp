@@ -242,11 +242,14 @@ void engine_core::run_after(after_lock& after) {
   if (after.calls.empty() && after.async.empty() && after.requeue.empty() && after.alerts.empty() &&
       after.deferred.empty() && after.stored.empty())
     return;  // the usual case: a call settled in place, nothing to wake
+  // Due tasks first: those of immediate types (async_start::immediate) are
+  // started before the calls that made them due are answered, so an answer
+  // (a 201, beanstalk's INSERTED or RELEASED) means the task was handed on.
+  if (!after.requeue.empty()) dispatcher_.push(after.requeue);
   for (auto& [handler, ec] : after.stored) handler(ec);
   for (call_state* c : after.calls) c->done.release();  // the last touch: the caller owns it
   for (auto& c : after.async)
     c->async->complete(c->ec, c->ec || c->ids.empty() ? std::string{} : c->ids[0]);
-  if (!after.requeue.empty()) dispatcher_.push(after.requeue);
   if (!after.alerts.empty()) failures_.raise(after.alerts);
   for (const std::string& id : after.deferred) {
     std::vector<deferred_call> calls;

@@ -46,6 +46,15 @@ class ticker {
     return (offset + t - 1) / t;
   }
 
+  /// The last tick whose boundary is at or before wall-clock `now_ms`:
+  /// every task filed at it or before is due by `now_ms` (0 before the
+  /// anchor).
+  std::uint64_t last_tick_by(std::int64_t now_ms) const noexcept {
+    if (now_ms <= anchor_ms_) return 0;
+    return static_cast<std::uint64_t>(now_ms - anchor_ms_) /
+           static_cast<std::uint64_t>(tick_.count());
+  }
+
   /// The tick the steady clock is in now.
   std::uint64_t current_tick() const noexcept {
     return static_cast<std::uint64_t>((std::chrono::steady_clock::now() - anchor_steady_) / tick_);

@@ -106,6 +106,10 @@ class api_router {
   void reschedule_task(call& c, const std::string& id);
   void signal_task(call& c, const std::string& id);
   void reserve(call& c);
+  // Leases what `r` asks for and answers with it (reserve, and finish or
+  // fail with "next"); `gone` (may be null) ends a wait early.
+  void reserve_for(const reserve_request& r, http_respond respond,
+                   const std::shared_ptr<http_gone_signal>& gone);
   void end_lease(call& c, const std::string& id, const std::string& verb);
   void put_type(call& c, const std::string& type);
   void get_type(call& c, const std::string& type);

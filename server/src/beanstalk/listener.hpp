@@ -16,6 +16,7 @@
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,8 +31,12 @@ namespace delayq::server::beanstalk {
 /// threads run; set_service() and close() from any thread.
 class listener {
  public:
+  /// The acceptors run on `ex`; each session on a strand of what
+  /// `session_executor` returns (of `ex` when it is null), called once per
+  /// connection.
   listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
-           std::size_t max_connections, std::size_t max_job_size);
+           std::size_t max_connections, std::size_t max_job_size,
+           std::function<boost::asio::any_io_executor()> session_executor = nullptr);
   ~listener();
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
@@ -68,8 +73,9 @@ class listener {
   void close_now();
   bool allowed(const protocol::endpoint& peer) const;
 
-  boost::asio::any_io_executor ex_;  // the sessions' (each gets a strand of it)
-  boost::asio::strand<boost::asio::any_io_executor> strand_;  // the acceptors'
+  boost::asio::any_io_executor ex_;
+  std::function<boost::asio::any_io_executor()> session_executor_;  // null: ex_
+  boost::asio::strand<boost::asio::any_io_executor> strand_;        // the acceptors'
   std::vector<ip_block> allow_;
   std::size_t max_connections_;
   std::size_t max_job_size_;

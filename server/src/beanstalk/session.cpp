@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <thread>
+#include <utility>
 
 #include "beanstalk/reply.hpp"
 #include "beanstalk/stats_yaml.hpp"
@@ -93,7 +95,7 @@ void session::pump() {
       out_ += error_reply(*e);
       continue;
     }
-    if (!run(std::get<command>(std::move(*r)))) busy_ = true;
+    if (!run_here(std::get<command>(std::move(*r)))) busy_ = true;
   }
   // Drop what was run: at once when all of it was, else once the run part
   // is large (a client that keeps pipelining may never let it all be run,
@@ -107,6 +109,19 @@ void session::pump() {
   }
   write();
   read();
+}
+
+bool session::run_here(command c) {
+  running_on_ = std::this_thread::get_id();
+  answered_inline_ = false;
+  const bool done = run(std::move(c));
+  running_on_ = std::thread::id{};
+  return done || std::exchange(answered_inline_, false);
+}
+
+bool session::answering_inline() const noexcept {
+  // run() is on the stack of this thread: an answer for its command.
+  return running_on_ == std::this_thread::get_id();
 }
 
 void session::write() {
@@ -236,7 +251,7 @@ void session::reply_answer(verb v, const answer& a) {
   }
 }
 
-bool session::run(command c, bool settled) {
+bool session::run(command c) {
   if (c.name == verb::quit) {
     closing_ = true;
     return true;
@@ -248,27 +263,20 @@ bool session::run(command c, bool settled) {
     out_ += replies::internal_error;
     return true;
   }
-  if (!settled) service_->count_command(c.name);
-  // What reads the ready jobs waits for the jobs made ready a moment ago to
-  // reach the broker (job_service::after_arrivals()).
-  const bool reads_ready = c.name == verb::peek_ready || c.name == verb::stats ||
-                           c.name == verb::stats_tube || c.name == verb::stats_job ||
-                           (c.name == verb::reserve_with_timeout && c.timeout == 0);
-  if (reads_ready && !settled) {
-    service_->after_arrivals([self = shared_from_this(), c]() mutable {
-      boost::asio::post(self->socket_.get_executor(), [self, c = std::move(c)]() mutable {
-        if (self->closed_) return;
-        if (!self->run(std::move(c), true)) return;  // its reply comes later
-        self->busy_ = false;
-        self->pump();
-      });
-    });
-    return false;
-  }
-  // An answer from the service arrives on any thread: back to the strand.
+  service_->count_command(c.name);
+  // An answer from the service arrives on the thread that learnt it: here,
+  // before the service call returns, when it was known at once (an
+  // in-process store; a task made ready is in the broker by then), and then
+  // it is written where we stand; else back to the strand.
   const auto later = [this, v = c.name](auto&& extra) {
     return [self = shared_from_this(), v,
             extra = std::forward<decltype(extra)>(extra)](answer a) mutable {
+      if (self->answering_inline()) {
+        extra(*self, a);
+        self->reply_answer(v, a);
+        self->answered_inline_ = true;
+        return;
+      }
       boost::asio::post(self->socket_.get_executor(),
                         [self, v, extra = std::move(extra), a = std::move(a)]() {
                           if (self->closed_) {
@@ -436,9 +444,15 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
   waiter_ = service_->broker().reserve(
       r,
       [self = shared_from_this(), forever_ = !timeout](std::vector<leased_task> tasks) {
+        if (self->answering_inline()) {
+          // A job was ready: answered before reserve() returned.
+          self->answered(std::move(tasks), forever_, false);
+          self->answered_inline_ = true;
+          return;
+        }
         boost::asio::post(self->socket_.get_executor(),
                           [self, forever_, tasks = std::move(tasks)]() mutable {
-                            self->answered(std::move(tasks), forever_);
+                            self->answered(std::move(tasks), forever_, true);
                           });
       },
       lease_terms{.expiry_abandons = true});
@@ -454,7 +468,7 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
   return false;
 }
 
-void session::answered(std::vector<leased_task> tasks, bool forever) {
+void session::answered(std::vector<leased_task> tasks, bool forever, bool resume) {
   waiter_ = 0;
   soon_timer_.cancel();
   if (counted_waiting_) {
@@ -481,6 +495,7 @@ void session::answered(std::vector<leased_task> tasks, bool forever) {
     // unanswered until the connection closes (a client would otherwise spin).
     return;
   }
+  if (!resume) return;  // answered inside run(): pump() goes on by itself
   busy_ = false;
   pump();
 }

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "beanstalk/command_reader.hpp"
@@ -45,16 +46,21 @@ class session : public std::enable_shared_from_this<session> {
   // Runs the commands held in `in_`, stopping at one that answers later.
   void pump();
   // Runs one command; false when its reply comes later (and pump() resumes
-  // then). `settled`: after_arrivals() has run for it.
-  bool run(command c, bool settled = false);
+  // then).
+  bool run(command c);
+  // run(), noting that it runs here, so that an answer that comes back
+  // before the service call returns is written at once (answering_inline()).
+  bool run_here(command c);
+  bool answering_inline() const noexcept;
   void write();
   void close();
   // Appends the reply of a command of verb `v` that answered `a`.
   void reply_answer(verb v, const answer& a);
   // reserve and reserve-with-timeout; false: the reply comes later.
   bool reserve(std::optional<std::uint32_t> timeout);
-  // The broker's answer to a reserve (`forever`: one without a timeout).
-  void answered(std::vector<leased_task> tasks, bool forever);
+  // The broker's answer to a reserve (`forever`: one without a timeout);
+  // `resume`: it came later, so the commands held back run now.
+  void answered(std::vector<leased_task> tasks, bool forever, bool resume);
   // Jobs reserved here whose lease is still theirs; drops the others.
   void prune_reserved();
   // The earliest deadline of the jobs reserved here.
@@ -77,6 +83,10 @@ class session : public std::enable_shared_from_this<session> {
   std::size_t in_pos_ = 0;
   std::string out_, writing_;
   bool busy_ = false;  // a command's reply is on its way
+  // The thread running run() now (none outside it), and whether the
+  // command's answer came back inside it.
+  std::thread::id running_on_{};
+  bool answered_inline_ = false;
   bool reading_ = false, closing_ = false, closed_ = false;
   bool producer_ = false, worker_ = false;
 

@@ -123,6 +123,10 @@ std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler ha
     timer->expires_after(wait);
     timer->async_wait([this, n](const boost::system::error_code& ec) {
       if (ec) return;
+      // A task due by now wins over the timeout: what the engine holds due
+      // is offered first (and may answer this waiter), as one loop would
+      // decide both. The timer and the engine's tick are two clocks apart.
+      if (before_timeout_) before_timeout_();
       reserve_handler h;
       {
         std::lock_guard lock(mutex_);
@@ -352,8 +356,10 @@ void lease_broker::sweep() {
 }
 
 void lease_broker::answer(reserve_handler h, std::vector<leased_task> tasks) {
-  boost::asio::post(
-      ex_, [h = std::move(h), tasks = std::move(tasks)]() mutable { h(std::move(tasks)); });
+  // Called directly, with no lock of ours held: a handler hands the answer
+  // to its connection (which posts it there if it runs elsewhere), so a
+  // reserve that finds a task ready is answered where it stands.
+  h(std::move(tasks));
 }
 
 void lease_broker::give_back(const std::vector<leased_task>& tasks) {

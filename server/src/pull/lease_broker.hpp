@@ -67,8 +67,11 @@ struct lease_terms {
 };
 
 /// Thread safety: every member is safe to call from any thread. Handlers
-/// (reserve answers, on_stored) run on the broker's executor or on the
-/// engine's threads, never under the broker's lock.
+/// (reserve answers, on_stored) run on the thread that decides them, never
+/// under the broker's lock: a reserve that finds a task ready calls its
+/// handler before reserve() returns, a waiting one is answered on the
+/// thread of the offer that served it or on the broker's executor (its
+/// timeout), on_stored on the engine's.
 class lease_broker {
  public:
   using clock = std::chrono::steady_clock;
@@ -89,14 +92,21 @@ class lease_broker {
   lease_broker(const lease_broker&) = delete;
   lease_broker& operator=(const lease_broker&) = delete;
 
+  /// Called when a waiting reserve's time is up, before it is answered
+  /// with nothing: delayq-server hands the engine's due tasks over there
+  /// (engine::fire_due()), so a reserve whose deadline is not earlier than a
+  /// task's due time gets the task. Set it before the first reserve; it
+  /// runs with no lock of the broker held.
+  void set_before_timeout(std::function<void()> f) { before_timeout_ = std::move(f); }
+
   /// The engine's side: a due task of a pull type, and its attempt's
   /// completion. After close() the completion is dropped at once.
   void offer(const task& t, attempt_completion done);
 
-  /// Answers `handler` (once, on the executor) with up to `r.max` leased
-  /// tasks of the types asked for, as soon as at least one is ready, or
-  /// with none after `r.wait`. Returns the waiter's number when it waits
-  /// (for cancel_wait()), else 0.
+  /// Answers `handler` (once) with up to `r.max` leased tasks of the types
+  /// asked for, as soon as at least one is ready (before returning, when
+  /// one is ready now), or with none after `r.wait`. Returns the waiter's
+  /// number when it waits (for cancel_wait()), else 0.
   std::uint64_t reserve(const reserve_request& r, reserve_handler handler, lease_terms terms = {});
 
   /// Leases the task `id` if it is ready here (beanstalk's reserve-job);
@@ -244,6 +254,7 @@ class lease_broker {
   std::string lease_suffix_;  // "@" + instance, or empty
 
   boost::asio::any_io_executor ex_;
+  std::function<void()> before_timeout_;
   mutable std::mutex mutex_;
   bool closed_ = false;
   bool no_wait_ = false;

@@ -172,38 +172,58 @@ std::optional<api_error> parse_when(const json& j, when_spec& out) {
   return read_when(j, {}, out);
 }
 
-std::optional<api_error> parse_reserve(const json& j, reserve_request& out) {
-  if (auto e = check_object(j, {}, {"types", "max", "wait_ms", "ttr_ms"})) return e;
+namespace {
+
+std::optional<api_error> read_reserve(const json& j, const std::string& where,
+                                      reserve_request& out) {
+  if (auto e = check_object(j, where, {"types", "max", "wait_ms", "ttr_ms"})) return e;
+  const std::string types = where.empty() ? "\"types\"" : "\"" + where + ".types\"";
   if (auto it = j.find("types"); it != j.end()) {
-    if (!it->is_array()) return bad_request("field \"types\" must be an array of strings");
+    if (!it->is_array()) return bad_request("field " + types + " must be an array of strings");
     if (it->size() > max_reserve_types)
-      return bad_request("field \"types\" names at most " + std::to_string(max_reserve_types) +
+      return bad_request("field " + types + " names at most " + std::to_string(max_reserve_types) +
                          " types");
     for (const json& t : *it) {
       if (!t.is_string() || t.get_ref<const std::string&>().empty())
-        return bad_request("field \"types\" must be an array of non-empty strings");
+        return bad_request("field " + types + " must be an array of non-empty strings");
       out.types.push_back(t.get<std::string>());
     }
   }
   std::optional<std::int64_t> max, wait, ttr;
-  if (auto e = get_int(j, "max", {}, 1, static_cast<std::int64_t>(max_reserve), max)) return e;
-  if (auto e = get_int(j, "wait_ms", {}, 0, max_wait.count(), wait)) return e;
-  if (auto e = get_int(j, "ttr_ms", {}, min_ttr.count(), max_ttr.count(), ttr)) return e;
+  if (auto e = get_int(j, "max", where, 1, static_cast<std::int64_t>(max_reserve), max)) return e;
+  if (auto e = get_int(j, "wait_ms", where, 0, max_wait.count(), wait)) return e;
+  if (auto e = get_int(j, "ttr_ms", where, min_ttr.count(), max_ttr.count(), ttr)) return e;
   if (max) out.max = static_cast<std::size_t>(*max);
   if (wait) out.wait = milliseconds{*wait};
   if (ttr) out.ttr = milliseconds{*ttr};
   return std::nullopt;
 }
 
+// finish's and fail's "next": the reserve that follows the attempt's end.
+std::optional<api_error> read_next(const json& j, lease_request& out) {
+  auto it = j.find("next");
+  if (it == j.end()) return std::nullopt;
+  out.next.emplace();
+  return read_reserve(*it, "next", *out.next);
+}
+
+}  // namespace
+
+std::optional<api_error> parse_reserve(const json& j, reserve_request& out) {
+  return read_reserve(j, {}, out);
+}
+
 std::optional<api_error> parse_finish(const json& j, lease_request& out) {
-  if (auto e = check_object(j, {}, {"lease"})) return e;
-  return read_lease(j, out);
+  if (auto e = check_object(j, {}, {"lease", "next"})) return e;
+  if (auto e = read_lease(j, out)) return e;
+  return read_next(j, out);
 }
 
 std::optional<api_error> parse_fail(const json& j, lease_request& out) {
-  if (auto e = check_object(j, {}, {"lease", "error"})) return e;
+  if (auto e = check_object(j, {}, {"lease", "error", "next"})) return e;
   if (auto e = read_lease(j, out)) return e;
-  return get_string(j, "error", {}, out.error, false);
+  if (auto e = get_string(j, "error", {}, out.error, false)) return e;
+  return read_next(j, out);
 }
 
 std::optional<api_error> parse_touch(const json& j, lease_request& out) {

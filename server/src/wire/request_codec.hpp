@@ -60,6 +60,9 @@ struct lease_request {
   std::string lease;
   std::string error;                ///< fail: why (may be empty).
   std::optional<milliseconds> ttr;  ///< touch: the new lease length.
+  /// finish, fail: a reserve to run once the outcome is durable, whose
+  /// tasks the answer carries (a worker's ack and next take in one call).
+  std::optional<reserve_request> next;
 };
 
 /// Limits the parsers enforce (docs/server.md).
