@@ -105,7 +105,7 @@ draw_plot() {
 }
 if ((report_only)); then
   [[ -s "$out/peers.json" ]] || delayq_die "no $out/peers.json: run without --only-report first"
-  python3 "$DELAYQ_ROOT/bench/peers/report.py" "$out/peers.json" "$out"
+  python3 -B "$DELAYQ_ROOT/bench/peers/report.py" "$out/peers.json" "$out"
   draw_plot
   exit 0
 fi
@@ -161,7 +161,7 @@ forward() {
 }
 trap 'forward; exit 130' INT
 trap 'forward; exit 143' TERM
-python3 "$DELAYQ_ROOT/bench/peers/peers.py" --server "$build/server/delayq-server" \
+python3 -B "$DELAYQ_ROOT/bench/peers/peers.py" --server "$build/server/delayq-server" \
   --node-modules "$node_dir/node_modules" --out "$out" --machine "$machine" \
   --command "$command" ${pass[@]+"${pass[@]}"} &
 driver=$!

@@ -84,8 +84,18 @@ const PORT = Number(target.port);
 const REDIS = { host: '127.0.0.1', port: A.redisPort };
 
 const say = (m) => process.stderr.write(`http-peers: ${m}\n`);
-// Milliseconds since the epoch, fractional: the clock due times are on.
-const now = () => performance.timeOrigin + performance.now();
+// Milliseconds since the epoch, fractional: the clock due times are on
+// (Date.now(), whole milliseconds) read through performance.now(). The
+// offset is taken at a tick of Date.now() (so it is exact to a few µs) and
+// again before each timed run, so the two clocks cannot drift apart.
+let clockOffset = 0;
+function syncClock() {
+  const d0 = Date.now();
+  let d = d0;
+  while (d === d0) d = Date.now();
+  clockOffset = d - performance.now();
+}
+const now = () => clockOffset + performance.now();
 
 // --- measuring ---------------------------------------------------------------
 
@@ -402,6 +412,7 @@ function leadMs(addRate, n) {
 }
 
 async function main() {
+  syncClock();
   const mon = new IORedis(REDIS);
   const probe = await probeNext(delayq.agent1);
   let modes;
@@ -438,6 +449,7 @@ async function main() {
     for (const [row, n, spread] of [['burst', CFG.burst, 0], ['late', CFG.late, CFG.spreadMs]]) {
       for (const sys of order) {
         for (const mode of sys === delayq ? modes : ['-']) {
+          syncClock();
           const first = Math.ceil(Date.now() + leadMs(rates[sys.name], n));
           const dues = Array.from({ length: n }, () => first + Math.floor(Math.random() * spread));
           const label = sys === delayq && modes.length > 1 ? `delayq-${mode}` : sys.name;

@@ -232,9 +232,18 @@ def table3(res):
         lb, ld = lat("bullmq"), lat(col)
         show = lambda t: " / ".join("-" if x is None else f"{x:,.1f}" for x in t) + " ms"  # noqa: E731
         better = _div(lb[1], ld[1])
+        if better is None:
+            verdict = "-"
+        elif better >= 1:
+            verdict = f"p99 {better:.1f}x lower"
+        else:
+            verdict = f"**p99 {1 / better:.1f}x higher**"
         mode = col.split("-", 1)[1] if "-" in col else b["worker_modes"][0]
+        early = [med("late", sys, "early") for sys in ("bullmq", col)]
+        if any(early):
+            verdict += f" (run before their due time: BullMQ {early[0]:.0f}, delayq {early[1]:.0f})"
         out.append(f"| lateness p50 / p99 / max, {cfg['late']:,} jobs over {cfg['spreadMs'] / 1000:g} s (delayq: {mode}) | "
-                   f"{show(lb)} | {show(ld)} | p99 {'-' if better is None else f'{better:.1f}x better'} | kept ahead |")
+                   f"{show(lb)} | {show(ld)} | {verdict} | kept ahead |")
     mb, md = med("add-32", "bullmq", "memory_per_job_bytes"), med("add-32", "delayq", "memory_per_job_bytes")
     less = _div(mb, md)
     out.append(f"| Redis memory per delayed job (`used_memory` before and after add-32) | "
@@ -245,9 +254,9 @@ def table3(res):
     out.append("")
     out.append("| measure | BullMQ: redis / client | delayq: server / redis / client |")
     out.append("|---|---:|---:|")
-    for row in ("add-1", "add-32", "burst"):
+    for row, sys_dq in [("add-1", "delayq"), ("add-32", "delayq")] + [("burst", c) for c in dq_cols]:
         cells = []
-        for sys in ("bullmq", dq_cols[-1]):
+        for sys in ("bullmq", sys_dq):
             rs = rows.get(row, {}).get(sys, {}).get("rounds", [])
             if not rs:
                 cells.append("-")
@@ -255,7 +264,8 @@ def table3(res):
             n = rs[0].get("ops") or rs[0].get("jobs")
             keys = ("redis_cpu_s", "client_cpu_s") if sys == "bullmq" else ("server_cpu_s", "redis_cpu_s", "client_cpu_s")
             cells.append(" / ".join(f"{median([x[k] / n * 1e6 for x in rs]):.0f}" for k in keys))
-        out.append(f"| {row} | " + " | ".join(cells) + " |")
+        label = f"{row} ({sys_dq.split('-', 1)[1]})" if "-" in sys_dq else row
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
     over = [f"{sys} {row} round {i + 1} ({x['adds_done_before_due_ms']:.0f} ms)"
             for row in ("burst", "late") for sys, v in rows.get(row, {}).items()
             for i, x in enumerate(v["rounds"]) if x.get("adds_done_before_due_ms", 0) < 0]
