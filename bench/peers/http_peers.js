@@ -72,7 +72,7 @@ function parseArgs(argv) {
 
 const A = parseArgs(process.argv);
 const CFG = A.quick
-  ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 1000, workers: 32 }
+  ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 500, workers: 32 }
   : { rounds: 3, seq: 5000, warm: 200, par: 20000, inFlight: 32, burst: 20000, late: 20000, spreadMs: 5000, workers: 32 };
 if (A.rounds) CFG.rounds = A.rounds;
 const HOUR = 3600 * 1000;
@@ -83,7 +83,8 @@ const HOST = target.hostname;
 const PORT = Number(target.port);
 const REDIS = { host: '127.0.0.1', port: A.redisPort };
 
-const say = (m) => process.stderr.write(`http-peers: ${m}\n`);
+const t00 = Date.now();
+const say = (m) => process.stderr.write(`http-peers [${((Date.now() - t00) / 1000).toFixed(1).padStart(6)} s]: ${m}\n`);
 // Milliseconds since the epoch, fractional: the clock due times are on
 // (Date.now(), whole milliseconds) read through performance.now(). The
 // offset is taken at a tick of Date.now() (so it is exact to a few µs) and
@@ -408,7 +409,7 @@ const delayq = {
 // the rate add-32 measured for that system this round, so every job is
 // stored before the first is due (each summary records the margin).
 function leadMs(addRate, n) {
-  return Math.max(1000, Math.ceil((1.5 * n) / addRate * 1000) + 500);
+  return Math.max(A.quick ? 300 : 1000, Math.ceil((1.5 * n) / addRate * 1000) + (A.quick ? 200 : 500));
 }
 
 async function main() {

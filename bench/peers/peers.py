@@ -47,7 +47,7 @@ FULL = dict(
     ordering_tries=1000, timing_tries=200, timing_clients=50, busy_loops=2,
 )
 QUICK = dict(
-    rounds=1, warmup=20, sequential=300, connections=8, concurrent_cycles=400, body_bytes=100,
+    rounds=1, warmup=10, sequential=200, connections=8, concurrent_cycles=200, body_bytes=100,
     backlog=5000, backlog_in_flight=1000, backlog_body_bytes=8, backlog_rounds=1,
     ordering_tries=50, timing_tries=10, timing_clients=10, busy_loops=2,
 )
@@ -72,8 +72,11 @@ PAIRS = [
 PARTS = ("table1", "backlog", "checks", "bullmq")
 
 
+_t0 = time.monotonic()
+
+
 def say(msg):
-    print(f"bench-peers: {msg}", file=sys.stderr, flush=True)
+    print(f"bench-peers [{time.monotonic() - _t0:6.1f} s]: {msg}", file=sys.stderr, flush=True)
 
 
 class interrupted(Exception):
@@ -281,8 +284,7 @@ def main():
             result["backlog"] = run_backlog(f, args, cfg)
         if "checks" in only:
             result["checks"] = run_checks(f, servers, cfg, args.quick)
-        for name in list(servers):
-            f.stop(name, servers[name].proc)
+        f.stop_many([(n, s.proc) for n, s in servers.items()])
         if "bullmq" in only:
             result["bullmq"] = run_bullmq(f, args, redis_port, redis_pid)
     except interrupted as e:

@@ -109,10 +109,12 @@ class fleet:
             self.stop(name, p)  # a no-op once it exited
         return p.returncode
 
-    def stop(self, name, p, grace=5.0):
-        """SIGTERM (delayq-server drains), then SIGKILL after GRACE seconds."""
+    def stop(self, name, p, grace=5.0, signalled=False):
+        """SIGTERM (delayq-server drains; a second one would cut the drain
+        short, hence SIGNALLED), then SIGKILL after GRACE seconds."""
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            if not signalled:
+                p.send_signal(signal.SIGTERM)
             try:
                 p.wait(grace)
             except subprocess.TimeoutExpired:
@@ -121,9 +123,18 @@ class fleet:
                 p.wait()
         self.procs = [(n, q) for n, q in self.procs if q is not p]
 
+    def stop_many(self, procs, grace=5.0):
+        """SIGTERM to all of PROCS ((name, Popen) pairs) at once, then each
+        waited for, SIGKILL past GRACE seconds."""
+        for _, p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for name, p in procs:
+            self.stop(name, p, max(0.1, deadline - time.monotonic()), signalled=True)
+
     def stop_all(self):
-        for name, p in list(reversed(self.procs)):
-            self.stop(name, p)
+        self.stop_many(list(reversed(self.procs)))
 
     def busy_loops(self, n):
         """N processes spinning on a core each (the checks' "busy machine")."""
