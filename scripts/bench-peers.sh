@@ -170,4 +170,4 @@ wait "$driver" || status=$?
 driver=""
 ((status == 0)) || delayq_die "bench/peers/peers.py failed (exit $status)"
 draw_plot
-echo "results in $out/: peers.json peers.machine.txt peers-tables.md peers-throughput.png"
+echo "results in $out/: peers.json peers.machine.txt peers-tables.md, and the plot when drawn"

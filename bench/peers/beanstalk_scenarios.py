@@ -37,6 +37,25 @@ def _pids(srv, redis_pid):
     return {"server": srv.pid, "redis": redis_pid if srv.info.get("redis") else None}
 
 
+def _take_all(c, n, name):
+    """N jobs that were put and acknowledged, each taken on C with
+    reserve-with-timeout 1 and delete. Returns (seconds, timed_out): a
+    TIMED_OUT while jobs are there is a job acknowledged but not yet ready;
+    it is counted, shown, and retried (at most 100 times)."""
+    timed = done = 0
+    t0 = time.perf_counter()
+    while done < n:
+        got = c.reserve(1)
+        if got is None:
+            timed += 1
+            if timed > 100:
+                raise bc.protocol_error(f"{name}: 100 reserves timed out with jobs put and acknowledged")
+            continue
+        c.delete(got[0])
+        done += 1
+    return time.perf_counter() - t0, timed
+
+
 # --- table 1 ---------------------------------------------------------------
 
 def table1_round(srv, cfg, round_no, redis_pid):
@@ -69,20 +88,8 @@ def table1_round(srv, cfg, round_no, redis_pid):
         secs = time.perf_counter() - t0
         out["put-1"] = dict(ops=n, seconds=round(secs, 4), per_s=n / secs, **u.done())
 
-        timed = 0
         u = _usage(_pids(srv, redis_pid))
-        t0 = time.perf_counter()
-        done = 0
-        while done < n:
-            got = c.reserve(1)
-            if got is None:
-                timed += 1  # acknowledged, not ready yet; counted and shown
-                if timed > 100:
-                    raise bc.protocol_error(f"{srv.name}: 100 reserves timed out with jobs put")
-                continue
-            c.delete(got[0])
-            done += 1
-        secs = time.perf_counter() - t0
+        secs, timed = _take_all(c, n, srv.name)
         out["cycle-1"] = dict(ops=n, seconds=round(secs, 4), per_s=n / secs, timed_out=timed, **u.done())
 
     conns, total = cfg["connections"], cfg["concurrent_cycles"]
@@ -122,19 +129,7 @@ def backlog_round(srv, cfg):
             raise bc.protocol_error(f"{srv.name}: {ready} of {n} jobs ready 60 s after the last INSERTED")
         rss1 = rss_bytes(srv.pid)
         u = _usage({"server": srv.pid})
-        t0 = time.perf_counter()
-        timed = 0
-        done = 0
-        while done < n:
-            got = c.reserve(1)
-            if got is None:
-                timed += 1
-                if timed > 100:
-                    raise bc.protocol_error(f"{srv.name}: 100 reserves timed out with jobs ready")
-                continue
-            c.delete(got[0])
-            done += 1
-        secs = time.perf_counter() - t0
+        secs, timed = _take_all(c, n, srv.name)
     cycles = dict(ops=n, seconds=round(secs, 4), per_s=n / secs, timed_out=timed, **u.done())
     return {
         "put-pipelined": puts,

@@ -29,6 +29,16 @@ LABELS = {
 }
 
 
+def table1_order(res):
+    """Table 1's servers, pairs together (peers.json's keys are sorted)."""
+    names = list(res.get("table1_servers", {}))
+    return [n for n in LABELS if n in names] + [n for n in names if n not in LABELS]
+
+
+def rounds_text(n):
+    return f"{n} round" + ("" if n == 1 else "s")
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -59,11 +69,11 @@ def table1(res):
     if not t1:
         return "", {}
     pairs = {d: (b, target) for d, b, target in res["pairs"]}
-    servers = list(res["table1_servers"])
+    servers = table1_order(res)
     rounds = res["config"]["rounds"]
     conns = res["config"]["connections"]
     rows = ["put-1", "cycle-1", f"cycle-{conns}"]
-    out = [f"### Table 1: beanstalkd's protocol, one Python client for both (median of {rounds} rounds)", ""]
+    out = [f"### Table 1: beanstalkd's protocol, one Python client for both (median of {rounds_text(rounds)})", ""]
     out.append(f"{res['config']['sequential']:,} puts one at a time on one connection (body "
                f"{res['config']['body_bytes']} bytes, delay 0); then {res['config']['sequential']:,} "
                f"reserve+delete cycles on it (the jobs just put); then {conns} connections doing "
@@ -134,7 +144,7 @@ def table2(res):
     cfg = res["config"]
     n = cfg["backlog"]
     bs, dq = b.get("beanstalkd-mem", {}), b.get("delayq-memory", {})
-    out = [f"### Table 2: a backlog, pipelined (median of {cfg['backlog_rounds']} rounds, fresh servers each round)", ""]
+    out = [f"### Table 2: a backlog, pipelined (median of {rounds_text(cfg['backlog_rounds'])}, fresh servers each round)", ""]
     out.append(f"One connection pipelines {n:,} puts of {cfg['backlog_body_bytes']} bytes "
                f"({cfg['backlog_in_flight']:,} in flight), then takes them one by one with "
                "reserve-with-timeout and delete. Resident memory: VmRSS of the server process "
@@ -184,7 +194,7 @@ def checks(res):
     out.append("| server | ordering | timing parity | job after the release's send: min / median / max | "
                "after its RELEASED: max | other outcomes |")
     out.append("|---|---:|---:|---:|---:|---|")
-    for name in res.get("table1_servers", {}):
+    for name in table1_order(res):
         o, t = c["ordering"].get(name), c["timing"].get(name)
         if not o and not t:
             continue
@@ -214,7 +224,7 @@ def table3(res):
     med = lambda row, sys, k="per_s": rows.get(row, {}).get(sys, {}).get("median", {}).get(k)  # noqa: E731
     dq_cols = [s for s in rows.get("burst", {}) if s.startswith("delayq")] or ["delayq"]
     out = [f"### Table 3: BullMQ {res.get('versions', {}).get('bullmq', '5')} against delayq-server's HTTP API, "
-           f"same redis-server, Node.js both sides (median of {cfg['rounds']} rounds)", ""]
+           f"same redis-server, Node.js both sides (median of {rounds_text(cfg['rounds'])})", ""]
     out.append(f"Jobs of {b['payload_bytes']} bytes, no-op workers, removed on completion. "
                f"{cfg['workers']} workers: BullMQ's Worker with concurrency {cfg['workers']}; delayq's are "
                f"{cfg['workers']} loops of reserve (`max` 1) and finish, in mode: {', '.join(b['worker_modes'])}. "
@@ -310,7 +320,7 @@ def write_all(res, outdir):
     with open(os.path.join(outdir, "peers-tables.md"), "w") as f:
         f.write(text)
     if tsv1:
-        write_tsv(os.path.join(outdir, "peers-plot-beanstalk.tsv"), tsv1, list(res["table1_servers"]))
+        write_tsv(os.path.join(outdir, "peers-plot-beanstalk.tsv"), tsv1, table1_order(res))
     if tsv3:
         write_tsv(os.path.join(outdir, "peers-plot-http.tsv"), tsv3, ["bullmq", "delayq"])
     return text
