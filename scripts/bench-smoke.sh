@@ -18,6 +18,9 @@
 # memory) on free loopback ports, runs every scenario tiny and stops them.
 # beanstalkd must be installed (scripts/common.sh lists it).
 #
+# The peer benchmarks (bench/peers: Python and Node, nothing to build but
+# delayq-server) run through scripts/bench-peers.sh --quick (about 35 s).
+#
 # delayq-bench-scaleout (bench/server) runs through scripts/bench-scaleout.sh
 # --quick (about 15 s): 1, 2 and 3 delayq-server --cluster instances of
 # <builddir> on a private redis-server, tiny sizes, and one failover round.
@@ -209,6 +212,13 @@ else
   smoke_script bench-beanstalk.sh beanstalk 180 '^| [a-z]' delayq-bench-server
   binaries+=("$server_bench")
 fi
+# The peer benchmarks (issue 32), through scripts/bench-peers.sh --quick on
+# this build: beanstalkd (three ways), redis-server, BullMQ from npm
+# (installed into <builddir>/bench/peers/node as its lock file pins it) and
+# delayq-server of <builddir> on four stores, tiny sizes, one round. It
+# fails on a wrong reply, a server that died, or invalid JSON; never on a
+# timing, a ratio or the ordering and timing checks' counts.
+smoke_script bench-peers.sh peers 180 '^| [a-zA-Z]' bench/peers
 # delayq-bench-scaleout, through scripts/bench-scaleout.sh --quick on this
 # build (about 15 s): 1, 2 and 3 delayq-server --cluster instances on a
 # private redis-server, and one failover round. It fails when a batch is

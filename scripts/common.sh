@@ -50,6 +50,12 @@ ensure_node_npm() {
 }
 # --- end of the beanstalk clients' part ---
 
+# --- peer benchmarks (issue 32; scripts/bench-peers.sh) ---
+# python3 runs bench/peers/ (standard library only); BullMQ comes from npm
+# (bench/peers/node/package-lock.json), node and npm from ensure_node_npm.
+DELAYQ_TEST_DEPS+=(python3)
+# --- end of the peer benchmarks' part ---
+
 # The configuration of build/: test.sh stage "build", demo.sh and server.sh
 # share it. -g1 (line tables and function names: enough for a backtrace)
 # rather than RelWithDebInfo's -g compiles in about a fifth less time
