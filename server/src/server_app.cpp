@@ -586,6 +586,9 @@ void server_app::bring_up() {
   eo.workers = options_.workers;
   eo.retry = options_.retry;
   eo.horizon = options_.horizon;
+  // The I/O threads answer where they stand: a put's write is made on the
+  // thread that read it when nothing else is in flight (engine_options).
+  eo.caller_writes = true;
   if (options_.cluster) {
     eo.cluster = cluster_options{options_.shards, options_.lease, options_.instance};
     // Push targets are cluster-wide: a PUT or DELETE on any instance reaches

@@ -144,6 +144,18 @@ struct engine_options {
   /// async_schedule() never waits: it fails with errc::busy.
   enum class queue_full_policy { fail, wait };
   queue_full_policy when_write_queue_full = queue_full_policy::fail;
+  /// Where a change's store write is made when no other write is in flight.
+  /// A blocking call (schedule, cancel, reschedule...) always writes on its
+  /// own thread then: it waits for the write anyway, and a hand-off to the
+  /// writer thread and back would add two thread switches to it. With
+  /// `caller_writes`, so do async_schedule() and the attempt outcomes an
+  /// executor reports (the removal after a success, a retry's count): the
+  /// calling thread is blocked for one store write (an fsync with SQLite's
+  /// synchronous=full) and saves the hand-offs; what others queue meanwhile
+  /// goes out together in the writer thread's next write (group commit). For a program
+  /// whose threads answer a request where they stand (delayq-server's I/O
+  /// threads). Off by default: async_schedule() never blocks its caller.
+  bool caller_writes = false;
   /// Run as one instance of a cluster sharing a sharded store (opt-in; see
   /// docs/scale-out.md, "The engine in a cluster"). The store must split
   /// tasks into `cluster->shards` shards (shard_store::shards(); else start()

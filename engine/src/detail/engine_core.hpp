@@ -174,6 +174,7 @@ class engine_core final : public dispatcher::owner,
     std::vector<ready_ref> requeue;                  // due references to queue again
     std::vector<alert> alerts;
     std::vector<std::string> deferred;  // ids whose deferred async calls may run now
+    bool send = false;                  // this thread is the store writer's sender now
     // attempt_completion's on_stored handlers and what to tell them
     std::vector<
         std::pair<std::function<void(boost::system::error_code)>, boost::system::error_code>>
@@ -221,7 +222,7 @@ class engine_core final : public dispatcher::owner,
   // write is in flight; `waiting_id` then names it.
   bool schedule_locked(std::span<spec_ref> specs, std::span<std::string> ids,
                        const std::shared_ptr<call_state>& call, call_state& out,
-                       std::string& waiting_id, after_lock& after);
+                       std::string& waiting_id, after_lock& after, bool may_send);
   bool running_check(boost::system::error_code& ec) const;
   // ---- the id-call skeleton (engine_core_id_call.hpp) -----------------------
   // What a call on one id decided under the lock. On entry `h` is the
@@ -259,7 +260,7 @@ class engine_core final : public dispatcher::owner,
   // when the writer completed them on this thread, or refused them (busy).
   // Returns whether they were queued.
   bool submit_locked(std::span<write_op> ops, const std::shared_ptr<call_state>& call,
-                     call_state& inline_call, after_lock& after);
+                     call_state& inline_call, after_lock& after, bool may_send = false);
   void on_written(std::span<write_op> ops);
   void settle_locked(const change& c, call_state& call, after_lock& after);
   void run_after(after_lock& after);

@@ -209,7 +209,8 @@ void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::str
         ec = errc::not_running;
         return;
       }
-      if (schedule_locked(specs, ids, call, inline_result, waiting, after)) break;
+      // A blocking call waits for its write: it may as well make it.
+      if (schedule_locked(specs, ids, call, inline_result, waiting, after, true)) break;
       find_settled(lock, waiting, wheel_.hash(waiting));
     }
     queued = call && call->remaining > 0;
@@ -223,7 +224,7 @@ void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::str
 
 bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::string> ids,
                                   const std::shared_ptr<call_state>& call, call_state& out,
-                                  std::string& waiting_id, after_lock& after) {
+                                  std::string& waiting_id, after_lock& after, bool may_send) {
   const std::size_t n = specs.size();
   enum class action : std::uint8_t { insert, keep, replace };
   struct step {
@@ -381,7 +382,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     }
   }
   if (call) call->ids.assign(ids.begin(), ids.end());
-  submit_locked(ops, call, out, after);
+  submit_locked(ops, call, out, after, may_send);
   return true;
 }
 
@@ -437,8 +438,8 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
       return;
     }
     std::string waiting;
-    if (!schedule_locked(std::span(&ref, 1), std::span(&id, 1), call, inline_result, waiting,
-                         after)) {
+    if (!schedule_locked(std::span(&ref, 1), std::span(&id, 1), call, inline_result, waiting, after,
+                         options_.caller_writes)) {
       // Another write about this id is in flight: run this call when it has
       // settled, rather than block the caller's thread.
       deferred_[waiting].push_back(
@@ -640,7 +641,7 @@ bool engine_core::purge(std::string_view id, boost::system::error_code& ec) {
     auto ctx = std::make_unique<op_ctx>();
     ctx->call = call;
     op.ctx = std::move(ctx);
-    queued = submit_locked(std::span(&op, 1), call, inline_result, after);
+    queued = submit_locked(std::span(&op, 1), call, inline_result, after, true);
   }
   run_after(after);
   return wait_answer(call, queued, inline_result, ec);

@@ -280,7 +280,8 @@ void engine_core::settle(std::span<outcome> outcomes) {
         }
       }
     }
-    for (write_op& op : ops) submit_locked(std::span(&op, 1), nullptr, none, after);
+    for (write_op& op : ops)
+      submit_locked(std::span(&op, 1), nullptr, none, after, options_.caller_writes);
   }
   run_after(after);
   changed_.notify_all();  // stop() may be waiting for attempts to end

@@ -64,7 +64,7 @@ bool engine_core::change_id(std::string_view id, change_kind what, id_must must,
       ctx->old_due_ms = d.old_due_ms;
       ctx->old_signals = d.old_signals;
       op.ctx = std::move(ctx);
-      queued = submit_locked(std::span(&op, 1), call, inline_result, after);
+      queued = submit_locked(std::span(&op, 1), call, inline_result, after, true);
     }
   }
   run_after(after);

@@ -32,11 +32,14 @@ write_op engine_core::make_op(change_kind what, purpose why, timer_wheel::handle
 }
 
 bool engine_core::submit_locked(std::span<write_op> ops, const std::shared_ptr<call_state>& call,
-                                call_state& inline_call, after_lock& after) {
+                                call_state& inline_call, after_lock& after, bool may_send) {
   if (ops.empty()) return false;
   if (call) call->remaining = ops.size();
-  switch (writer_.submit(ops)) {
+  switch (writer_.submit(ops, may_send)) {
     case store_writer::result::queued: return true;
+    case store_writer::result::send:
+      after.send = true;  // written by this thread once the lock is let go
+      return true;
     case store_writer::result::busy:
       for (write_op& op : ops) op.ec = errc::busy;
       break;
@@ -240,8 +243,14 @@ void engine_core::settle_locked(const change& op, call_state& call, after_lock& 
 
 void engine_core::run_after(after_lock& after) {
   if (after.calls.empty() && after.async.empty() && after.requeue.empty() && after.alerts.empty() &&
-      after.deferred.empty() && after.stored.empty())
+      after.deferred.empty() && after.stored.empty() && !after.send)
     return;  // the usual case: a call settled in place, nothing to wake
+  if (after.send) {
+    // This thread is the store writer's sender: its change goes out now,
+    // and its outcome is settled here (on_written) before the call waits.
+    after.send = false;
+    writer_.send();
+  }
   // Due tasks first: those of immediate types (async_start::immediate) are
   // started before the calls that made them due are answered, so an answer
   // (a 201, beanstalk's INSERTED or RELEASED) means the task was handed on.
