@@ -136,6 +136,10 @@ timer_wheel::block::~block() {
 
 // ---------------------------------------------------------------- lifetime
 
+timer_wheel::timer_wheel(std::size_t slots, const timer_wheel& same_hash) : timer_wheel(slots) {
+  seed_ = same_hash.seed_;
+}
+
 timer_wheel::timer_wheel(std::size_t slots)
     : slot_count_(slots),
       slot_mask_(slots > 1 && std::has_single_bit(slots) ? slots - 1 : 0),

@@ -78,6 +78,12 @@ struct engine_options {
   /// default); longer delays wait more revolutions in their slot, and a
   /// slot is read only in a revolution where something in it is due.
   std::size_t slots = 4096;
+  /// Task tables the engine splits its tasks over, by id hash, 1 to 64:
+  /// each a wheel of `slots` buckets under a lock of its own, so that calls
+  /// on ids of different tables (from several threads) do not wait for each
+  /// other. A call on one id locks one table; a batch, the tables its ids
+  /// fall in. Each table costs about 140 KB while empty (its slot arrays).
+  std::size_t tables = 8;
   /// Threads that run executors. Never the thread that ticks the wheel.
   std::size_t workers = 2;
   /// Most tasks held at once (waiting, retrying or running). Beyond it

@@ -174,6 +174,10 @@ class timer_wheel {
   /// A wheel of `slots` buckets, at tick 0. Throws std::invalid_argument
   /// when slots is 0.
   explicit timer_wheel(std::size_t slots = 4096);
+  /// Same, hashing ids as `same_hash` does (hash() gives the same value on
+  /// both): an owner of several wheels hashes an id once, to pick the wheel
+  /// and to find the id in it.
+  timer_wheel(std::size_t slots, const timer_wheel& same_hash);
   ~timer_wheel();
   timer_wheel(const timer_wheel&) = delete;
   timer_wheel& operator=(const timer_wheel&) = delete;

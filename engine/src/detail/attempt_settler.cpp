@@ -31,6 +31,7 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
   if (ran) {
     ok ? ++succeeded_ : ++failed_;
     type_counters::add(ok ? type.counters.succeeded : type.counters.failed);
+    std::lock_guard lock(mutex_);
     failures_.note_outcome(type.name, ok, alerts);
   }
   if (replaced) return {verdict_kind::drop_replaced};
@@ -40,7 +41,11 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
   const retry_policy& policy = *type.retry;
   if (!failure_policy::may_retry(policy, attempts, o.result == outcome::what::hopeless))
     return {verdict_kind::bury, attempts};
-  const std::chrono::milliseconds wait = failures_.backoff(policy, attempts);
+  std::chrono::milliseconds wait;
+  {
+    std::lock_guard lock(mutex_);
+    wait = failures_.backoff(policy, attempts);
+  }
   ++retried_;
   type_counters::add(type.counters.retried);
   log(log_level::warning, describe_attempted(id, type.name) + " attempt " +
@@ -73,6 +78,7 @@ void attempt_settler::note_death(const task& t, const type_registry::type_info& 
                               failure);
   ++died_;
   type_counters::add(type.counters.died);
+  std::lock_guard lock(mutex_);
   failures_.note_death(t, failure, alerts);
 }
 

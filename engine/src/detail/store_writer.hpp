@@ -89,11 +89,8 @@ struct write_op {
   /// The outcome, set by the writer before the op is reported.
   boost::system::error_code ec;
 
-  // The engine's, opaque to the writer.
-  std::uint8_t purpose = 0;
-  std::uint32_t handle = 0;
-  std::uint32_t tag = 0;
-  std::uint64_t aux = 0;
+  /// The engine's, opaque to the writer: the change this op carries
+  /// (changes/change.hpp), handed back with the op's outcome.
   std::unique_ptr<op_context> ctx;
   /// Called (by the engine, outside its lock) with the first outcome; a
   /// kept copy does not carry it.

@@ -42,8 +42,8 @@ bool valid_policy(const retry_policy& p) {
 }  // namespace
 
 boost::system::error_code check_options(const engine_options& o) {
-  if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 ||
-      o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
+  if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 || o.tables == 0 ||
+      o.tables > 64 || o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
       o.max_queued_writes == 0 || !(o.catch_up_rate >= 0) || !valid_policy(o.retry) ||
       !(o.alerts.failure_rate_threshold > 0 && o.alerts.failure_rate_threshold <= 1) ||
       o.alerts.window <= std::chrono::seconds{0})
