@@ -576,9 +576,9 @@ std::vector<config_line> parse_config_text(std::string_view text, const std::str
         throw config_error(where + l.key + ": text after the quoted value: \"" + after + "\"");
       l.value = rest.substr(1, close - 1);
     } else {
-      // A '#' after a space or tab starts a comment.
-      for (std::size_t i = 1; i < rest.size(); ++i)
-        if (rest[i] == '#' && (rest[i - 1] == ' ' || rest[i - 1] == '\t')) {
+      // A '#' first, or after a space or tab, starts a comment.
+      for (std::size_t i = 0; i < rest.size(); ++i)
+        if (rest[i] == '#' && (i == 0 || rest[i - 1] == ' ' || rest[i - 1] == '\t')) {
           rest = trim(std::string_view(rest).substr(0, i));
           break;
         }
