@@ -4,7 +4,7 @@
 # that each MODULE resolves there.
 #
 # For test suites that run Node tools (tests/openapi/CMakeLists.txt runs it
-# as a fixture; tests/beanstalk/npm_ci.sh is the same for its client). Needs
+# as a fixture, and tests/beanstalk/npm_ci.sh for its client). Needs
 # node and npm (scripts/test.sh installs them: ensure_node_npm in
 # scripts/common.sh) and the npm registry, or npm's cache from an earlier
 # install: an install that already matches the lock file is kept, so a
