@@ -39,6 +39,13 @@ DELAYQ_TEST_DEPS=(
 # tree by tests/beanstalk/npm_ci.sh); node and npm themselves come from
 # ensure_node_npm below, not from this list.
 DELAYQ_TEST_DEPS+=(php-cli php-pda-pheanstalk)
+# --- the Debian package (issue 36; tests/package/, scripts/package.sh) ---
+# help2man writes the man pages while packing; lintian checks the package;
+# systemd brings systemd-analyze (the unit's verify and security score) and
+# systemd-sysusers (the postinst's user, in the test's directory tree). No
+# systemd runs: the package is only installed into a tree. The OpenAPI test
+# (tests/openapi/) needs node and npm only (ensure_node_npm).
+DELAYQ_TEST_DEPS+=(help2man lintian systemd)
 
 # ensure_node_npm : installs Debian's nodejs and npm, each only when its
 # command is missing. Not by package name: a machine with NodeSource's

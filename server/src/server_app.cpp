@@ -158,25 +158,6 @@ class start_error : public std::runtime_error {
   boost::system::error_code ec_;
 };
 
-// "TYPE=N" of --capacity; throws std::invalid_argument with a message for
-// the user.
-std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
-  const std::size_t eq = spec.find('=');
-  std::size_t n = 0;
-  const char* first = spec.data() + (eq == std::string::npos ? spec.size() : eq + 1);
-  const char* last = spec.data() + spec.size();
-  const auto [p, ec] = std::from_chars(first, last, n);
-  if (eq == std::string::npos || eq == 0 || first == last || ec != std::errc{} || p != last ||
-      n == 0)
-    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
-                                spec + "\"");
-  std::string type = spec.substr(0, eq);
-  if (!is_valid_type(type))
-    throw std::invalid_argument("--capacity: \"" + type +
-                                "\" is not a task type (1-128 bytes of A-Z a-z 0-9 . _ : -)");
-  return {std::move(type), n};
-}
-
 bool is_redis_uri(std::string_view uri) {
   return uri.starts_with("redis://") || uri.starts_with("unix://") ||
          uri.starts_with("redis-cluster://");
@@ -310,6 +291,23 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
         "5s; got \"" +
         text + "\"");
   return std::chrono::milliseconds{std::stoll(text.substr(0, digits)) * scale};
+}
+
+std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
+  const std::size_t eq = spec.find('=');
+  std::size_t n = 0;
+  const char* first = spec.data() + (eq == std::string::npos ? spec.size() : eq + 1);
+  const char* last = spec.data() + spec.size();
+  const auto [p, ec] = std::from_chars(first, last, n);
+  if (eq == std::string::npos || eq == 0 || first == last || ec != std::errc{} || p != last ||
+      n == 0)
+    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
+                                spec + "\"");
+  std::string type = spec.substr(0, eq);
+  if (!is_valid_type(type))
+    throw std::invalid_argument("--capacity: \"" + type +
+                                "\" is not a task type (1-128 bytes of A-Z a-z 0-9 . _ : -)");
+  return {std::move(type), n};
 }
 
 tcp::endpoint server_app::start() {

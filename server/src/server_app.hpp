@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "delayq/engine.hpp"
@@ -70,6 +71,10 @@ struct server_options {
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"
 /// or "1h". Throws std::invalid_argument with a message for the user.
 std::chrono::milliseconds parse_duration(const std::string& text);
+
+/// Parses "TYPE=N" of --capacity; throws std::invalid_argument with a
+/// message for the user.
+std::pair<std::string, std::size_t> parse_capacity(const std::string& spec);
 
 /// Parses "ADDR:PORT" ("[::1]:7700" for IPv6, "localhost:7700"); throws
 /// std::invalid_argument with a message for the user.

@@ -11,6 +11,7 @@
 #include "api/batch_split.hpp"
 #include "api/request_guard.hpp"
 #include "pull/task_chase.hpp"
+#include "web/openapi_document.hpp"
 #include "web/static_files.hpp"
 #include "wire/dump_json.hpp"
 #include "wire/http_url.hpp"
@@ -180,6 +181,9 @@ const std::vector<api_router::route_entry>& api_router::route_table() {
        [](api_router& r, call& c, const std::string& id) { r.requeue_dead(c, id); }},
       {v::get, "/v1/stats", [](api_router& r, call& c, const std::string&) { r.stats(c); }},
       {v::get, "/v1/upcoming", [](api_router& r, call& c, const std::string&) { r.upcoming(c); }},
+      // The API's own description (server/openapi/openapi.json), with the token like all of /v1/.
+      {v::get, "/v1/openapi.json",
+       [](api_router&, call& c, const std::string&) { c.answer(openapi_answer()); }},
   };
   return table;
 }
