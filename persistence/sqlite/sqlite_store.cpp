@@ -220,6 +220,9 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                      "ON CONFLICT(id) DO UPDATE SET due_ms = excluded.due_ms, "
                      "record = excluded.record");
     m.erase.emplace(*m.db, "DELETE FROM tasks WHERE id = ?1");
+    m.tx_begin.emplace(*m.db, "BEGIN IMMEDIATE");
+    m.tx_commit.emplace(*m.db, "COMMIT");
+    m.tx_rollback.emplace(*m.db, "ROLLBACK");
     m.to_quarantine.emplace(*m.db,
                             "INSERT INTO quarantine(id, raw, reason, quarantined_at) "
                             "SELECT id, record, ?2, ?3 FROM tasks WHERE rowid = ?1");
@@ -289,12 +292,27 @@ void sqlite_store::write(std::span<const store_change> changes, boost::system::e
   if (changes.empty()) return;
   std::lock_guard lock(m.mutex);
   m.guarded("write", ec, [&] {
-    // One transaction for the whole batch: an exception anywhere leaves the
-    // Transaction unfinished and its destructor rolls every change back.
-    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    // One transaction for the whole batch: an exception anywhere before the
+    // commit rolls every change back (the guard's destructor).
+    struct transaction {
+      impl& m;
+      bool open = false;
+      ~transaction() {
+        if (!open) return;
+        impl::reset_on_exit reset{*m.tx_rollback};
+        m.tx_rollback->tryExecuteStep();
+      }
+    } tx{m};
+    {
+      impl::reset_on_exit reset{*m.tx_begin};
+      m.tx_begin->exec();
+    }
+    tx.open = true;
     std::string record;
     for (const store_change& c : changes) m.apply(c, record);
-    tx.commit();
+    impl::reset_on_exit reset{*m.tx_commit};
+    m.tx_commit->exec();
+    tx.open = false;
   });
 }
 

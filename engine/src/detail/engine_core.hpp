@@ -28,10 +28,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -221,7 +223,36 @@ class engine_core final : public dispatcher::owner,
     task_table* table = nullptr;
     timer_wheel::handle h = timer_wheel::npos;
     std::uint32_t hash = 0;
-    std::unique_ptr<change> made;  // the change decided
+    bool durable = false;  // the change will be written: it lives on the heap
+
+    id_change() = default;
+    id_change(const id_change&) = delete;
+    id_change& operator=(const id_change&) = delete;
+    ~id_change() {
+      if (local_) local_->~change();
+    }
+    /// Makes the change decided: on the heap when it will travel with its
+    /// write, here when it settles at once (an in-process store: no
+    /// allocation per call).
+    template <class C, class... A>
+    C& make(A&&... args) {
+      if (durable) {
+        auto p = std::make_unique<C>(std::forward<A>(args)...);
+        C& c = *p;
+        heap = std::move(p);
+        return c;
+      }
+      static_assert(sizeof(C) <= sizeof(storage_) && alignof(C) <= alignof(std::max_align_t));
+      C* c = new (storage_) C(std::forward<A>(args)...);
+      local_ = c;
+      return *c;
+    }
+    change* made() noexcept { return heap ? heap.get() : local_; }
+    std::unique_ptr<change> heap;
+
+   private:
+    change* local_ = nullptr;
+    alignas(std::max_align_t) std::byte storage_[128];
   };
   enum class id_must : std::uint8_t { be_held, be_free };
   template <class Prepare, class Decide>

@@ -68,6 +68,7 @@ bool engine_core::change_id(std::string_view id, change_kind what, id_must must,
   d.table = &t;
   t.wheel.prefetch(d.hash);  // the bucket loads while we lock
   const bool durable = writes(what);
+  d.durable = durable;
   const auto call = durable ? std::make_shared<call_state>() : nullptr;
   call_state inline_result;
   after_lock after;
@@ -89,12 +90,12 @@ bool engine_core::change_id(std::string_view id, change_kind what, id_must must,
     if (!call_fence(id, fence, ec)) return false;
     if (!decide(d, ec)) return false;
     if (!durable) {
-      settle_change(*d.made, {}, inline_result, after);
+      settle_change(*d.made(), {}, inline_result, after);
     } else {
-      write_op op = make_op(what, t, d.made->h, what != change_kind::remove);
+      write_op op = make_op(what, t, d.heap->h, what != change_kind::remove);
       op.fence = fence;
-      d.made->call = call;
-      op.ctx = std::move(d.made);
+      d.heap->call = call;
+      op.ctx = std::move(d.heap);
       queued = submit_locked(std::span(&op, 1), call, inline_result, after, true);
     }
   }

@@ -85,7 +85,7 @@ bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
         if (tsw::state_of(w) == tsw::armed) {
           t.wheel.disarm(d.h);
           t.set_tag(d.h, tsw::with_state(w, tsw::persisting));
-          d.made = std::make_unique<cancel_change>(&t, d.h);
+          d.make<cancel_change>(&t, d.h);
           return true;
         }
         if (tsw::state_of(w) == tsw::queued &&
@@ -93,7 +93,7 @@ bool engine_core::cancel(std::string_view id, boost::system::error_code& ec) {
                 .compare_exchange_strong(w, tsw::with_state(w, tsw::cancelling),
                                          std::memory_order_acq_rel)) {
           // Due and not started: from here no worker can start it.
-          d.made = std::make_unique<cancel_queued_change>(&t, d.h);
+          d.make<cancel_queued_change>(&t, d.h);
           return true;
         }
         return false;  // running now (or a worker just won the swap)

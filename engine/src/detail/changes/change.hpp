@@ -51,7 +51,7 @@ class engine_core;
 
 /// One API call's answer, filled in as its changes settle.
 struct call_state {
-  std::size_t remaining = 0;
+  std::atomic<std::size_t> remaining{0};  // its ops not settled yet
   boost::system::error_code ec;
   std::vector<std::string> ids;  // schedule: one per task
   bool found = false;            // cancel, reschedule, requeue, purge

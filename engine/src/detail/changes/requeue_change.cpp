@@ -104,7 +104,7 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
         t.stamp(h, schedule_order());
         // A requeue keeps its priority and ttr (not its trigger count).
         t.set_attrs(h, {d->task.priority, clamped_ttr_ms(d->task.ttr)});
-        c.made = std::make_unique<requeue_change>(&t, h);
+        c.make<requeue_change>(&t, h);
         return true;
       },
       ec);

@@ -57,11 +57,10 @@ bool engine_core::reschedule(std::string_view id, std::chrono::system_clock::tim
         } else {
           return false;  // running now
         }
-        auto c = std::make_unique<reschedule_change>(&t, h);
-        c->old_due_ms = t.wheel.due_ms(h);
+        auto& c = d.make<reschedule_change>(&t, h);
+        c.old_due_ms = t.wheel.due_ms(h);
         t.wheel.disarm(h);
         t.wheel.set_due_ms(h, due_ms);
-        d.made = std::move(c);
         return true;
       },
       ec);

@@ -166,7 +166,11 @@ void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::str
         return false;
       }
       // A blocking call waits for its write: it may as well make it.
-      if (schedule_locked(specs, ids, call, inline_result, waiting, after, true)) return true;
+      if (schedule_locked(specs, ids, call, inline_result, waiting, after, true)) {
+        // Read under the locks: once they are let go the writer may settle it.
+        queued = call && call->remaining > 0;
+        return true;
+      }
       if (waiting.empty()) return false;  // a generated id was held: draw anew
       const std::uint32_t h = hash(waiting);
       find_settled(lock, table_for(h), waiting, h);
@@ -191,7 +195,6 @@ void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::str
     if (decided) break;
     draw();
   }
-  queued = call && call->remaining > 0;
   run_after(after);
   wait_answer(call, queued, inline_result, ec);
   // A store error is about the whole batch (bad stays 0); a decision about

@@ -15,6 +15,7 @@
 //
 // The calls that decide it (schedule, schedule_many, async_schedule) are in
 // schedule_calls.cpp.
+#include <algorithm>
 #include <array>
 #include <unordered_map>
 
@@ -134,14 +135,27 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     out.bad = i;
     return true;
   };
-  auto earlier_has = [&](std::size_t i, std::string_view id) {
-    for (std::size_t j = 0; j < i; ++j)
-      if (specs[j].id == id) return true;
-    return false;
-  };
+  // Two tasks of one call with one id: the later one is the error. Found by
+  // sorting the ids' hashes (a batch holds up to 10,000 tasks: comparing
+  // each with every earlier one cost more than the rest of the call).
+  std::size_t first_dup = n;
+  if (n > 1) {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> by_hash(n);
+    for (std::size_t i = 0; i < n; ++i) by_hash[i] = {specs[i].hash, static_cast<std::uint32_t>(i)};
+    std::sort(by_hash.begin(), by_hash.end());
+    for (std::size_t k = 0; k < n;) {
+      std::size_t e = k + 1;
+      while (e < n && by_hash[e].first == by_hash[k].first) ++e;
+      for (std::size_t a = k; a < e; ++a)
+        for (std::size_t b = a + 1; b < e; ++b)
+          if (specs[by_hash[a].second].id == specs[by_hash[b].second].id)
+            first_dup = std::min<std::size_t>(first_dup, by_hash[b].second);
+      k = e;
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     spec_ref& spec = specs[i];
-    if (n > 1 && earlier_has(i, spec.id)) {
+    if (i == first_dup) {
       if (!spec.generated) return fail(errc::duplicate_id, i);
       waiting.clear();  // two generated ids alike: the caller draws anew
       return false;

@@ -76,14 +76,13 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
         const std::uint32_t signals =
             n > UINT32_MAX - tc.signals ? UINT32_MAX : tc.signals + n;  // saturates
         result = signal_result{signals, tc.count, signals >= tc.count};
-        auto c = std::make_unique<signal_change>(&t, h);
-        c->old_due_ms = t.wheel.due_ms(h);
-        c->old_signals = tc.signals;
+        auto& c = d.make<signal_change>(&t, h);
+        c.old_due_ms = t.wheel.due_ms(h);
+        c.old_signals = tc.signals;
         t.set_tag(h, tsw::with_state(w, tsw::persisting));
         t.wheel.disarm(h);
         t.set_trigger(h, tc.count, signals);
-        if (result.triggered) t.wheel.set_due_ms(h, std::min(c->old_due_ms, now_ms()));
-        d.made = std::move(c);
+        if (result.triggered) t.wheel.set_due_ms(h, std::min(c.old_due_ms, now_ms()));
         return true;
       },
       ec);
