@@ -204,6 +204,8 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[2]}) == 0);
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 6, "tasks"), other[0]}) == 1);
     CHECK(logs.contains("no longer carries token 7"));
+    // Counted at the store, in the lease hash, once per refused call.
+    CHECK(raw.get({"HGET", lease_key, "fence_refused"}) == "1");
     // The refused shard's changes are marked, the landed ones not: the
     // engine's writer drops or writes again only what was refused.
     CHECK(changes[0].refused);
@@ -214,6 +216,7 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
     std::promise<boost::system::error_code> done;
     store.async_write(changes, [&](boost::system::error_code e) { done.set_value(e); });
     CHECK(done.get_future().get() == errc::lease_lost);
+    CHECK(raw.get({"HGET", lease_key, "fence_refused"}) == "2");
   }
   SUBCASE("unfenced changes never read the lease") {
     raw.run({"DEL", lease_key});
