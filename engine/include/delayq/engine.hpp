@@ -254,6 +254,18 @@ class engine {
   /// members yet. Never touches the store.
   std::string owner_of(std::string_view id) const;
 
+  /// Whether the attempt of `t` (a task an executor was given) still runs
+  /// under its shard's lease. Without engine_options::cluster: always true.
+  /// With one: true while this instance holds the lease of t's shard with
+  /// the token the attempt started under (task::fence), the lease is within
+  /// its valid_until, and the shard is not being handed over; the same test
+  /// the engine makes before it starts an attempt. An asynchronous executor
+  /// that hands its task on later (delayq-server's consumers reserve it,
+  /// maybe seconds after it fired) asks before it does, and abandons the
+  /// attempt when it is false: the shard's owner runs the task then.
+  /// Lock-free; never touches the store.
+  bool attempt_current(const task& t) const noexcept;
+
   /// engine_options::cluster: the live members of the last answered lease
   /// round, sorted (this instance among them); empty without a cluster or
   /// before start(). Never touches the store.
