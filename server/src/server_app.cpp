@@ -624,6 +624,13 @@ void server_app::bring_up() {
         std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance, *p.marker);
   }
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
+  // A ready task waits in the broker until a consumer comes, maybe after
+  // this instance stalled or was cut off and its shard moved on: such an
+  // attempt is given back, not handed out (the shard's owner runs it).
+  p.broker->set_attempt_check([&p](const task& t) {
+    const delayq::engine* e = p.engine.get();
+    return e == nullptr || e->attempt_current(t);
+  });
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
 

@@ -189,6 +189,7 @@ void api_router::stats(call& c) {
         {"failed_by_consumers", b.failed},
         {"leases_expired", b.expired},
         {"given_back", b.given_back},
+        {"stale_given_back", b.stale},
         {"pushes_in_flight", parts_.pusher->in_flight()},
         {"pushes_queued", parts_.pusher->queued()},
         {"pushes_sent", parts_.pusher->sent()},
