@@ -107,7 +107,10 @@ void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms, after_l
   // boundary: the ticker files a due time at the first boundary at or after
   // it, and the boundary of the tick now running is the wheel's past. That
   // wait, up to a tick, was most of a put-then-reserve round trip.
-  if (after != nullptr && due_ms <= now_ms() &&
+  // Due by the wheel's own clock (ticker::now_ms()), not the system clock:
+  // a system clock stepped ahead would send tasks that are seconds away
+  // to the workers now.
+  if (after != nullptr && due_ms <= ticker_.now_ms() &&
       state_.load(std::memory_order_relaxed) == run_state::running &&
       owner_->may_fire_locked(h, wheel_.id(h), std::chrono::steady_clock::now()) != 0) {
     if (wheel_.is_armed(h)) wheel_.disarm(h);

@@ -9,6 +9,7 @@
 // nothing is due and never drifts, however late a handler runs.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -36,6 +37,23 @@ class ticker {
     anchor_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::system_clock::now().time_since_epoch() - tick_)
                      .count();
+    anchored_.store(true, std::memory_order_release);
+  }
+
+  /// Wall-clock milliseconds by the engine's own clock: the system clock as
+  /// read at anchor(), advanced since by the steady clock. It is the clock
+  /// the wheel fires by, so "due now" and "in 2 s from now" mean the same
+  /// instant to every part of the engine: a step of the system clock after
+  /// start (NTP, an operator, a clock set seconds wrong) moves neither this
+  /// nor the tasks waiting in the wheel. Before anchor(): the system clock.
+  std::int64_t now_ms() const noexcept {
+    if (!anchored_.load(std::memory_order_acquire))
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    return anchor_ms_ + std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - anchor_steady_)
+                            .count();
   }
 
   /// The first tick at or after wall-clock `due_ms` (0 for the past).
@@ -75,6 +93,7 @@ class ticker {
   boost::asio::steady_timer timer_;
   std::chrono::steady_clock::time_point anchor_steady_{};
   std::int64_t anchor_ms_ = 0;
+  std::atomic<bool> anchored_{false};
 };
 
 }  // namespace delayq::detail
