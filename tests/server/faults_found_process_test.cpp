@@ -1,7 +1,7 @@
 // delayq-server process tests: bugs the fault harness (tests/faults/,
-// docs/faults.md) found in a cluster, each kept as a regression test.
+// docs/faults.md) found, each kept as a regression test.
 //
-// A ready task waits in the lease broker for a consumer. An instance that
+// 1. A ready task waits in the lease broker for a consumer. An instance that
 // stalls (or is cut off from Redis) with such a task loses its shard to
 // another instance, which runs the task and, once a consumer finished it,
 // removes it. When the stalled instance came back, its broker still held
@@ -10,9 +10,19 @@
 // resurrected, under partition-redis). The broker now asks the engine
 // whether the attempt still runs under its shard's lease before it leases
 // a task (engine::attempt_current()).
+//
+// 2. The system clock stepped after start (the harness's clock-ahead and
+// clock-behind, libfaketime): the engine fires by its own clock (the system
+// clock read at start, advanced by the steady clock), but two things still
+// read the system clock: the shortcut that sends a task due "now" to the
+// workers at once, and the server turning a delay into a due time. An
+// instance whose clock jumped 5 s ahead ran tasks due in the next 5 s at
+// once; one 5 s behind stored "in 3 s" as 2 s ago and ran it at once. Both
+// now read engine::now().
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <fstream>
 
 #include "cluster_support.hpp"
 #include "delayq/shard_leases.hpp"
@@ -86,4 +96,63 @@ TEST_CASE("faults: a ready task of a shard lost while stalled is not handed out 
     auto s = ca.get("/v1/stats");
     return s.status == 200 && s.body_json["server"]["stale_given_back"] == 1;
   }));
+}
+
+namespace {
+
+// Debian's libfaketime (package faketime), which the harness uses too.
+constexpr const char* faketime_lib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+void write_skew(const std::string& path, const std::string& spec) {
+  std::ofstream f(path, std::ios::trunc);
+  f << spec << "\n";
+}
+
+}  // namespace
+
+TEST_CASE("faults: a system clock stepped after start makes no task early") {
+  REQUIRE_MESSAGE(::access(faketime_lib, R_OK) == 0,
+                  faketime_lib << " is missing: apt-get install faketime (scripts/common.sh "
+                                  "installs it)");
+  for (const std::string skew : {"+5s", "-5s"}) {
+    CAPTURE(skew);
+    temp_dir dir;
+    const std::string skew_file = dir.path() + "/skew";
+    write_skew(skew_file, "+0");
+    // Under libfaketime: the system clock follows the file (read on every
+    // call), the steady clock is left alone.
+    std::vector<std::string> args{
+        "LD_PRELOAD=" + std::string(faketime_lib), "FAKETIME_TIMESTAMP_FILE=" + skew_file,
+        "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+        // ASan wants to be the first library loaded.
+        "ASAN_OPTIONS=verify_asan_link_order=0", server_binary(), "--listen", "127.0.0.1:0",
+        "--store", "memory:", "--token", test_token, "--tick", "10"};
+    server_process s(std::move(args), "/usr/bin/env");
+    s.wait_listening();
+    INFO(s.output_tail());
+    http_client c(s.port());
+    write_skew(skew_file, skew);  // the clock steps, the server runs on
+
+    const std::int64_t sent = now_ms();
+    const std::int64_t due = sent + 3000;
+    auto a = c.post("/v1/tasks", json{{"type", "clk"}, {"payload", "at"}, {"due_ms", due}});
+    REQUIRE_MESSAGE(a.status == 201, a.describe());
+    auto r = c.post("/v1/tasks", json{{"type", "clk"}, {"payload", "in"}, {"delay_ms", 3000}});
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+
+    // Each task reaches a consumer no earlier than it is due on the true
+    // clock (this process's): "at" at due_ms, "in" 3 s after it was sent.
+    std::map<std::string, std::int64_t> got;
+    while (got.size() < 2) {
+      auto res = c.post("/v1/reserve", json{{"types", {"clk"}}, {"max", 2}, {"wait_ms", 10000}});
+      REQUIRE_MESSAGE(res.status == 200, res.describe());
+      const std::int64_t at = now_ms();
+      REQUIRE_MESSAGE(!res.body_json["tasks"].empty(), "a task did not come within 10 s");
+      for (const auto& t : res.body_json["tasks"]) got[t["payload"].get<std::string>()] = at;
+    }
+    CHECK_MESSAGE(got["at"] >= due,
+                  "the task due at due_ms ran " << due - got["at"] << " ms early");
+    CHECK_MESSAGE(got["in"] >= sent + 3000,
+                  "the task due in 3 s ran " << sent + 3000 - got["in"] << " ms early");
+  }
 }

@@ -113,7 +113,7 @@ void api_router::requeue_dead(call& c, const std::string& id) {
     when_spec w;
     w.delay_ms = delay.count();
     boost::system::error_code ec;
-    const bool found = parts_.engine->requeue(id, w.due(system_clock::now()), ec);
+    const bool found = parts_.engine->requeue(id, w.due(parts_.engine->now()), ec);
     if (ec) return error_answer(from_error_code(ec));
     if (!found) return error_answer(not_found("no dead letter with id " + id));
     return no_content();
