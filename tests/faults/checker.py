@@ -92,43 +92,43 @@ def build(evs):
                     t.early_ref, t.late_ref = m["due"], max(m["due"], e["t1"])
                 else:
                     t.early_ref, t.late_ref = e["t0"] + m["rel"], e["t1"] + m["rel"]
-                if t.conflict == "keep" and t.state == "acked":
+                keep = t.conflict == "keep" and t.state == "acked"
+                if keep:
                     t.state = "maybe"  # kept the first version, or stored this one
-                if t.state == "acked" and t.id and t.conflict != "keep":
-                    by_id_versions[t.id].append((e["t0"], e["t1"], t.key))
+                if (t.state == "acked" or keep) and t.id:
+                    by_id_versions[t.id].append((e["t0"], e["t1"], t.key, keep))
     # A replace (or a new add of an id after the old task ran) supersedes the
     # versions before it.
     for tid, vs in by_id_versions.items():
         vs.sort()
-        for (a0, a1, k), (b0, b1, k2) in zip(vs, vs[1:]):
+        for (a0, a1, k, _), (b0, b1, k2, _) in zip(vs, vs[1:]):
             t = tasks[k]
             if tasks[k2].conflict == "replace" and t.gone_at is None:
                 t.gone_at, t.gone_why = b0, "replaced"
-    # Cancels, reschedules and finishes.
-    def version_at(tid, when):
-        cur = None
-        for a0, a1, k in by_id_versions.get(tid, []):
+
+    # Cancels, reschedules and finishes. The version an id names at a moment
+    # is the last one acknowledged before it; when that was an add with
+    # "keep" (which kept the version before it, or stored itself), both.
+    def versions_at(tid, when):
+        cur = []
+        for a0, a1, k, keep in by_id_versions.get(tid, []):
             if a1 <= when:
-                cur = k
+                cur = cur[-1:] + [k] if keep else [k]
         return cur
     for e in calls:
         op = e["op"]
         if op == "cancel":
-            k = version_at(e["id"], e["t0"])
-            if k is None:
-                continue
-            t = tasks[k]
-            if e["status"] == 204:
-                if t.gone_at is None or e["t0"] < t.gone_at:
-                    t.gone_at, t.gone_why = e["t0"], "cancelled"
-            elif e["status"] == 0 or e.get("err") == "outcome_unknown":
-                if t.state == "acked":
-                    t.state = "maybe"
+            ks = versions_at(e["id"], e["t0"])
+            for k in ks:
+                t = tasks[k]
+                if e["status"] == 204 and len(ks) == 1:
+                    if t.gone_at is None or e["t0"] < t.gone_at:
+                        t.gone_at, t.gone_why = e["t0"], "cancelled"
+                elif e["status"] == 204 or e["status"] == 0 or e.get("err") == "outcome_unknown":
+                    # Which version went is not known, or whether it went.
+                    if t.state == "acked":
+                        t.state = "maybe"
         elif op == "reschedule":
-            k = version_at(e["id"], e["t0"])
-            if k is None:
-                continue
-            t = tasks[k]
             if e.get("due") is not None:
                 er, lr = e["due"], max(e["due"], e["t1"])
             else:
@@ -136,7 +136,8 @@ def build(evs):
             acked = e["status"] == 204
             unknown = e["status"] == 0 or e.get("err") == "outcome_unknown"
             if acked or unknown:
-                t.resched.append((e["t0"], e["t1"], er, lr, acked))
+                for k in versions_at(e["id"], e["t0"]):
+                    tasks[k].resched.append((e["t0"], e["t1"], er, lr, acked))
         elif op in ("finish", "bs_delete"):
             t = tasks.get(e.get("key"))
             if t is not None and e["status"] == 204:
