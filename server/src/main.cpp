@@ -77,6 +77,36 @@ int main(int argc, char** argv) {
   app.add_option("--max-job-size", o.max_job_size,
                  "largest beanstalk job body in bytes (JOB_TOO_BIG beyond)")
       ->capture_default_str();
+  std::string bs_command_timeout_text = "30s";
+  app.add_option("--beanstalk-command-timeout", bs_command_timeout_text,
+                 "the most a beanstalk client may take to send one command, from its first "
+                 "byte to its last (line and body), 100ms to 1h; past it the connection is "
+                 "closed")
+      ->capture_default_str()
+      ->check([](const std::string& text) -> std::string {
+        try {
+          const auto d = delayq::server::parse_duration(text);
+          if (d < std::chrono::milliseconds{100} || d > std::chrono::hours{1})
+            return "must be from 100ms to 1h, got " + text;
+          return {};
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
+  std::string bs_idle_timeout_text = "0s";
+  app.add_option("--beanstalk-idle-timeout", bs_idle_timeout_text,
+                 "close a beanstalk connection that holds no reservation, waits in no reserve "
+                 "and has no command under way once it stayed so this long, 0s (never) to 24h")
+      ->capture_default_str()
+      ->check([](const std::string& text) -> std::string {
+        try {
+          if (delayq::server::parse_duration(text) > std::chrono::hours{24})
+            return "must be from 0s to 24h, got " + text;
+          return {};
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   app.add_option("--max-body", o.max_body, "largest request body in bytes (413 beyond)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
@@ -169,6 +199,8 @@ int main(int argc, char** argv) {
   o.horizon = std::chrono::seconds{horizon_s};
   o.lease = delayq::server::parse_duration(lease_text);
   o.forward_timeout = delayq::server::parse_duration(forward_timeout_text);
+  o.beanstalk_command_timeout = delayq::server::parse_duration(bs_command_timeout_text);
+  o.beanstalk_idle_timeout = delayq::server::parse_duration(bs_idle_timeout_text);
   o.retry.max_attempts = retry_max;
   o.retry.base = std::chrono::milliseconds{retry_base};
   o.retry.cap = std::chrono::milliseconds{retry_cap};

@@ -425,9 +425,11 @@ tcp::endpoint server_app::start() {
     throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
   }
   if (!options_.beanstalk_listen.empty()) {
-    p.beanstalk =
-        std::make_unique<beanstalk::listener>(io_.get_executor(), std::move(beanstalk_allow),
-                                              options_.max_connections, options_.max_job_size);
+    p.beanstalk = std::make_unique<beanstalk::listener>(
+        io_.get_executor(), std::move(beanstalk_allow), options_.max_connections,
+        options_.max_job_size,
+        beanstalk::connection_limits{options_.beanstalk_command_timeout,
+                                     options_.beanstalk_idle_timeout});
     for (const std::string& spec : options_.beanstalk_listen)
       beanstalk_addresses_.push_back(p.beanstalk->listen(spec));
   }
@@ -636,6 +638,11 @@ void server_app::bring_up() {
 
   api_parts ap;
   ap.engine = p.engine.get();
+  if (p.beanstalk) {
+    ap.extra_metrics = [b = p.beanstalk.get()](std::string& out) {
+      b->registry().render_metrics(out);
+    };
+  }
   ap.broker = p.broker.get();
   ap.registry = p.registry.get();
   ap.pusher = p.pusher.get();

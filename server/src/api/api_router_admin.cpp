@@ -230,6 +230,7 @@ void api_router::metrics(call& c) {
   if (parts_.forwarder != nullptr)
     m.forward_markers_rejected = parts_.forwarder->markers_rejected();
   a.body = render_metrics(m, *parts_.pusher, parts_.http);
+  if (parts_.extra_metrics) parts_.extra_metrics(a.body);
   c.answer(std::move(a));
 }
 
