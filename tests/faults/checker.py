@@ -101,24 +101,31 @@ def build(evs):
     # versions before it.
     for tid, vs in by_id_versions.items():
         vs.sort()
-        for (a0, a1, k, _), (b0, b1, k2, _) in zip(vs, vs[1:]):
-            t = tasks[k]
-            if tasks[k2].conflict == "replace" and t.gone_at is None:
-                t.gone_at, t.gone_why = b0, "replaced"
+        for j, (b0, b1, k2, _) in enumerate(vs):
+            if tasks[k2].conflict != "replace":
+                continue
+            for (a0, a1, k, _) in vs[:j]:
+                t = tasks[k]
+                if t.gone_at is None or b0 < t.gone_at:
+                    t.gone_at, t.gone_why = b0, "replaced"
 
     # Cancels, reschedules and finishes. The version an id names at a moment
     # is the last one acknowledged before it; when that was an add with
     # "keep" (which kept the version before it, or stored itself), both.
-    def versions_at(tid, when):
+    def versions_at(tid, when, until=None):
         cur = []
         for a0, a1, k, keep in by_id_versions.get(tid, []):
             if a1 <= when:
                 cur = cur[-1:] + [k] if keep else [k]
+        # An add whose call overlapped this one: the server may have taken
+        # them in either order.
+        if until is not None:
+            cur += [k for a0, a1, k, keep in by_id_versions.get(tid, []) if a0 < until and a1 > when]
         return cur
     for e in calls:
         op = e["op"]
         if op == "cancel":
-            ks = versions_at(e["id"], e["t0"])
+            ks = versions_at(e["id"], e["t0"], e["t1"])
             for k in ks:
                 t = tasks[k]
                 if e["status"] == 204 and len(ks) == 1:
@@ -136,8 +143,10 @@ def build(evs):
             acked = e["status"] == 204
             unknown = e["status"] == 0 or e.get("err") == "outcome_unknown"
             if acked or unknown:
-                for k in versions_at(e["id"], e["t0"]):
-                    tasks[k].resched.append((e["t0"], e["t1"], er, lr, acked))
+                ks = versions_at(e["id"], e["t0"], e["t1"])
+                for k in ks:
+                    # Sure only when it named one version; else in flight.
+                    tasks[k].resched.append((e["t0"], e["t1"], er, lr, acked and len(ks) == 1))
         elif op in ("finish", "bs_delete"):
             t = tasks.get(e.get("key"))
             if t is not None and e["status"] == 204:
