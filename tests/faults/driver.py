@@ -346,8 +346,15 @@ NEMESES = [PartRedis, PartPeers, PartBoth, RedisPause, RedisKill, Pause, Kill, C
 # What may run at once in the mix: at most one Redis fault, and each
 # instance under one fault at most.
 def mix_pick(rng, c):
-    redis_ones = [n for n in NEMESES if not n.per_instance]
-    inst_ones = [n for n in NEMESES if n.per_instance]
+    pool = [n for n in NEMESES if not c.args.mix_of or n.name in c.args.mix_of.split(",")]
+    redis_ones = [n for n in pool if not n.per_instance]
+    inst_ones = [n for n in pool if n.per_instance]
+    if not redis_ones or len(inst_ones) < 2:
+        picks = []
+        targets = rng.sample(list(Cluster.instances), 2)
+        for n, t in zip(rng.sample(pool, min(2, len(pool))), targets):
+            picks.append((n(c), t if n.per_instance else None))
+        return picks
     picks = []
     targets = list(Cluster.instances)
     rng.shuffle(targets)
@@ -359,6 +366,24 @@ def mix_pick(rng, c):
         picks.append((a(c), targets[0]))
         picks.append((b(c), targets[1]))
     return picks
+
+
+def monitor(c, rec, stop):
+    """Every 250 ms, each instance's lease figures (GET /v1/stats): which
+    shards it holds, hands over, and whether its lease rounds go on, for
+    reading a late task's story afterwards."""
+    from workload import Api
+    api = Api(c, TOKEN, 2)
+    while not stop.is_set():
+        for inst in Cluster.instances:
+            st, js, hd, t0, t1 = api.call(inst, "GET", "/v1/stats")
+            if st == 200 and isinstance(js, dict):
+                rec.add({"ev": "stats", "t": t1, "inst": inst,
+                         "held": js.get("shards_held"), "leaving": js.get("shards_leaving"),
+                         "rounds": js.get("lease_rounds"), "gained": js.get("shards_gained"),
+                         "lost": js.get("shards_lost"), "kept": js.get("writes_kept"),
+                         "ready": (js.get("server") or {}).get("ready_for_consumers")})
+        stop.wait(0.25)
 
 
 def run(args):
@@ -400,6 +425,7 @@ def run(args):
     c.event(ev="phase", name="warmup")
     work = Workload(c, rec, TOKEN, args.seed)
     work.start()
+    work.spawn(monitor, c, rec, work.stop)
     time.sleep(args.warmup_s)
 
     active = []  # (nemesis, target) on now
@@ -508,6 +534,7 @@ def main():
     ap.add_argument("--warmup-s", type=float, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--only", default="")
+    ap.add_argument("--mix-of", default="", help="the faults the mix picks from (default: all)")
     ap.add_argument("--max-connections", type=int, default=256)
     ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--commit", default="")

@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--off-s", type=float)
     ap.add_argument("--cycles", type=int)
     ap.add_argument("--mix-s", type=float)
+    ap.add_argument("--mix-of", default="", help="comma-separated faults the mix picks from")
+    ap.add_argument("--warmup-s", type=float, default=4)
     ap.add_argument("--server-arg", action="append", default=[])
     args = ap.parse_args()
 
@@ -103,7 +105,8 @@ def main():
                 "--run-dir", run_dir, "--server", server, "--mode", "full" if full else "short",
                 "--lease-ms", str(args.lease_ms), "--on-s", str(on_s), "--off-s", str(off_s),
                 "--cycles", str(cycles), "--mix-s", str(mix_s), "--seed", str(args.seed),
-                "--only", args.only, "--commit", commit + ("+dirty" if dirty else ""),
+                "--only", args.only, "--mix-of", args.mix_of, "--warmup-s", str(args.warmup_s),
+                "--commit", commit + ("+dirty" if dirty else ""),
                 "--command", command]
         for a in args.server_arg:
             argv += ["--server-arg=" + a]
