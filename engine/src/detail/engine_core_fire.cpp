@@ -88,7 +88,7 @@ void engine_core::on_tick() {
     }
     if (!held_back.empty()) {
       // A round from now: renewed, they run; lost, apply_round let go of them.
-      const std::uint64_t later = ticker_.tick_for(now_ms() + owner_->hold_back().count());
+      const std::uint64_t later = ticker_.tick_for(ticker_.now_ms() + owner_->hold_back().count());
       for (timer_wheel::handle h : held_back) {
         wheel_.arm(h, later);
         // Not held at all (lost while a write about it was in flight): let go.
@@ -156,8 +156,9 @@ void engine_core::settle(std::span<outcome> outcomes) {
       }
       dispatcher_.attempt_done(o.kind);
       const type_registry::type_info& type = types_.at(o.kind);
-      const attempt_settler::verdict v = settler_.decide(
-          o, type, wheel_.id(h), wheel_.attempts(h), !wheel_.is_indexed(h), stopping, after.alerts);
+      const attempt_settler::verdict v =
+          settler_.decide(o, type, wheel_.id(h), wheel_.attempts(h), !wheel_.is_indexed(h),
+                          stopping, after.alerts, ticker_.now_ms());
       switch (v.what) {
         case attempt_settler::verdict_kind::drop_replaced:
           if (o.on_stored) after.stored.emplace_back(std::move(o.on_stored), errc::ok);

@@ -87,7 +87,7 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
         set_tag(h, tsw::with_state(w, tsw::persisting));
         wheel_.disarm(h);
         set_trigger_locked(h, tc.count, signals);
-        if (result.triggered) wheel_.set_due_ms(h, std::min(d.old_due_ms, now_ms()));
+        if (result.triggered) wheel_.set_due_ms(h, std::min(d.old_due_ms, ticker_.now_ms()));
         return true;
       },
       ec);
