@@ -156,3 +156,58 @@ TEST_CASE("faults: a system clock stepped after start makes no task early") {
                   "the task due in 3 s ran " << sent + 3000 - got["in"] << " ms early");
   }
 }
+
+TEST_CASE("faults: a retry comes after its backoff however far the system clock stepped") {
+  // The retry of a failed attempt was due its backoff after the system
+  // clock: on a clock stepped an hour ahead after start, an hour late.
+  REQUIRE_MESSAGE(::access(faketime_lib, R_OK) == 0,
+                  faketime_lib << " is missing: apt-get install faketime");
+  temp_dir dir;
+  const std::string skew_file = dir.path() + "/skew";
+  write_skew(skew_file, "+0");
+  std::vector<std::string> args{"LD_PRELOAD=" + std::string(faketime_lib),
+                                "FAKETIME_TIMESTAMP_FILE=" + skew_file,
+                                "FAKETIME_NO_CACHE=1",
+                                "FAKETIME_DONT_FAKE_MONOTONIC=1",
+                                "ASAN_OPTIONS=verify_asan_link_order=0",
+                                server_binary(),
+                                "--listen",
+                                "127.0.0.1:0",
+                                "--store",
+                                "memory:",
+                                "--token",
+                                test_token,
+                                "--tick",
+                                "10",
+                                "--retry-base",
+                                "100",
+                                "--retry-cap",
+                                "100"};
+  server_process s(std::move(args), "/usr/bin/env");
+  s.wait_listening();
+  INFO(s.output_tail());
+  http_client c(s.port());
+  write_skew(skew_file, "+1h");
+  auto a = c.post("/v1/tasks", json{{"type", "retry"}, {"payload", "p"}, {"delay_ms", 0}});
+  REQUIRE_MESSAGE(a.status == 201, a.describe());
+  const auto reserve = [&] {
+    json task;
+    REQUIRE_MESSAGE(eventually([&] {
+                      auto r = c.post("/v1/reserve", json{{"types", {"retry"}}, {"wait_ms", 2000}});
+                      if (r.status != 200 || r.body_json["tasks"].empty()) return false;
+                      task = r.body_json["tasks"][0];
+                      return true;
+                    }),
+                    "the task never came to the consumer");
+    return task;
+  };
+  const json first = reserve();
+  auto f = c.post("/v1/tasks/" + first["id"].get<std::string>() + "/fail",
+                  json{{"lease", first["lease"]}, {"error", "again"}});
+  REQUIRE_MESSAGE(f.status == 204, f.describe());
+  // Its backoff is at most 100 ms: it comes back (an hour on the stepped
+  // system clock would outlast the wait).
+  const json second = reserve();
+  CHECK(second["id"] == first["id"]);
+  CHECK(second["attempts"] == 1);
+}
