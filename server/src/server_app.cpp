@@ -577,6 +577,16 @@ void server_app::bring_up() {
     // a target has its tasks waiting for consumers pushed, as the PUT does
     // on the instance that took it. Runs on an engine thread, one call at a
     // time; the engine stops (and joins it) before the registry and broker go.
+    // A hand-over waits for the attempts on the shard: tasks waiting here
+    // for a consumer or a connection, which nobody works on yet, are given
+    // back at once when their shard is lost or leaving (the next owner runs
+    // them), so they cannot hold it up. On the engine's lease thread.
+    eo.on_attempts_stale = [&p] {
+      const delayq::engine* e = p.engine.get();
+      if (e == nullptr) return;
+      p.broker->release_stale();
+      p.pusher->release_queued([e](const task& t) { return !e->attempt_current(t); });
+    };
     eo.on_settings_changed = [&p, failing = false, stored_key]() mutable {
       boost::system::error_code load_ec;
       const std::vector<std::string> gained = p.registry->load(load_ec);

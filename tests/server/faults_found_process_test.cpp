@@ -11,6 +11,14 @@
 // whether the attempt still runs under its shard's lease before it leases
 // a task (engine::attempt_current()).
 //
+// 3. A hand-over waits for the attempts running on the shard; a task ready
+// for consumers is such an attempt. One that no consumer takes (a pull type
+// nobody reserves now) held its shard's hand-over for ever, and with it
+// every other task due on the shard (held back while the shard leaves) and
+// every call on an id of it (421 not_owner). Ready tasks of a shard that
+// leaves are now given back at once (engine_options::on_attempts_stale; the
+// broker asks engine::attempt_current()), and the next owner offers them.
+//
 // 2. The system clock stepped after start (the harness's clock-ahead and
 // clock-behind, libfaketime): the engine fires by its own clock (the system
 // clock read at start, advanced by the steady clock), but two things still
@@ -26,6 +34,7 @@
 
 #include "cluster_support.hpp"
 #include "delayq/shard_leases.hpp"
+#include "push_receiver.hpp"
 
 namespace {
 
@@ -210,4 +219,52 @@ TEST_CASE("faults: a retry comes after its backoff however far the system clock 
   const json second = reserve();
   CHECK(second["id"] == first["id"]);
   CHECK(second["attempts"] == 1);
+}
+
+TEST_CASE("faults: a task no consumer takes does not hold up its shard's hand-over") {
+  push_receiver receiver([](const push_call&, std::size_t) { return 200u; });
+  const std::string uri = cluster_store_uri(test_redis_uri());
+  auto a = start_instance(uri, "a");
+  INFO(a->output_tail());
+  http_client ca(a->port());
+  REQUIRE(eventually([&] { return shards_held(ca) == shard_count; }));
+  auto p = ca.put("/v1/types/pushed", json{{"push_url", receiver.url()}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  // Two tasks of a shard b will own: one of a type nobody reserves, ready on
+  // a at once; one pushed, due once b has joined and the shard is leaving a.
+  const std::string waiting = id_owned_by("b", {"a", "b"});
+  std::string pushed;
+  for (int k = 0;; ++k) {
+    pushed = waiting + "-p" + std::to_string(k);
+    if (delayq::shard_of(pushed, shard_count) == delayq::shard_of(waiting, shard_count)) break;
+  }
+  auto w = ca.post("/v1/tasks",
+                   json{{"type", "nobody"}, {"payload", "w"}, {"delay_ms", 0}, {"id", waiting}});
+  REQUIRE_MESSAGE(w.status == 201, w.describe());
+  REQUIRE(eventually([&] {
+    auto g = ca.get("/v1/tasks/" + waiting);
+    return g.status == 200 && g.body_json["state"] == "ready";
+  }));
+  const std::int64_t due = now_ms() + 10'000;
+  auto q = ca.post("/v1/tasks",
+                   json{{"type", "pushed"}, {"payload", "q"}, {"due_ms", due}, {"id", pushed}});
+  REQUIRE_MESSAGE(q.status == 201, q.describe());
+
+  auto b = start_instance(uri, "b");
+  INFO(b->output_tail());
+  http_client cb(b->port());
+  // The shard moves to b (a gives the waiting task back, it no longer holds
+  // the hand-over), and the pushed task runs when due.
+  REQUIRE_MESSAGE(eventually([&] {
+                    return settled({"a", "b"}, {&ca, &cb});
+                  }),
+                  "the shard never left a (shards leaving on a: "
+                      << server_number(ca, "shards_leaving") << ")");
+  REQUIRE(receiver.wait_for_calls(1));
+  CHECK(receiver.calls().front().task_id == pushed);
+  // The task nobody took waits on b now, for a consumer there.
+  auto r = cb.post("/v1/reserve", json{{"types", {"nobody"}}, {"wait_ms", 10000}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  REQUIRE(r.body_json["tasks"].size() == 1);
+  CHECK(r.body_json["tasks"][0]["id"] == waiting);
 }

@@ -499,6 +499,20 @@ bool lease_broker::release_ready(const std::string& id) {
   return true;  // `dropped` goes here, outside the lock
 }
 
+std::size_t lease_broker::release_stale() {
+  std::vector<attempt_completion> stale;  // dropped on return, outside the lock
+  {
+    std::lock_guard lock(mutex_);
+    if (!attempt_check_) return 0;
+    std::vector<std::string> ids;
+    for (const auto& [id, e] : held_)
+      if (e.lease.empty() && !attempt_check_(e.t)) ids.push_back(id);
+    // Their ready keys stay behind and are dropped lazily.
+    for (const std::string& id : ids) current_locked(id, stale);
+  }
+  return stale.size();
+}
+
 std::size_t lease_broker::release_type(const std::string& type) {
   std::vector<attempt_completion> dropped;
   {

@@ -101,6 +101,13 @@ class lease_broker {
     attempt_check_ = std::move(check);
   }
 
+  /// Gives back, uncounted, every ready task whose attempt is no longer
+  /// current (set_attempt_check()): its shard was lost or is being handed
+  /// over, and no consumer took it meanwhile. Returns how many. For
+  /// engine_options::on_attempts_stale: a hand-over waits for the attempts
+  /// on the shard, and a ready task is one until a consumer takes it.
+  std::size_t release_stale();
+
   /// The engine's side: a due task of a pull type, and its attempt's
   /// completion. After close() the completion is dropped at once.
   void offer(const task& t, attempt_completion done);
