@@ -666,6 +666,9 @@ TEST_CASE("beanstalk: at --max-connections the longest-idle connection makes roo
   http_client h(s.p->port(), test_token);
   auto oldest = s.client();
   CHECK(oldest.cmd("use t") == "USING t");
+  // A command begun and left unfinished holds nothing: idle since its last
+  // byte (else a client could hold the cap with stalled commands).
+  oldest.send("put 0 0 10 100\r\nabc");
   auto holder = s.client();  // holds a reservation: never closed to make room
   CHECK(holder.cmd("use held") == "USING held");
   CHECK(holder.put("job", 0, 0, 120).starts_with("INSERTED "));

@@ -117,27 +117,35 @@ void write_skew(const std::string& path, const std::string& spec) {
   f << spec << "\n";
 }
 
-}  // namespace
-
-TEST_CASE("faults: a system clock stepped after start makes no task early") {
+// delayq-server on memory: under libfaketime, listening: its system clock
+// follows `skew_file` (read on every call), its steady clock is left alone.
+std::unique_ptr<server_process> start_skewed(const std::string& skew_file,
+                                             const std::vector<std::string>& extra = {}) {
   REQUIRE_MESSAGE(::access(faketime_lib, R_OK) == 0,
                   faketime_lib << " is missing: apt-get install faketime (scripts/common.sh "
                                   "installs it)");
+  write_skew(skew_file, "+0");
+  std::vector<std::string> args{
+      "LD_PRELOAD=" + std::string(faketime_lib), "FAKETIME_TIMESTAMP_FILE=" + skew_file,
+      "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+      // ASan wants to be the first library loaded.
+      "ASAN_OPTIONS=verify_asan_link_order=0", server_binary(), "--listen", "127.0.0.1:0",
+      "--store", "memory:", "--token", test_token, "--tick", "10"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto s = std::make_unique<server_process>(std::move(args), "/usr/bin/env");
+  s->wait_listening();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("faults: a system clock stepped after start makes no task early") {
   for (const std::string skew : {"+5s", "-5s"}) {
     CAPTURE(skew);
     temp_dir dir;
     const std::string skew_file = dir.path() + "/skew";
-    write_skew(skew_file, "+0");
-    // Under libfaketime: the system clock follows the file (read on every
-    // call), the steady clock is left alone.
-    std::vector<std::string> args{
-        "LD_PRELOAD=" + std::string(faketime_lib), "FAKETIME_TIMESTAMP_FILE=" + skew_file,
-        "FAKETIME_NO_CACHE=1", "FAKETIME_DONT_FAKE_MONOTONIC=1",
-        // ASan wants to be the first library loaded.
-        "ASAN_OPTIONS=verify_asan_link_order=0", server_binary(), "--listen", "127.0.0.1:0",
-        "--store", "memory:", "--token", test_token, "--tick", "10"};
-    server_process s(std::move(args), "/usr/bin/env");
-    s.wait_listening();
+    auto sp = start_skewed(skew_file);
+    server_process& s = *sp;
     INFO(s.output_tail());
     http_client c(s.port());
     write_skew(skew_file, skew);  // the clock steps, the server runs on
@@ -169,31 +177,10 @@ TEST_CASE("faults: a system clock stepped after start makes no task early") {
 TEST_CASE("faults: a retry comes after its backoff however far the system clock stepped") {
   // The retry of a failed attempt was due its backoff after the system
   // clock: on a clock stepped an hour ahead after start, an hour late.
-  REQUIRE_MESSAGE(::access(faketime_lib, R_OK) == 0,
-                  faketime_lib << " is missing: apt-get install faketime");
   temp_dir dir;
   const std::string skew_file = dir.path() + "/skew";
-  write_skew(skew_file, "+0");
-  std::vector<std::string> args{"LD_PRELOAD=" + std::string(faketime_lib),
-                                "FAKETIME_TIMESTAMP_FILE=" + skew_file,
-                                "FAKETIME_NO_CACHE=1",
-                                "FAKETIME_DONT_FAKE_MONOTONIC=1",
-                                "ASAN_OPTIONS=verify_asan_link_order=0",
-                                server_binary(),
-                                "--listen",
-                                "127.0.0.1:0",
-                                "--store",
-                                "memory:",
-                                "--token",
-                                test_token,
-                                "--tick",
-                                "10",
-                                "--retry-base",
-                                "100",
-                                "--retry-cap",
-                                "100"};
-  server_process s(std::move(args), "/usr/bin/env");
-  s.wait_listening();
+  auto sp = start_skewed(skew_file, {"--retry-base", "100", "--retry-cap", "100"});
+  server_process& s = *sp;
   INFO(s.output_tail());
   http_client c(s.port());
   write_skew(skew_file, "+1h");

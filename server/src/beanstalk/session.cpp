@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <utility>
 
 #include "beanstalk/reply.hpp"
 #include "beanstalk/stats_yaml.hpp"
@@ -105,11 +106,28 @@ void session::watch_state() {
     ++command_gen_;
     command_timer_.cancel();
   }
-  // Holding nothing: the listener may close it for room, and the idle
-  // timeout runs.
-  const bool idle = !partial && !busy_ && !closing_ && reserved_.empty() && waiter_ == 0 &&
-                    out_.empty() && writing_.empty() && in_pos_ == in_.size();
-  if (idle && !idle_) {
+  // Holding nothing (no reservation, no reserve waiting, no command being
+  // answered, no reply unsent): the listener may close it for room, and the
+  // idle timeout runs. A command begun and left unfinished holds nothing
+  // either: such a connection is idle since its last byte (a client that
+  // stalls mid-command must not be able to keep its place at the cap for
+  // a whole command deadline).
+  const bool idle = !busy_ && !closing_ && reserved_.empty() && waiter_ == 0 && out_.empty() &&
+                    writing_.empty() && (partial || in_pos_ == in_.size());
+  const bool progressed = std::exchange(progressed_, false);
+  if (idle && idle_ && progressed) {
+    // Bytes came: idle from now, at the back of the registry's list.
+    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    if (limits_.idle_timeout.count() > 0) {
+      const std::uint64_t gen = ++idle_gen_;
+      idle_timer_.expires_after(limits_.idle_timeout);
+      idle_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->idle_ || self->idle_gen_ != gen) return;
+        self->registry_.count_close(close_reason::idle_timeout);
+        self->close();
+      });
+    }
+  } else if (idle && !idle_) {
     idle_ = true;
     registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
     if (limits_.idle_timeout.count() > 0) {
@@ -141,6 +159,7 @@ void session::read() {
       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
         self->reading_ = false;
         if (ec) return self->close();
+        self->progressed_ = true;
         self->in_.append(self->buf_.data(), n);
         self->pump();
       });

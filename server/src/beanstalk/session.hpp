@@ -120,6 +120,7 @@ class session : public std::enable_shared_from_this<session> {
   std::uint64_t id_ = 0;     // the registry's number for it
   bool in_command_ = false;  // a command begun, not finished by the client
   bool idle_ = false;        // on the registry's idle list
+  bool progressed_ = false;  // bytes came since the last watch_state()
   std::uint64_t command_gen_ = 0, idle_gen_ = 0;
   boost::asio::steady_timer command_timer_, idle_timer_;
 };
