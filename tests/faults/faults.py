@@ -13,9 +13,10 @@ what it made on exit, on SIGINT and SIGTERM; the namespaces of an earlier run
 that was killed with SIGKILL are removed at the next start.
 
 Modes:
-  (default) short: each fault once, 5 s on and 4 s off (about 3 minutes): CI
+  (default) short: each fault once, 4 s on (twice the lease) and 3 s off
+                   (about 2 minutes): CI
   --full:          each fault twice, 10 s on and 10 s off, then 60 s of
-                   faults mixed (about 12 minutes)
+                   faults mixed (about 11 minutes)
 """
 
 import argparse
@@ -61,8 +62,8 @@ def main():
         sys.exit("faults.py: %s is not an executable" % server)
 
     full = args.full
-    on_s = args.on_s if args.on_s is not None else (10 if full else 5)
-    off_s = args.off_s if args.off_s is not None else (10 if full else 4)
+    on_s = args.on_s if args.on_s is not None else (10 if full else 4)
+    off_s = args.off_s if args.off_s is not None else (10 if full else 3)
     cycles = args.cycles if args.cycles is not None else (2 if full else 1)
     mix_s = args.mix_s if args.mix_s is not None else (60 if full else 0)
 

@@ -68,7 +68,7 @@ class Api:
         if data is not None:
             headers["Content-Type"] = "application/json"
         t0 = time.time()
-        sent = False
+        sent = ever_sent = False
         for attempt in (0, 1):
             c = self.conns.get(inst)
             fresh = c is None
@@ -93,15 +93,17 @@ class Api:
                 # this request (idle): send once more on a fresh one, only
                 # when nothing of an answer came (the same rule the server's
                 # forwarder follows).
+                # The first try's request may have reached the server all
+                # the same (it was read, then the server died): once any try
+                # was written, the outcome is unknown, whatever follows.
+                ever_sent = ever_sent or sent
                 if not fresh and attempt == 0 and isinstance(
                         e, (http.client.RemoteDisconnected, BrokenPipeError,
                             ConnectionResetError)):
                     sent = False
                     continue
                 t1 = time.time()
-                kind = "no_answer" if sent else "unreachable"
-                if isinstance(e, (ConnectionRefusedError,)) or "unreachable" in str(e):
-                    kind = "unreachable" if not sent else kind
+                kind = "no_answer" if (sent or ever_sent) else "unreachable"
                 return 0, {"error": kind, "message": str(e)[:200]}, {}, t0, t1
         return 0, {"error": "unreachable"}, {}, t0, time.time()
 
