@@ -34,9 +34,10 @@ class ticker {
   /// already due (which the wheel files at tick 1) runs at once.
   void anchor() noexcept {
     anchor_steady_ = std::chrono::steady_clock::now() - tick_;
-    anchor_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::system_clock::now().time_since_epoch() - tick_)
-                     .count();
+    anchor_wall_ = std::chrono::system_clock::now() - tick_;
+    anchor_ms_ =
+        std::chrono::duration_cast<std::chrono::milliseconds>(anchor_wall_.time_since_epoch())
+            .count();
     anchored_.store(true, std::memory_order_release);
   }
 
@@ -51,9 +52,12 @@ class ticker {
       return std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
           .count();
-    return anchor_ms_ + std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now() - anchor_steady_)
-                            .count();
+    // In the clocks' own resolution, floored to the millisecond once: read
+    // right after anchor(), it is the system clock's millisecond, not one
+    // or two before it.
+    const auto now = anchor_wall_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                        std::chrono::steady_clock::now() - anchor_steady_);
+    return std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count();
   }
 
   /// The first tick at or after wall-clock `due_ms` (0 for the past).
@@ -93,6 +97,7 @@ class ticker {
   boost::asio::steady_timer timer_;
   std::chrono::steady_clock::time_point anchor_steady_{};
   std::int64_t anchor_ms_ = 0;
+  std::chrono::system_clock::time_point anchor_wall_{};
   std::atomic<bool> anchored_{false};
 };
 
