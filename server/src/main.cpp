@@ -228,8 +228,10 @@ int main(int argc, char** argv) {
   std::function<void(const boost::system::error_code&, int)> on_usr1 =
       [&](const boost::system::error_code& ec, int) {
         if (ec) return;
-        std::fprintf(stderr, "delayq-server: SIGUSR1: beanstalk puts answer DRAINING from now\n");
+        // The flag first: whoever reads the line (a test, an operator's
+        // script) may put at once, and must get DRAINING.
         server.refuse_beanstalk_puts();
+        std::fprintf(stderr, "delayq-server: SIGUSR1: beanstalk puts answer DRAINING from now\n");
         usr1.async_wait(on_usr1);
       };
   usr1.async_wait(on_usr1);
