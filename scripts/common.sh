@@ -62,6 +62,14 @@ ensure_node_npm() {
 # (bench/peers/node/package-lock.json), node and npm from ensure_node_npm.
 DELAYQ_TEST_DEPS+=(python3)
 # --- end of the peer benchmarks' part ---
+# --- the fault harness (issue 33; tests/faults/, docs/faults.md) ---
+# iproute2 makes the network namespaces and veth pairs (ip netns); faketime
+# (libfaketime) skews one instance's wall clock; util-linux's setpriv ties
+# every process the harness starts to it (--pdeathsig). The harness runs on
+# Debian's python3 (stdlib only). The clock regression test in
+# tests/server/faults_found_process_test.cpp uses libfaketime too.
+DELAYQ_TEST_DEPS+=(iproute2 faketime util-linux python3)
+# --- end of the fault harness's part ---
 
 # The configuration of build/: test.sh stage "build", demo.sh and server.sh
 # share it. -g1 (line tables and function names: enough for a backtrace)

@@ -190,6 +190,10 @@ std::size_t engine::pending() const { return core_->pending(); }
 
 std::size_t engine::fire_due() { return core_->fire_due(); }
 std::string engine::owner_of(std::string_view id) const { return core_->owner_of(id); }
+bool engine::attempt_current(const task& t) const noexcept { return core_->attempt_current(t); }
+std::chrono::system_clock::time_point engine::now() const noexcept {
+  return std::chrono::system_clock::time_point{std::chrono::milliseconds{core_->clock_ms()}};
+}
 
 std::vector<std::string> engine::members() const { return core_->members(); }
 

@@ -438,7 +438,10 @@ tcp::endpoint server_app::start() {
   if (!options_.beanstalk_listen.empty()) {
     p.beanstalk = std::make_unique<beanstalk::listener>(
         io_.get_executor(), std::move(beanstalk_allow), options_.max_connections,
-        options_.max_job_size, [this] { return next_connection_executor(); });
+        options_.max_job_size,
+        beanstalk::connection_limits{options_.beanstalk_command_timeout,
+                                     options_.beanstalk_idle_timeout},
+        [this] { return next_connection_executor(); });
     for (const std::string& spec : options_.beanstalk_listen)
       beanstalk_addresses_.push_back(p.beanstalk->listen(spec));
   }
@@ -594,6 +597,16 @@ void server_app::bring_up() {
     // a target has its tasks waiting for consumers pushed, as the PUT does
     // on the instance that took it. Runs on an engine thread, one call at a
     // time; the engine stops (and joins it) before the registry and broker go.
+    // A hand-over waits for the attempts on the shard: tasks waiting here
+    // for a consumer or a connection, which nobody works on yet, are given
+    // back at once when their shard is lost or leaving (the next owner runs
+    // them), so they cannot hold it up. On the engine's lease thread.
+    eo.on_attempts_stale = [&p] {
+      const delayq::engine* e = p.engine.get();
+      if (e == nullptr) return;
+      p.broker->release_stale();
+      p.pusher->release_queued([e](const task& t) { return !e->attempt_current(t); });
+    };
     eo.on_settings_changed = [&p, failing = false, stored_key]() mutable {
       boost::system::error_code load_ec;
       const std::vector<std::string> gained = p.registry->load(load_ec);
@@ -645,11 +658,23 @@ void server_app::bring_up() {
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   // A consumer's wait that ends the instant a task comes due gets the task.
   p.broker->set_before_timeout([engine = p.engine.get()] { engine->fire_due(); });
+  // A ready task waits in the broker until a consumer comes, maybe after
+  // this instance stalled or was cut off and its shard moved on: such an
+  // attempt is given back, not handed out (the shard's owner runs it).
+  p.broker->set_attempt_check([&p](const task& t) {
+    const delayq::engine* e = p.engine.get();
+    return e == nullptr || e->attempt_current(t);
+  });
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
 
   api_parts ap;
   ap.engine = p.engine.get();
+  if (p.beanstalk) {
+    ap.extra_metrics = [b = p.beanstalk.get()](std::string& out) {
+      b->registry().render_metrics(out);
+    };
+  }
   ap.broker = p.broker.get();
   ap.registry = p.registry.get();
   ap.pusher = p.pusher.get();

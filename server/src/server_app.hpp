@@ -66,6 +66,13 @@ struct server_options {
   std::vector<std::string> beanstalk_allow;
   /// --max-job-size: the largest beanstalk job body (JOB_TOO_BIG beyond).
   std::size_t max_job_size = 65535;
+  /// --beanstalk-command-timeout: from a beanstalk command's first byte to
+  /// its last (the line, then a put's body); past it the connection closes.
+  std::chrono::milliseconds beanstalk_command_timeout{30'000};
+  /// --beanstalk-idle-timeout: a beanstalk connection that holds no
+  /// reservation, waits in no reserve and has no command under way is
+  /// closed after this long. 0: never.
+  std::chrono::milliseconds beanstalk_idle_timeout{0};
 };
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"

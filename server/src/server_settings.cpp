@@ -339,6 +339,24 @@ const std::vector<setting>& settings() {
          c.options.max_job_size = static_cast<std::size_t>(whole(v, 1, std::int64_t{1} << 30));
        },
        [](const c_t& c) { return number(c.options.max_job_size); }},
+      {"beanstalk_command_timeout", kind::value, "D",
+       "the most a beanstalk client may take to send one command, from its first byte to its "
+       "last (line and body), 100ms to 1h; past it the connection is closed",
+       "", "", false, false,
+       [](c_t& c, const std::string& v, const origin&) {
+         c.options.beanstalk_command_timeout =
+             duration_within(v, milliseconds{100}, std::chrono::hours{1}, "100ms to 1h");
+       },
+       [](const c_t& c) { return one(show_duration(c.options.beanstalk_command_timeout)); }},
+      {"beanstalk_idle_timeout", kind::value, "D",
+       "close a beanstalk connection that holds no reservation, waits in no reserve and has no "
+       "command under way once it stayed so this long, 0s (never) to 24h",
+       "", "", false, false,
+       [](c_t& c, const std::string& v, const origin&) {
+         c.options.beanstalk_idle_timeout =
+             duration_within(v, milliseconds{0}, std::chrono::hours{24}, "0s to 24h");
+       },
+       [](const c_t& c) { return one(show_duration(c.options.beanstalk_idle_timeout)); }},
       {"max_body", kind::value, "BYTES", "largest request body in bytes (413 beyond)", "", "",
        false, false,
        [](c_t& c, const std::string& v, const origin&) {

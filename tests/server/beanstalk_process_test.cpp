@@ -697,3 +697,126 @@ TEST_CASE(
   CHECK(ba.cmd("peek " + n) == "NOT_FOUND");
   CHECK(bb.cmd("delete " + n) == "NOT_FOUND");
 }
+
+// Clients that hold connections (issue 33, docs/beanstalk.md "Connections"):
+// a deadline for a command once begun, an optional idle timeout, and room
+// made at --max-connections by closing the longest-idle connection.
+
+namespace {
+
+// A counter of GET /metrics, summed over its samples that carry `label`
+// ("" : all of them); -1 when absent.
+double metric(http_client& h, const std::string& name, const std::string& label = "") {
+  auto m = h.get("/metrics");
+  REQUIRE(m.status == 200);
+  std::istringstream in(m.body);
+  std::string line;
+  double sum = -1;
+  while (std::getline(in, line)) {
+    if (!line.starts_with(name) || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if (next != ' ' && next != '{') continue;
+    if (!label.empty() && line.find(label) == std::string::npos) continue;
+    sum = (sum < 0 ? 0 : sum) + std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("beanstalk: a command begun and not finished within its deadline closes the connection") {
+  bs_server s("memory:", {"--beanstalk-command-timeout", "1s"});
+  http_client h(s.p->port(), test_token);
+  auto idle = s.client();  // says nothing: no command begun, never closed for it
+  auto body = s.client();
+  body.send("put 0 0 10 100\r\nabc");  // the body never finishes
+  auto line = s.client();
+  line.send("reserv");  // the line never ends
+  CHECK(body.closed_by_server());
+  CHECK(line.closed_by_server());
+  CHECK(idle.cmd("list-tube-used") == "USING default");
+  // A command that arrives whole, however slowly the client types between
+  // commands, is not cut.
+  CHECK(idle.put("x").starts_with("INSERTED "));
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"command_timeout\"") == 2);
+  CHECK(metric(h, "delayq_beanstalk_connections") == 1);
+}
+
+TEST_CASE("beanstalk: at --max-connections the longest-idle connection makes room for a new one") {
+  bs_server s("memory:", {"--max-connections", "4"});
+  http_client h(s.p->port(), test_token);
+  auto oldest = s.client();
+  CHECK(oldest.cmd("use t") == "USING t");
+  // A command begun and left unfinished holds nothing: idle since its last
+  // byte (else a client could hold the cap with stalled commands).
+  oldest.send("put 0 0 10 100\r\nabc");
+  auto holder = s.client();  // holds a reservation: never closed to make room
+  CHECK(holder.cmd("use held") == "USING held");
+  CHECK(holder.put("job", 0, 0, 120).starts_with("INSERTED "));
+  CHECK(holder.cmd("watch held") == "WATCHING 2");
+  const auto held = holder.reserve();
+  REQUIRE(held.word == "RESERVED");
+  auto waiter = s.client();  // waits in a reserve: never closed to make room
+  CHECK(waiter.cmd("watch w") == "WATCHING 2");
+  waiter.send("reserve\r\n");
+  auto younger = s.client();
+  CHECK(younger.cmd("list-tube-used") == "USING default");
+  // Four open: the fifth gets room, and the oldest idle one goes.
+  auto fifth = s.client();
+  CHECK(fifth.cmd("list-tube-used") == "USING default");
+  CHECK(oldest.closed_by_server());
+  CHECK(younger.cmd("list-tube-used") == "USING default");
+  CHECK(holder.cmd("touch " + std::to_string(held.id)) == "TOUCHED");
+  CHECK(fifth.cmd("use w") == "USING w");
+  CHECK(fifth.put("for the waiter").starts_with("INSERTED "));
+  CHECK(waiter.job_reply().data == "for the waiter");
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"evicted\"") == 1);
+
+  // When every connection holds a reservation or waits in a reserve, none
+  // is closed for a newcomer: it is refused, as before.
+  waiter.send("reserve\r\n");
+  younger.send("reserve\r\n");
+  fifth.send("reserve\r\n");
+  REQUIRE(eventually([&] { return metric(h, "delayq_beanstalk_connections_waiting") == 3; }));
+  auto refused = s.client();
+  CHECK(refused.closed_by_server());
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"refused\"") == 1);
+  CHECK(metric(h, "delayq_beanstalk_connections") == 4);
+}
+
+TEST_CASE("beanstalk: --beanstalk-idle-timeout closes connections that hold nothing, only those") {
+  bs_server s("memory:", {"--beanstalk-idle-timeout", "1s"});
+  http_client h(s.p->port(), test_token);
+  auto holder = s.client();
+  CHECK(holder.put("job", 0, 0, 120).starts_with("INSERTED "));
+  const auto held = holder.reserve();
+  REQUIRE(held.word == "RESERVED");
+  auto waiter = s.client();
+  CHECK(waiter.cmd("watch w") == "WATCHING 2");
+  waiter.send("reserve-with-timeout 60\r\n");
+  auto idle = s.client();
+  CHECK(idle.cmd("list-tube-used") == "USING default");
+  CHECK(idle.closed_by_server());
+  // The two others are still served.
+  CHECK(holder.cmd("touch " + std::to_string(held.id)) == "TOUCHED");
+  CHECK(holder.cmd("use w") == "USING w");
+  CHECK(holder.put("for the waiter").starts_with("INSERTED "));
+  CHECK(waiter.job_reply().data == "for the waiter");
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"idle_timeout\"") == 1);
+}
+
+TEST_CASE("beanstalk: bad connection deadlines stop the server at start") {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--beanstalk-command-timeout", "0s"},
+                                                        {"--beanstalk-command-timeout", "2h"},
+                                                        {"--beanstalk-idle-timeout", "-1s"},
+                                                        {"--beanstalk-idle-timeout", "soon"}}) {
+    CAPTURE(flag);
+    CAPTURE(value);
+    server_process p({"--listen", "127.0.0.1:0", "--store", "memory:", "--beanstalk-listen",
+                      "127.0.0.1:0", flag, value});
+    const int status = p.wait();
+    CHECK(status != 0);
+    CHECK(p.output_tail().find(flag) != std::string::npos);
+  }
+}

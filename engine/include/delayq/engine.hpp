@@ -257,6 +257,27 @@ class engine {
   /// members yet. Never touches the store.
   std::string owner_of(std::string_view id) const;
 
+  /// Whether the attempt of `t` (a task an executor was given) still runs
+  /// under its shard's lease. Without engine_options::cluster: always true.
+  /// With one: true while this instance holds the lease of t's shard with
+  /// the token the attempt started under (task::fence), the lease is within
+  /// its valid_until, and the shard is not being handed over; the same test
+  /// the engine makes before it starts an attempt. An asynchronous executor
+  /// that hands its task on later (delayq-server's consumers reserve it,
+  /// maybe seconds after it fired) asks before it does, and abandons the
+  /// attempt when it is false: the shard's owner runs the task then.
+  /// Lock-free; never touches the store.
+  bool attempt_current(const task& t) const noexcept;
+
+  /// Now, by the clock the engine fires by: the system clock as read at
+  /// start(), advanced since by the steady clock (before start(): the
+  /// system clock). Turn a relative delay into a due time with it (the
+  /// engine's delay forms do): a step of the system clock after start
+  /// moves neither the tasks waiting nor the due times computed from it,
+  /// so "in 2 s" is 2 s away however the system clock is set meanwhile.
+  /// Whole milliseconds. Lock-free.
+  std::chrono::system_clock::time_point now() const noexcept;
+
   /// engine_options::cluster: the live members of the last answered lease
   /// round, sorted (this instance among them); empty without a cluster or
   /// before start(). Never touches the store.
@@ -340,7 +361,7 @@ auto engine::async_schedule(std::string type, std::string payload, duration dela
   // now + a huge delay would overflow: map out-of-range delays to due times
   // that schedule_at() refuses with the same errors schedule() gives.
   time_point due;
-  const auto now = std::chrono::system_clock::now();
+  const auto now = this->now();
   if (delay < duration{0})
     due = time_point{} - std::chrono::milliseconds{1};  // errc::invalid_delay
   else if (delay > this->options().max_delay ||

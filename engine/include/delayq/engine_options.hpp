@@ -201,6 +201,19 @@ struct engine_options {
   /// It may call the store. An exception from it is logged and counts as
   /// false.
   std::function<bool()> on_settings_changed;
+
+  /// engine_options::cluster: called after each lease round in which shards
+  /// were lost or are leaving. A hand-over waits for every attempt running
+  /// on the shard, and an asynchronous executor may hold attempts it has not
+  /// begun any work on (delayq-server: a task waiting for a consumer, a push
+  /// waiting for a connection): it should then ask engine::attempt_current()
+  /// of each and abandon (drop the completion of) those it is false for,
+  /// which the shard's next owner runs instead. Otherwise one that nobody
+  /// takes holds the hand-over up, and every task due on the shard with it,
+  /// for as long as it waits. Runs on the engine's lease thread, without the
+  /// engine's lock; keep it short (no store, no network). An exception from
+  /// it is logged and ignored.
+  std::function<void()> on_attempts_stale;
 };
 
 }  // namespace delayq

@@ -16,7 +16,7 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
                                                  const type_registry::type_info& type,
                                                  std::string_view id, std::uint32_t attempts_before,
                                                  bool replaced, bool stopping,
-                                                 std::vector<alert>& alerts) {
+                                                 std::vector<alert>& alerts, std::int64_t now_ms) {
   if (o.result == outcome::what::released || o.result == outcome::what::buried) {
     // The executor's own verdict: neither a success nor a failure (no
     // failure-rate alert), and the retry policy has no say.
@@ -52,7 +52,7 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
                               std::to_string(attempts) + " of " +
                               std::to_string(policy.max_attempts) + " failed: " + o.failure +
                               "; retrying in " + std::to_string(wait.count()) + " ms");
-  return {verdict_kind::retry, attempts, now_ms() + wait.count()};
+  return {verdict_kind::retry, attempts, now_ms + wait.count()};
 }
 
 void attempt_settler::note_death(const task& t, const type_registry::type_info& type,

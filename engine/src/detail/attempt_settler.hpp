@@ -60,10 +60,11 @@ class attempt_settler {
   /// made `attempts_before` attempts. `replaced`: the id went to a new version
   /// while it ran. A release's due time is o.due_ms as given: the caller
   /// bounds it. Counts the outcome, logs a retry, and appends the alerts
-  /// to raise to `alerts`.
+  /// to raise to `alerts`. `now_ms`: now by the engine's clock (a retry is
+  /// due its backoff after it).
   verdict decide(const outcome& o, const type_registry::type_info& type, std::string_view id,
                  std::uint32_t attempts_before, bool replaced, bool stopping,
-                 std::vector<alert>& alerts);
+                 std::vector<alert>& alerts, std::int64_t now_ms);
   /// A bury verdict's dead letter is `t` (as written): counts and logs the
   /// death and appends its alert. `buried`: a dead letter was written (the
   /// store has the role); `asked`: the executor buried it

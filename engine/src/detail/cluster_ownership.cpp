@@ -267,6 +267,18 @@ void cluster_ownership::apply_round(const lease_round& r) {
                              std::binary_search(r.leaving.begin(), r.leaving.end(), l.shard));
   }
   for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
+  // Attempts the executors hold without having begun (a task waiting for a
+  // consumer) would hold a leaving shard for as long as nobody takes them:
+  // they are asked to give those of lost and leaving shards back.
+  if ((!r.lost.empty() || !r.leaving.empty()) && options_.on_attempts_stale) {
+    try {
+      options_.on_attempts_stale();
+    } catch (const std::exception& e) {
+      log(log_level::error, std::string("cluster: on_attempts_stale threw: ") + e.what());
+    } catch (...) {
+      log(log_level::error, "cluster: on_attempts_stale threw");
+    }
+  }
   // A shard lost and taken again in one round (a new token) is read afresh.
   // The reads run on the reader thread: this one must be back for the next
   // round in time, however large the shards.

@@ -100,6 +100,8 @@ class engine_core final : public dispatcher::owner,
   std::optional<task_status> status(std::string_view id, boost::system::error_code& ec) const;
   std::vector<task> upcoming(std::size_t limit, std::string_view type) const;
   std::string owner_of(std::string_view id) const;
+  bool attempt_current(const task& t) const noexcept { return owner_->may_start(t.id, t.fence); }
+  std::int64_t clock_ms() const noexcept { return ticker_.now_ms(); }
   std::vector<std::string> members() const;
   std::size_t pending() const;
   /// engine::fire_due().

@@ -103,7 +103,7 @@ std::size_t engine_core::fire_due() {
   // is filed at the first boundary at or after its due time), then, of the
   // tick under way, the tasks due by now's millisecond: nothing fires
   // early, and nothing due waits for the boundary.
-  const std::int64_t now = now_ms();
+  const std::int64_t now = ticker_.now_ms();  // the clock the wheel fires by
   advance(ticker_.last_tick_by(now), due, now);
   dispatcher_.push(due);
   // The timer may be armed for a tick just emptied: it then wakes once for
@@ -148,7 +148,8 @@ void engine_core::advance_locked(task_table& t, std::uint64_t to_tick, std::vect
   }
   if (!held_back.empty()) {
     // A round from now: renewed, they run; lost, apply_round let go of them.
-    const std::uint64_t later = ticker_.tick_for(now_ms() + owner_->hold_back().count());
+    const std::uint64_t later =
+        ticker_.tick_for(ticker_.now_ms() + owner_->hold_back().count());
     for (timer_wheel::handle h : held_back) {
       t.wheel.arm(h, later);
       // Not held at all (lost while a write about it was in flight): let go.

@@ -13,21 +13,6 @@ namespace {
 namespace tsw = task_state_word;
 }  // namespace
 
-namespace {
-
-// Whether `due_ms` has come, asking the precise clock only when the coarse
-// one (a few nanoseconds to read, a few milliseconds behind at most) cannot
-// tell: most tasks are armed for later, and a schedule arms one each.
-bool due_by_now(std::int64_t due_ms) noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  const std::int64_t coarse = std::int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1'000'000;
-  if (due_ms > coarse + 50) return false;
-  return due_ms <= now_ms();
-}
-
-}  // namespace
-
 void engine_core::arm_locked(task_table& t, timer_wheel::handle h, std::int64_t due_ms,
                              after_lock* after) {
   // A task already due when its write lands (a schedule without delay, a
@@ -35,7 +20,12 @@ void engine_core::arm_locked(task_table& t, timer_wheel::handle h, std::int64_t 
   // dispatcher at once. Through the wheel it would wait for the next tick
   // boundary: the ticker files a due time at the first boundary at or after
   // it, and the boundary of the tick now running is the wheel's past.
-  if (after != nullptr && due_by_now(due_ms) &&
+  // Due by the wheel's own clock (ticker::now_ms()), not the system clock:
+  // a system clock stepped ahead would send tasks that are seconds away to
+  // the workers now. The precise clock is read only when the coarse one (a
+  // few nanoseconds, a few milliseconds behind at most) cannot tell: most
+  // tasks are armed for later, and a schedule arms one each.
+  if (after != nullptr && due_ms <= ticker_.coarse_now_ms() + 50 && due_ms <= ticker_.now_ms() &&
       state_.load(std::memory_order_relaxed) == run_state::running &&
       owner_->may_fire_locked(t.ref(h), t.wheel.id(h), std::chrono::steady_clock::now()) != 0) {
     if (t.wheel.is_armed(h)) t.wheel.disarm(h);

@@ -277,7 +277,7 @@ void api_router::add_task(call& c) {
   // in-process store, else from the store write's completion; 201 only once
   // durable, and a task due now is in the broker's ready order by then.
   parts_.engine->async_schedule_at(
-      std::move(r.type), std::move(r.payload), r.when.due(system_clock::now()), std::move(opts),
+      std::move(r.type), std::move(r.payload), r.when.due(parts_.engine->now()), std::move(opts),
       direct([respond = std::move(c.respond), broker = parts_.broker,
               replace = r.conflict == on_conflict::replace](boost::system::error_code ec,
                                                             std::string id) {
@@ -364,7 +364,7 @@ void api_router::split_batch_call(call& c, std::vector<add_request> rs,
 http_answer api_router::store_batch(std::vector<add_request> rs) {
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
-  const auto now = system_clock::now();
+  const auto now = parts_.engine->now();
   std::vector<std::string> replaced;
   for (add_request& r : rs) {
     if (r.conflict == on_conflict::replace && !r.id.empty()) replaced.push_back(r.id);
@@ -459,7 +459,7 @@ void api_router::reschedule_task(call& c, const std::string& id) {
   if (auto e = parse_when(c.body, w)) return c.fail(*e);
   if (forward_foreign(c, id)) return;
   blocking(std::move(c.respond), [this, id, w] {
-    const auto due = w.due(system_clock::now());
+    const auto due = w.due(parts_.engine->now());
     return chase(id, "rescheduled", [&](boost::system::error_code& ec) {
       return parts_.engine->reschedule(id, due, ec);
     });

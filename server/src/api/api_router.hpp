@@ -49,6 +49,9 @@ struct api_parts {
   peer_directory* peers = nullptr;
   const peer_forwarder* forwarder = nullptr;
   forward_limits forwarding;
+  /// Appends series of other parts to /metrics (the beanstalk listener's);
+  /// may be empty.
+  std::function<void(std::string&)> extra_metrics;
 };
 
 /// Thread safety: handle() may be called from any thread, concurrently.

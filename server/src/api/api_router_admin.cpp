@@ -113,7 +113,7 @@ void api_router::requeue_dead(call& c, const std::string& id) {
     when_spec w;
     w.delay_ms = delay.count();
     boost::system::error_code ec;
-    const bool found = parts_.engine->requeue(id, w.due(system_clock::now()), ec);
+    const bool found = parts_.engine->requeue(id, w.due(parts_.engine->now()), ec);
     if (ec) return error_answer(from_error_code(ec));
     if (!found) return error_answer(not_found("no dead letter with id " + id));
     return no_content();
@@ -189,6 +189,7 @@ void api_router::stats(call& c) {
         {"failed_by_consumers", b.failed},
         {"leases_expired", b.expired},
         {"given_back", b.given_back},
+        {"stale_given_back", b.stale},
         {"pushes_in_flight", parts_.pusher->in_flight()},
         {"pushes_queued", parts_.pusher->queued()},
         {"pushes_sent", parts_.pusher->sent()},
@@ -229,6 +230,7 @@ void api_router::metrics(call& c) {
   if (parts_.forwarder != nullptr)
     m.forward_markers_rejected = parts_.forwarder->markers_rejected();
   a.body = render_metrics(m, *parts_.pusher, parts_.http);
+  if (parts_.extra_metrics) parts_.extra_metrics(a.body);
   c.answer(std::move(a));
 }
 

@@ -123,7 +123,7 @@ void job_service::put(std::string type, std::string body, std::uint32_t priority
     }
     done(std::move(a));
   };
-  const auto due = system_clock::now() + std::chrono::seconds{delay_s};
+  const auto due = p_.engine->now() + std::chrono::seconds{delay_s};
   const auto ttr = std::chrono::seconds{std::clamp<std::uint32_t>(ttr_s, 1, max_ttr_s)};
   // One instance stores every number; a cluster's member picks one of its
   // own shards' (own_number(), on the blocking threads).
@@ -248,7 +248,7 @@ void job_service::release(const leased_task& held, std::uint32_t priority, std::
                           answer_handler done) {
   auto shared = std::make_shared<answer_handler>(std::move(done));
   const auto r = p_.broker->release(
-      held.t.id, held.lease, system_clock::now() + std::chrono::seconds{delay_s}, priority,
+      held.t.id, held.lease, p_.engine->now() + std::chrono::seconds{delay_s}, priority,
       [this, shared, id = held.t.id, delay_s](boost::system::error_code ec) {
         if (!ec) {
           with_counts(id, [&](job_counts& c) {
@@ -292,7 +292,7 @@ void job_service::reserve_job(std::uint64_t job, answer_handler done) {
   // it to the broker (within a tick or two).
   blocking(std::move(done), [this, id = *id, terms] {
     boost::system::error_code ec;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     const auto st = p_.engine->status(id, ec);
     if (ec) return error(ec);
     if (!st) {
@@ -437,7 +437,7 @@ void job_service::peek_delayed(const std::string& type, answer_handler done) {
   blocking(std::move(done), [this, type] {
     // The delayed job with the shortest delay left: the earliest due of
     // the type's pending tasks that is still in the future.
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     for (const task& t : p_.engine->upcoming(64, type))
       if (t.due > now) return job_answer(t);
     return answer{.what = answer::kind::not_found};
@@ -460,7 +460,7 @@ void job_service::kick(const std::string& type, std::uint64_t bound, answer_hand
     boost::system::error_code ec;
     const std::size_t limit = static_cast<std::size_t>(std::min<std::uint64_t>(bound, 1u << 20));
     answer a;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     const auto kicked = [&](const std::string& id) {
       ++a.count;
       with_counts(id, [](job_counts& c) { ++c.kicks; });
@@ -487,7 +487,7 @@ void job_service::kick_job(std::uint64_t job, answer_handler done) {
   if (foreign(*id)) return forward_kick(*id, std::move(done));
   blocking(std::move(done), [this, id = *id] {
     boost::system::error_code ec;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     const auto kicked = [&] {
       with_counts(id, [](job_counts& c) { ++c.kicks; });
       return answer{};
@@ -521,7 +521,7 @@ void job_service::stats_job(std::uint64_t job, answer_handler done) {
   if (!id) return done(answer{.what = answer::kind::not_found});
   blocking(std::move(done), [this, job, id = *id] {
     boost::system::error_code ec;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     std::optional<task> t;
     job_stats s;
     std::chrono::nanoseconds left{0};

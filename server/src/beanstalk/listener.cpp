@@ -20,14 +20,15 @@ namespace ip = boost::asio::ip;
 using local = boost::asio::local::stream_protocol;
 
 listener::listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
-                   std::size_t max_connections, std::size_t max_job_size,
+                   std::size_t max_connections, std::size_t max_job_size, connection_limits limits,
                    std::function<boost::asio::any_io_executor()> session_executor)
     : ex_(ex),
       session_executor_(std::move(session_executor)),
       strand_(boost::asio::make_strand(ex)),
       allow_(std::move(allow)),
       max_connections_(max_connections),
-      max_job_size_(max_job_size) {}
+      max_job_size_(max_job_size),
+      limits_(limits) {}
 
 // The I/O threads have stopped by now: nothing else touches the acceptors.
 listener::~listener() { close_now(); }
@@ -147,33 +148,42 @@ void listener::accept(acceptor& a, bool tcp) {
   // strand of its own: its handlers never run at once.
   a.async_accept(boost::asio::make_strand(session_executor_ ? session_executor_() : ex_),
                  [this, &a, tcp](boost::system::error_code ec, protocol::socket socket) {
-                   if (ec == boost::asio::error::operation_aborted || !a.is_open()) return;
-                   if (!ec) {
-                     boost::system::error_code peer_ec;
-                     const auto peer = socket.remote_endpoint(peer_ec);
-                     if (peer_ec || !allowed(peer)) {
-                       socket.close(peer_ec);
-                     } else if (registry_.counts().current >= max_connections_) {
-                       socket.close(peer_ec);
-                     } else {
-                       if (tcp) socket.set_option(ip::tcp::no_delay(true), peer_ec);
-                       std::make_shared<session>(std::move(socket), service_, registry_,
-                                                 max_job_size_)
-                           ->start();
-                     }
-                   } else {
-                     // Out of descriptors and the like: accept again a little later (a
-                     // connection may have closed by then), without spinning.
-                     log(log_level::warning, "beanstalk: accept failed: " + ec.message());
-                     auto t = std::make_shared<boost::asio::steady_timer>(a.get_executor());
-                     t->expires_after(std::chrono::milliseconds{100});
-                     t->async_wait([this, &a, tcp, t](const boost::system::error_code& e) {
-                       if (!e && a.is_open()) accept(a, tcp);
-                     });
-                     return;
-                   }
-                   accept(a, tcp);
-                 });
+    if (ec == boost::asio::error::operation_aborted || !a.is_open()) return;
+    if (!ec) {
+      boost::system::error_code peer_ec;
+      const auto peer = socket.remote_endpoint(peer_ec);
+      bool room = true;
+      if (!peer_ec && allowed(peer) && registry_.counts().current >= max_connections_) {
+        // Full: the connection idle the longest makes room (a client that
+        // leaks connections would otherwise lock every other out), unless
+        // every one holds a job or waits for one.
+        if (auto oldest = registry_.take_longest_idle()) {
+          oldest->evict();
+        } else {
+          registry_.count_refused();
+          room = false;
+        }
+      }
+      if (peer_ec || !allowed(peer) || !room) {
+        socket.close(peer_ec);
+      } else {
+        if (tcp) socket.set_option(ip::tcp::no_delay(true), peer_ec);
+        std::make_shared<session>(std::move(socket), service_, registry_, max_job_size_, limits_)
+            ->start();
+      }
+    } else {
+      // Out of descriptors and the like: accept again a little later (a
+      // connection may have closed by then), without spinning.
+      log(log_level::warning, "beanstalk: accept failed: " + ec.message());
+      auto t = std::make_shared<boost::asio::steady_timer>(a.get_executor());
+      t->expires_after(std::chrono::milliseconds{100});
+      t->async_wait([this, &a, tcp, t](const boost::system::error_code& e) {
+        if (!e && a.is_open()) accept(a, tcp);
+      });
+      return;
+    }
+    accept(a, tcp);
+  });
 }
 
 void listener::stop_accepting() {

@@ -45,7 +45,7 @@ std::string_view error_of(answer::kind k) {
 }  // namespace
 
 session::session(socket_type socket, const std::atomic<job_service*>& service,
-                 session_registry& registry, std::size_t max_job_size)
+                 session_registry& registry, std::size_t max_job_size, connection_limits limits)
     : socket_(std::move(socket)),
       service_source_(service),
       service_(service.load()),
@@ -53,7 +53,11 @@ session::session(socket_type socket, const std::atomic<job_service*>& service,
       reader_(max_job_size),
       buf_(16 * 1024),
       soon_timer_(socket_.get_executor()),
-      write_timer_(socket_.get_executor()) {}
+      write_timer_(socket_.get_executor()),
+      limits_(limits),
+      id_(registry.next_id()),
+      command_timer_(socket_.get_executor()),
+      idle_timer_(socket_.get_executor()) {}
 
 // Nothing here may touch the service or the registry: a session still
 // queued when the server stops is destroyed with the io_context, after them.
@@ -66,6 +70,82 @@ void session::start() {
   registry_.use("", using_);
   registry_.watch(watching_.front(), +1);
   read();
+  watch_state();
+}
+
+void session::evict() {
+  boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->closed_) return;
+    // Picked while it held nothing; a reserve it made since is kept.
+    if (!self->reserved_.empty() || self->waiter_ != 0) return;
+    self->registry_.count_close(close_reason::evicted);
+    self->close();
+  });
+}
+
+void session::watch_state() {
+  if (closed_) return;
+  // A command the client began and has not finished: the line, or a put's
+  // body, partly read (the reader holds it). One deadline for the whole
+  // command, from the moment it began: a client sending a byte at a time
+  // does not stretch it.
+  const bool partial = !busy_ && !closing_ && !reader_.idle();
+  if (partial && !in_command_) {
+    in_command_ = true;
+    if (limits_.command_timeout.count() > 0) {
+      const std::uint64_t gen = ++command_gen_;
+      command_timer_.expires_after(limits_.command_timeout);
+      command_timer_.async_wait(
+          [self = shared_from_this(), gen](const boost::system::error_code& ec) {
+            if (ec || self->closed_ || !self->in_command_ || self->command_gen_ != gen) return;
+            self->registry_.count_close(close_reason::command_timeout);
+            self->close();
+          });
+    }
+  } else if (!partial && in_command_) {
+    in_command_ = false;
+    ++command_gen_;
+    command_timer_.cancel();
+  }
+  // Holding nothing (no reservation, no reserve waiting, no command being
+  // answered, no reply unsent): the listener may close it for room, and the
+  // idle timeout runs. A command begun and left unfinished holds nothing
+  // either: such a connection is idle since its last byte (a client that
+  // stalls mid-command must not be able to keep its place at the cap for
+  // a whole command deadline).
+  const bool idle = !busy_ && !closing_ && reserved_.empty() && waiter_ == 0 && out_.empty() &&
+                    writing_.empty() && (partial || in_pos_ == in_.size());
+  const bool progressed = std::exchange(progressed_, false);
+  if (idle && idle_ && progressed) {
+    // Bytes came: idle from now, at the back of the registry's list.
+    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    if (limits_.idle_timeout.count() > 0) {
+      const std::uint64_t gen = ++idle_gen_;
+      idle_timer_.expires_after(limits_.idle_timeout);
+      idle_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->idle_ || self->idle_gen_ != gen) return;
+        self->registry_.count_close(close_reason::idle_timeout);
+        self->close();
+      });
+    }
+  } else if (idle && !idle_) {
+    idle_ = true;
+    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    if (limits_.idle_timeout.count() > 0) {
+      const std::uint64_t gen = ++idle_gen_;
+      idle_timer_.expires_after(limits_.idle_timeout);
+      idle_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->idle_ || self->idle_gen_ != gen) return;
+        self->registry_.count_close(close_reason::idle_timeout);
+        self->close();
+      });
+    }
+  } else if (!idle && idle_) {
+    idle_ = false;
+    ++idle_gen_;
+    idle_timer_.cancel();
+    registry_.not_idle(id_);
+  }
 }
 
 void session::read() {
@@ -80,6 +160,7 @@ void session::read() {
       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
         self->reading_ = false;
         if (ec) return self->close();
+        self->progressed_ = true;
         self->in_.append(self->buf_.data(), n);
         self->pump();
       });
@@ -109,6 +190,7 @@ void session::pump() {
   }
   write();
   read();
+  watch_state();
 }
 
 bool session::run_here(command c) {
@@ -156,6 +238,12 @@ void session::close() {
   socket_.close(ignored);
   soon_timer_.cancel();
   write_timer_.cancel();
+  command_timer_.cancel();
+  idle_timer_.cancel();
+  if (idle_) {
+    idle_ = false;
+    registry_.not_idle(id_);
+  }
   if (counted_waiting_) {
     counted_waiting_ = false;
     registry_.wait(watching_, -1);

@@ -27,6 +27,20 @@
 
 namespace delayq::server::beanstalk {
 
+/// How long a connection may take over what it sends (docs/beanstalk.md,
+/// "Connections").
+///
+/// Thread safety: a plain value.
+struct connection_limits {
+  /// From a command's first byte to its last (the line, then a put's body);
+  /// past it the connection is closed. 0: no deadline.
+  std::chrono::milliseconds command_timeout{30'000};
+  /// A connection that holds no reservation, waits in no reserve and has
+  /// nothing begun or unanswered is closed once it stayed so this long. 0:
+  /// never (beanstalkd's way).
+  std::chrono::milliseconds idle_timeout{0};
+};
+
 /// Thread safety: none from outside; everything runs on the session's
 /// strand (the socket's executor). Keep it in a shared_ptr: start() holds
 /// it alive until the connection ends.
@@ -36,10 +50,15 @@ class session : public std::enable_shared_from_this<session> {
 
   /// `service`: read at each command until it is set (the store answered).
   session(socket_type socket, const std::atomic<job_service*>& service, session_registry& registry,
-          std::size_t max_job_size);
+          std::size_t max_job_size, connection_limits limits = {});
   ~session();
 
   void start();
+
+  /// Closes the connection to make room for a new one (the listener, at
+  /// --max-connections), unless it came to hold a reservation or wait in a
+  /// reserve since it was picked. Any thread: the work runs on the strand.
+  void evict();
 
  private:
   void read();
@@ -54,6 +73,10 @@ class session : public std::enable_shared_from_this<session> {
   bool answering_inline() const noexcept;
   void write();
   void close();
+  // After every step: arms the command deadline when a command was begun
+  // and not finished, and tells the registry (and the idle timer) whether
+  // the connection holds nothing.
+  void watch_state();
   // Appends the reply of a command of verb `v` that answered `a`.
   void reply_answer(verb v, const answer& a);
   // reserve and reserve-with-timeout; false: the reply comes later.
@@ -102,6 +125,14 @@ class session : public std::enable_shared_from_this<session> {
   // The write in flight, and its deadline.
   std::uint64_t writes_ = 0;
   boost::asio::steady_timer write_timer_;
+  // What the client takes its time over (connection_limits).
+  connection_limits limits_;
+  std::uint64_t id_ = 0;     // the registry's number for it
+  bool in_command_ = false;  // a command begun, not finished by the client
+  bool idle_ = false;        // on the registry's idle list
+  bool progressed_ = false;  // bytes came since the last watch_state()
+  std::uint64_t command_gen_ = 0, idle_gen_ = 0;
+  boost::asio::steady_timer command_timer_, idle_timer_;
 };
 
 }  // namespace delayq::server::beanstalk

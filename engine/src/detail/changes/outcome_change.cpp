@@ -102,7 +102,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
       const type_registry::type_info& type = types_.at(o.kind);
       const attempt_settler::verdict v =
           settler_.decide(o, type, t.wheel.id(h), t.wheel.attempts(h), !t.wheel.is_indexed(h),
-                          stopping, after.alerts);
+                          stopping, after.alerts, ticker_.now_ms());
       write_op op;
       switch (v.what) {
         case attempt_settler::verdict_kind::drop_replaced:

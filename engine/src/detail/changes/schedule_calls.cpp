@@ -61,7 +61,9 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
   spec.priority = opts.priority;
   spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
   if (ec) return {};
-  spec.due_ms = due_after(delay, now_ms(), options_.max_delay, ec);
+  // By the engine's clock: "in 2 s" is 2 s away however the system clock
+  // is set meanwhile.
+  spec.due_ms = due_after(delay, ticker_.now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
   std::size_t bad = 0;

@@ -82,7 +82,7 @@ signal_result engine_core::signal(std::string_view id, std::uint32_t n,
         t.set_tag(h, tsw::with_state(w, tsw::persisting));
         t.wheel.disarm(h);
         t.set_trigger(h, tc.count, signals);
-        if (result.triggered) t.wheel.set_due_ms(h, std::min(c.old_due_ms, now_ms()));
+        if (result.triggered) t.wheel.set_due_ms(h, std::min(c.old_due_ms, ticker_.now_ms()));
         return true;
       },
       ec);
