@@ -183,6 +183,15 @@ struct engine_options {
   /// It may call the store. An exception from it is logged and counts as
   /// false.
   std::function<bool()> on_settings_changed;
+  /// Recurring schedules (engine::upsert_schedule(), docs/schedules.md):
+  /// how far ahead of its time an occurrence becomes a task, 1 s to 1 day.
+  /// At most about 1.5 times this many milliseconds of a schedule's
+  /// occurrences are tasks at once; a change to a schedule reaches the
+  /// occurrences not yet made; and an occurrence is missed (missed_runs)
+  /// only when no instance could make it this long before its time. With
+  /// `cluster`, at least two leases and a second is used (a dead owner's
+  /// schedules are taken over within two leases).
+  std::chrono::milliseconds schedule_lookahead{10000};
 };
 
 }  // namespace delayq
