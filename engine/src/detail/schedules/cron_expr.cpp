@@ -111,8 +111,7 @@ bool parse_field(std::string_view text, const field_spec& f, std::uint64_t& bits
     int lo = 0, hi = 0;
     if (base == "*") {
       lo = f.lo;
-      hi = f.hi;
-      if (&f == &dow_f) hi = 6;
+      hi = f.hi;  // 0-7 for the day of week: "*/7" is Sunday, as in croniter
     } else if (const std::size_t dash = base.find('-'); dash != std::string_view::npos) {
       const std::string_view a = base.substr(0, dash), b = base.substr(dash + 1);
       lo = value_of(a, f);
@@ -138,9 +137,9 @@ bool parse_field(std::string_view text, const field_spec& f, std::uint64_t& bits
       if (lo < f.lo || lo > f.hi)
         return fail(std::to_string(lo) + " is out of range " + std::to_string(f.lo) + "-" +
                     std::to_string(f.hi));
-      // "N/S" is "N-max/S" (cron-parser, croniter, Quartz).
-      hi = stepped ? (&f == &dow_f ? 6 : f.hi) : lo;
-      if (stepped && &f == &dow_f && lo == 7) hi = 7;
+      // "N/S" is "N-max/S" (cron-parser, croniter): "5/2" in the day of
+      // week is 5-7/2, Friday and Sunday.
+      hi = stepped ? f.hi : lo;
     }
     for (int v = lo; v <= hi; v += step) bits |= std::uint64_t{1} << (&f == &dow_f ? v % 7 : v);
   }
