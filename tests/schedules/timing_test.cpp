@@ -285,7 +285,7 @@ TEST_CASE("schedules: definitions and states round-trip their bytes") {
   CHECK_FALSE(decode_definition("nightly", bytes.substr(0, bytes.size() - 1)));
   CHECK_FALSE(decode_definition("nightly", bytes + "x"));
   CHECK_FALSE(decode_definition("nightly", "\x02" + bytes.substr(1)));  // a newer version
-  schedule_state st{123, -5, 99};
+  schedule_state st{123, -5, 99, 0xfedcba9876543210};
   CHECK(decode_state(encode_state(st)) == st);
   CHECK_FALSE(decode_state(""));
 }

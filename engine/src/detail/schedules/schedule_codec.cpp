@@ -109,11 +109,12 @@ std::optional<schedule> decode_definition(std::string_view id, std::string_view 
 
 std::string encode_state(const schedule_state& st) {
   std::string out;
-  out.reserve(25);
+  out.reserve(33);
   put_u8(out, state_version);
   put_i64(out, st.cursor_ms);
   put_i64(out, st.doubt_ms);
   put_i64(out, st.updated_ms);
+  put_i64(out, static_cast<std::int64_t>(st.claimant));
   return out;
 }
 
@@ -124,6 +125,7 @@ std::optional<schedule_state> decode_state(std::string_view bytes) {
   st.cursor_ms = r.i64();
   st.doubt_ms = r.i64();
   st.updated_ms = r.i64();
+  st.claimant = static_cast<std::uint64_t>(r.i64());
   if (!r.ok || !r.in.empty()) return std::nullopt;
   return st;
 }

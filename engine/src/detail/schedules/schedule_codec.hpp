@@ -7,7 +7,7 @@
 //   | u8 has_start | i64 start_ms | u8 has_end | i64 end_ms | u8 missed
 //   | u32 priority | u32 ttr_ms | u8 conflict
 // (str: u32 length, then the bytes). state, version 1:
-//   u8 1 | i64 cursor_ms | i64 doubt_ms | i64 updated_ms
+//   u8 1 | i64 cursor_ms | i64 doubt_ms | i64 updated_ms | u64 claimant
 // A newer version, or bytes that do not parse, are refused (the schedule is
 // skipped with an error in the log, never rewritten).
 #pragma once
@@ -34,6 +34,10 @@ struct schedule_state {
   std::int64_t doubt_ms = 0;
   /// When the definition was last written (ms), for people.
   std::int64_t updated_ms = 0;
+  /// Which keeper wrote the last claim (a random number each keeper draws):
+  /// a keeper that finds its compare-and-set lost tells its own claim,
+  /// landed though its answer was lost, from another keeper's.
+  std::uint64_t claimant = 0;
 
   friend bool operator==(const schedule_state&, const schedule_state&) = default;
 };

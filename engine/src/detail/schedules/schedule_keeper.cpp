@@ -4,6 +4,7 @@
 #include "detail/schedules/schedule_keeper.hpp"
 
 #include <algorithm>
+#include <random>
 
 #include "delayq/engine.hpp"
 #include "delayq/log.hpp"
@@ -33,7 +34,11 @@ std::string occurrence_of(std::string_view id, std::int64_t ms) {
 }  // namespace
 
 schedule_keeper::schedule_keeper(delayq::engine& eng, task_store& store, keeper_options options)
-    : eng_(eng), store_(store), schedules_(store.schedules()), opt_(std::move(options)) {}
+    : eng_(eng),
+      store_(store),
+      schedules_(store.schedules()),
+      opt_(std::move(options)),
+      claimant_(std::random_device{}() | (std::uint64_t{std::random_device{}()} << 32) | 1) {}
 
 schedule_keeper::~schedule_keeper() { stop(); }
 
@@ -181,6 +186,10 @@ void schedule_keeper::release(const std::string& id) {
   {
     std::lock_guard lock(mutex_);
     busy_.erase(id);
+    // The thread drops a busy entry it finds due, for its holder to arm
+    // again: here, now that it is free.
+    if (auto it = entries_.find(id); it != entries_.end() && it->second->wake < 0)
+      arm_locked(*it->second, now_ms());
   }
   idle_cv_.notify_all();
 }
@@ -215,7 +224,7 @@ void schedule_keeper::run() {
       timeline_.erase(timeline_.begin());
       e->wake = -1;
       const std::string& id = *e->id;
-      if (busy_.count(id) != 0) continue;  // its holder arms it again
+      if (busy_.count(id) != 0) continue;  // release() arms it again
       if (!owns(id)) {
         const std::string gone = id;  // the key itself: copied before the erase
         entries_.erase(gone);
@@ -269,41 +278,37 @@ schedule_keeper::claim schedule_keeper::plan(entry& e, std::int64_t now) const {
   std::int64_t cursor = e.st.cursor_ms;
   auto first = w.next_after(cursor - 1);
   if (first && *first < cut) {
-    // Missed: their time passed before any instance claimed them.
+    // Missed: their time passed before any instance claimed them. Counted
+    // (up to 100,000), then decided by the schedule's policy.
+    std::size_t total = 0;
+    for (auto t = first; t && *t < cut && total < most_iterations; t = w.next_after(*t)) {
+      if (e.missed == missed_runs::all && c.make.size() < max_missed) c.make.push_back(*t);
+      ++total;
+    }
+    std::size_t made = 0;
     switch (e.missed) {
-      case missed_runs::skip:
-        for (auto t = first; t && *t < cut && c.missed < most_iterations; t = w.next_after(*t))
-          ++c.missed;
-        break;
-      case missed_runs::all:
-        for (auto t = first; t && *t < cut && c.missed < most_iterations; t = w.next_after(*t)) {
-          if (c.make.size() < max_missed)
-            c.make.push_back(*t);
-          else
-            ++c.missed;
-        }
-        break;
+      case missed_runs::skip: break;
+      case missed_runs::all: made = std::min(total, max_missed); break;
       case missed_runs::once: {
         // The latest before the cut: look back a minute, then 8 times as far
         // each round, rather than walk a long outage from its start.
         std::optional<std::int64_t> latest;
-        std::size_t skipped = 0;
         for (std::int64_t window = 60000;; window *= 8) {
           const std::int64_t lo = std::max(cursor, cut - window);
           std::size_t n = 0;
           for (auto t = w.next_after(lo - 1); t && *t < cut && n < most_iterations;
                t = w.next_after(*t), ++n)
             latest = *t;
-          if (latest || lo == cursor) {
-            skipped = n;
-            break;
-          }
+          if (latest || lo == cursor) break;
         }
-        if (latest) c.make.push_back(*latest);
-        c.missed = skipped > 0 ? skipped - 1 : 0;
+        if (latest) {
+          c.make.push_back(*latest);
+          made = 1;
+        }
         break;
       }
     }
+    c.missed = total - made;
     cursor = cut;
   }
   for (auto t = w.next_after(cursor - 1); t && *t <= horizon && ++looked < most_iterations;
@@ -315,6 +320,7 @@ schedule_keeper::claim schedule_keeper::plan(entry& e, std::int64_t now) const {
   // The new claim is in doubt until the next one; a doubt not yet resolved
   // stays in doubt with it.
   c.next.doubt_ms = e.doubt_check ? std::min(e.st.doubt_ms, e.st.cursor_ms) : e.st.cursor_ms;
+  c.next.claimant = claimant_;
   c.write = cursor != e.st.cursor_ms;
   return c;
 }
@@ -387,6 +393,12 @@ void schedule_keeper::carry_out(std::vector<claim>& claims) {
         entries_.erase(it);  // erased by its owner, or unreadable now
         continue;
       }
+      // Our own claim, landed though its answer was lost: claimed, and its
+      // tasks are to be made (in doubt). Another keeper's claim (a lost
+      // compare-and-set): that keeper is alive and makes its own tasks.
+      const auto now_st = decode_state(found[at]->state);
+      const bool ours = c.write && now_st && *now_st == c.next;
+      fresh->doubt_check = ours;
       fresh->id = &it->first;
       it->second = std::move(fresh);
       arm_locked(*it->second, now);
@@ -559,6 +571,7 @@ bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
     const std::int64_t now = now_ms();
     schedule_state st;
     st.updated_ms = now;
+    st.claimant = claimant_;
     st.cursor_ms = std::max(now, when.start_ms);
     if (old) {
       auto old_def = decode_definition(s.id, old->definition);

@@ -177,6 +177,8 @@ class schedule_keeper {
   std::uint64_t seen_gained_ = 0, seen_lost_ = 0;
 
   std::uint64_t made_ = 0, missed_ = 0, lost_ = 0;
+  // This keeper's mark on its claims (schedule_state::claimant).
+  const std::uint64_t claimant_;
 };
 
 }  // namespace delayq::detail::schedules
