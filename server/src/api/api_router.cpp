@@ -176,6 +176,14 @@ const std::vector<api_router::route_entry>& api_router::route_table() {
        [](api_router& r, call& c, const std::string& id) { r.requeue_dead(c, id); }},
       {v::get, "/v1/stats", [](api_router& r, call& c, const std::string&) { r.stats(c); }},
       {v::get, "/v1/upcoming", [](api_router& r, call& c, const std::string&) { r.upcoming(c); }},
+      {v::get, "/v1/schedules",
+       [](api_router& r, call& c, const std::string&) { r.list_schedules(c); }},
+      {v::put, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.put_schedule(c, id); }},
+      {v::get, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.get_schedule(c, id); }},
+      {v::delete_, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.delete_schedule(c, id); }},
   };
   return table;
 }
