@@ -115,28 +115,38 @@ std::unique_ptr<schedule_keeper::entry> schedule_keeper::entry_of(const schedule
 void schedule_keeper::load_owned(boost::system::error_code& ec) {
   ec = {};
   std::string after;
-  std::unordered_set<std::string> seen;
   const std::int64_t now = now_ms();
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, e] : entries_) e.seen = false;
+    if (entries_.empty()) {
+      const std::size_t n = schedules_->count_schedules(ec);
+      if (ec) return;
+      entries_.reserve(n);
+    }
+  }
   for (;;) {
     auto page = schedules_->list_schedules(after, 1000, ec);
     if (ec) return;
+    std::lock_guard lock(mutex_);
     for (const schedule_record& r : page) {
       if (!owns(r.id)) continue;
-      seen.insert(r.id);
-      std::lock_guard lock(mutex_);
       auto it = entries_.find(r.id);
-      if (it != entries_.end() && (busy_.count(r.id) != 0 || it->second->revision == r.revision))
+      if (it != entries_.end() && (busy_.count(r.id) != 0 || it->second.revision == r.revision)) {
+        it->second.seen = true;
         continue;
+      }
       auto e = entry_of(r);
       if (!e) continue;
       if (it != entries_.end()) {
-        disarm_locked(*it->second);
-        it->second = std::move(e);
+        disarm_locked(it->second);
+        it->second = std::move(*e);
       } else {
-        it = entries_.emplace(r.id, std::move(e)).first;
+        it = entries_.emplace(r.id, std::move(*e)).first;
       }
-      it->second->id = &it->first;
-      arm_locked(*it->second, now);
+      it->second.id = &it->first;
+      it->second.seen = true;
+      arm_locked(it->second, now);
     }
     if (page.size() < 1000) break;
     after = page.back().id;
@@ -145,8 +155,8 @@ void schedule_keeper::load_owned(boost::system::error_code& ec) {
   // holds it sees at its next claim).
   std::lock_guard lock(mutex_);
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (seen.count(it->first) == 0 && busy_.count(it->first) == 0) {
-      disarm_locked(*it->second);
+    if (!it->second.seen && busy_.count(it->first) == 0) {
+      disarm_locked(it->second);
       it = entries_.erase(it);
     } else {
       ++it;
@@ -162,7 +172,7 @@ void schedule_keeper::disarm_locked(entry& e) {
 void schedule_keeper::arm_locked(entry& e, std::int64_t now) {
   disarm_locked(e);
   std::int64_t wake = now;
-  if (!e.pending.empty()) {
+  if (e.pending) {
     wake = now + retry_ms;
   } else if (!e.doubt_check) {
     auto t = e.when.next_after(e.st.cursor_ms - 1);
@@ -188,8 +198,8 @@ void schedule_keeper::release(const std::string& id) {
     busy_.erase(id);
     // The thread drops a busy entry it finds due, for its holder to arm
     // again: here, now that it is free.
-    if (auto it = entries_.find(id); it != entries_.end() && it->second->wake < 0)
-      arm_locked(*it->second, now_ms());
+    if (auto it = entries_.find(id); it != entries_.end() && it->second.wake < 0)
+      arm_locked(it->second, now_ms());
   }
   idle_cv_.notify_all();
 }
@@ -256,11 +266,11 @@ schedule_keeper::claim schedule_keeper::plan(entry& e, std::int64_t now) const {
   c.id = *e.id;
   c.expected = e.revision;
   c.next = e.st;
-  if (!e.pending.empty()) {
+  if (e.pending) {
     // A make that failed: its occurrences are claimed already (and in doubt
     // in the store), so they are made, late if need be, before anything new.
     c.write = false;
-    c.make = e.pending;
+    c.make = *e.pending;
     return c;
   }
   const std::int64_t lookahead = opt_.lookahead.count();
@@ -400,20 +410,21 @@ void schedule_keeper::carry_out(std::vector<claim>& claims) {
       const bool ours = c.write && now_st && *now_st == c.next;
       fresh->doubt_check = ours;
       fresh->id = &it->first;
-      it->second = std::move(fresh);
-      arm_locked(*it->second, now);
+      it->second = std::move(*fresh);
+      arm_locked(it->second, now);
       continue;
     }
     if (outcome[i] == 1) {
       e.revision = c.expected + 1;
       e.st = c.next;
     }
-    e.pending.clear();
+    std::vector<std::int64_t> still;
     for (const auto& [fe, t] : failed)
-      if (fe == &e) e.pending.push_back(t);
-    made_ += c.make.size() - e.pending.size();
+      if (fe == &e) still.push_back(t);
+    made_ += c.make.size() - still.size();
     missed_ += c.missed;
-    if (e.pending.empty()) e.doubt_check = false;
+    e.pending = still.empty() ? nullptr : std::make_unique<std::vector<std::int64_t>>(std::move(still));
+    if (!e.pending) e.doubt_check = false;
     arm_locked(e, now);
   }
 }
@@ -581,9 +592,9 @@ bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
         std::lock_guard lock(mutex_);
         if (entries_.find(s.id) == entries_.end()) {
           if (auto e = entry_of(*old)) {
-            auto it = entries_.emplace(s.id, std::move(e)).first;
-            it->second->id = &it->first;
-            arm_locked(*it->second, now);
+            auto it = entries_.emplace(s.id, std::move(*e)).first;
+            it->second.id = &it->first;
+            arm_locked(it->second, now);
           }
         }
         return false;
@@ -612,13 +623,13 @@ bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
     auto e = entry_of(rec);
     auto it = entries_.find(s.id);
     if (it != entries_.end()) {
-      disarm_locked(*it->second);
-      it->second = std::move(e);
+      disarm_locked(it->second);
+      it->second = std::move(*e);
     } else {
-      it = entries_.emplace(s.id, std::move(e)).first;
+      it = entries_.emplace(s.id, std::move(*e)).first;
     }
-    it->second->id = &it->first;
-    arm_locked(*it->second, now);
+    it->second.id = &it->first;
+    arm_locked(it->second, now);
     return !old;
   }
   ec = errc::busy;
@@ -656,7 +667,7 @@ bool schedule_keeper::remove(std::string_view id, boost::system::error_code& ec)
     if (!found[0]) {
       std::lock_guard lock(mutex_);
       if (auto it = entries_.find(key); it != entries_.end()) {
-        disarm_locked(*it->second);
+        disarm_locked(it->second);
         entries_.erase(it);
       }
       return false;
@@ -671,7 +682,7 @@ bool schedule_keeper::remove(std::string_view id, boost::system::error_code& ec)
     {
       std::lock_guard lock(mutex_);
       if (auto it = entries_.find(key); it != entries_.end()) {
-        disarm_locked(*it->second);
+        disarm_locked(it->second);
         entries_.erase(it);
       }
     }

@@ -121,10 +121,14 @@ class schedule_keeper {
     std::uint64_t revision = 0;
     schedule_state st;
     bool doubt_check = false;            // resolve [doubt, cursor) at the next claim
-    std::vector<std::int64_t> pending;   // claimed, not yet tasks (a failed make)
+    bool seen = false;                   // load_owned(): found in the store this time
+    // Claimed, not yet tasks (a failed make): rare, so a pointer.
+    std::unique_ptr<std::vector<std::int64_t>> pending;
     std::int64_t wake = -1;              // in timeline_ while >= 0
   };
-  using entry_map = std::unordered_map<std::string, std::unique_ptr<entry>>;
+  // By value: a node's address is stable, and one allocation a schedule
+  // less than a pointer to it (docs/benchmarks.md, "Recurring schedules").
+  using entry_map = std::unordered_map<std::string, entry>;
 
   // What one claim decided for an entry (outside the lock).
   struct claim {
