@@ -158,11 +158,12 @@ nlohmann::json run_load(const std::string& uri, std::size_t n) {
                    {"store_read_s", read_s},
                    {"heap_bytes_per_schedule", double(heap1 - heap0) / double(n)},
                    {"rss_bytes_per_schedule", double(rss1 - rss0) / double(n)}};
-  std::printf("load %-7s %8zu schedules: start() %.3f s (reading the store alone %.3f s), heap "
-              "%.0f B and RSS %.0f B per schedule, %llu occurrences made\n",
-              j["store"].get<std::string>().c_str(), n, start_s, read_s,
-              j["heap_bytes_per_schedule"].get<double>(), j["rss_bytes_per_schedule"].get<double>(),
-              static_cast<unsigned long long>(stats.occurrences_made));
+  std::printf(
+      "load %-7s %8zu schedules: start() %.3f s (reading the store alone %.3f s), heap "
+      "%.0f B and RSS %.0f B per schedule, %llu occurrences made\n",
+      j["store"].get<std::string>().c_str(), n, start_s, read_s,
+      j["heap_bytes_per_schedule"].get<double>(), j["rss_bytes_per_schedule"].get<double>(),
+      static_cast<unsigned long long>(stats.occurrences_made));
   return j;
 }
 
@@ -236,9 +237,10 @@ nlohmann::json run_lateness(std::size_t schedules, int seconds) {
   io.stop();
   runner.join();
   const percentiles o = of(occ_ms), t = of(task_ms);
-  std::printf("lateness %zu every-second schedules for %d s, ms: occurrences p50 %.2f p99 %.2f "
-              "max %.2f (%zu); plain tasks p50 %.2f p99 %.2f max %.2f (%zu)\n",
-              schedules, seconds, o.p50, o.p99, o.max, o.n, t.p50, t.p99, t.max, t.n);
+  std::printf(
+      "lateness %zu every-second schedules for %d s, ms: occurrences p50 %.2f p99 %.2f "
+      "max %.2f (%zu); plain tasks p50 %.2f p99 %.2f max %.2f (%zu)\n",
+      schedules, seconds, o.p50, o.p99, o.max, o.n, t.p50, t.p99, t.max, t.n);
   return {{"schedules", schedules},
           {"seconds", seconds},
           {"occurrences", {{"n", o.n}, {"p50_ms", o.p50}, {"p99_ms", o.p99}, {"max_ms", o.max}}},
@@ -272,9 +274,8 @@ int main(int argc, char** argv) try {
   nlohmann::json all;
   all["load"].push_back(run_load("sqlite:" + (dir / "s.db").string(), n));
   if (!redis_uri.empty())
-    all["load"].push_back(run_load(redis_uri + "/0?prefix=bench-sched-" +
-                                       std::to_string(::getpid()),
-                                   n));
+    all["load"].push_back(
+        run_load(redis_uri + "/0?prefix=bench-sched-" + std::to_string(::getpid()), n));
   all["lateness"] = run_lateness(beats, seconds);
   std::filesystem::remove_all(dir);
   if (!out.empty()) std::ofstream(out) << all.dump(2) << "\n";

@@ -23,8 +23,8 @@ engine::engine(boost::asio::any_io_executor ex, executor_factory executors,
   k.lookahead = options.schedule_lookahead;
   if (options.cluster) {
     k.lookahead = std::max(k.lookahead, 2 * options.cluster->lease + std::chrono::seconds(1));
-    k.instance = options.cluster->instance.empty() ? default_instance_name()
-                                                   : options.cluster->instance;
+    k.instance =
+        options.cluster->instance.empty() ? default_instance_name() : options.cluster->instance;
   }
   k.max_payload = options.max_payload;
   k.type_known = [types = std::make_shared<executor_factory>(executors),
@@ -229,7 +229,6 @@ const engine_options& engine::options() const noexcept { return core_->options()
 std::string engine::store() const { return core_->store_description(); }
 engine::executor_type engine::get_executor() const noexcept { return core_->executor(); }
 
-
 // ---- recurring schedules ----------------------------------------------------
 
 bool engine::upsert_schedule(const delayq::schedule& s) {
@@ -265,7 +264,7 @@ std::optional<delayq::schedule> engine::find_schedule(std::string_view id) const
   return s;
 }
 std::optional<delayq::schedule> engine::find_schedule(std::string_view id,
-                                              boost::system::error_code& ec) const {
+                                                      boost::system::error_code& ec) const {
   return keeper_->find(id, ec);
 }
 
@@ -276,7 +275,7 @@ std::vector<delayq::schedule> engine::list_schedules(std::size_t offset, std::si
   return out;
 }
 std::vector<delayq::schedule> engine::list_schedules(std::size_t offset, std::size_t limit,
-                                             boost::system::error_code& ec) const {
+                                                     boost::system::error_code& ec) const {
   return keeper_->list(offset, limit, ec);
 }
 
@@ -290,8 +289,7 @@ std::size_t engine::count_schedules(boost::system::error_code& ec) const {
   return keeper_->count(ec);
 }
 
-std::vector<engine::time_point> engine::next_occurrences(std::string_view id,
-                                                         std::size_t n) const {
+std::vector<engine::time_point> engine::next_occurrences(std::string_view id, std::size_t n) const {
   boost::system::error_code ec;
   auto out = next_occurrences(id, n, ec);
   detail::throw_if(ec, "delayq::engine::next_occurrences");

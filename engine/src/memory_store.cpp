@@ -218,8 +218,7 @@ std::vector<std::optional<schedule_record>> memory_store::find_schedules(
   return out;
 }
 
-std::vector<schedule_record> memory_store::list_schedules(std::string_view after,
-                                                          std::size_t limit,
+std::vector<schedule_record> memory_store::list_schedules(std::string_view after, std::size_t limit,
                                                           boost::system::error_code& ec) {
   ec = {};
   std::vector<schedule_record> out;

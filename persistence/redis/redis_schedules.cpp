@@ -135,7 +135,9 @@ return n
 struct schedule_keys {
   std::string def, state, rev, ids;
   explicit schedule_keys(const detail::redis::store_keys& k)
-      : def(k.schedules), state(k.schedules + ":state"), rev(k.schedules + ":rev"),
+      : def(k.schedules),
+        state(k.schedules + ":state"),
+        rev(k.schedules + ":rev"),
         ids(k.schedules + ":ids") {}
 };
 
@@ -179,8 +181,7 @@ void redis_store::write_schedules(std::span<const schedule_write> changes,
   for (const schedule_write& w : changes) w.applied = false;
   // One script per key space, each change in its place of the batch.
   std::map<const impl::part*, std::vector<std::size_t>> by_part;
-  for (std::size_t i = 0; i < changes.size(); ++i)
-    by_part[&m.part_of(changes[i].id)].push_back(i);
+  for (std::size_t i = 0; i < changes.size(); ++i) by_part[&m.part_of(changes[i].id)].push_back(i);
   std::lock_guard lock(m.mutex);
   for (const auto& [p, which] : by_part) {
     const schedule_keys k(p->keys);
@@ -239,8 +240,7 @@ std::vector<std::optional<schedule_record>> redis_store::find_schedules(
   return out;
 }
 
-std::vector<schedule_record> redis_store::list_schedules(std::string_view after,
-                                                         std::size_t limit,
+std::vector<schedule_record> redis_store::list_schedules(std::string_view after, std::size_t limit,
                                                          boost::system::error_code& ec) {
   impl& m = *impl_;
   ec = {};
@@ -316,7 +316,8 @@ void redis_store::insert_absent(std::span<const task> tasks, boost::system::erro
     // is left alone by the second.
     m.conn.run(p->slot, "insert_absent", ec, [&](connection& conn) {
       auto replies = conn.exchange({c}, true);
-      if (replies[0]->type == REDIS_REPLY_ERROR) throw_server_error("insert_absent", replies[0].get());
+      if (replies[0]->type == REDIS_REPLY_ERROR)
+        throw_server_error("insert_absent", replies[0].get());
     });
     if (ec) return;
   }

@@ -134,8 +134,7 @@ std::vector<std::optional<schedule_record>> sqlite_store::find_schedules(
   return out;
 }
 
-std::vector<schedule_record> sqlite_store::list_schedules(std::string_view after,
-                                                          std::size_t limit,
+std::vector<schedule_record> sqlite_store::list_schedules(std::string_view after, std::size_t limit,
                                                           boost::system::error_code& ec) {
   impl& m = *impl_;
   std::vector<schedule_record> out;

@@ -93,8 +93,8 @@ struct sqlite_store::impl {
   std::optional<SQLite::Statement> due_page;        // list_due(): sqlite_due.cpp
   std::optional<SQLite::Statement> by_id;           // find(): sqlite_due.cpp
   // schedule_store (sqlite_schedules.cpp)
-  std::optional<SQLite::Statement> schedule_insert, schedule_put, schedule_state,
-      schedule_erase, schedule_find, schedule_page, schedule_count;
+  std::optional<SQLite::Statement> schedule_insert, schedule_put, schedule_state, schedule_erase,
+      schedule_find, schedule_page, schedule_count;
   void prepare_schedules();
 
   // The write thread of async_write(): batches in the order given.

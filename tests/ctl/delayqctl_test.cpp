@@ -323,12 +323,28 @@ TEST_CASE("delayqctl: --help on every verb and --version") {
     INFO(verb);
     CHECK(has(top.out, verb));
   }
-  const std::vector<std::vector<std::string>> verbs = {
-      {"stats"},    {"get"},           {"add"},          {"cancel"},          {"reschedule"},
-      {"upcoming"}, {"dead"},          {"dead", "list"}, {"dead", "requeue"}, {"dead", "purge"},
-      {"types"},    {"type"},          {"type", "set"},  {"type", "rm"},      {"health"},
-      {"signal"},   {"migrate-shards"}, {"schedules"},     {"schedules", "list"},
-      {"schedules", "get"}, {"schedules", "put"}, {"schedules", "rm"}};
+  const std::vector<std::vector<std::string>> verbs = {{"stats"},
+                                                       {"get"},
+                                                       {"add"},
+                                                       {"cancel"},
+                                                       {"reschedule"},
+                                                       {"upcoming"},
+                                                       {"dead"},
+                                                       {"dead", "list"},
+                                                       {"dead", "requeue"},
+                                                       {"dead", "purge"},
+                                                       {"types"},
+                                                       {"type"},
+                                                       {"type", "set"},
+                                                       {"type", "rm"},
+                                                       {"health"},
+                                                       {"signal"},
+                                                       {"migrate-shards"},
+                                                       {"schedules"},
+                                                       {"schedules", "list"},
+                                                       {"schedules", "get"},
+                                                       {"schedules", "put"},
+                                                       {"schedules", "rm"}};
   for (auto v : verbs) {
     v.push_back("--help");
     auto r = ctl_bare(v);

@@ -164,12 +164,15 @@ TEST_CASE("dashboard: lists the schedules with their next runs, and removes one"
   // An id and a payload that would run a script if rendered as HTML.
   const std::string nightly = "<b>nightly</b>";
   auto r = c.put("/v1/schedules/" + path_escape(nightly),
-                 json{{"type", "report"}, {"payload", "<img src=x onerror=\"window.__xss=1\">"},
-                      {"cron", "0 3 * * *"}, {"timezone", "Europe/Berlin"}});
+                 json{{"type", "report"},
+                      {"payload", "<img src=x onerror=\"window.__xss=1\">"},
+                      {"cron", "0 3 * * *"},
+                      {"timezone", "Europe/Berlin"}});
   REQUIRE_MESSAGE(r.status == 201, r.describe());
   r = c.put("/v1/schedules/hourly", json{{"type", "sync"}, {"every_ms", 3'600'000}});
   REQUIRE_MESSAGE(r.status == 201, r.describe());
-  const auto next = c.get("/v1/schedules/" + path_escape(nightly) + "?next=3").body_json["next_due_ms"];
+  const auto next =
+      c.get("/v1/schedules/" + path_escape(nightly) + "?next=3").body_json["next_due_ms"];
   REQUIRE(next.size() == 3);
 
   chromium_process browser;
@@ -188,7 +191,8 @@ TEST_CASE("dashboard: lists the schedules with their next runs, and removes one"
   CHECK(page.eval(row + ".cells[2].textContent") == "0 3 * * * (Europe/Berlin)");
   CHECK(page.eval(hourly + ".cells[2].textContent") == "every 1h0m");
   // The next runs are the API's, in order, and say how far off they are.
-  CHECK(page.eval("[..." + row + ".querySelectorAll('[data-next-ms]')].map(s => Number(s.dataset.nextMs))") ==
+  CHECK(page.eval("[..." + row +
+                  ".querySelectorAll('[data-next-ms]')].map(s => Number(s.dataset.nextMs))") ==
         next);
   CHECK(page.eval(row + ".cells[3].textContent.startsWith('in ')") == true);
   CHECK(page.eval("document.getElementById('schedules-count').textContent") == "(2)");

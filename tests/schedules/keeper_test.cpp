@@ -69,8 +69,7 @@ struct store_kind {
 std::vector<store_kind> stores() {
   return {
       {"memory", [](const temp_dir&) { return std::make_unique<delayq::memory_store>(); }},
-      {"sqlite",
-       [](const temp_dir& d) { return delayq::open_store("sqlite:" + d.file("s.db")); }},
+      {"sqlite", [](const temp_dir& d) { return delayq::open_store("sqlite:" + d.file("s.db")); }},
       {"redis", [](const temp_dir&) { return delayq::open_store(fresh_redis_uri("sched")); }},
   };
 }
@@ -267,8 +266,9 @@ TEST_CASE("schedules: missed runs are skipped, run once, or all up to 1,000") {
     delayq::missed_runs missed;
     const char* name;
   };
-  for (policy p : {policy{delayq::missed_runs::skip, "skip"}, policy{delayq::missed_runs::once, "once"},
-                   policy{delayq::missed_runs::all, "all"}}) {
+  for (policy p :
+       {policy{delayq::missed_runs::skip, "skip"}, policy{delayq::missed_runs::once, "once"},
+        policy{delayq::missed_runs::all, "all"}}) {
     CAPTURE(p.name);
     temp_dir dir;
     const std::string uri = "sqlite:" + dir.file("s.db");

@@ -116,16 +116,17 @@ TEST_CASE("schedules: a schedule's other fields are checked") {
 
 TEST_CASE("schedules: fields, names, steps, macros and the day rule") {
   const std::int64_t jan1 = utc(2026, 1, 1);  // a Thursday
-  CHECK(next("@hourly", "", jan1, 2) == std::vector<std::int64_t>{utc(2026, 1, 1, 1), utc(2026, 1, 1, 2)});
+  CHECK(next("@hourly", "", jan1, 2) ==
+        std::vector<std::int64_t>{utc(2026, 1, 1, 1), utc(2026, 1, 1, 2)});
   CHECK(next("@daily", "", jan1, 1) == std::vector<std::int64_t>{utc(2026, 1, 2)});
   CHECK(next("@weekly", "", jan1, 1) == std::vector<std::int64_t>{utc(2026, 1, 4)});  // Sunday
   CHECK(next("@monthly", "", jan1, 1) == std::vector<std::int64_t>{utc(2026, 2, 1)});
   CHECK(next("@yearly", "", jan1, 1) == std::vector<std::int64_t>{utc(2027, 1, 1)});
   CHECK(next("@annually", "", jan1, 1) == next("@YEARLY", "", jan1, 1));
   // Seconds first in a 6-field expression.
-  CHECK(next("*/20 * * * * *", "", jan1, 3) ==
-        std::vector<std::int64_t>{utc(2026, 1, 1, 0, 0, 20), utc(2026, 1, 1, 0, 0, 40),
-                                  utc(2026, 1, 1, 0, 1, 0)});
+  CHECK(next("*/20 * * * * *", "", jan1, 3) == std::vector<std::int64_t>{utc(2026, 1, 1, 0, 0, 20),
+                                                                         utc(2026, 1, 1, 0, 0, 40),
+                                                                         utc(2026, 1, 1, 0, 1, 0)});
   // Names, case-insensitive, in ranges and with steps; 7 and 0 are Sunday.
   CHECK(next("0 9 * JAN-feb Mon-FRI/2", "", jan1, 3) ==
         std::vector<std::int64_t>{utc(2026, 1, 2, 9), utc(2026, 1, 5, 9), utc(2026, 1, 7, 9)});
@@ -133,7 +134,8 @@ TEST_CASE("schedules: fields, names, steps, macros and the day rule") {
   CHECK(next("0 0 * * FRI-SUN", "", jan1, 3) ==
         std::vector<std::int64_t>{utc(2026, 1, 2), utc(2026, 1, 3), utc(2026, 1, 4)});
   // "N/S" is N-max/S: in the day of week 5/2 is Friday and Sunday (7).
-  CHECK(next("0 0 * * 5/2", "", jan1, 2) == std::vector<std::int64_t>{utc(2026, 1, 2), utc(2026, 1, 4)});
+  CHECK(next("0 0 * * 5/2", "", jan1, 2) ==
+        std::vector<std::int64_t>{utc(2026, 1, 2), utc(2026, 1, 4)});
   CHECK(next("10/25 0 1 1 *", "", utc(2025, 12, 31), 3) ==
         std::vector<std::int64_t>{utc(2026, 1, 1, 0, 10), utc(2026, 1, 1, 0, 35),
                                   utc(2027, 1, 1, 0, 10)});
@@ -160,7 +162,8 @@ TEST_CASE("schedules: every and start and end") {
     return out;
   };
   // Without a start: whole multiples since the epoch (on the hour, UTC).
-  CHECK(at(utc(2026, 1, 1, 0, 30), 2) == std::vector<std::int64_t>{utc(2026, 1, 1, 1), utc(2026, 1, 1, 2)});
+  CHECK(at(utc(2026, 1, 1, 0, 30), 2) ==
+        std::vector<std::int64_t>{utc(2026, 1, 1, 1), utc(2026, 1, 1, 2)});
   // A start anchors them, and is the first.
   s.start = from_epoch_ms(utc(2026, 1, 1, 0, 10));
   CHECK(at(0, 2) == std::vector<std::int64_t>{utc(2026, 1, 1, 0, 10), utc(2026, 1, 1, 1, 10)});
@@ -177,20 +180,24 @@ TEST_CASE("schedules: DST in Europe/Berlin") {
   // 2026-03-29: 02:00 CET (+1) jumps to 03:00 CEST (+2) at 01:00Z.
   // A nonexistent 02:30 runs at the jump, 01:00Z; 02:00 and 02:30 are one.
   CHECK(next("30 2 * * *", "Europe/Berlin", utc(2026, 3, 28), 3) ==
-        std::vector<std::int64_t>{utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1), utc(2026, 3, 30, 0, 30)});
+        std::vector<std::int64_t>{utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1),
+                                  utc(2026, 3, 30, 0, 30)});
   CHECK(next("0,30 2 * * *", "Europe/Berlin", utc(2026, 3, 28, 12), 2) ==
         std::vector<std::int64_t>{utc(2026, 3, 29, 1), utc(2026, 3, 30, 0)});
   CHECK(next("*/30 * * * *", "Europe/Berlin", utc(2026, 3, 29, 0, 15), 3) ==
-        std::vector<std::int64_t>{utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1), utc(2026, 3, 29, 1, 30)});
+        std::vector<std::int64_t>{utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1),
+                                  utc(2026, 3, 29, 1, 30)});
   // 2026-10-25: 03:00 CEST goes back to 02:00 CET at 01:00Z; 02:00-02:59
   // happens twice. A fixed 02:30 runs once, at its first instant (00:30Z).
   CHECK(next("30 2 * * *", "Europe/Berlin", utc(2026, 10, 24), 3) ==
-        std::vector<std::int64_t>{utc(2026, 10, 24, 0, 30), utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)});
+        std::vector<std::int64_t>{utc(2026, 10, 24, 0, 30), utc(2026, 10, 25, 0, 30),
+                                  utc(2026, 10, 26, 1, 30)});
   // The hour field starts with '*': the repeated hour runs in both passes,
   // so the every-30-minute schedule has no hole (Sidekiq #5049).
   CHECK(next("*/30 * * * *", "Europe/Berlin", utc(2026, 10, 24, 23, 45), 5) ==
-        std::vector<std::int64_t>{utc(2026, 10, 25, 0), utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 1),
-                                  utc(2026, 10, 25, 1, 30), utc(2026, 10, 25, 2)});
+        std::vector<std::int64_t>{utc(2026, 10, 25, 0), utc(2026, 10, 25, 0, 30),
+                                  utc(2026, 10, 25, 1), utc(2026, 10, 25, 1, 30),
+                                  utc(2026, 10, 25, 2)});
   // After 2037 the TZif file's footer rule: CEST in July 2040, CET in January.
   CHECK(next("0 12 1 7 *", "Europe/Berlin", utc(2040, 1, 1), 1) ==
         std::vector<std::int64_t>{utc(2040, 7, 1, 10)});
@@ -204,14 +211,16 @@ TEST_CASE("schedules: DST in Europe/Berlin") {
 TEST_CASE("schedules: DST in America/New_York") {
   // 2026-03-08: 02:00 EST (-5) jumps to 03:00 EDT (-4) at 07:00Z.
   CHECK(next("30 2 * * *", "America/New_York", utc(2026, 3, 7), 3) ==
-        std::vector<std::int64_t>{utc(2026, 3, 7, 7, 30), utc(2026, 3, 8, 7), utc(2026, 3, 9, 6, 30)});
+        std::vector<std::int64_t>{utc(2026, 3, 7, 7, 30), utc(2026, 3, 8, 7),
+                                  utc(2026, 3, 9, 6, 30)});
   // 2026-11-01: 02:00 EDT goes back to 01:00 EST at 06:00Z; 01:30 is first
   // at 05:30Z (EDT), again at 06:30Z (EST): it runs once.
   CHECK(next("30 1 * * *", "America/New_York", utc(2026, 10, 31, 12), 2) ==
         std::vector<std::int64_t>{utc(2026, 11, 1, 5, 30), utc(2026, 11, 2, 6, 30)});
   CHECK(next("*/15 1 * * *", "America/New_York", utc(2026, 11, 1, 4), 5) ==
-        std::vector<std::int64_t>{utc(2026, 11, 1, 5), utc(2026, 11, 1, 5, 15), utc(2026, 11, 1, 5, 30),
-                                  utc(2026, 11, 1, 5, 45), utc(2026, 11, 2, 6)});
+        std::vector<std::int64_t>{utc(2026, 11, 1, 5), utc(2026, 11, 1, 5, 15),
+                                  utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 5, 45),
+                                  utc(2026, 11, 2, 6)});
   // Every minute keeps running through the repeated hour.
   auto every_minute = next("* * * * *", "America/New_York", utc(2026, 11, 1, 5, 58), 4);
   CHECK(every_minute == std::vector<std::int64_t>{utc(2026, 11, 1, 5, 59), utc(2026, 11, 1, 6),
@@ -221,15 +230,17 @@ TEST_CASE("schedules: DST in America/New_York") {
 TEST_CASE("schedules: DST in Australia/Lord_Howe, a 30-minute shift") {
   // 2026-10-04: 02:00 (+10:30) jumps to 02:30 (+11) at 15:30Z on the 3rd.
   CHECK(next("15 2 * * *", "Australia/Lord_Howe", utc(2026, 10, 2), 3) ==
-        std::vector<std::int64_t>{utc(2026, 10, 2, 15, 45), utc(2026, 10, 3, 15, 30), utc(2026, 10, 4, 15, 15)});
+        std::vector<std::int64_t>{utc(2026, 10, 2, 15, 45), utc(2026, 10, 3, 15, 30),
+                                  utc(2026, 10, 4, 15, 15)});
   // 2026-04-05: 02:00 (+11) goes back to 01:30 (+10:30) at 15:00Z on the
   // 4th; 01:45 happens at 14:45Z and 15:15Z, and runs at the first.
   CHECK(next("45 1 * * *", "Australia/Lord_Howe", utc(2026, 4, 3, 12), 3) ==
-        std::vector<std::int64_t>{utc(2026, 4, 3, 14, 45), utc(2026, 4, 4, 14, 45), utc(2026, 4, 5, 15, 15)});
+        std::vector<std::int64_t>{utc(2026, 4, 3, 14, 45), utc(2026, 4, 4, 14, 45),
+                                  utc(2026, 4, 5, 15, 15)});
   // An every-20-minutes schedule runs in both passes of 01:30-01:59.
   CHECK(next("*/20 * * * *", "Australia/Lord_Howe", utc(2026, 4, 4, 14, 10), 4) ==
-        std::vector<std::int64_t>{utc(2026, 4, 4, 14, 20), utc(2026, 4, 4, 14, 40), utc(2026, 4, 4, 15, 10),
-                                  utc(2026, 4, 4, 15, 30)});
+        std::vector<std::int64_t>{utc(2026, 4, 4, 14, 20), utc(2026, 4, 4, 14, 40),
+                                  utc(2026, 4, 4, 15, 10), utc(2026, 4, 4, 15, 30)});
 }
 
 TEST_CASE("schedules: zones whose rules changed recently") {
@@ -243,7 +254,8 @@ TEST_CASE("schedules: zones whose rules changed recently") {
   // Cairo took DST back on 2023-04-28: 00:00 EET (+2) jumps to 01:00 EEST (+3)
   // at 22:00Z on the 27th; a nonexistent 00:30 runs then.
   CHECK(next("30 0 * * *", "Africa/Cairo", utc(2023, 4, 26, 12), 3) ==
-        std::vector<std::int64_t>{utc(2023, 4, 26, 22, 30), utc(2023, 4, 27, 22), utc(2023, 4, 28, 21, 30)});
+        std::vector<std::int64_t>{utc(2023, 4, 26, 22, 30), utc(2023, 4, 27, 22),
+                                  utc(2023, 4, 28, 21, 30)});
 }
 
 TEST_CASE("schedules: the TZif footer's POSIX rules parse") {
@@ -251,7 +263,7 @@ TEST_CASE("schedules: the TZif footer's POSIX rules parse") {
   CHECK(posix_rule::parse("CET-1CEST,M3.5.0,M10.5.0/3"));
   CHECK(posix_rule::parse("<+1030>-10:30<+11>-11,M10.1.0,M4.1.0"));
   CHECK(posix_rule::parse("<-02>2<-01>,M3.5.0/-1,M10.5.0/0"));  // negative time
-  CHECK(posix_rule::parse("EET-2EEST,M4.5.5/0,M10.5.4/24"));     // 24:00
+  CHECK(posix_rule::parse("EET-2EEST,M4.5.5/0,M10.5.4/24"));    // 24:00
   CHECK(posix_rule::parse("<+13>-13"));
   CHECK_FALSE(posix_rule::parse("CET"));
   CHECK_FALSE(posix_rule::parse("CET-1CEST"));  // DST without its rules

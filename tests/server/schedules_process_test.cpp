@@ -23,8 +23,9 @@ TEST_CASE("server: schedules: put, get, list and delete") {
   INFO(server->output_tail());
   http_client c(server->port());
   const std::string type = unique_name("report");
-  const json body{{"type", type},      {"payload", "weekly"}, {"cron", "0 9 * * MON"},
-                  {"timezone", "Europe/Berlin"}, {"missed", "once"},   {"priority", 3},
+  const json body{{"type", type},          {"payload", "weekly"},
+                  {"cron", "0 9 * * MON"}, {"timezone", "Europe/Berlin"},
+                  {"missed", "once"},      {"priority", 3},
                   {"ttr_ms", 60000}};
   auto r = c.put(schedule_path("weekly:report/de"), body);
   REQUIRE_MESSAGE(r.status == 201, r.describe());  // created
@@ -104,24 +105,36 @@ TEST_CASE("server: schedules: bad input is 400 naming the field, and nothing is 
       {{{"type", "t"}, {"cron", "61 * * * *"}}, "invalid_schedule", "cron", "minute field '61'"},
       {{{"type", "t"}, {"cron", "0 0 30 2 *"}}, "invalid_schedule", "cron", "never matches"},
       {{{"type", "t"}, {"cron", "0 0 L * *"}}, "invalid_schedule", "cron", "not supported"},
-      {{{"type", "t"}, {"cron", "@daily"}, {"timezone", "Europe/Nowhere"}}, "invalid_schedule",
-       "timezone", "Europe/Nowhere"},
+      {{{"type", "t"}, {"cron", "@daily"}, {"timezone", "Europe/Nowhere"}},
+       "invalid_schedule",
+       "timezone",
+       "Europe/Nowhere"},
       {{{"type", "t"}, {"every_ms", 999}}, "invalid_schedule", "every_ms", "1000"},
-      {{{"type", "t"}, {"every_ms", 1000}, {"timezone", "UTC"}}, "invalid_schedule", "timezone",
+      {{{"type", "t"}, {"every_ms", 1000}, {"timezone", "UTC"}},
+       "invalid_schedule",
+       "timezone",
        "cron only"},
       {{{"type", "t"}}, "invalid_schedule", "cron", "either cron or every_ms"},
-      {{{"type", "t"}, {"cron", "@daily"}, {"every_ms", 1000}}, "invalid_schedule", "every_ms",
+      {{{"type", "t"}, {"cron", "@daily"}, {"every_ms", 1000}},
+       "invalid_schedule",
+       "every_ms",
        "not both"},
       {{{"type", "t"}, {"cron", "@daily"}, {"start_ms", 2000}, {"end_ms", 1000}},
-       "invalid_schedule", "end_ms", "before start_ms"},
+       "invalid_schedule",
+       "end_ms",
+       "before start_ms"},
       {{{"type", "t"}, {"cron", "@daily"}, {"start_ms", -5}}, "invalid_schedule", "start_ms", "0"},
       {{{"type", "bad type"}, {"cron", "@daily"}}, "invalid_schedule", "type", "A-Za-z0-9"},
-      {{{"type", "t"}, {"cron", "@daily"}, {"missed", "sometimes"}}, "bad_request", nullptr,
+      {{{"type", "t"}, {"cron", "@daily"}, {"missed", "sometimes"}},
+       "bad_request",
+       nullptr,
        "\"missed\""},
       {{{"type", "t"}, {"cron", "@daily"}, {"ttr_ms", 5}}, "bad_request", nullptr, "\"ttr_ms\""},
       {{{"type", "t"}, {"cron", 5}}, "bad_request", nullptr, "\"cron\" must be a string"},
       {{{"cron", "@daily"}}, "bad_request", nullptr, "missing field \"type\""},
-      {{{"type", "t"}, {"cron", "@daily"}, {"tz", "UTC"}}, "bad_request", nullptr,
+      {{{"type", "t"}, {"cron", "@daily"}, {"tz", "UTC"}},
+       "bad_request",
+       nullptr,
        "unknown field \"tz\""},
   };
   for (const bad_case& b : cases) {
@@ -148,7 +161,8 @@ TEST_CASE("server: schedules: each occurrence is a task a consumer reserves, onc
   INFO(server->output_tail());
   http_client c(server->port());
   const std::string type = unique_name("tick");
-  auto r = c.put(schedule_path("ticker"), json{{"type", type}, {"payload", "p"}, {"every_ms", 1000}});
+  auto r =
+      c.put(schedule_path("ticker"), json{{"type", type}, {"payload", "p"}, {"every_ms", 1000}});
   REQUIRE_MESSAGE(r.status == 201, r.describe());
   std::set<std::string> seen;
   std::int64_t last = 0;

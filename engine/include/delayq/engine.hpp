@@ -303,13 +303,15 @@ class engine {
   /// The schedule `id`, or nothing. One store read. Errors: not_running,
   /// unsupported, corrupt_record (stored by a newer version), the store's.
   std::optional<delayq::schedule> find_schedule(std::string_view id) const;
-  std::optional<delayq::schedule> find_schedule(std::string_view id, boost::system::error_code& ec) const;
+  std::optional<delayq::schedule> find_schedule(std::string_view id,
+                                                boost::system::error_code& ec) const;
 
   /// Stored schedules in id order (byte order): skips `offset`, returns at
   /// most `limit`. Reads offset + limit records. Errors as find_schedule().
-  std::vector<delayq::schedule> list_schedules(std::size_t offset = 0, std::size_t limit = 100) const;
+  std::vector<delayq::schedule> list_schedules(std::size_t offset = 0,
+                                               std::size_t limit = 100) const;
   std::vector<delayq::schedule> list_schedules(std::size_t offset, std::size_t limit,
-                                       boost::system::error_code& ec) const;
+                                               boost::system::error_code& ec) const;
   /// How many schedules are stored. Errors as find_schedule().
   std::size_t count_schedules() const;
   std::size_t count_schedules(boost::system::error_code& ec) const;

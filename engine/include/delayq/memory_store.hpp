@@ -87,8 +87,8 @@ class memory_store final : public task_store,
   /// Schedules in a map under the store's mutex.
   void write_schedules(std::span<const schedule_write> changes,
                        boost::system::error_code& ec) override;
-  std::vector<std::optional<schedule_record>> find_schedules(std::span<const std::string> ids,
-                                                             boost::system::error_code& ec) override;
+  std::vector<std::optional<schedule_record>> find_schedules(
+      std::span<const std::string> ids, boost::system::error_code& ec) override;
   std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
                                               boost::system::error_code& ec) override;
   std::size_t count_schedules(boost::system::error_code& ec) override;

@@ -25,7 +25,8 @@ namespace delayq {
 enum class missed_runs : std::uint8_t {
   skip,  ///< Run none of them (the default): the schedule goes on with its next occurrence.
   once,  ///< Run the latest of them, once, at once.
-  all,   ///< Run each of them, oldest first, at once: at most 1,000 (the oldest); the rest are skipped.
+  all,   ///< Run each of them, oldest first, at once: at most 1,000 (the oldest); the rest are
+         ///< skipped.
 };
 
 /// A recurring schedule: every occurrence becomes an ordinary task of

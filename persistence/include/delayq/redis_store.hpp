@@ -275,8 +275,8 @@ class redis_store final : public task_store,
   /// compare-and-set on the schedule's revision.
   void write_schedules(std::span<const schedule_write> changes,
                        boost::system::error_code& ec) override;
-  std::vector<std::optional<schedule_record>> find_schedules(std::span<const std::string> ids,
-                                                             boost::system::error_code& ec) override;
+  std::vector<std::optional<schedule_record>> find_schedules(
+      std::span<const std::string> ids, boost::system::error_code& ec) override;
   /// Sharded: a page of every shard, merged (shards x limit records read).
   std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
                                               boost::system::error_code& ec) override;

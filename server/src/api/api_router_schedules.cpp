@@ -62,8 +62,8 @@ void api_router::put_schedule(call& c, const std::string& id) {
 void api_router::get_schedule(call& c, const std::string& id) {
   const auto n = query_number(query_param(c.query, "next"), 10, max_next_occurrences);
   if (!n)
-    return c.fail(bad_request("next must be an integer from 0 to " +
-                              std::to_string(max_next_occurrences)));
+    return c.fail(
+        bad_request("next must be an integer from 0 to " + std::to_string(max_next_occurrences)));
   auto local = [this, id, n = *n] {
     boost::system::error_code ec;
     auto s = parts_.engine->find_schedule(id, ec);

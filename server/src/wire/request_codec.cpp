@@ -217,8 +217,8 @@ std::optional<api_error> parse_touch(const json& j, lease_request& out) {
 
 std::optional<api_error> parse_schedule(const json& j, const std::string& id, schedule& out) {
   if (auto e = check_object(j, {},
-                            {"type", "payload", "cron", "every_ms", "timezone", "start_ms", "end_ms",
-                             "missed", "priority", "ttr_ms", "conflict"}))
+                            {"type", "payload", "cron", "every_ms", "timezone", "start_ms",
+                             "end_ms", "missed", "priority", "ttr_ms", "conflict"}))
     return e;
   out = schedule{};
   out.id = id;
@@ -234,8 +234,7 @@ std::optional<api_error> parse_schedule(const json& j, const std::string& id, sc
   if (auto e = get_int(j, "every_ms", {}, 1, any_int_hi, every)) return e;
   if (auto e = get_int(j, "start_ms", {}, any_int_lo, any_int_hi, start)) return e;
   if (auto e = get_int(j, "end_ms", {}, any_int_lo, any_int_hi, end)) return e;
-  if (auto e =
-          get_int(j, "priority", {}, 0, std::numeric_limits<std::uint32_t>::max(), priority))
+  if (auto e = get_int(j, "priority", {}, 0, std::numeric_limits<std::uint32_t>::max(), priority))
     return e;
   if (auto e = get_int(j, "ttr_ms", {}, 0, max_ttr.count(), ttr)) return e;
   if (ttr && *ttr != 0 && *ttr < min_ttr.count())

@@ -254,8 +254,7 @@ void print_types(const client& c, const json& j) {
 // A schedule's "when", for a table: the cron expression and its zone, or
 // the interval.
 std::string schedule_when(const json& s) {
-  if (s.contains("cron"))
-    return string_field(s, "cron") + " (" + string_field(s, "timezone") + ")";
+  if (s.contains("cron")) return string_field(s, "cron") + " (" + string_field(s, "timezone") + ")";
   return "every " + compact_span(int_field(s, "every_ms"));
 }
 
@@ -596,8 +595,9 @@ int main(int argc, char** argv) {
       if (j) {
         const json next = j->contains("next_due_ms") ? (*j)["next_due_ms"] : json::array();
         c.say("schedule " + printable(id) + " stored" +
-              (next.empty() ? ", with no run to come"
-                            : "; next run " + when_for_people(next[0].get<std::int64_t>(), now_ms())) +
+              (next.empty()
+                   ? ", with no run to come"
+                   : "; next run " + when_for_people(next[0].get<std::int64_t>(), now_ms())) +
               "\n");
       }
       return c.exit;
@@ -685,9 +685,9 @@ int main(int argc, char** argv) {
 
   // Every verb shows the global options and the exit codes in its --help too.
   for (CLI::App* sub :
-       {stats, get, add, cancel, resched, signal_cmd, upcoming, dead, dead_list, dead_requeue,
-        dead_purge, sched, sched_list, sched_get, sched_put, sched_rm, types, type_cmd, type_set,
-        type_rm, health, migrate})
+       {stats,     get,          add,        cancel,  resched,    signal_cmd, upcoming,  dead,
+        dead_list, dead_requeue, dead_purge, sched,   sched_list, sched_get,  sched_put, sched_rm,
+        types,     type_cmd,     type_set,   type_rm, health,     migrate})
     sub->footer(std::string("Global options (before or after the verb): --server URL, --token T, "
                             "--json, --timeout MS;\nsee delayqctl --help.\n") +
                 exit_codes_help);

@@ -44,7 +44,7 @@ struct field_spec {
 
 constexpr std::array<const char*, 12> month_names{"jan", "feb", "mar", "apr", "may", "jun",
                                                   "jul", "aug", "sep", "oct", "nov", "dec"};
-constexpr std::array<const char*, 12> day_names{"sun", "mon", "tue", "wed", "thu", "fri",
+constexpr std::array<const char*, 12> day_names{"sun", "mon",   "tue",   "wed",   "thu",   "fri",
                                                 "sat", nullptr, nullptr, nullptr, nullptr, nullptr};
 
 constexpr field_spec second_f{"second", 0, 59, nullptr, 0};
@@ -231,7 +231,7 @@ std::optional<cron_expr> cron_expr::parse(std::string_view text, std::string& wh
   // of week), some month of the set must have one of its days: "30 2" never
   // comes.
   if (c.dom_star || c.dow_star) {
-    static constexpr std::array<unsigned, 13> longest{0, 31, 29, 31, 30, 31, 30,
+    static constexpr std::array<unsigned, 13> longest{0,  31, 29, 31, 30, 31, 30,
                                                       31, 31, 30, 31, 30, 31};
     bool any = false;
     for (unsigned m = 1; m <= 12; ++m)

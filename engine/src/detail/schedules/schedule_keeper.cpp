@@ -13,9 +13,9 @@
 namespace delayq::detail::schedules {
 namespace {
 
-constexpr std::size_t batch_limit = 1024;       // claims per round of the thread
-constexpr std::size_t make_chunk = 1000;        // tasks per schedule_many()
-constexpr std::int64_t retry_ms = 1000;         // a failed write or make, again after
+constexpr std::size_t batch_limit = 1024;        // claims per round of the thread
+constexpr std::size_t make_chunk = 1000;         // tasks per schedule_many()
+constexpr std::int64_t retry_ms = 1000;          // a failed write or make, again after
 constexpr std::size_t most_iterations = 100000;  // occurrences looked at per claim
 
 bool store_level(const boost::system::error_code& ec) {
@@ -211,7 +211,8 @@ void schedule_keeper::run() {
   auto polled = std::chrono::steady_clock::now();
   while (!stopping_) {
     // Clusters: shards changed hands since the last look, so schedules did.
-    if (!opt_.instance.empty() && std::chrono::steady_clock::now() - polled >= std::chrono::seconds(1)) {
+    if (!opt_.instance.empty() &&
+        std::chrono::steady_clock::now() - polled >= std::chrono::seconds(1)) {
       polled = std::chrono::steady_clock::now();
       lock.unlock();
       const engine_stats s = eng_.stats();
@@ -423,7 +424,8 @@ void schedule_keeper::carry_out(std::vector<claim>& claims) {
       if (fe == &e) still.push_back(t);
     made_ += c.make.size() - still.size();
     missed_ += c.missed;
-    e.pending = still.empty() ? nullptr : std::make_unique<std::vector<std::int64_t>>(std::move(still));
+    e.pending =
+        still.empty() ? nullptr : std::make_unique<std::vector<std::int64_t>>(std::move(still));
     if (!e.pending) e.doubt_check = false;
     arm_locked(e, now);
   }
@@ -525,8 +527,8 @@ std::int64_t schedule_keeper::cancel_made(const schedule& old, const schedule_st
   if (!w) return -1;
   std::int64_t remaining = -1;
   std::size_t n = 0;
-  for (auto t = w->next_after(std::max(now, st.doubt_ms - 1)); t && *t < st.cursor_ms && ++n < most_iterations;
-       t = w->next_after(*t)) {
+  for (auto t = w->next_after(std::max(now, st.doubt_ms - 1));
+       t && *t < st.cursor_ms && ++n < most_iterations; t = w->next_after(*t)) {
     boost::system::error_code ec;
     eng_.cancel(occurrence_of(old.id, *t), ec);
     // Not ours to cancel (another instance's shard) or not known to be gone:

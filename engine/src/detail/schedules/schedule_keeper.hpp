@@ -120,11 +120,11 @@ class schedule_keeper {
     missed_runs missed = missed_runs::skip;
     std::uint64_t revision = 0;
     schedule_state st;
-    bool doubt_check = false;            // resolve [doubt, cursor) at the next claim
-    bool seen = false;                   // load_owned(): found in the store this time
+    bool doubt_check = false;  // resolve [doubt, cursor) at the next claim
+    bool seen = false;         // load_owned(): found in the store this time
     // Claimed, not yet tasks (a failed make): rare, so a pointer.
     std::unique_ptr<std::vector<std::int64_t>> pending;
-    std::int64_t wake = -1;              // in timeline_ while >= 0
+    std::int64_t wake = -1;  // in timeline_ while >= 0
   };
   // By value: a node's address is stable, and one allocation a schedule
   // less than a pointer to it (docs/benchmarks.md, "Recurring schedules").
@@ -134,11 +134,11 @@ class schedule_keeper {
   struct claim {
     entry* e = nullptr;
     std::string id;
-    schedule_state next;   // the state to write
+    schedule_state next;  // the state to write
     std::uint64_t expected = 0;
     std::vector<std::int64_t> make;  // occurrences to make tasks
     std::size_t missed = 0;
-    bool write = true;     // false: only retrying `pending`
+    bool write = true;  // false: only retrying `pending`
   };
 
   void run();
@@ -170,7 +170,7 @@ class schedule_keeper {
   keeper_options opt_;
 
   mutable std::mutex mutex_;
-  std::condition_variable cv_;  // the thread's wake-ups
+  std::condition_variable cv_;       // the thread's wake-ups
   std::condition_variable idle_cv_;  // an id left busy_
   entry_map entries_;
   std::set<std::pair<std::int64_t, entry*>> timeline_;

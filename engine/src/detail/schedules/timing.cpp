@@ -25,9 +25,9 @@ std::optional<timing> timing::compile(const schedule& s, schedule_problem& probl
   };
   timing t;
   if (s.cron.empty() == (s.every.count() == 0))
-    return fail(s.cron.empty() ? "cron" : "every_ms",
-                s.cron.empty() ? "give either cron or every_ms"
-                               : "give either cron or every_ms, not both");
+    return fail(
+        s.cron.empty() ? "cron" : "every_ms",
+        s.cron.empty() ? "give either cron or every_ms" : "give either cron or every_ms, not both");
   if (s.start) {
     const std::int64_t ms = to_epoch_ms(*s.start);
     if (ms < earliest_ms || ms > latest_ms)
@@ -58,8 +58,8 @@ std::optional<timing> timing::compile(const schedule& s, schedule_problem& probl
     return fail("timezone", "applies to cron only (every_ms counts real time, in UTC)");
   const std::int64_t every = s.every.count();
   if (every < 1000 || every > longest_every_ms)
-    return fail("every_ms", "must be from 1000 (1 s) to " + std::to_string(longest_every_ms) +
-                                " (100 years)");
+    return fail("every_ms",
+                "must be from 1000 (1 s) to " + std::to_string(longest_every_ms) + " (100 years)");
   t.every_ms = every;
   t.anchor_ms = s.start ? t.start_ms : 0;
   return t;

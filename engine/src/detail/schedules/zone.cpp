@@ -168,7 +168,8 @@ zone_span posix_rule::at(std::int64_t t) const {
     ev.push_back({transition(static_cast<int>(k), start_, std_offset_), dst_offset_});
     ev.push_back({transition(static_cast<int>(k), end_, dst_offset_), std_offset_});
   }
-  std::stable_sort(ev.begin(), ev.end(), [](const event& a, const event& b) { return a.at < b.at; });
+  std::stable_sort(ev.begin(), ev.end(),
+                   [](const event& a, const event& b) { return a.at < b.at; });
   // Merge runs of one offset; keep the last event of a tie.
   std::vector<event> spans;
   for (const event& e : ev) {
@@ -180,7 +181,8 @@ zone_span posix_rule::at(std::int64_t t) const {
   if (spans.empty() || spans[0].at > t) {
     // Before the first event of year y - 1: cannot happen for t in year y,
     // but stay defined.
-    return {lo, spans.empty() ? hi : spans[0].at, spans.empty() ? std_offset_ : spans.back().offset};
+    return {lo, spans.empty() ? hi : spans[0].at,
+            spans.empty() ? std_offset_ : spans.back().offset};
   }
   return {spans[k].at, k + 1 < spans.size() ? spans[k + 1].at : hi, spans[k].offset};
 }
