@@ -18,16 +18,6 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::system_clock;
 
-// A query parameter that must be a whole number up to `max`; `dflt` when absent.
-std::optional<std::size_t> query_size(const std::optional<std::string>& s, std::size_t dflt,
-                                      std::size_t max) {
-  if (!s) return dflt;
-  std::size_t v = 0;
-  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
-  return v;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ push targets

@@ -17,16 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-// A query parameter that must be a whole number up to `max`; `dflt` when absent.
-std::optional<std::size_t> query_number(const std::optional<std::string>& s, std::size_t dflt,
-                                        std::size_t max) {
-  if (!s) return dflt;
-  std::size_t v = 0;
-  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
-  return v;
-}
-
 // 400 invalid_schedule, naming the field: {"error","message","field"}.
 http_answer invalid(const schedule_problem& p) {
   return json_answer(400, json{{"error", "invalid_schedule"},
@@ -60,7 +50,7 @@ void api_router::put_schedule(call& c, const std::string& id) {
 }
 
 void api_router::get_schedule(call& c, const std::string& id) {
-  const auto n = query_number(query_param(c.query, "next"), 10, max_next_occurrences);
+  const auto n = query_size(query_param(c.query, "next"), 10, max_next_occurrences);
   if (!n)
     return c.fail(
         bad_request("next must be an integer from 0 to " + std::to_string(max_next_occurrences)));
@@ -87,9 +77,9 @@ void api_router::delete_schedule(call& c, const std::string& id) {
 }
 
 void api_router::list_schedules(call& c) {
-  const auto offset = query_number(query_param(c.query, "offset"), 0, max_schedule_offset);
-  const auto limit = query_number(query_param(c.query, "limit"), 100, 1000);
-  const auto next = query_number(query_param(c.query, "next"), 3, 10);
+  const auto offset = query_size(query_param(c.query, "offset"), 0, max_schedule_offset);
+  const auto limit = query_size(query_param(c.query, "limit"), 100, 1000);
+  const auto next = query_size(query_param(c.query, "next"), 3, 10);
   if (!offset || !limit || !next)
     return c.fail(bad_request("offset must be an integer from 0 to " +
                               std::to_string(max_schedule_offset) +

@@ -538,19 +538,19 @@ std::int64_t schedule_keeper::cancel_made(const schedule& old, const schedule_st
   return remaining;
 }
 
-bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
+bool schedule_keeper::ready(boost::system::error_code& ec) const {
   ec = {};
   if (schedules_ == nullptr) {
     ec = errc::unsupported;
     return false;
   }
-  {
-    std::lock_guard lock(mutex_);
-    if (!running_) {
-      ec = errc::not_running;
-      return false;
-    }
-  }
+  std::lock_guard lock(mutex_);
+  if (!running_) ec = errc::not_running;
+  return !ec;
+}
+
+bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
+  if (!ready(ec)) return false;
   if (check_schedule(s)) {
     ec = errc::invalid_schedule;
     return false;
@@ -639,18 +639,7 @@ bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
 }
 
 bool schedule_keeper::remove(std::string_view id, boost::system::error_code& ec) {
-  ec = {};
-  if (schedules_ == nullptr) {
-    ec = errc::unsupported;
-    return false;
-  }
-  {
-    std::lock_guard lock(mutex_);
-    if (!running_) {
-      ec = errc::not_running;
-      return false;
-    }
-  }
+  if (!ready(ec)) return false;
   if (!owns(id)) {
     ec = errc::not_owner;
     return false;
@@ -701,18 +690,7 @@ bool schedule_keeper::remove(std::string_view id, boost::system::error_code& ec)
 
 std::optional<schedule> schedule_keeper::find(std::string_view id,
                                               boost::system::error_code& ec) const {
-  ec = {};
-  if (schedules_ == nullptr) {
-    ec = errc::unsupported;
-    return std::nullopt;
-  }
-  {
-    std::lock_guard lock(mutex_);
-    if (!running_) {
-      ec = errc::not_running;
-      return std::nullopt;
-    }
-  }
+  if (!ready(ec)) return std::nullopt;
   const std::string ids[] = {std::string(id)};
   auto found = schedules_->find_schedules(ids, ec);
   if (ec || !found[0]) return std::nullopt;
@@ -723,19 +701,8 @@ std::optional<schedule> schedule_keeper::find(std::string_view id,
 
 std::vector<schedule> schedule_keeper::list(std::size_t offset, std::size_t limit,
                                             boost::system::error_code& ec) const {
-  ec = {};
   std::vector<schedule> out;
-  if (schedules_ == nullptr) {
-    ec = errc::unsupported;
-    return out;
-  }
-  {
-    std::lock_guard lock(mutex_);
-    if (!running_) {
-      ec = errc::not_running;
-      return out;
-    }
-  }
+  if (!ready(ec)) return out;
   std::string after;
   std::size_t skip = offset;
   while (out.size() < limit) {
@@ -757,11 +724,7 @@ std::vector<schedule> schedule_keeper::list(std::size_t offset, std::size_t limi
 }
 
 std::size_t schedule_keeper::count(boost::system::error_code& ec) const {
-  ec = {};
-  if (schedules_ == nullptr) {
-    ec = errc::unsupported;
-    return 0;
-  }
+  if (!ready(ec)) return 0;
   return schedules_->count_schedules(ec);
 }
 

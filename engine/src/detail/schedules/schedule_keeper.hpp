@@ -142,6 +142,9 @@ class schedule_keeper {
   };
 
   void run();
+  // Whether calls can be answered: errc::unsupported without the store's
+  // role, errc::not_running before start() and after stop().
+  bool ready(boost::system::error_code& ec) const;
   bool owns(std::string_view id) const;
   // Reads every stored schedule this keeper owns into entries_ (replacing
   // the idle ones). Store errors leave what is held.
