@@ -4,6 +4,7 @@
 // keepers racing for one schedule. Real stores (memory, SQLite, Redis).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "detail/schedules/schedule_codec.hpp"
@@ -266,17 +267,20 @@ TEST_CASE("schedules: missed runs are skipped, run once, or all up to 1,000") {
     delayq::missed_runs missed;
     const char* name;
   };
-  for (policy p :
-       {policy{delayq::missed_runs::skip, "skip"}, policy{delayq::missed_runs::once, "once"},
-        policy{delayq::missed_runs::all, "all"}}) {
-    CAPTURE(p.name);
+  for (policy p : {policy{delayq::missed_runs::skip, "skip"},
+                   policy{delayq::missed_runs::once, "once"},
+                   policy{delayq::missed_runs::all, "all"}}) {
+    CAPTURE(std::string(p.name));
     temp_dir dir;
     const std::string uri = "sqlite:" + dir.file("s.db");
-    // A schedule whose keeper stopped 1,500 occurrences ago (1,500 s), as if
-    // every instance had been down since.
+    // A schedule whose keeper stopped 1,500 occurrences ago, as if every
+    // instance had been down since; it ended 10 s ago, so each of its
+    // occurrences is missed, whenever the keeper gets to it.
     const std::int64_t down_since = (now_ms() / 1000 - 1500) * 1000;
+    const std::int64_t ended = down_since + 1490 * 1000;
     delayq::schedule s = every_second("missed");
     s.missed = p.missed;
+    s.end = delayq::from_epoch_ms(ended);
     plant(*delayq::open_store(uri), s, {down_since, down_since, down_since});
     recorder runs, marks;
     delayq::executor_factory ex;
@@ -286,33 +290,35 @@ TEST_CASE("schedules: missed runs are skipped, run once, or all up to 1,000") {
     delayq::engine_options o = keeper_options();
     o.catch_up_rate = 0;
     delayq::engine eng(io.io, ex, delayq::open_store(uri), o);
-    const std::int64_t started = now_ms();
     eng.start();
-    run_past(eng, marks, started + 2500);
-    std::vector<std::int64_t> old;
-    std::set<std::string> seen;
-    for (const auto& r : runs.snapshot()) {
-      CHECK(seen.insert(r.t.id).second);
-      // Missed: more than a second past when the keeper got to it.
-      if (ms_of(r.t.id) < started - 1000) old.push_back(ms_of(r.t.id));
-    }
-    std::sort(old.begin(), old.end());
+    // The keeper decides at its first claim, right after start().
+    REQUIRE(eventually([&] {
+      const auto st = eng.stats();
+      return st.occurrences_missed + st.occurrences_made == 1491;
+    }));
     switch (p.missed) {
-      case delayq::missed_runs::skip: CHECK(old.empty()); break;
+      case delayq::missed_runs::skip: CHECK(eng.stats().occurrences_made == 0); break;
+      case delayq::missed_runs::once: REQUIRE(runs.wait_for_count(1)); break;
+      case delayq::missed_runs::all: REQUIRE(runs.wait_for_count(1000)); break;
+    }
+    run_past(eng, marks, now_ms() + 100);
+    std::vector<std::int64_t> ran;
+    for (const auto& r : runs.snapshot()) ran.push_back(ms_of(r.t.id));
+    std::sort(ran.begin(), ran.end());
+    CHECK(std::adjacent_find(ran.begin(), ran.end()) == ran.end());  // none twice
+    switch (p.missed) {
+      case delayq::missed_runs::skip: CHECK(ran.empty()); break;
       case delayq::missed_runs::once:
-        REQUIRE(old.size() == 1);
-        CHECK(old[0] >= started - 3000);  // the latest of them
+        REQUIRE(ran.size() == 1);
+        CHECK(ran[0] == ended);  // the latest of them
         break;
       case delayq::missed_runs::all:
-        REQUIRE(old.size() == 1000);  // the cap: the oldest 1,000
-        CHECK(old.front() == down_since);
-        CHECK(old.back() == down_since + 999 * 1000);
+        REQUIRE(ran.size() == 1000);  // the cap: the oldest 1,000
+        CHECK(ran.front() == down_since);
+        CHECK(ran.back() == down_since + 999 * 1000);
+        CHECK(eng.stats().occurrences_missed == 491);
         break;
     }
-    CHECK(eng.stats().occurrences_missed >= 400);
-    // And it goes on with the occurrences after the outage.
-    CHECK(std::any_of(seen.begin(), seen.end(),
-                      [&](const std::string& id) { return ms_of(id) >= started; }));
   }
 }
 
