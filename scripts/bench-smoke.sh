@@ -48,7 +48,7 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
   ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
-  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout | sort)
+  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout ! -name delayq-bench-schedules | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -110,6 +110,11 @@ smoke_plain delayq-bench-store \
 # private Redis and runs an engine with a 1 s horizon until 50 tasks the
 # pager read in have run.
 smoke_plain delayq-bench-horizon "$dir/bench/horizon/delayq-bench-horizon" --quick
+
+# delayq-bench-schedules: --quick loads 2,000 schedules from SQLite and from
+# the private Redis, and runs 50 every-second schedules for 2 s.
+smoke_plain delayq-bench-schedules "$dir/bench/schedules/delayq-bench-schedules" --quick \
+  --uri="$DELAYQ_TEST_REDIS"
 
 # delayq-bench-engine: a plain program (not Google Benchmark), every scenario
 # with tiny sizes (--quick), in child processes of its own. Only a crash, a

@@ -21,6 +21,7 @@ DELAYQ_BUILD_DEPS=(
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
+  libhowardhinnant-date-dev tzdata
 )
 # What the tests and benchmarks need on top: clang and libclang-rt-14-dev for
 # fuzzing (g++'s own sanitizer runtimes come with build-essential); gnuplot
@@ -46,6 +47,10 @@ DELAYQ_TEST_DEPS+=(php-cli php-pda-pheanstalk)
 # systemd runs: the package is only installed into a tree. The OpenAPI test
 # (tests/openapi/) needs node and npm only (ensure_node_npm).
 DELAYQ_TEST_DEPS+=(help2man lintian systemd)
+# --- recurring schedules (issue 35; docs/schedules.md) ---
+# croniter is the independent implementation the cron test compares with
+# (tests/schedules/croniter_compare.py), Python's zoneinfo its tz authority.
+DELAYQ_TEST_DEPS+=(python3 python3-croniter)
 
 # ensure_node_npm : installs Debian's nodejs and npm, each only when its
 # command is missing. Not by package name: a machine with NodeSource's

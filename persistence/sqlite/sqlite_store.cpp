@@ -96,6 +96,16 @@ void migrate_to(SQLite::Database& db, int version) {
           "  name BLOB PRIMARY KEY NOT NULL,"
           "  next INTEGER NOT NULL) WITHOUT ROWID;");
       return;
+    case 6:
+      // Recurring schedules (schedule_store): the engine's bytes under an
+      // id, and a revision every write is conditioned on.
+      db.exec(
+          "CREATE TABLE schedules ("
+          "  id TEXT PRIMARY KEY NOT NULL,"
+          "  revision INTEGER NOT NULL,"
+          "  definition BLOB NOT NULL,"
+          "  state BLOB NOT NULL) WITHOUT ROWID;");
+      return;
     default:
       throw store_failure{errc::store_error,
                           "no migration to schema version " + std::to_string(version)};
@@ -270,6 +280,7 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                        "WHERE (due_ms, id) > (?1, ?2) AND due_ms <= ?3 "
                        "ORDER BY due_ms, id LIMIT ?4");
     m.by_id.emplace(*m.db, "SELECT rowid, record FROM tasks WHERE id = ?1");
+    m.prepare_schedules();  // sqlite_schedules.cpp
   } catch (const SQLite::Exception& e) {
     ec = make_error_code(translate(e));
     message =

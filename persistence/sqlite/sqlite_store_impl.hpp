@@ -95,6 +95,10 @@ struct sqlite_store::impl {
   // write()'s transaction, prepared once: BEGIN and COMMIT as text were
   // parsed again for every batch.
   std::optional<SQLite::Statement> tx_begin, tx_commit, tx_rollback;
+  // schedule_store (sqlite_schedules.cpp)
+  std::optional<SQLite::Statement> schedule_insert, schedule_put, schedule_state, schedule_erase,
+      schedule_find, schedule_page, schedule_count;
+  void prepare_schedules();
 
   // The write thread of async_write(): batches in the order given.
   struct queued_write {

@@ -32,6 +32,7 @@
 #include "delayq/engine_stats.hpp"
 #include "delayq/error.hpp"
 #include "delayq/executor.hpp"
+#include "delayq/schedule.hpp"
 #include "delayq/schedule_options.hpp"
 #include "delayq/task.hpp"
 #include "delayq/task_status.hpp"
@@ -41,6 +42,9 @@ namespace delayq {
 
 namespace detail {
 class engine_core;
+namespace schedules {
+class schedule_keeper;
+}  // namespace schedules
 }  // namespace detail
 
 /// The delayed-task engine: a hashed timing wheel ticked by an Asio
@@ -283,6 +287,67 @@ class engine {
   /// before start(). Never touches the store.
   std::vector<std::string> members() const;
 
+  // ---- recurring schedules (delayq/schedule.hpp, docs/schedules.md) -------
+  // Kept in the store's schedule_store role (memory, SQLite, Redis): without
+  // it every call below answers errc::unsupported. Each occurrence becomes an
+  // ordinary task "ID@MS", made once (a compare-and-set claim in the store,
+  // then schedule_many() with on_conflict::keep) engine_options::
+  // schedule_lookahead ahead of its time; retries, dead letters, leases and
+  // every other call treat it as any task. In a cluster a schedule is kept
+  // by the owner of its id's shard: upsert and remove elsewhere answer
+  // not_owner (owner_of() names the owner); find, list and next read the
+  // store anywhere.
+
+  /// Creates the schedule `s.id`, or replaces it. Returns true when it was
+  /// created, false when it replaced one (or found it unchanged: a PUT of
+  /// the same schedule twice writes once). Returns once the schedule is
+  /// durable in the store. A replaced schedule's occurrences made tasks
+  /// already (those due within the lookahead) are cancelled where this
+  /// instance can (in a cluster: those of the shards it holds), and the new
+  /// definition applies after the last one that could not be.
+  /// Errors: not_running; invalid_schedule (check_schedule() says which
+  /// field and why); payload_too_large (engine_options::max_payload);
+  /// unknown_type (no executor for the type, see
+  /// engine_options::accept_unregistered_types); not_owner (a cluster: the
+  /// id's shard is another instance's); unsupported (the store keeps no
+  /// schedules); busy (the schedule kept changing under other writers: try
+  /// again); the store's (store_unavailable, store_error, outcome_unknown:
+  /// nothing, or, for outcome_unknown, possibly the schedule, was stored).
+  bool upsert_schedule(const delayq::schedule& s);
+  bool upsert_schedule(const delayq::schedule& s, boost::system::error_code& ec);
+
+  /// Removes the schedule `id`: no occurrence of it is made a task after
+  /// this returns, and those made already (due within the lookahead) are
+  /// cancelled where this instance can (as upsert_schedule()). Returns false
+  /// when there is no such schedule. Errors: as upsert_schedule() but for
+  /// the checks of `s`.
+  bool remove_schedule(std::string_view id);
+  bool remove_schedule(std::string_view id, boost::system::error_code& ec);
+
+  /// The schedule `id`, or nothing. One store read. Errors: not_running,
+  /// unsupported, corrupt_record (stored by a newer version), the store's.
+  std::optional<delayq::schedule> find_schedule(std::string_view id) const;
+  std::optional<delayq::schedule> find_schedule(std::string_view id,
+                                                boost::system::error_code& ec) const;
+
+  /// Stored schedules in id order (byte order): skips `offset`, returns at
+  /// most `limit`. Reads offset + limit records. Errors as find_schedule().
+  std::vector<delayq::schedule> list_schedules(std::size_t offset = 0,
+                                               std::size_t limit = 100) const;
+  std::vector<delayq::schedule> list_schedules(std::size_t offset, std::size_t limit,
+                                               boost::system::error_code& ec) const;
+  /// How many schedules are stored. Errors as find_schedule().
+  std::size_t count_schedules() const;
+  std::size_t count_schedules(boost::system::error_code& ec) const;
+
+  /// The next `n` occurrences of schedule `id` after now, earliest first
+  /// (fewer when it ends), as UTC instants: schedule_occurrences() of the
+  /// stored schedule. Errors: not_found (no such schedule), and those of
+  /// find_schedule().
+  std::vector<time_point> next_occurrences(std::string_view id, std::size_t n) const;
+  std::vector<time_point> next_occurrences(std::string_view id, std::size_t n,
+                                           boost::system::error_code& ec) const;
+
   /// The next `limit` pending tasks not yet running, earliest due first;
   /// only those of `type` when it is not empty. Costs a pass over every
   /// pending task (an admin view, not a hot path).
@@ -337,6 +402,9 @@ class engine {
                              std::unique_ptr<detail::schedule_completion> done);
 
   std::shared_ptr<detail::engine_core> core_;
+  // Recurring schedules: a component of its own that drives this engine
+  // through the calls above; started after the core, stopped before it.
+  std::unique_ptr<detail::schedules::schedule_keeper> keeper_;
 };
 
 template <class CompletionToken>

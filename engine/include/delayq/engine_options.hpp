@@ -214,6 +214,16 @@ struct engine_options {
   /// engine's lock; keep it short (no store, no network). An exception from
   /// it is logged and ignored.
   std::function<void()> on_attempts_stale;
+
+  /// Recurring schedules (engine::upsert_schedule(), docs/schedules.md):
+  /// how far ahead of its time an occurrence becomes a task, 1 s to 1 day.
+  /// At most about 1.5 times this many milliseconds of a schedule's
+  /// occurrences are tasks at once; a change to a schedule reaches the
+  /// occurrences not yet made; and an occurrence is missed (missed_runs)
+  /// only when no instance could make it this long before its time. With
+  /// `cluster`, at least two leases and a second is used (a dead owner's
+  /// schedules are taken over within two leases).
+  std::chrono::milliseconds schedule_lookahead{10000};
 };
 
 }  // namespace delayq

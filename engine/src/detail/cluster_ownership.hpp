@@ -69,6 +69,9 @@ class cluster_ownership final : public ownership {
   std::uint64_t token_for(std::string_view id) const noexcept override {
     return shards_ ? shards_->valid_token(id) : 0;
   }
+  std::uint64_t held_token(std::string_view id) const noexcept override {
+    return shards_ ? shards_->token(shards_->shard(id)) : 0;
+  }
   bool owns(std::string_view id) const noexcept override {
     return !shards_ || shards_->held(shards_->shard(id));
   }

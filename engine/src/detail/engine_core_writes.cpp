@@ -117,6 +117,15 @@ void engine_core::run_after(after_lock& after) {
   // takes its own lock before the waiter lets go of the table's, so a
   // notify after the change was made under the table's lock is not missed).
   for (task_table* t : after.notify) t->changed.notify_all();
+  // On the pager's thread: a read of the store waits for the writes queued
+  // before it, and this may be the writer's thread.
+  for (std::string& id : after.reread)
+    pager_.post([this, id = std::move(id)] {
+      boost::system::error_code ec;
+      pins p(*this);
+      const std::string_view key = id;
+      fault_in(std::span(&key, 1), p, ec);
+    });
   for (auto& [t, id] : after.deferred) {
     std::vector<deferred_call> calls;
     {

@@ -117,6 +117,9 @@ class ownership {
                          boost::system::error_code& ec) const = 0;
   /// The token now for a write that may go unfenced when 0.
   virtual std::uint64_t token_for(std::string_view id) const noexcept = 0;
+  /// The token of the lease this instance holds on the id's shard, surely
+  /// valid now or not; 0 when it holds none (a single node: always 0).
+  virtual std::uint64_t held_token(std::string_view id) const noexcept = 0;
   /// Under the lock (or from a reader): whether a record of `id` may be held.
   virtual bool owns(std::string_view id) const noexcept = 0;
 
@@ -162,6 +165,7 @@ class single_node_ownership final : public ownership {
     return true;
   }
   std::uint64_t token_for(std::string_view) const noexcept override { return 0; }
+  std::uint64_t held_token(std::string_view) const noexcept override { return 0; }
   bool owns(std::string_view) const noexcept override { return true; }
   std::uint64_t may_fire_locked(record_id, std::string_view,
                                 std::chrono::steady_clock::time_point) override {

@@ -46,7 +46,9 @@ boost::system::error_code check_options(const engine_options& o) {
       o.tables > 64 || o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
       o.max_queued_writes == 0 || !(o.catch_up_rate >= 0) || !valid_policy(o.retry) ||
       !(o.alerts.failure_rate_threshold > 0 && o.alerts.failure_rate_threshold <= 1) ||
-      o.alerts.window <= std::chrono::seconds{0})
+      o.alerts.window <= std::chrono::seconds{0} ||
+      o.schedule_lookahead < std::chrono::seconds{1} ||
+      o.schedule_lookahead > std::chrono::hours{24})
     return errc::invalid_options;
   for (const auto& [type, policy] : o.retry_per_type)
     if (!valid_policy(policy)) return errc::invalid_options;

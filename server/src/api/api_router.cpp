@@ -184,6 +184,14 @@ const std::vector<api_router::route_entry>& api_router::route_table() {
       // The API's own description (server/openapi/openapi.json), with the token like all of /v1/.
       {v::get, "/v1/openapi.json",
        [](api_router&, call& c, const std::string&) { c.answer(openapi_answer()); }},
+      {v::get, "/v1/schedules",
+       [](api_router& r, call& c, const std::string&) { r.list_schedules(c); }},
+      {v::put, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.put_schedule(c, id); }},
+      {v::get, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.get_schedule(c, id); }},
+      {v::delete_, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.delete_schedule(c, id); }},
   };
   return table;
 }

@@ -123,6 +123,11 @@ class api_router {
   void purge_dead(call& c, const std::string& id);
   void stats(call& c);
   void upcoming(call& c);
+  // Recurring schedules (api_router_schedules.cpp).
+  void put_schedule(call& c, const std::string& id);
+  void get_schedule(call& c, const std::string& id);
+  void delete_schedule(call& c, const std::string& id);
+  void list_schedules(call& c);
   void healthz(call& c);
   void metrics(call& c);
 

@@ -18,16 +18,6 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::system_clock;
 
-// A query parameter that must be a whole number up to `max`; `dflt` when absent.
-std::optional<std::size_t> query_size(const std::optional<std::string>& s, std::size_t dflt,
-                                      std::size_t max) {
-  if (!s) return dflt;
-  std::size_t v = 0;
-  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
-  return v;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ push targets
@@ -176,6 +166,10 @@ void api_router::stats(call& c) {
       {"dead", s.dead},
       {"writes_queued", s.writes_queued},
       {"writes_kept", s.writes_kept},
+      {"schedules", s.schedules},
+      {"occurrences_made", s.occurrences_made},
+      {"occurrences_missed", s.occurrences_missed},
+      {"occurrences_lost", s.occurrences_lost},
       {"lateness_p50_us", s.lateness_p50.count()},
       {"lateness_p90_us", s.lateness_p90.count()},
       {"lateness_p99_us", s.lateness_p99.count()},

@@ -235,6 +235,58 @@ std::optional<api_error> parse_touch(const json& j, lease_request& out) {
   return std::nullopt;
 }
 
+std::optional<api_error> parse_schedule(const json& j, const std::string& id, schedule& out) {
+  if (auto e = check_object(j, {},
+                            {"type", "payload", "cron", "every_ms", "timezone", "start_ms",
+                             "end_ms", "missed", "priority", "ttr_ms", "conflict"}))
+    return e;
+  out = schedule{};
+  out.id = id;
+  if (auto e = get_string(j, "type", {}, out.type, true)) return e;
+  if (auto e = get_string(j, "payload", {}, out.payload, false)) return e;
+  if (auto e = get_string(j, "cron", {}, out.cron, false)) return e;
+  if (j.contains("cron") && out.cron.empty())
+    return bad_request("field \"cron\" must not be empty (leave it out to use every_ms)");
+  if (auto e = get_string(j, "timezone", {}, out.timezone, false)) return e;
+  if (j.contains("timezone") && out.timezone.empty())
+    return bad_request("field \"timezone\" must not be empty (leave it out for UTC)");
+  std::optional<std::int64_t> every, start, end, priority, ttr;
+  if (auto e = get_int(j, "every_ms", {}, 1, any_int_hi, every)) return e;
+  if (auto e = get_int(j, "start_ms", {}, any_int_lo, any_int_hi, start)) return e;
+  if (auto e = get_int(j, "end_ms", {}, any_int_lo, any_int_hi, end)) return e;
+  if (auto e = get_int(j, "priority", {}, 0, std::numeric_limits<std::uint32_t>::max(), priority))
+    return e;
+  if (auto e = get_int(j, "ttr_ms", {}, 0, max_ttr.count(), ttr)) return e;
+  if (ttr && *ttr != 0 && *ttr < min_ttr.count())
+    return bad_request("field \"ttr_ms\" must be 0 or an integer from " +
+                       std::to_string(min_ttr.count()) + " to " + std::to_string(max_ttr.count()));
+  // Out of the range check_schedule() accepts, but never overflowing here.
+  constexpr std::int64_t ms_lo = -(std::int64_t{1} << 50), ms_hi = std::int64_t{1} << 50;
+  if (every) out.every = milliseconds{std::min(*every, ms_hi)};
+  if (start) out.start = from_epoch_ms(std::clamp(*start, ms_lo, ms_hi));
+  if (end) out.end = from_epoch_ms(std::clamp(*end, ms_lo, ms_hi));
+  out.priority = static_cast<std::uint32_t>(priority.value_or(0));
+  out.ttr = milliseconds{ttr.value_or(0)};
+  std::string missed;
+  if (auto e = get_string(j, "missed", {}, missed, false)) return e;
+  if (!missed.empty() || j.contains("missed")) {
+    auto m = missed_runs_from(missed);
+    if (!m) return bad_request("field \"missed\" must be \"skip\", \"once\" or \"all\"");
+    out.missed = *m;
+  }
+  std::string conflict;
+  if (auto e = get_string(j, "conflict", {}, conflict, false)) return e;
+  if (conflict.empty() || conflict == "keep")
+    out.conflict = on_conflict::keep;
+  else if (conflict == "replace")
+    out.conflict = on_conflict::replace;
+  else if (conflict == "reject")
+    out.conflict = on_conflict::reject;
+  else
+    return bad_request("field \"conflict\" must be \"keep\", \"replace\" or \"reject\"");
+  return std::nullopt;
+}
+
 std::optional<api_error> parse_requeue(const json& j, milliseconds& delay) {
   if (auto e = check_object(j, {}, {"delay_ms"})) return e;
   std::optional<std::int64_t> d;

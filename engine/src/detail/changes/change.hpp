@@ -72,11 +72,12 @@ struct after_lock {
   std::vector<std::pair<std::function<void(boost::system::error_code)>, boost::system::error_code>>
       stored;
   std::vector<task_table*> notify;  // tables whose waiters to wake
+  std::vector<std::string> reread;  // ids to read from the store again (clusters)
   bool send = false;                // this thread is the store writer's sender now
 
   bool empty() const noexcept {
     return calls.empty() && async.empty() && requeue.empty() && alerts.empty() &&
-           deferred.empty() && stored.empty() && notify.empty() && !send;
+           deferred.empty() && stored.empty() && notify.empty() && reread.empty() && !send;
   }
 };
 

@@ -104,6 +104,8 @@ void engine_core::settle(std::span<outcome> outcomes) {
           settler_.decide(o, type, t.wheel.id(h), t.wheel.attempts(h), !t.wheel.is_indexed(h),
                           stopping, after.alerts, ticker_.now_ms());
       write_op op;
+      std::unique_ptr<task> died;  // buried into the dead letters
+      bool died_asked = false;
       switch (v.what) {
         case attempt_settler::verdict_kind::drop_replaced:
           if (o.on_stored) after.stored.emplace_back(std::move(o.on_stored), errc::ok);
@@ -113,6 +115,21 @@ void engine_core::settle(std::span<outcome> outcomes) {
           erase_locked(t, h);  // as it was in the store, for the next start
           continue;
         case attempt_settler::verdict_kind::rearm:
+          // Clusters: an attempt dispatched under a lease this instance no
+          // longer holds (lost, maybe taken again since under a new token)
+          // comes back from an earlier tenure: the shard's owner (or this
+          // instance's new tenure, which read the store afresh) decides on
+          // the task. Held again, it could run a task another instance ran
+          // and finished meanwhile.
+          if (fence != 0 && owner_->held_token(t.wheel.id(h)) != fence) {
+            // A new tenure that read the shard while this record was busy
+            // skipped the task (memory was newer): it is read again, as the
+            // store has it now.
+            if (owner_->held_token(t.wheel.id(h)) != 0)
+              after.reread.emplace_back(t.wheel.id(h));
+            erase_locked(t, h);
+            continue;
+          }
           t.set_tag(h, tsw::with_state(t.tag(h), tsw::armed));
           t.wheel.arm(h, ticker_.current_tick() + 1);
           note_armed_locked(t, t.wheel.due_tick(h));
@@ -148,8 +165,10 @@ void engine_core::settle(std::span<outcome> outcomes) {
           op.error = o.failure;
           op.died_at = std::chrono::floor<milliseconds>(std::chrono::system_clock::now());
           op.ctx = std::make_unique<bury_change>();
-          settler_.note_death(op.t, type, o.failure, after.alerts, true, asked);
-          note_dead(1);
+          // Counted once the write is queued (below): dead_letters() flushes
+          // the writer, so a death stats() counts is one it lists.
+          died = std::make_unique<task>(op.t);
+          died_asked = asked;
           erase_locked(t, h);
           break;
         }
@@ -184,6 +203,10 @@ void engine_core::settle(std::span<outcome> outcomes) {
       op.fence = fence;
       op.on_stored = std::move(o.on_stored);
       submit_locked(std::span(&op, 1), nullptr, none, after, options_.caller_writes);
+      if (died) {
+        settler_.note_death(*died, type, o.failure, after.alerts, true, died_asked);
+        note_dead(1);
+      }
     }
   }
   run_after(after);
