@@ -22,6 +22,9 @@
 # memory) on free loopback ports, runs every scenario tiny and stops them.
 # beanstalkd must be installed (scripts/common.sh lists it).
 #
+# The peer benchmarks (bench/peers: Python and Node, nothing to build but
+# delayq-server) run through scripts/bench-peers.sh --quick (about 35 s).
+#
 # delayq-bench-scaleout (bench/server) runs through scripts/bench-scaleout.sh
 # --quick (about 15 s): 1, 2 and 3 delayq-server --cluster instances of
 # <builddir> on a private redis-server, tiny sizes, and one failover round.
@@ -53,8 +56,8 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # are plain programs with flags of their own, run further down.
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
   ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
-  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout ! -name delayq-bench-postgres \
-  ! -name delayq-bench-pg-churn | sort)
+  ! -name delayq-bench-horizon ! -name delayq-bench-scaleout ! -name delayq-bench-schedules \
+  ! -name delayq-bench-postgres ! -name delayq-bench-pg-churn | sort)
 ((${#binaries[@]} > 0)) ||
   delayq_die "no delayq-bench-* binaries under $dir/bench: build $dir first"
 
@@ -124,6 +127,11 @@ smoke_plain delayq-bench-pg-churn "$dir/bench/postgres/delayq-bench-pg-churn" --
 # private Redis and runs an engine with a 1 s horizon until 50 tasks the
 # pager read in have run.
 smoke_plain delayq-bench-horizon "$dir/bench/horizon/delayq-bench-horizon" --quick
+
+# delayq-bench-schedules: --quick loads 2,000 schedules from SQLite and from
+# the private Redis, and runs 50 every-second schedules for 2 s.
+smoke_plain delayq-bench-schedules "$dir/bench/schedules/delayq-bench-schedules" --quick \
+  --uri="$DELAYQ_TEST_REDIS"
 
 # delayq-bench-engine: a plain program (not Google Benchmark), every scenario
 # with tiny sizes (--quick), in child processes of its own. Only a crash, a
@@ -226,6 +234,13 @@ else
   smoke_script bench-beanstalk.sh beanstalk 180 '^| [a-z]' delayq-bench-server
   binaries+=("$server_bench")
 fi
+# The peer benchmarks (issue 32), through scripts/bench-peers.sh --quick on
+# this build: beanstalkd (three ways), redis-server, BullMQ from npm
+# (installed into <builddir>/bench/peers/node as its lock file pins it) and
+# delayq-server of <builddir> on four stores, tiny sizes, one round. It
+# fails on a wrong reply, a server that died, or invalid JSON; never on a
+# timing, a ratio or the ordering and timing checks' counts.
+smoke_script bench-peers.sh peers 180 '^| [a-zA-Z]' bench/peers
 # delayq-bench-scaleout, through scripts/bench-scaleout.sh --quick on this
 # build (about 15 s): 1, 2 and 3 delayq-server --cluster instances on a
 # private redis-server, and one failover round. It fails when a batch is

@@ -21,6 +21,7 @@ DELAYQ_BUILD_DEPS=(
   libboost-dev libhiredis-dev libsqlitecpp-dev libsqlite3-dev libcereal-dev
   doctest-dev redis-server libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpq-dev
+  libhowardhinnant-date-dev tzdata
 )
 # What the tests and benchmarks need on top: clang and libclang-rt-14-dev for
 # fuzzing (g++'s own sanitizer runtimes come with build-essential); gnuplot
@@ -46,6 +47,17 @@ DELAYQ_TEST_DEPS+=(php-cli php-pda-pheanstalk)
 # ensure_packages keeps services from starting, and nothing uses that cluster.
 DELAYQ_TEST_DEPS+=(postgresql postgresql-client)
 # --- end of the PostgreSQL part ---
+# --- the Debian package (issue 36; tests/package/, scripts/package.sh) ---
+# help2man writes the man pages while packing; lintian checks the package;
+# systemd brings systemd-analyze (the unit's verify and security score) and
+# systemd-sysusers (the postinst's user, in the test's directory tree). No
+# systemd runs: the package is only installed into a tree. The OpenAPI test
+# (tests/openapi/) needs node and npm only (ensure_node_npm).
+DELAYQ_TEST_DEPS+=(help2man lintian systemd)
+# --- recurring schedules (issue 35; docs/schedules.md) ---
+# croniter is the independent implementation the cron test compares with
+# (tests/schedules/croniter_compare.py), Python's zoneinfo its tz authority.
+DELAYQ_TEST_DEPS+=(python3 python3-croniter)
 
 # ensure_node_npm : installs Debian's nodejs and npm, each only when its
 # command is missing. Not by package name: a machine with NodeSource's
@@ -56,6 +68,20 @@ ensure_node_npm() {
   command -v npm >/dev/null || ensure_packages npm
 }
 # --- end of the beanstalk clients' part ---
+
+# --- peer benchmarks (issue 32; scripts/bench-peers.sh) ---
+# python3 runs bench/peers/ (standard library only); BullMQ comes from npm
+# (bench/peers/node/package-lock.json), node and npm from ensure_node_npm.
+DELAYQ_TEST_DEPS+=(python3)
+# --- end of the peer benchmarks' part ---
+# --- the fault harness (issue 33; tests/faults/, docs/faults.md) ---
+# iproute2 makes the network namespaces and veth pairs (ip netns); faketime
+# (libfaketime) skews one instance's wall clock; util-linux's setpriv ties
+# every process the harness starts to it (--pdeathsig). The harness runs on
+# Debian's python3 (stdlib only). The clock regression test in
+# tests/server/faults_found_process_test.cpp uses libfaketime too.
+DELAYQ_TEST_DEPS+=(iproute2 faketime util-linux python3)
+# --- end of the fault harness's part ---
 
 # The configuration of build/: test.sh stage "build", demo.sh and server.sh
 # share it. -g1 (line tables and function names: enough for a backtrace)

@@ -4,7 +4,7 @@
 # Installs the Debian build dependencies, then runs these stages in order:
 #   build  build/       RelWithDebInfo, -Werror, benchmarks on; ctest
 #   asan   build-asan/  ASan + UBSan (less four checks, CMakeLists.txt) at -Og; ctest
-#                       (not the browser tests: -LE browser)
+#                       (not the browser tests, nor the fault harness: -LE 'browser|faults')
 #   tsan   build-tsan/  TSan at -O1; ctest (not the browser tests)
 #   fuzz   build-fuzz/  tests/fuzz/run.sh: each libFuzzer target for 45 s (clang 14)
 #   bench  scripts/bench-smoke.sh (quick benchmark run), when it exists
@@ -117,12 +117,12 @@ stage_asan() {
   configure_and_build build-asan -DDELAYQ_SANITIZE=address,undefined "$asan_opt" "${sanitizer_args[@]}"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest build-asan -LE browser
+    run_ctest build-asan -LE 'browser|faults'
 }
 
 stage_tsan() {
   configure_and_build build-tsan -DDELAYQ_SANITIZE=thread "$tsan_opt" "${sanitizer_args[@]}"
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$DELAYQ_ROOT/tests/tsan.supp" run_ctest build-tsan -LE browser
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$DELAYQ_ROOT/tests/tsan.supp" run_ctest build-tsan -LE 'browser|faults'
 }
 
 # Not a ctest run: a target that fails makes run.sh, so the stage, fail, and

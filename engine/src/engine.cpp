@@ -4,7 +4,9 @@
 // order of persist, fire and remove.
 #include "delayq/engine.hpp"
 
+#include "delayq/shard_leases.hpp"
 #include "detail/engine_core.hpp"
+#include "detail/schedules/schedule_keeper.hpp"
 #include "detail/validation.hpp"
 
 namespace delayq {
@@ -17,8 +19,22 @@ engine::engine(boost::asio::any_io_executor ex, executor_factory executors,
     throw boost::system::system_error(
         make_error_code(errc::invalid_options),
         "delayq::engine: no store (open one with delayq::open_store)");
+  detail::schedules::keeper_options k;
+  k.lookahead = options.schedule_lookahead;
+  if (options.cluster) {
+    k.lookahead = std::max(k.lookahead, 2 * options.cluster->lease + std::chrono::seconds(1));
+    k.instance =
+        options.cluster->instance.empty() ? default_instance_name() : options.cluster->instance;
+  }
+  k.max_payload = options.max_payload;
+  k.type_known = [types = std::make_shared<executor_factory>(executors),
+                  any = options.accept_unregistered_types](std::string_view type) {
+    return any || types->contains(type);
+  };
+  task_store& kept = *store;
   core_ = std::make_shared<detail::engine_core>(std::move(ex), std::move(executors),
                                                 std::move(store), std::move(options));
+  keeper_ = std::make_unique<detail::schedules::schedule_keeper>(*this, kept, std::move(k));
 }
 
 engine::engine(boost::asio::io_context& io, executor_factory executors,
@@ -27,6 +43,7 @@ engine::engine(boost::asio::io_context& io, executor_factory executors,
 
 engine::~engine() {
   if (!core_) return;
+  if (keeper_) keeper_->stop();
   core_->stop(duration{0});
   core_->shutdown();
 }
@@ -36,7 +53,14 @@ void engine::start() {
   start(ec);
   detail::throw_if(ec, "delayq::engine::start");
 }
-void engine::start(boost::system::error_code& ec) { core_->start(ec); }
+void engine::start(boost::system::error_code& ec) {
+  core_->start(ec);
+  if (ec) return;
+  // The schedules are read after the tasks: an occurrence made before a
+  // restart is held by then, and making it again keeps it.
+  keeper_->start(ec);
+  if (ec) core_->stop(duration{0});
+}
 
 std::string engine::schedule(std::string_view type, std::string payload, duration delay,
                              const schedule_options& options) {
@@ -187,15 +211,99 @@ std::vector<task> engine::upcoming(std::size_t limit, std::string_view type) con
   return core_->upcoming(limit, type);
 }
 std::size_t engine::pending() const { return core_->pending(); }
+
+std::size_t engine::fire_due() { return core_->fire_due(); }
 std::string engine::owner_of(std::string_view id) const { return core_->owner_of(id); }
+bool engine::attempt_current(const task& t) const noexcept { return core_->attempt_current(t); }
+std::chrono::system_clock::time_point engine::now() const noexcept {
+  return std::chrono::system_clock::time_point{std::chrono::milliseconds{core_->clock_ms()}};
+}
 
 std::vector<std::string> engine::members() const { return core_->members(); }
 
-engine_stats engine::stats() const { return core_->stats(); }
+engine_stats engine::stats() const {
+  engine_stats s = core_->stats();
+  keeper_->add_stats(s);
+  return s;
+}
 engine_metrics engine::metrics() const { return core_->metrics(); }
-bool engine::stop(duration drain) { return core_->stop(drain); }
+bool engine::stop(duration drain) {
+  keeper_->stop();
+  return core_->stop(drain);
+}
 const engine_options& engine::options() const noexcept { return core_->options(); }
 std::string engine::store() const { return core_->store_description(); }
 engine::executor_type engine::get_executor() const noexcept { return core_->executor(); }
+
+// ---- recurring schedules ----------------------------------------------------
+
+bool engine::upsert_schedule(const delayq::schedule& s) {
+  boost::system::error_code ec;
+  const bool created = upsert_schedule(s, ec);
+  if (ec == errc::invalid_schedule) {
+    const auto problem = check_schedule(s);
+    throw boost::system::system_error(
+        ec, "delayq::engine::upsert_schedule: " +
+                (problem ? problem->field + ": " + problem->reason : std::string("invalid")));
+  }
+  detail::throw_if(ec, "delayq::engine::upsert_schedule");
+  return created;
+}
+bool engine::upsert_schedule(const delayq::schedule& s, boost::system::error_code& ec) {
+  return keeper_->upsert(s, ec);
+}
+
+bool engine::remove_schedule(std::string_view id) {
+  boost::system::error_code ec;
+  const bool found = remove_schedule(id, ec);
+  detail::throw_if(ec, "delayq::engine::remove_schedule");
+  return found;
+}
+bool engine::remove_schedule(std::string_view id, boost::system::error_code& ec) {
+  return keeper_->remove(id, ec);
+}
+
+std::optional<delayq::schedule> engine::find_schedule(std::string_view id) const {
+  boost::system::error_code ec;
+  auto s = find_schedule(id, ec);
+  detail::throw_if(ec, "delayq::engine::find_schedule");
+  return s;
+}
+std::optional<delayq::schedule> engine::find_schedule(std::string_view id,
+                                                      boost::system::error_code& ec) const {
+  return keeper_->find(id, ec);
+}
+
+std::vector<delayq::schedule> engine::list_schedules(std::size_t offset, std::size_t limit) const {
+  boost::system::error_code ec;
+  auto out = list_schedules(offset, limit, ec);
+  detail::throw_if(ec, "delayq::engine::list_schedules");
+  return out;
+}
+std::vector<delayq::schedule> engine::list_schedules(std::size_t offset, std::size_t limit,
+                                                     boost::system::error_code& ec) const {
+  return keeper_->list(offset, limit, ec);
+}
+
+std::size_t engine::count_schedules() const {
+  boost::system::error_code ec;
+  const std::size_t n = count_schedules(ec);
+  detail::throw_if(ec, "delayq::engine::count_schedules");
+  return n;
+}
+std::size_t engine::count_schedules(boost::system::error_code& ec) const {
+  return keeper_->count(ec);
+}
+
+std::vector<engine::time_point> engine::next_occurrences(std::string_view id, std::size_t n) const {
+  boost::system::error_code ec;
+  auto out = next_occurrences(id, n, ec);
+  detail::throw_if(ec, "delayq::engine::next_occurrences");
+  return out;
+}
+std::vector<engine::time_point> engine::next_occurrences(std::string_view id, std::size_t n,
+                                                         boost::system::error_code& ec) const {
+  return keeper_->next(id, n, ec);
+}
 
 }  // namespace delayq

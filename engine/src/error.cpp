@@ -51,6 +51,9 @@ class category final : public boost::system::error_category {
       case errc::shard_mismatch:
         return "the store's shard layout does not match the shard count asked for";
       case errc::invalid_ttr: return "a task's ttr must be 0 to 4294967295 ms";
+      case errc::invalid_schedule:
+        return "the schedule is invalid (a bad cron expression, time zone, interval, start or "
+               "end; check_schedule() says which)";
     }
     return "unknown delayq error " + std::to_string(value);
   }

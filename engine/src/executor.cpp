@@ -39,6 +39,7 @@ executor_factory::binding executor_factory::entry::bind() const noexcept {
     b.async_fn = async_fn.get();
   else if (async_make)
     b.async_make = &async_make;
+  if (b.async_fn || b.async_make) b.start = start;
   return b;
 }
 
@@ -58,13 +59,18 @@ executor_factory& executor_factory::add(std::string type, function fn) {
   return *this;
 }
 
-executor_factory& executor_factory::add_async(std::string type, async_maker m) {
-  slot(std::move(type)).async_make = std::move(m);
+executor_factory& executor_factory::add_async(std::string type, async_maker m, async_start how) {
+  entry& e = slot(std::move(type));
+  e.async_make = std::move(m);
+  e.start = how;
   return *this;
 }
 
-executor_factory& executor_factory::add_async(std::string type, async_function fn) {
-  slot(std::move(type)).async_fn = std::make_shared<const async_function>(std::move(fn));
+executor_factory& executor_factory::add_async(std::string type, async_function fn,
+                                              async_start how) {
+  entry& e = slot(std::move(type));
+  e.async_fn = std::make_shared<const async_function>(std::move(fn));
+  e.start = how;
   return *this;
 }
 
@@ -80,15 +86,17 @@ executor_factory& executor_factory::set_fallback(function fn) {
   return *this;
 }
 
-executor_factory& executor_factory::set_fallback_async(async_maker m) {
+executor_factory& executor_factory::set_fallback_async(async_maker m, async_start how) {
   fallback_ = entry{};
   fallback_.async_make = std::move(m);
+  fallback_.start = how;
   return *this;
 }
 
-executor_factory& executor_factory::set_fallback_async(async_function fn) {
+executor_factory& executor_factory::set_fallback_async(async_function fn, async_start how) {
   fallback_ = entry{};
   fallback_.async_fn = std::make_shared<const async_function>(std::move(fn));
+  fallback_.start = how;
   return *this;
 }
 

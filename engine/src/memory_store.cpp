@@ -179,6 +179,61 @@ bool memory_store::erase_setting(std::string_view key, boost::system::error_code
   return true;
 }
 
+void memory_store::write_schedules(std::span<const schedule_write> changes,
+                                   boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  for (const schedule_write& w : changes) {
+    auto it = schedules_.find(w.id);
+    const std::uint64_t now = it == schedules_.end() ? 0 : it->second.revision;
+    w.applied = now == w.expected && (w.what == schedule_write::kind::put || now != 0);
+    if (!w.applied) continue;
+    switch (w.what) {
+      case schedule_write::kind::put:
+        if (it == schedules_.end())
+          it = schedules_.emplace(std::string(w.id), schedule_record{std::string(w.id)}).first;
+        it->second.definition = std::string(w.definition);
+        it->second.state = std::string(w.state);
+        it->second.revision = now + 1;
+        break;
+      case schedule_write::kind::state:
+        it->second.state = std::string(w.state);
+        it->second.revision = now + 1;
+        break;
+      case schedule_write::kind::erase: schedules_.erase(it); break;
+    }
+  }
+}
+
+std::vector<std::optional<schedule_record>> memory_store::find_schedules(
+    std::span<const std::string> ids, boost::system::error_code& ec) {
+  ec = {};
+  std::vector<std::optional<schedule_record>> out;
+  out.reserve(ids.size());
+  std::lock_guard lock(mutex_);
+  for (const std::string& id : ids) {
+    auto it = schedules_.find(id);
+    out.push_back(it == schedules_.end() ? std::nullopt : std::optional(it->second));
+  }
+  return out;
+}
+
+std::vector<schedule_record> memory_store::list_schedules(std::string_view after, std::size_t limit,
+                                                          boost::system::error_code& ec) {
+  ec = {};
+  std::vector<schedule_record> out;
+  std::lock_guard lock(mutex_);
+  for (auto it = schedules_.upper_bound(after); it != schedules_.end() && out.size() < limit; ++it)
+    out.push_back(it->second);
+  return out;
+}
+
+std::size_t memory_store::count_schedules(boost::system::error_code& ec) {
+  ec = {};
+  std::lock_guard lock(mutex_);
+  return schedules_.size();
+}
+
 std::size_t memory_store::size() const {
   std::lock_guard lock(mutex_);
   return tasks_.size();

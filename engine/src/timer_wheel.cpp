@@ -136,6 +136,10 @@ timer_wheel::block::~block() {
 
 // ---------------------------------------------------------------- lifetime
 
+timer_wheel::timer_wheel(std::size_t slots, const timer_wheel& same_hash) : timer_wheel(slots) {
+  seed_ = same_hash.seed_;
+}
+
 timer_wheel::timer_wheel(std::size_t slots)
     : slot_count_(slots),
       slot_mask_(slots > 1 && std::has_single_bit(slots) ? slots - 1 : 0),
@@ -397,6 +401,39 @@ void timer_wheel::collect_due(std::size_t s, std::uint64_t tick, std::vector<han
     smaller.assign(v.begin(), v.end());
     v.swap(smaller);
   }
+}
+
+std::size_t timer_wheel::take_due_by(std::int64_t due_ms, std::vector<handle>& out) {
+  if (!arrivals_.empty()) drain_arrivals();
+  if (armed_ == 0) return 0;
+  const std::uint64_t tick = now_ + 1;
+  const std::size_t s = slot_of(tick);
+  if (slot_min_[s] > tick) return 0;  // nothing of this tick in its slot
+  std::vector<entry>& v = slots_[s];
+  std::size_t keep = 0, taken = 0;
+  std::uint64_t least = no_tick;
+  for (std::size_t i = 0, n = v.size(); i < n; ++i) {
+    const entry e = v[i];
+    record& r = rec(e.h);
+    if (e.due == tick && r.seq == e.seq && r.due == e.due && r.due_ms <= due_ms) {
+      // As advance() leaves a record it hands over: disarmed, still held.
+      r.seq = (r.seq & ~state_mask) | detached;
+      --armed_;
+      out.push_back(e.h);
+      ++taken;
+      continue;
+    }
+    v[keep++] = e;
+    least = std::min(least, e.due);
+  }
+  v.resize(keep);
+  if (keep == 0) {
+    occupied_[s / 64] &= ~(std::uint64_t{1} << (s % 64));
+    slot_min_[s] = no_tick;
+  } else {
+    slot_min_[s] = least;
+  }
+  return taken;
 }
 
 std::uint64_t timer_wheel::next_due_tick() const noexcept {

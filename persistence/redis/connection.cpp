@@ -2,7 +2,10 @@
 // error mapping of one connection (see connection.hpp).
 #include "connection.hpp"
 
+#include <hiredis/sds.h>
+
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -155,6 +158,10 @@ redis_failure connection::lost(int saved_errno, bool write) {
   std::string why = c && c->errstr[0] ? c->errstr : "connection error";
   bool retryable = false;
   bool timed_out = false;
+  // hiredis sends what it buffered before it reads: an empty write buffer
+  // means every byte of the call reached the socket, and the server may
+  // have run it.
+  const bool all_sent = c != nullptr && (c->obuf == nullptr || sdslen(c->obuf) == 0);
   if (c && c->err == REDIS_ERR_EOF) {
     retryable = true;
   } else if (c && c->err == REDIS_ERR_IO) {
@@ -167,6 +174,15 @@ redis_failure connection::lost(int saved_errno, bool write) {
     }
   }
   drop(timed_out);
+  // A write sent whole and then lost with its connection may have run: it
+  // is not run again (in a cluster another instance may have acted on it
+  // meanwhile: issue 33, a task saved, run and removed came back), and its
+  // outcome is unknown.
+  if (write && all_sent && !timed_out)
+    return redis_failure{errc::outcome_unknown,
+                         "connection to " + opts_.address() + " lost: " + why +
+                             " after the write was sent; it may or may not be applied",
+                         true, false};
   if (timed_out && write)
     return redis_failure{errc::outcome_unknown,
                          "connection to " + opts_.address() + " dropped: " + why +
@@ -305,6 +321,18 @@ void connection::connect() {
 }
 
 void connection::ensure_connected() {
+  // A connection the server closed while idle (a restart, CLIENT KILL, its
+  // timeout) is dialled anew before a call goes out on it: a write sent into
+  // it would otherwise be lost with it after all its bytes were sent, and so
+  // count as maybe run (lost()).
+  if (ctx_ && ctx_->fd >= 0) {
+    char c = 0;
+    const ssize_t n = ::recv(ctx_->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      log_reconnecting("the server closed the connection");
+      drop(false);
+    }
+  }
   if (ctx_) return;
   const auto now = std::chrono::steady_clock::now();
   if (connected_once_ && now < next_attempt_) {

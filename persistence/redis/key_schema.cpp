@@ -17,6 +17,7 @@ store_keys::store_keys(const std::string& prefix) {
   dead_quarantine_reason = tag + "dead:quarantine:reason";
   settings = tag + "settings";
   sequences = tag + "sequences";
+  schedules = tag + "schedules";
 }
 
 store_keys::store_keys(const std::string& prefix, std::uint32_t shard)

@@ -28,6 +28,10 @@ struct store_keys {
   /// The hash of sequences (sequence_store): name -> the last number handed
   /// out. Never used under a shard's tag: it stays under `{PREFIX}`.
   std::string sequences;
+  /// The schedules (schedule_store): `{P}:schedules` and, with suffixes
+  /// `:state`, `:rev` and `:ids`, their state, revisions and id index
+  /// (redis_schedules.cpp). Under a shard's tag in the sharded layout.
+  std::string schedules;
 };
 
 }  // namespace delayq::detail::redis

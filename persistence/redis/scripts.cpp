@@ -100,6 +100,10 @@ for i = 3, n, 5 do
       return redis.error_reply('ERR delayq: a fenced change needs the lease key')
     end
     if not delayq_fence(KEYS[5], f) then
+      -- Counted where it happened, for whoever checks that stale writers
+      -- were refused (the fault harness, an operator): field fence_refused
+      -- of the shard's lease hash, which no lease script reads or removes.
+      redis.call('HINCRBY', KEYS[5], 'fence_refused', 1)
       return redis.error_reply('DELAYQFENCE delayq: the lease of shard ' .. shard ..
                                ' no longer carries token ' .. f ..
                                '; nothing of the shard\'s part was written')

@@ -51,7 +51,9 @@ extern const char* const write_script;
 /// the fencing token ('' for an unfenced change). Before it writes anything
 /// it also checks, with redis_fence_lua's delayq_fence(), that the lease
 /// carries every token given, and replies with an error starting
-/// "DELAYQFENCE" when not (fence_error_prefix). After each save or revive it
+/// "DELAYQFENCE" when not (fence_error_prefix), after adding 1 to the field
+/// `fence_refused` of the lease hash (a count of the refusals, kept where
+/// they happen). After each save or revive it
 /// PUBLISHes "SHARD DUE_MS ID" on the channel (the id last: it may hold
 /// spaces).
 extern const char* const sharded_write_script;

@@ -103,6 +103,15 @@ void write_pipeline::wait(int timeout_ms) {
 
 // Appends the fresh batches, dialling first when needed.
 void write_pipeline::start_fresh() {
+  // A connection the server closed while nothing was open on it (a restart,
+  // an idle timeout) is dialled anew before a batch goes out on it, so that
+  // the batch is not sent into a closed socket and then found maybe-applied.
+  if (open_.empty() && connected()) {
+    char c = 0;
+    const ssize_t n = ::recv(conn().get()->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      cur_->drop(false);
+  }
   while (!fresh_.empty()) {
     if (!connected()) {
       try {
@@ -261,9 +270,17 @@ void write_pipeline::on_lost(int saved_errno, bool eof, bool timed_out, const st
   expected_.clear();
   const bool retryable = eof || saved_errno == ECONNRESET || saved_errno == EPIPE ||
                          saved_errno == ECONNABORTED || saved_errno == ENOTCONN;
-  bool retried = false;
-  for (auto& b : open_) retried = retried || b->retried;
-  if (retryable && !retried) {
+  // Sent again only when none of the open batches may have run: one whose
+  // every byte reached the socket may have run before the connection went,
+  // and running it twice is not harmless in a cluster (another instance may
+  // have run and removed the task it saved meanwhile). A server that closed
+  // an idle connection is seen before a batch is sent on it (start_fresh()).
+  bool retried = false, maybe_ran = false;
+  for (auto& b : open_) {
+    retried = retried || b->retried;
+    maybe_ran = maybe_ran || b->maybe_applied;
+  }
+  if (retryable && !retried && !maybe_ran) {
     log(log_level::warning, name_ + ": write connection lost (" + why + "); reconnecting and " +
                                 "sending " + std::to_string(open_.size()) + " batch(es) again");
     if (resend_all(true)) return;

@@ -15,11 +15,16 @@
 //   later open one are sent again as EVAL, in order, and the replies to
 //   their first sending are discarded. Running a batch twice is harmless
 //   (scripts.hpp), and the last run of every batch is in submission order;
-// - the server closed the connection: the open batches are sent once more,
-//   in order, on a new connection; if that fails too (or the connection was
+// - the server closed the connection: when no open batch was wholly sent
+//   (none can have run), they are sent once more, in order, on a new
+//   connection; otherwise (and when that fails too, or the connection was
 //   lost another way) each open batch fails with errc::outcome_unknown when
 //   all its bytes had reached the socket (the server may have run it just
-//   before it went away) and errc::store_unavailable when not;
+//   before it went away) and errc::store_unavailable when not. A batch that
+//   may have run is never sent again: in a cluster another instance may
+//   have acted on its first run meanwhile (issue 33: a task saved, run and
+//   removed by its owner came back). A connection the server closed while
+//   idle is noticed (a peek) and dialled anew before a batch goes out;
 // - no reply and no progress for command_timeout: each open batch fails
 //   with errc::outcome_unknown when all its bytes had reached the socket
 //   (the server may still run it) and errc::store_unavailable when not (an

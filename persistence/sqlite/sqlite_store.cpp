@@ -96,6 +96,16 @@ void migrate_to(SQLite::Database& db, int version) {
           "  name BLOB PRIMARY KEY NOT NULL,"
           "  next INTEGER NOT NULL) WITHOUT ROWID;");
       return;
+    case 6:
+      // Recurring schedules (schedule_store): the engine's bytes under an
+      // id, and a revision every write is conditioned on.
+      db.exec(
+          "CREATE TABLE schedules ("
+          "  id TEXT PRIMARY KEY NOT NULL,"
+          "  revision INTEGER NOT NULL,"
+          "  definition BLOB NOT NULL,"
+          "  state BLOB NOT NULL) WITHOUT ROWID;");
+      return;
     default:
       throw store_failure{errc::store_error,
                           "no migration to schema version " + std::to_string(version)};
@@ -220,6 +230,9 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                      "ON CONFLICT(id) DO UPDATE SET due_ms = excluded.due_ms, "
                      "record = excluded.record");
     m.erase.emplace(*m.db, "DELETE FROM tasks WHERE id = ?1");
+    m.tx_begin.emplace(*m.db, "BEGIN IMMEDIATE");
+    m.tx_commit.emplace(*m.db, "COMMIT");
+    m.tx_rollback.emplace(*m.db, "ROLLBACK");
     m.to_quarantine.emplace(*m.db,
                             "INSERT INTO quarantine(id, raw, reason, quarantined_at) "
                             "SELECT id, record, ?2, ?3 FROM tasks WHERE rowid = ?1");
@@ -267,6 +280,7 @@ void sqlite_store::open_database(boost::system::error_code& ec, std::string& mes
                        "WHERE (due_ms, id) > (?1, ?2) AND due_ms <= ?3 "
                        "ORDER BY due_ms, id LIMIT ?4");
     m.by_id.emplace(*m.db, "SELECT rowid, record FROM tasks WHERE id = ?1");
+    m.prepare_schedules();  // sqlite_schedules.cpp
   } catch (const SQLite::Exception& e) {
     ec = make_error_code(translate(e));
     message =
@@ -289,12 +303,27 @@ void sqlite_store::write(std::span<const store_change> changes, boost::system::e
   if (changes.empty()) return;
   std::lock_guard lock(m.mutex);
   m.guarded("write", ec, [&] {
-    // One transaction for the whole batch: an exception anywhere leaves the
-    // Transaction unfinished and its destructor rolls every change back.
-    SQLite::Transaction tx(*m.db, SQLite::TransactionBehavior::IMMEDIATE);
+    // One transaction for the whole batch: an exception anywhere before the
+    // commit rolls every change back (the guard's destructor).
+    struct transaction {
+      impl& m;
+      bool open = false;
+      ~transaction() {
+        if (!open) return;
+        impl::reset_on_exit reset{*m.tx_rollback};
+        m.tx_rollback->tryExecuteStep();
+      }
+    } tx{m};
+    {
+      impl::reset_on_exit reset{*m.tx_begin};
+      m.tx_begin->exec();
+    }
+    tx.open = true;
     std::string record;
     for (const store_change& c : changes) m.apply(c, record);
-    tx.commit();
+    impl::reset_on_exit reset{*m.tx_commit};
+    m.tx_commit->exec();
+    tx.open = false;
   });
 }
 

@@ -92,6 +92,13 @@ struct sqlite_store::impl {
   std::optional<SQLite::Statement> sequence_raise;  // raise_to()
   std::optional<SQLite::Statement> due_page;        // list_due(): sqlite_due.cpp
   std::optional<SQLite::Statement> by_id;           // find(): sqlite_due.cpp
+  // write()'s transaction, prepared once: BEGIN and COMMIT as text were
+  // parsed again for every batch.
+  std::optional<SQLite::Statement> tx_begin, tx_commit, tx_rollback;
+  // schedule_store (sqlite_schedules.cpp)
+  std::optional<SQLite::Statement> schedule_insert, schedule_put, schedule_state, schedule_erase,
+      schedule_find, schedule_page, schedule_count;
+  void prepare_schedules();
 
   // The write thread of async_write(): batches in the order given.
   struct queued_write {
@@ -238,10 +245,12 @@ struct sqlite_store::impl {
 
   // Every prepared statement, for resetting them before the database.
   void drop_statements() {
-    for (auto* st :
-         {&by_id, &due_page, &settings_erase, &settings_upsert, &settings_all, &quarantine_by_id,
-          &dead_erase_rowid, &dead_to_quarantine, &dead_count, &dead_find, &dead_page, &dead_erase,
-          &dead_upsert, &erase_rowid, &to_quarantine, &erase, &upsert})
+    for (auto* st : {&by_id,        &due_page,         &settings_erase,   &settings_upsert,
+                     &settings_all, &quarantine_by_id, &dead_erase_rowid, &dead_to_quarantine,
+                     &dead_count,   &dead_find,        &dead_page,        &dead_erase,
+                     &dead_upsert,  &erase_rowid,      &to_quarantine,    &erase,
+                     &upsert,       &sequence_take,    &sequence_raise,   &tx_begin,
+                     &tx_commit,    &tx_rollback})
       st->reset();
   }
 };

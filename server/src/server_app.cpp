@@ -109,12 +109,25 @@ struct server_app::parts {
 };
 
 server_app::server_app(server_options options)
-    : options_(std::move(options)), p_(std::make_unique<parts>()) {}
+    : options_(std::move(options)), p_(std::make_unique<parts>()) {
+  for (std::size_t i = 1; i < options_.io_threads; ++i)
+    more_io_.push_back(std::make_unique<boost::asio::io_context>(1));
+}
 
 server_app::~server_app() {
   stop_starter();
   if (p_->engine) p_->engine->stop(std::chrono::seconds{0});
+  stop_io();
+}
+
+boost::asio::any_io_executor server_app::next_connection_executor() {
+  const std::size_t n = next_io_.fetch_add(1, std::memory_order_relaxed) % (more_io_.size() + 1);
+  return n == 0 ? io_.get_executor() : more_io_[n - 1]->get_executor();
+}
+
+void server_app::stop_io() {
   io_.stop();
+  for (auto& io : more_io_) io->stop();
 }
 
 void server_app::stop_starter() {
@@ -144,25 +157,6 @@ class start_error : public std::runtime_error {
   boost::system::error_code ec_;
 };
 
-// "TYPE=N" of --capacity; throws std::invalid_argument with a message for
-// the user.
-std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
-  const std::size_t eq = spec.find('=');
-  std::size_t n = 0;
-  const char* first = spec.data() + (eq == std::string::npos ? spec.size() : eq + 1);
-  const char* last = spec.data() + spec.size();
-  const auto [p, ec] = std::from_chars(first, last, n);
-  if (eq == std::string::npos || eq == 0 || first == last || ec != std::errc{} || p != last ||
-      n == 0)
-    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
-                                spec + "\"");
-  std::string type = spec.substr(0, eq);
-  if (!is_valid_type(type))
-    throw std::invalid_argument("--capacity: \"" + type +
-                                "\" is not a task type (1-128 bytes of A-Z a-z 0-9 . _ : -)");
-  return {std::move(type), n};
-}
-
 }  // namespace
 
 std::chrono::milliseconds parse_duration(const std::string& text) {
@@ -185,6 +179,23 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
         "5s; got \"" +
         text + "\"");
   return std::chrono::milliseconds{std::stoll(text.substr(0, digits)) * scale};
+}
+
+std::pair<std::string, std::size_t> parse_capacity(const std::string& spec) {
+  const std::size_t eq = spec.find('=');
+  std::size_t n = 0;
+  const char* first = spec.data() + (eq == std::string::npos ? spec.size() : eq + 1);
+  const char* last = spec.data() + spec.size();
+  const auto [p, ec] = std::from_chars(first, last, n);
+  if (eq == std::string::npos || eq == 0 || first == last || ec != std::errc{} || p != last ||
+      n == 0)
+    throw std::invalid_argument("--capacity wants TYPE=N with N a whole number from 1, got \"" +
+                                spec + "\"");
+  std::string type = spec.substr(0, eq);
+  if (!is_valid_type(type))
+    throw std::invalid_argument("--capacity: \"" + type +
+                                "\" is not a task type (1-128 bytes of A-Z a-z 0-9 . _ : -)");
+  return {std::move(type), n};
 }
 
 tcp::endpoint server_app::start() {
@@ -314,7 +325,7 @@ tcp::endpoint server_app::start() {
         a.headers.emplace_back("Retry-After", "1");
         respond(std::move(a));
       },
-      limits);
+      limits, [this] { return next_connection_executor(); });
   tcp::endpoint bound;
   try {
     bound = p.http->listen(at);
@@ -322,9 +333,12 @@ tcp::endpoint server_app::start() {
     throw std::runtime_error("listening on " + options_.listen + ": " + e.code().message());
   }
   if (!options_.beanstalk_listen.empty()) {
-    p.beanstalk =
-        std::make_unique<beanstalk::listener>(io_.get_executor(), std::move(beanstalk_allow),
-                                              options_.max_connections, options_.max_job_size);
+    p.beanstalk = std::make_unique<beanstalk::listener>(
+        io_.get_executor(), std::move(beanstalk_allow), options_.max_connections,
+        options_.max_job_size,
+        beanstalk::connection_limits{options_.beanstalk_command_timeout,
+                                     options_.beanstalk_idle_timeout},
+        [this] { return next_connection_executor(); });
     for (const std::string& spec : options_.beanstalk_listen)
       beanstalk_addresses_.push_back(p.beanstalk->listen(spec));
   }
@@ -454,24 +468,32 @@ void server_app::bring_up() {
 
   // Every type goes to the fallback: pushed when it has a target, else
   // offered to consumers. Both end the attempt through its completion.
+  // Both only hand the task on, so it starts where it comes due
+  // (async_start::immediate): a task due when its write lands is in the
+  // broker's ready order before its 201 or INSERTED is sent.
   executor_factory executors;
-  executors.set_fallback_async([&p](const task& t, attempt_completion done) {
-    if (auto target = p.registry->find(t.type)) {
-      p.pusher->deliver(t.type, *target, t,
-                        [done](std::string failure) { done(std::move(failure)); });
-    } else {
-      p.broker->offer(t, std::move(done));
-      // A target registered between the find() above and the offer (a PUT
-      // here, or another instance's noticed) released the type's ready
-      // tasks before this one arrived: give it back, so it is pushed.
-      if (p.registry->has(t.type)) p.broker->release_ready(t.id);
-    }
-  });
+  executors.set_fallback_async(
+      [&p](const task& t, attempt_completion done) {
+        if (auto target = p.registry->find(t.type)) {
+          p.pusher->deliver(t.type, *target, t,
+                            [done](std::string failure) { done(std::move(failure)); });
+        } else {
+          p.broker->offer(t, std::move(done));
+          // A target registered between the find() above and the offer (a PUT
+          // here, or another instance's noticed) released the type's ready
+          // tasks before this one arrived: give it back, so it is pushed.
+          if (p.registry->has(t.type)) p.broker->release_ready(t.id);
+        }
+      },
+      async_start::immediate);
   engine_options eo;
   eo.tick = options_.tick;
   eo.workers = options_.workers;
   eo.retry = options_.retry;
   eo.horizon = options_.horizon;
+  // The I/O threads answer where they stand: a put's write is made on the
+  // thread that read it when nothing else is in flight (engine_options).
+  eo.caller_writes = true;
   if (options_.cluster) {
     eo.cluster = cluster_options{options_.shards, options_.lease, options_.instance};
     // Push targets are cluster-wide: a PUT or DELETE on any instance reaches
@@ -479,6 +501,16 @@ void server_app::bring_up() {
     // a target has its tasks waiting for consumers pushed, as the PUT does
     // on the instance that took it. Runs on an engine thread, one call at a
     // time; the engine stops (and joins it) before the registry and broker go.
+    // A hand-over waits for the attempts on the shard: tasks waiting here
+    // for a consumer or a connection, which nobody works on yet, are given
+    // back at once when their shard is lost or leaving (the next owner runs
+    // them), so they cannot hold it up. On the engine's lease thread.
+    eo.on_attempts_stale = [&p] {
+      const delayq::engine* e = p.engine.get();
+      if (e == nullptr) return;
+      p.broker->release_stale();
+      p.pusher->release_queued([e](const task& t) { return !e->attempt_current(t); });
+    };
     eo.on_settings_changed = [&p, failing = false, stored_key]() mutable {
       boost::system::error_code load_ec;
       const std::vector<std::string> gained = p.registry->load(load_ec);
@@ -528,11 +560,25 @@ void server_app::bring_up() {
         std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance, *p.marker);
   }
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
+  // A consumer's wait that ends the instant a task comes due gets the task.
+  p.broker->set_before_timeout([engine = p.engine.get()] { engine->fire_due(); });
+  // A ready task waits in the broker until a consumer comes, maybe after
+  // this instance stalled or was cut off and its shard moved on: such an
+  // attempt is given back, not handed out (the shard's owner runs it).
+  p.broker->set_attempt_check([&p](const task& t) {
+    const delayq::engine* e = p.engine.get();
+    return e == nullptr || e->attempt_current(t);
+  });
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
 
   api_parts ap;
   ap.engine = p.engine.get();
+  if (p.beanstalk) {
+    ap.extra_metrics = [b = p.beanstalk.get()](std::string& out) {
+      b->registry().render_metrics(out);
+    };
+  }
   ap.broker = p.broker.get();
   ap.registry = p.registry.get();
   ap.pusher = p.pusher.get();
@@ -605,8 +651,14 @@ void server_app::refuse_beanstalk_puts() { refuse_puts_.store(true); }
 
 void server_app::run() {
   std::vector<std::thread> threads;
-  for (std::size_t i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
+  for (auto& io : more_io_)
+    threads.emplace_back([io = io.get()] {
+      // Kept running while no connection is open on it, until stop_io().
+      auto work = boost::asio::make_work_guard(*io);
+      io->run();
+    });
   io_.run();
+  for (auto& io : more_io_) io->stop();
   for (std::thread& t : threads) t.join();
 }
 
@@ -622,7 +674,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
   };
   stop_starter();
   if (!p.http) {
-    io_.stop();
+    stop_io();
     return;
   }
   p.http->drain();
@@ -630,7 +682,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
   if (!p.ready.load(std::memory_order_acquire)) {
     // Never served: nothing to give back, no engine to stop.
     p.http->close_all();
-    io_.stop();
+    stop_io();
     return;
   }
   // Long polls would hold the drain for up to a minute: answer them now.
@@ -681,7 +733,7 @@ void server_app::drain(std::chrono::milliseconds grace) {
     if (ec) log(log_level::warning, "drain: erasing this instance's address: " + ec.message());
   }
   p.http->close_all();
-  io_.stop();
+  stop_io();
 }
 
 }  // namespace delayq::server

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "delayq/engine.hpp"
@@ -65,11 +66,22 @@ struct server_options {
   std::vector<std::string> beanstalk_allow;
   /// --max-job-size: the largest beanstalk job body (JOB_TOO_BIG beyond).
   std::size_t max_job_size = 65535;
+  /// --beanstalk-command-timeout: from a beanstalk command's first byte to
+  /// its last (the line, then a put's body); past it the connection closes.
+  std::chrono::milliseconds beanstalk_command_timeout{30'000};
+  /// --beanstalk-idle-timeout: a beanstalk connection that holds no
+  /// reservation, waits in no reserve and has no command under way is
+  /// closed after this long. 0: never.
+  std::chrono::milliseconds beanstalk_idle_timeout{0};
 };
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"
 /// or "1h". Throws std::invalid_argument with a message for the user.
 std::chrono::milliseconds parse_duration(const std::string& text);
+
+/// Parses "TYPE=N" of --capacity; throws std::invalid_argument with a
+/// message for the user.
+std::pair<std::string, std::size_t> parse_capacity(const std::string& spec);
 
 /// Parses "ADDR:PORT" ("[::1]:7700" for IPv6, "localhost:7700"); throws
 /// std::invalid_argument with a message for the user.
@@ -122,7 +134,19 @@ class server_app {
   server_options options_;
   std::vector<std::string> beanstalk_addresses_;
   std::atomic<bool> refuse_puts_{false};
+  // The I/O threads: thread 0 runs io_ (the engine's timer, the broker,
+  // the pushes and connections), each other thread an io_context of its own
+  // that only connections use. A connection is given one of them, in turn,
+  // when it is accepted, and is read, handled and answered on that thread:
+  // one io_context run by several threads hands every request from the
+  // thread that read it to another and back (measured in
+  // docs/benchmarks.md, "A request runs to completion").
   boost::asio::io_context io_;
+  std::vector<std::unique_ptr<boost::asio::io_context>> more_io_;
+  std::atomic<std::size_t> next_io_{0};
+  // The executor of the next connection's thread.
+  boost::asio::any_io_executor next_connection_executor();
+  void stop_io();
   std::unique_ptr<parts> p_;
 };
 

@@ -6,9 +6,10 @@
 // user input: it is rendered with textContent only, never as HTML. The server
 // also sends a Content-Security-Policy that allows scripts from /ui/ only.
 //
-// Stable hooks for tests and scripts: rows carry data-task-id / data-dead-id,
-// buttons data-action ("cancel", "requeue", "purge"), and <main> carries
-// data-loaded="true" once stats and both lists were shown.
+// Stable hooks for tests and scripts: rows carry data-task-id / data-dead-id /
+// data-schedule-id, buttons data-action ("cancel", "requeue", "purge",
+// "remove-schedule"), next-run cells data-next-ms, and <main> carries
+// data-loaded="true" once stats and the three lists were shown.
 'use strict';
 
 (() => {
@@ -25,7 +26,7 @@
   const $ = (id) => document.getElementById(id);
   let token = sessionStorage.getItem(token_key) || '';
   let waiting_for_token = false;
-  let loaded = {stats: false, upcoming: false, dead: false};
+  let loaded = {stats: false, upcoming: false, dead: false, schedules: false};
   const samples = [];  // {t, p50, p99, fired_rate, succeeded_rate} per stats answer
   let last_counts = null;  // {t, fired, succeeded} of the previous stats answer
 
@@ -137,7 +138,8 @@
 
   function mark_loaded(part) {
     loaded[part] = true;
-    if (loaded.stats && loaded.upcoming && loaded.dead) $('main').dataset.loaded = 'true';
+    if (loaded.stats && loaded.upcoming && loaded.dead && loaded.schedules)
+      $('main').dataset.loaded = 'true';
     $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
   }
 
@@ -338,20 +340,59 @@
     mark_loaded('dead');
   }
 
+  // A schedule's next runs: relative times, the instant on hover.
+  function next_cell(next) {
+    const td = element('td', undefined, 'next');
+    if (!next.length) td.textContent = 'none (ended)';
+    next.forEach((ms, i) => {
+      const dt = ms - Date.now();
+      const s = element('span', (i ? ', ' : '') + (dt > 0 ? 'in ' + span_ms(dt) : 'now'));
+      s.title = new Date(ms).toISOString();
+      s.dataset.nextMs = String(ms);
+      td.append(s);
+    });
+    return td;
+  }
+
+  async function load_schedules() {
+    const r = await api('GET', '/v1/schedules?limit=100&next=3');
+    const body = $('schedules-body');
+    body.replaceChildren();
+    for (const s of r.schedules) {
+      const tr = element('tr');
+      tr.dataset.scheduleId = s.id;
+      const when = s.cron !== undefined ? s.cron + ' (' + s.timezone + ')'
+                                        : 'every ' + span_ms(s.every_ms);
+      const actions = element('td', undefined, 'actions');
+      actions.append(action_button('remove-schedule', 'Remove'));
+      tr.append(element('td', printable(s.id, 60), 'id'), element('td', printable(s.type, 40)),
+                element('td', printable(when, 60)), next_cell(s.next_due_ms),
+                element('td', s.missed), actions);
+      body.append(tr);
+    }
+    $('schedules-empty').hidden = r.schedules.length > 0;
+    $('schedules').hidden = r.schedules.length === 0;
+    $('schedules-count').textContent = r.total > r.schedules.length
+        ? '(' + r.schedules.length + ' of ' + r.total + ')' : '(' + r.total + ')';
+    mark_loaded('schedules');
+  }
+
   // ---------------------------------------------------------------- actions
 
   const actions = {
     cancel: (id) => api('DELETE', '/v1/tasks/' + seg(id)).then(() => 'Cancelled task ' + id),
     requeue: (id) => api('POST', '/v1/dead/' + seg(id) + '/requeue', {}).then(() => 'Requeued ' + id),
     purge: (id) => api('DELETE', '/v1/dead/' + seg(id)).then(() => 'Purged dead letter ' + id),
+    'remove-schedule': (id) =>
+        api('DELETE', '/v1/schedules/' + seg(id)).then(() => 'Removed schedule ' + id),
   };
-  const needs_confirm = {cancel: true, purge: true};
+  const needs_confirm = {cancel: true, purge: true, 'remove-schedule': true};
 
   async function on_action(ev) {
     const button = ev.target.closest('button[data-action]');
     if (!button || button.disabled) return;
     const row = button.closest('tr');
-    const id = row && (row.dataset.taskId ?? row.dataset.deadId);
+    const id = row && (row.dataset.taskId ?? row.dataset.deadId ?? row.dataset.scheduleId);
     const act = actions[button.dataset.action];
     if (id === undefined || !act) return;
     // Destructive actions take a second click; the first one arms the button.
@@ -386,7 +427,8 @@
   }
 
   async function refresh_all() {
-    await Promise.all([load_health(), guarded(load_stats), guarded(load_upcoming), guarded(load_dead)]);
+    await Promise.all([load_health(), guarded(load_stats), guarded(load_upcoming),
+                       guarded(load_dead), guarded(load_schedules)]);
   }
 
   // setTimeout chains rather than setInterval: a slow answer never piles up calls.
@@ -397,7 +439,8 @@
   }
 
   async function list_loop() {
-    if (!waiting_for_token) await Promise.all([guarded(load_upcoming), guarded(load_dead)]);
+    if (!waiting_for_token)
+      await Promise.all([guarded(load_upcoming), guarded(load_dead), guarded(load_schedules)]);
     setTimeout(list_loop, list_ms);
   }
 
@@ -414,6 +457,7 @@
     $('refresh').addEventListener('click', refresh_all);
     $('upcoming-body').addEventListener('click', on_action);
     $('dead-body').addEventListener('click', on_action);
+    $('schedules-body').addEventListener('click', on_action);
     $('forget-token').hidden = !token;
     window.addEventListener('resize', draw_charts);
     stats_loop();

@@ -323,11 +323,28 @@ TEST_CASE("delayqctl: --help on every verb and --version") {
     INFO(verb);
     CHECK(has(top.out, verb));
   }
-  const std::vector<std::vector<std::string>> verbs = {
-      {"stats"},    {"get"},           {"add"},          {"cancel"},          {"reschedule"},
-      {"upcoming"}, {"dead"},          {"dead", "list"}, {"dead", "requeue"}, {"dead", "purge"},
-      {"types"},    {"type"},          {"type", "set"},  {"type", "rm"},      {"health"},
-      {"signal"},   {"migrate-shards"}};
+  const std::vector<std::vector<std::string>> verbs = {{"stats"},
+                                                       {"get"},
+                                                       {"add"},
+                                                       {"cancel"},
+                                                       {"reschedule"},
+                                                       {"upcoming"},
+                                                       {"dead"},
+                                                       {"dead", "list"},
+                                                       {"dead", "requeue"},
+                                                       {"dead", "purge"},
+                                                       {"types"},
+                                                       {"type"},
+                                                       {"type", "set"},
+                                                       {"type", "rm"},
+                                                       {"health"},
+                                                       {"signal"},
+                                                       {"migrate-shards"},
+                                                       {"schedules"},
+                                                       {"schedules", "list"},
+                                                       {"schedules", "get"},
+                                                       {"schedules", "put"},
+                                                       {"schedules", "rm"}};
   for (auto v : verbs) {
     v.push_back("--help");
     auto r = ctl_bare(v);
@@ -437,6 +454,53 @@ TEST_CASE("delayqctl: types, type set and type rm") {
   REQUIRE(rm.exit_code == 0);
   CHECK(ctl(s, {"type", "rm", "mail"}).exit_code == 3);
   CHECK(has(ctl(s, {"types"}).out, "no push targets"));
+}
+
+TEST_CASE("delayqctl: schedules list, get, put and rm") {
+  server_process s(DELAYQ_SERVER_PATH, token);
+  auto none = ctl(s, {"schedules", "list"});
+  REQUIRE(none.exit_code == 0);
+  CHECK(has(none.out, "no schedules"));
+
+  auto put = ctl(s, {"schedules", "put", "nightly", "report", "--cron", "0 3 * * MON-FRI", "--tz",
+                     "Europe/Berlin", "--payload", "all of it", "--missed", "once", "--ttr", "1m"});
+  INFO(show(put));
+  REQUIRE(put.exit_code == 0);
+  CHECK(has(put.out, "schedule nightly stored; next run "));
+  REQUIRE(ctl(s, {"schedules", "put", "beat", "tick", "--every", "5s"}).exit_code == 0);
+
+  auto list = ctl(s, {"schedules", "list"});
+  REQUIRE(list.exit_code == 0);
+  CHECK(has(list.out, "NEXT RUN"));
+  CHECK(has(list.out, "0 3 * * MON-FRI (Europe/Berlin)"));
+  CHECK(has(list.out, "every 5s"));
+  CHECK(has(list.out, "2 shown of 2 schedules"));
+
+  auto get = ctl(s, {"schedules", "get", "nightly", "--next", "3"});
+  REQUIRE(get.exit_code == 0);
+  CHECK(has(get.out, "next runs"));
+  CHECK(has(get.out, "all of it"));
+  const json j = parse(ctl(s, {"--json", "schedules", "get", "nightly", "--next", "2"}));
+  CHECK(j["timezone"] == "Europe/Berlin");
+  CHECK(j["missed"] == "once");
+  CHECK(j["ttr_ms"] == 60000);
+  CHECK(j["next_due_ms"].size() == 2);
+
+  // The server's 400 names the field: exit 1.
+  auto bad = ctl(s, {"schedules", "put", "bad", "x", "--cron", "0 25 * * *"});
+  CHECK(bad.exit_code == 1);
+  CHECK(has(bad.err, "error: invalid_schedule: cron: hour field '25'"));
+  // Both, or neither, of --cron and --every: a usage error.
+  CHECK(ctl(s, {"schedules", "put", "bad", "x", "--cron", "@daily", "--every", "1s"}).exit_code ==
+        2);
+  CHECK(ctl(s, {"schedules", "put", "bad", "x"}).exit_code == 2);
+  CHECK(ctl(s, {"schedules", "put", "bad", "x", "--every", "1s", "--missed", "twice"}).exit_code ==
+        2);
+
+  REQUIRE(ctl(s, {"schedules", "rm", "beat"}).exit_code == 0);
+  CHECK(ctl(s, {"schedules", "rm", "beat"}).exit_code == 3);
+  CHECK(ctl(s, {"schedules", "get", "beat"}).exit_code == 3);
+  CHECK(has(ctl(s, {"schedules", "list"}).out, "1 shown of 1 schedules"));
 }
 
 TEST_CASE("delayqctl: signal counts a count-triggered task, exit codes for unknown and fired") {

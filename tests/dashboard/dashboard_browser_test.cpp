@@ -157,6 +157,57 @@ TEST_CASE("dashboard: requeue from the page moves a dead letter back, purge remo
   CHECK(c.get(task_path(gone)).status == 404);
 }
 
+TEST_CASE("dashboard: lists the schedules with their next runs, and removes one") {
+  test_store store(store_kind::sqlite);
+  auto server = server_process::start(store);
+  http_client c(server->port());
+  // An id and a payload that would run a script if rendered as HTML.
+  const std::string nightly = "<b>nightly</b>";
+  auto r = c.put("/v1/schedules/" + path_escape(nightly),
+                 json{{"type", "report"},
+                      {"payload", "<img src=x onerror=\"window.__xss=1\">"},
+                      {"cron", "0 3 * * *"},
+                      {"timezone", "Europe/Berlin"}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  r = c.put("/v1/schedules/hourly", json{{"type", "sync"}, {"every_ms", 3'600'000}});
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const auto next =
+      c.get("/v1/schedules/" + path_escape(nightly) + "?next=3").body_json["next_due_ms"];
+  REQUIRE(next.size() == 3);
+
+  chromium_process browser;
+  cdp_connection cdp(browser.ws_url());
+  browser_page page(cdp);
+  page.navigate(page_url(*server));
+  INFO("chromium stderr: " << browser.tail(800));
+  enter_token(page, test_token);
+  const std::string row = row_js("schedules-body", "scheduleId", nightly);
+  const std::string hourly = row_js("schedules-body", "scheduleId", "hourly");
+  REQUIRE(page.wait_for(row + " && " + hourly));
+  CHECK(page.eval(row + ".cells[0].textContent") == nightly);  // text, not markup
+  CHECK(page.eval("document.querySelectorAll('#schedules-body b, #schedules-body img').length") ==
+        0);
+  CHECK(page.eval(row + ".cells[1].textContent") == "report");
+  CHECK(page.eval(row + ".cells[2].textContent") == "0 3 * * * (Europe/Berlin)");
+  CHECK(page.eval(hourly + ".cells[2].textContent") == "every 1h0m");
+  // The next runs are the API's, in order, and say how far off they are.
+  CHECK(page.eval("[..." + row +
+                  ".querySelectorAll('[data-next-ms]')].map(s => Number(s.dataset.nextMs))") ==
+        next);
+  CHECK(page.eval(row + ".cells[3].textContent.startsWith('in ')") == true);
+  CHECK(page.eval("document.getElementById('schedules-count').textContent") == "(2)");
+
+  // Remove takes two clicks; then the schedule is gone from the server.
+  const std::string remove = hourly + ".querySelector('button[data-action=\"remove-schedule\"]')";
+  page.click(remove);
+  REQUIRE(page.wait_for(remove + ".dataset.armed === 'true'"));
+  CHECK(c.get("/v1/schedules/hourly").status == 200);
+  page.click(remove);
+  REQUIRE(page.wait_for("!" + hourly));
+  CHECK(c.get("/v1/schedules/hourly").status == 404);
+  CHECK(page.eval("window.__xss === undefined") == true);
+}
+
 TEST_CASE("dashboard: counts per type, charts from samples, and a screenshot on request") {
   test_store store(store_kind::sqlite);
   auto server = server_process::start(store, {"--retry-max", "1"});

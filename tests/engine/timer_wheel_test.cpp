@@ -1349,3 +1349,34 @@ TEST_CASE("wheel: erase_many equals erase one id at a time") {
   // By value works too, and an empty batch erases nothing.
   CHECK(b.erase_many(0, [](std::size_t) { return std::string_view("x"); }) == 0);
 }
+
+TEST_CASE("wheel: take_due_by takes the tick under way's records due by a time, no others") {
+  // A 10 ms tick: tick 1 holds due times 1-10 ms (filed at its boundary).
+  timer_wheel w(16);
+  const auto at = [&](const std::string& id, std::int64_t due_ms, std::uint64_t tick) {
+    return w.insert({id, "", 0, due_ms, 0}, tick);
+  };
+  const handle a = at("a", 3, 1), b = at("b", 7, 1), c = at("c", 10, 1);
+  const handle later = at("later", 12, 2);
+  const handle gone = at("gone", 2, 1);
+  w.erase(gone);  // its stale entry stays in the slot: never taken
+  std::vector<handle> out;
+  CHECK(w.take_due_by(6, out) == 1);
+  CHECK(out == std::vector<handle>{a});
+  CHECK(!w.is_armed(a));
+  CHECK(w.find("a") == a);  // still held, as advance() leaves what it hands over
+  CHECK(w.now() == 0);      // the tick did not move
+  out.clear();
+  CHECK(w.take_due_by(6, out) == 0);
+  CHECK(w.take_due_by(9, out) == 1);
+  CHECK(out == std::vector<handle>{b});
+  // The rest of tick 1 fires at its boundary as ever; tick 2 is untouched.
+  CHECK(w.is_armed(c));
+  CHECK(w.is_armed(later));
+  CHECK(advance_erasing(w, 1) == std::vector<firing>{{1, "c"}});
+  CHECK(w.is_armed(later));
+  out.clear();
+  CHECK(w.take_due_by(100, out) == 1);  // now tick 2 is the one under way
+  CHECK(out == std::vector<handle>{later});
+  CHECK(w.next_due_tick() == no_tick);
+}

@@ -151,6 +151,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     default: {
+      // The body as a PUT /v1/schedules body: a form the parser lets
+      // through is either refused by check_schedule() with a field and a
+      // reason, or has occurrences that only go forward.
+      delayq::schedule sch;
+      if (!parse_schedule(j, "fuzz", sch)) {
+        if (auto p = delayq::check_schedule(sch)) {
+          check(!p->field.empty() && !p->reason.empty());
+        } else {
+          boost::system::error_code sec;
+          const auto next = delayq::schedule_occurrences(sch, delayq::from_epoch_ms(0), 3, sec);
+          check(!sec);
+          for (std::size_t k = 1; k < next.size(); ++k) check(next[k - 1] < next[k]);
+        }
+      }
       std::string out;
       (void)percent_decode(body, out);
       (void)query_param(body, "limit");

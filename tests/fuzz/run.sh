@@ -32,7 +32,12 @@ codec_sources=(persistence/common/record_codec.cpp engine/src/error.cpp engine/s
 server_sources=(server/src/wire/request_codec.cpp server/src/wire/api_error.cpp
   server/src/wire/dump_json.cpp server/src/wire/http_url.cpp server/src/api/request_guard.cpp
   server/src/api/batch_split.cpp server/src/security/hmac_sha256.cpp
-  server/src/security/sha256.cpp engine/src/error.cpp)
+  server/src/security/sha256.cpp engine/src/error.cpp
+  # Schedules' bodies are checked too (check_schedule(): the cron parser, the
+  # time zones, the search for occurrences).
+  engine/src/schedule.cpp engine/src/log.cpp engine/src/detail/validation.cpp
+  engine/src/detail/schedules/cron_expr.cpp engine/src/detail/schedules/timing.cpp
+  engine/src/detail/schedules/zone.cpp)
 beanstalk_sources=(server/src/beanstalk/command_reader.cpp server/src/beanstalk/reply.cpp
   server/src/beanstalk/tube_name.cpp)
 declare -A target_sources=(
@@ -47,7 +52,7 @@ declare -A target_sources=(
 declare -A target_cxxflags=(
   [fuzz_wheel]="-fno-sanitize-coverage=trace-cmp"
   [fuzz_record_decode]=""
-  [fuzz_server_request]=""
+  [fuzz_server_request]="-I$root/engine/src -DUSE_OS_TZDB=1 -ldate-tz"
   [fuzz_beanstalk_parser]=""
 )
 # Extra libFuzzer flags. Long wheel programs reach states short ones do not,

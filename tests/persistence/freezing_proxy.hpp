@@ -78,6 +78,19 @@ class freezing_proxy {
     severed_ = true;
     settle();
   }
+  /// From now on the server's replies are read and thrown away: what the
+  /// client sends still reaches the server (and runs), the answers never
+  /// come back.
+  void drop_replies() {
+    drop_down_ = true;
+    settle();
+  }
+  /// Closes the connections open now, as a server or a network that reset
+  /// them would (the client reads EOF), and forwards later ones whole.
+  void close_open() {
+    close_now_ = true;
+    settle();
+  }
   /// Bytes forwarded from clients to the server so far.
   std::size_t forwarded_up() const { return up_; }
 
@@ -114,6 +127,7 @@ class freezing_proxy {
     const ssize_t n = ::recv(from, buf, sizeof buf, MSG_DONTWAIT);
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (!up && drop_down_) return true;  // a reply lost on the way
     for (ssize_t off = 0; off < n;) {
       const ssize_t w = ::send(to, buf + off, static_cast<std::size_t>(n - off), MSG_NOSIGNAL);
       if (w <= 0) return false;
@@ -126,6 +140,16 @@ class freezing_proxy {
   void run() {
     while (!stop_) {
       ++passes_;
+      if (close_now_) {
+        for (const pair& p : pairs_) {
+          ::close(p.client);
+          ::close(p.server);
+        }
+        pairs_.clear();
+        // In the same pass: a connection made from now on gets its replies.
+        drop_down_ = false;
+        close_now_ = false;
+      }
       if (severed_) {
         for (const pair& p : pairs_) {
           ::close(p.client);
@@ -189,6 +213,8 @@ class freezing_proxy {
   std::atomic<std::uint64_t> passes_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> severed_{false};
+  std::atomic<bool> drop_down_{false};
+  std::atomic<bool> close_now_{false};
   std::atomic<std::size_t> up_{0};
   std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join
   std::thread thread_;

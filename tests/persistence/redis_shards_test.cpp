@@ -15,6 +15,7 @@
 #include "delayq/open_store.hpp"
 #include "delayq/redis_shard_leases.hpp"
 #include "delayq/redis_store.hpp"
+#include "freezing_proxy.hpp"
 #include "store_fixtures.hpp"
 #include "test_support.hpp"
 
@@ -204,6 +205,8 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 2, "tasks"), mine[2]}) == 0);
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 6, "tasks"), other[0]}) == 1);
     CHECK(logs.contains("no longer carries token 7"));
+    // Counted at the store, in the lease hash, once per refused call.
+    CHECK(raw.get({"HGET", lease_key, "fence_refused"}) == "1");
     // The refused shard's changes are marked, the landed ones not: the
     // engine's writer drops or writes again only what was refused.
     CHECK(changes[0].refused);
@@ -214,6 +217,7 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
     std::promise<boost::system::error_code> done;
     store.async_write(changes, [&](boost::system::error_code e) { done.set_value(e); });
     CHECK(done.get_future().get() == errc::lease_lost);
+    CHECK(raw.get({"HGET", lease_key, "fence_refused"}) == "2");
   }
   SUBCASE("unfenced changes never read the lease") {
     raw.run({"DEL", lease_key});
@@ -255,6 +259,50 @@ TEST_CASE(
     CHECK(raw.integer({"HEXISTS", shard_key(prefix, 1, "tasks"), a[0]}) == 0);
   }
   raw.run({"DEL", shard_key(prefix, 4, "tasks")});
+}
+
+TEST_CASE(
+    "redis shards: a write that ran and lost its reply with the connection is not run again") {
+  // Found by the fault harness (link-lossy): a sharded write whose reply was
+  // lost with its connection was run once more on a new one; the task it
+  // saved had been run and removed by its shard's owner meanwhile, and came
+  // back. Sent whole, then lost: outcome_unknown, never run twice.
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shlost");
+  cleanup clean{raw, prefix};
+  freezing_proxy proxy(redis_options::parse(redis_test_uri()).port);
+  redis_options o = sharded(prefix);
+  o.host = "127.0.0.1";
+  o.port = proxy.port();
+  redis_store store(o);
+  const auto ids = ids_in_shard(3, 2);
+  const task warm = make_task(ids[0]), t = make_task(ids[1]);
+  boost::system::error_code ec;
+  store.save(std::vector{warm}, ec);
+  REQUIRE_FALSE(ec);
+
+  proxy.drop_replies();
+  auto written = std::async(std::launch::async, [&] {
+    boost::system::error_code e;
+    std::vector<store_change> changes{{change_kind::save, &t}};
+    store.write(changes, e);
+    return e;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (raw.integer({"HEXISTS", shard_key(prefix, 3, "tasks"), t.id}) == 0) {
+    REQUIRE(std::chrono::steady_clock::now() < until);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Its owner ran it and removed it; then the reply is lost with the connection.
+  raw.run({"HDEL", shard_key(prefix, 3, "tasks"), t.id});
+  raw.run({"ZREM", shard_key(prefix, 3, "due"), t.id});
+  proxy.close_open();
+  CHECK(written.get() == errc::outcome_unknown);
+  CHECK_MESSAGE(raw.integer({"HEXISTS", shard_key(prefix, 3, "tasks"), t.id}) == 0,
+                "the write ran a second time and brought the removed task back");
+  // The next write goes on a new connection.
+  store.save(std::vector{t}, ec);
+  CHECK_FALSE(ec);
 }
 
 TEST_CASE("redis shards: make_shard_leases checks the shard count") {

@@ -347,6 +347,53 @@ TEST_CASE("redis write: a batch sent on a connection then lost is outcome_unknow
   CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), lost[0].id}) == 0);
 }
 
+TEST_CASE(
+    "redis write: a batch that ran and lost its reply with the connection is not sent again") {
+  // Found by the fault harness (link-lossy: connections reset): the batch
+  // ran, its reply was lost with the connection, and the pipeline sent it
+  // once more on a new one. In a cluster another instance may have acted on
+  // the first run meanwhile (run the task it saved, and removed it): the
+  // second run brought a finished task back. Only a batch not wholly sent
+  // is known not to have run; one that was is outcome_unknown.
+  raw_redis raw;
+  const std::string prefix = unique_prefix("lostreply");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port());
+  redis_store store(proxied(proxy, prefix, 5000));
+  completions warm;
+  const auto w = numbered("w", 1);
+  store.async_write(saves(w), warm.slot(0));
+  REQUIRE(warm.wait_for(1));
+
+  proxy.drop_replies();
+  const auto t = numbered("ran", 1);
+  completions done;
+  store.async_write(saves(t), done.slot(0));
+  // It ran; another writer removes it (the owner ran it and finished it).
+  const auto ran = [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (raw.integer({"HEXISTS", key(prefix, "tasks"), t[0].id}) == 0) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  };
+  REQUIRE(ran());
+  raw.run({"HDEL", key(prefix, "tasks"), t[0].id});
+  raw.run({"ZREM", key(prefix, "due"), t[0].id});
+  proxy.close_open();  // the reply is lost with the connection
+  REQUIRE(done.wait_for(1));
+  CHECK(done.errors()[0] == errc::outcome_unknown);
+  CHECK_MESSAGE(raw.integer({"HEXISTS", key(prefix, "tasks"), t[0].id}) == 0,
+                "the batch ran a second time and brought the removed task back");
+  // The next batch goes on a new connection.
+  completions after;
+  const auto n = numbered("next", 1);
+  store.async_write(saves(n), after.slot(0));
+  REQUIRE(after.wait_for(1));
+  CHECK_FALSE(after.errors()[0]);
+}
+
 TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
   raw_redis raw;
   const std::string prefix = unique_prefix("frozen");

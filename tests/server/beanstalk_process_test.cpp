@@ -11,6 +11,8 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
 #include <fstream>
+#include <optional>
+#include <regex>
 
 #include "cluster_support.hpp"
 #include "server_test_support.hpp"
@@ -158,10 +160,10 @@ struct bs_server {
                                   store,
                                   "--token",
                                   test_token,
-                                  "--tick",
-                                  "10",
                                   "--beanstalk-listen",
                                   "127.0.0.1:" + std::to_string(port)};
+    if (std::find(extra.begin(), extra.end(), "--tick") == extra.end())
+      args.insert(args.end(), {"--tick", "10"});
     args.insert(args.end(), extra.begin(), extra.end());
     p = std::make_unique<server_process>(std::move(args));
     p->wait_listening();
@@ -219,6 +221,85 @@ TEST_CASE("beanstalk: the lowest priority is reserved first, then the oldest") {
     CHECK(j.word == "RESERVED");
     CHECK(j.id == want);
   }
+}
+
+TEST_CASE("beanstalk: INSERTED, RELEASED and KICKED mean the job is ready for the next reserve") {
+  // beanstalkd decides a put and the reserve after it on one loop. delayq
+  // answers a put, a release without delay or a kick only once the job is
+  // in the broker's ready order, so a reserve-with-timeout 0 sent after the
+  // answer, on any connection, gets it, in priority order: with no wait in
+  // between, on every store, and with --tick 10 (a job that waited for the
+  // next tick boundary would be missed).
+  for (const std::string kind : {"memory", "sqlite", "redis"}) {
+    CAPTURE(kind);
+    std::optional<test_store> store;
+    if (kind != "memory") store.emplace(kind == "sqlite" ? store_kind::sqlite : store_kind::redis);
+    bs_server s(store ? store->uri() : "memory:");
+    auto producer = s.client();
+    auto worker = s.client();
+    for (int round = 0; round < 50; ++round) {
+      CAPTURE(round);
+      const auto two = producer.put_id("two", 2);
+      const auto one = producer.put_id("one", 1);
+      auto j = worker.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == one);
+      // Released without delay: ready again, ahead of the priority-2 job.
+      CHECK(worker.cmd("release " + std::to_string(one) + " 1 0") == "RELEASED");
+      j = producer.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == one);
+      CHECK(producer.cmd("bury " + std::to_string(one) + " 1") == "BURIED");
+      CHECK(worker.cmd("kick 1") == "KICKED 1");
+      j = worker.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == one);
+      CHECK(worker.cmd("delete " + std::to_string(one)) == "DELETED");
+      j = worker.reserve("reserve-with-timeout 0");
+      REQUIRE(j.word == "RESERVED");
+      CHECK(j.id == two);
+      CHECK(worker.cmd("delete " + std::to_string(two)) == "DELETED");
+    }
+  }
+}
+
+TEST_CASE("beanstalk: a reserve whose timeout ends at or after a job's due time gets the job") {
+  // beanstalkd decides both on one loop, and the job wins. Here the broker's
+  // timer and the engine's tick are two clocks; with a 1 s tick the engine
+  // alone would hand the job over up to a second late, and the reserve would
+  // answer TIMED_OUT. Released with delay 1 before the reserve-with-timeout
+  // 1 starts, the job is due no later than the reserve's deadline.
+  bs_server s("memory:", {"--tick", "1000"});
+  auto c = s.client();
+  const auto id = c.put_id("j");
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto j = c.reserve("reserve-with-timeout 1");
+    REQUIRE(j.word == "RESERVED");
+    CHECK(j.id == id);
+    CHECK(c.cmd("release " + std::to_string(id) + " 0 1") == "RELEASED");
+    j = c.reserve("reserve-with-timeout 1");
+    REQUIRE(j.word == "RESERVED");
+    CHECK(j.id == id);
+    CHECK(c.cmd("release " + std::to_string(id) + " 0 0") == "RELEASED");
+  }
+}
+
+TEST_CASE("beanstalk: stats names the protocol level as a semantic version") {
+  // Clients read `version` to decide which commands exist (kick-job came
+  // with beanstalkd 1.8); a semver parser must accept it.
+  bs_server s("memory:");
+  auto c = s.client();
+  std::string v = c.stat("stats", "version");
+  REQUIRE(v.size() >= 2);
+  REQUIRE(v.front() == '"');
+  v = v.substr(1, v.size() - 2);
+  static const std::regex semver(
+      R"(^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$)");
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_match(v, m, semver), v);
+  CHECK(std::make_pair(std::stoi(m[1]), std::stoi(m[2])) >= std::make_pair(1, 13));
+  CHECK(v.find("+delayq.") != std::string::npos);
 }
 
 TEST_CASE("beanstalk: every error reply") {
@@ -615,4 +696,127 @@ TEST_CASE(
   CHECK(bb.cmd("delete " + n) == "DELETED");
   CHECK(ba.cmd("peek " + n) == "NOT_FOUND");
   CHECK(bb.cmd("delete " + n) == "NOT_FOUND");
+}
+
+// Clients that hold connections (issue 33, docs/beanstalk.md "Connections"):
+// a deadline for a command once begun, an optional idle timeout, and room
+// made at --max-connections by closing the longest-idle connection.
+
+namespace {
+
+// A counter of GET /metrics, summed over its samples that carry `label`
+// ("" : all of them); -1 when absent.
+double metric(http_client& h, const std::string& name, const std::string& label = "") {
+  auto m = h.get("/metrics");
+  REQUIRE(m.status == 200);
+  std::istringstream in(m.body);
+  std::string line;
+  double sum = -1;
+  while (std::getline(in, line)) {
+    if (!line.starts_with(name) || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if (next != ' ' && next != '{') continue;
+    if (!label.empty() && line.find(label) == std::string::npos) continue;
+    sum = (sum < 0 ? 0 : sum) + std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("beanstalk: a command begun and not finished within its deadline closes the connection") {
+  bs_server s("memory:", {"--beanstalk-command-timeout", "1s"});
+  http_client h(s.p->port(), test_token);
+  auto idle = s.client();  // says nothing: no command begun, never closed for it
+  auto body = s.client();
+  body.send("put 0 0 10 100\r\nabc");  // the body never finishes
+  auto line = s.client();
+  line.send("reserv");  // the line never ends
+  CHECK(body.closed_by_server());
+  CHECK(line.closed_by_server());
+  CHECK(idle.cmd("list-tube-used") == "USING default");
+  // A command that arrives whole, however slowly the client types between
+  // commands, is not cut.
+  CHECK(idle.put("x").starts_with("INSERTED "));
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"command_timeout\"") == 2);
+  CHECK(metric(h, "delayq_beanstalk_connections") == 1);
+}
+
+TEST_CASE("beanstalk: at --max-connections the longest-idle connection makes room for a new one") {
+  bs_server s("memory:", {"--max-connections", "4"});
+  http_client h(s.p->port(), test_token);
+  auto oldest = s.client();
+  CHECK(oldest.cmd("use t") == "USING t");
+  // A command begun and left unfinished holds nothing: idle since its last
+  // byte (else a client could hold the cap with stalled commands).
+  oldest.send("put 0 0 10 100\r\nabc");
+  auto holder = s.client();  // holds a reservation: never closed to make room
+  CHECK(holder.cmd("use held") == "USING held");
+  CHECK(holder.put("job", 0, 0, 120).starts_with("INSERTED "));
+  CHECK(holder.cmd("watch held") == "WATCHING 2");
+  const auto held = holder.reserve();
+  REQUIRE(held.word == "RESERVED");
+  auto waiter = s.client();  // waits in a reserve: never closed to make room
+  CHECK(waiter.cmd("watch w") == "WATCHING 2");
+  waiter.send("reserve\r\n");
+  auto younger = s.client();
+  CHECK(younger.cmd("list-tube-used") == "USING default");
+  // Four open: the fifth gets room, and the oldest idle one goes.
+  auto fifth = s.client();
+  CHECK(fifth.cmd("list-tube-used") == "USING default");
+  CHECK(oldest.closed_by_server());
+  CHECK(younger.cmd("list-tube-used") == "USING default");
+  CHECK(holder.cmd("touch " + std::to_string(held.id)) == "TOUCHED");
+  CHECK(fifth.cmd("use w") == "USING w");
+  CHECK(fifth.put("for the waiter").starts_with("INSERTED "));
+  CHECK(waiter.job_reply().data == "for the waiter");
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"evicted\"") == 1);
+
+  // When every connection holds a reservation or waits in a reserve, none
+  // is closed for a newcomer: it is refused, as before.
+  waiter.send("reserve\r\n");
+  younger.send("reserve\r\n");
+  fifth.send("reserve\r\n");
+  REQUIRE(eventually([&] { return metric(h, "delayq_beanstalk_connections_waiting") == 3; }));
+  auto refused = s.client();
+  CHECK(refused.closed_by_server());
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"refused\"") == 1);
+  CHECK(metric(h, "delayq_beanstalk_connections") == 4);
+}
+
+TEST_CASE("beanstalk: --beanstalk-idle-timeout closes connections that hold nothing, only those") {
+  bs_server s("memory:", {"--beanstalk-idle-timeout", "1s"});
+  http_client h(s.p->port(), test_token);
+  auto holder = s.client();
+  CHECK(holder.put("job", 0, 0, 120).starts_with("INSERTED "));
+  const auto held = holder.reserve();
+  REQUIRE(held.word == "RESERVED");
+  auto waiter = s.client();
+  CHECK(waiter.cmd("watch w") == "WATCHING 2");
+  waiter.send("reserve-with-timeout 60\r\n");
+  auto idle = s.client();
+  CHECK(idle.cmd("list-tube-used") == "USING default");
+  CHECK(idle.closed_by_server());
+  // The two others are still served.
+  CHECK(holder.cmd("touch " + std::to_string(held.id)) == "TOUCHED");
+  CHECK(holder.cmd("use w") == "USING w");
+  CHECK(holder.put("for the waiter").starts_with("INSERTED "));
+  CHECK(waiter.job_reply().data == "for the waiter");
+  CHECK(metric(h, "delayq_beanstalk_connections_closed_total", "reason=\"idle_timeout\"") == 1);
+}
+
+TEST_CASE("beanstalk: bad connection deadlines stop the server at start") {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--beanstalk-command-timeout", "0s"},
+                                                        {"--beanstalk-command-timeout", "2h"},
+                                                        {"--beanstalk-idle-timeout", "-1s"},
+                                                        {"--beanstalk-idle-timeout", "soon"}}) {
+    CAPTURE(flag);
+    CAPTURE(value);
+    server_process p({"--listen", "127.0.0.1:0", "--store", "memory:", "--beanstalk-listen",
+                      "127.0.0.1:0", flag, value});
+    const int status = p.wait();
+    CHECK(status != 0);
+    CHECK(p.output_tail().find(flag) != std::string::npos);
+  }
 }

@@ -401,3 +401,85 @@ TEST_CASE("server: dead letters can be listed, requeued and deleted") {
   CHECK(d.body_json["dead"].empty());
   CHECK(c.get(task_path(ids[1])).status == 404);
 }
+
+TEST_CASE("server: finish and fail with next end the attempt and reserve in one call") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  pull_fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("next");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r =
+        c.post("/v1/tasks", json{{"type", type}, {"payload", std::to_string(i)}, {"delay_ms", 0}});
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    ids.push_back(id_of(r));
+  }
+  auto t = reserve_one(c, {type});
+  REQUIRE(t.is_object());
+  // finish + next: the finished task is gone, the answer carries the next.
+  auto r = c.post(task_path(str(t, "id")) + "/finish",
+                  json{{"lease", str(t, "lease")}, {"next", {{"types", {type}}, {"max", 1}}}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  auto next = reserved_tasks(r);
+  REQUIRE_MESSAGE(next.size() == 1, r.describe());
+  CHECK(str(next[0], "id") != str(t, "id"));
+  CHECK(!str(next[0], "lease").empty());
+  CHECK(c.get(task_path(str(t, "id"))).status == 404);
+  // fail + next: the failed task is retried later (attempts 1), the answer
+  // carries the last one.
+  r = c.post(task_path(str(next[0], "id")) + "/fail",
+             json{{"lease", str(next[0], "lease")},
+                  {"error", "boom"},
+                  {"next", {{"types", {type}}, {"max", 5}}}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  auto last = reserved_tasks(r);
+  REQUIRE_MESSAGE(last.size() == 1, r.describe());
+  std::set<std::string> seen{str(t, "id"), str(next[0], "id"), str(last[0], "id")};
+  CHECK(seen == std::set<std::string>(ids.begin(), ids.end()));
+  auto failed = c.get(task_path(str(next[0], "id")));
+  REQUIRE_MESSAGE(failed.status == 200, failed.describe());
+  CHECK(failed.body_json["attempts"] == 1);
+  // Nothing left ready: next with no wait answers an empty list, and the
+  // finish is still done.
+  r = c.post(task_path(str(last[0], "id")) + "/finish",
+             json{{"lease", str(last[0], "lease")}, {"next", {{"types", {type}}}}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  CHECK(reserved_tasks(r).empty());
+  CHECK(c.get(task_path(str(last[0], "id"))).status == 404);
+  // A stale lease neither ends anything nor reserves.
+  r = c.post(task_path(str(last[0], "id")) + "/finish",
+             json{{"lease", str(last[0], "lease")}, {"next", {{"types", {type}}}}});
+  CHECK(r.status == 409);
+  // A bad next is refused before anything is done, pointing at the field.
+  auto again = reserve_one(c, {type});  // the failed one, once its backoff passed
+  REQUIRE(again.is_object());
+  r = c.post(task_path(str(again, "id")) + "/finish",
+             json{{"lease", str(again, "lease")}, {"next", {{"max", 0}}}});
+  CHECK(r.status == 400);
+  CHECK(r.body.find("next") != std::string::npos);
+  CHECK(c.get(task_path(str(again, "id"))).status == 200);  // not finished
+}
+
+TEST_CASE("server: a reserve whose wait ends at or after a task's due time gets the task") {
+  // The broker's timer and the engine's tick are two clocks: with a 1 s
+  // tick the engine alone would hand the task over up to a second after it
+  // is due, and the reserve would time out first. A task due by the time
+  // the wait ends wins (engine::fire_due()).
+  DELAYQ_FOR_EACH_STORE(kind);
+  pull_fixture f(kind, {"--tick", "1000"});
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("parity");
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    auto r = c.post("/v1/tasks", json{{"type", type}, {"payload", "p"}, {"delay_ms", 700}});
+    REQUIRE_MESSAGE(r.status == 201, r.describe());
+    // Added before the reserve: due no later than the wait's end.
+    auto answer = reserve(c, {type}, 700);
+    REQUIRE_MESSAGE(answer.status == 200, answer.describe());
+    auto tasks = reserved_tasks(answer);
+    REQUIRE_MESSAGE(tasks.size() == 1, answer.describe());
+    CHECK(finish(c, str(tasks[0], "id"), str(tasks[0], "lease")).status == 204);
+  }
+}

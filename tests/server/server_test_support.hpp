@@ -192,9 +192,11 @@ class server_process {
   /// Starts `delayq-server ARGS...` with DELAYQ_TOKEN and DELAYQ_STORE removed
   /// from its environment, so only ARGS configure it.
   /// `binary`: another program to run the same way (the tests start a
-  /// redis-server with it).
-  explicit server_process(std::vector<std::string> args, std::string binary = server_binary())
-      : args_(std::move(args)), binary_(std::move(binary)) {
+  /// redis-server with it). `env`: NAME=VALUE entries added to (or
+  /// replacing) its environment.
+  explicit server_process(std::vector<std::string> args, std::string binary = server_binary(),
+                          std::vector<std::string> env = {})
+      : args_(std::move(args)), binary_(std::move(binary)), env_(std::move(env)) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     if (::pipe2(err, O_CLOEXEC) != 0) {
@@ -219,8 +221,13 @@ class server_process {
     for (char** e = environ; *e; ++e) {
       const std::string_view v = *e;
       if (v.starts_with("DELAYQ_TOKEN=") || v.starts_with("DELAYQ_STORE=")) continue;
+      if (std::any_of(env_.begin(), env_.end(), [&](const std::string& x) {
+            return v.starts_with(x.substr(0, x.find('=') + 1));
+          }))
+        continue;
       envp.push_back(*e);
     }
+    for (auto& x : env_) envp.push_back(x.data());
     envp.push_back(nullptr);
 
     // The test process ignores SIGPIPE; the server gets the default back.
@@ -251,8 +258,11 @@ class server_process {
   /// test token and a 10 ms tick, plus `extra` flags; waits until it listens.
   static std::unique_ptr<server_process> start(const test_store& store,
                                                std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"--listen", "127.0.0.1:0", "--store", store.uri(),
-                                  "--token",  test_token,    "--tick",  "10"};
+    std::vector<std::string> args{"--listen",  "127.0.0.1:0", "--store",
+                                  store.uri(), "--token",     test_token};
+    // The tests' tick, unless the test names its own.
+    if (std::find(extra.begin(), extra.end(), "--tick") == extra.end())
+      args.insert(args.end(), {"--tick", "10"});
     args.insert(args.end(), extra.begin(), extra.end());
     auto p = std::make_unique<server_process>(std::move(args));
     p->wait_listening();
@@ -408,6 +418,7 @@ class server_process {
 
   std::vector<std::string> args_;
   std::string binary_;
+  std::vector<std::string> env_;
   pid_t pid_ = -1;
   mutable std::mutex mu_;
   std::condition_variable cv_;

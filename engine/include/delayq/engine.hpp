@@ -26,11 +26,13 @@
 #include <vector>
 
 #include "delayq/detail/schedule_completion.hpp"
+#include "delayq/direct_completion.hpp"
 #include "delayq/engine_metrics.hpp"
 #include "delayq/engine_options.hpp"
 #include "delayq/engine_stats.hpp"
 #include "delayq/error.hpp"
 #include "delayq/executor.hpp"
+#include "delayq/schedule.hpp"
 #include "delayq/schedule_options.hpp"
 #include "delayq/task.hpp"
 #include "delayq/task_status.hpp"
@@ -40,6 +42,9 @@ namespace delayq {
 
 namespace detail {
 class engine_core;
+namespace schedules {
+class schedule_keeper;
+}  // namespace schedules
 }  // namespace detail
 
 /// The delayed-task engine: a hashed timing wheel ticked by an Asio
@@ -141,8 +146,10 @@ class engine {
   /// acknowledged. Any Asio completion token works: a callback,
   /// boost::asio::use_future, boost::asio::use_awaitable. The handler runs
   /// on its associated executor (by default the engine's), which is kept
-  /// busy until then. When engine_options::max_queued_writes writes are
-  /// queued it fails with errc::busy rather than wait.
+  /// busy until then; a delayq::direct() completion instead runs where the
+  /// outcome is learnt, unposted (direct_completion.hpp). When
+  /// engine_options::max_queued_writes writes are queued it fails with
+  /// errc::busy rather than wait.
   template <class CompletionToken>
   auto async_schedule_at(std::string type, std::string payload, time_point due,
                          schedule_options options, CompletionToken&& token);
@@ -254,10 +261,92 @@ class engine {
   /// members yet. Never touches the store.
   std::string owner_of(std::string_view id) const;
 
+  /// Whether the attempt of `t` (a task an executor was given) still runs
+  /// under its shard's lease. Without engine_options::cluster: always true.
+  /// With one: true while this instance holds the lease of t's shard with
+  /// the token the attempt started under (task::fence), the lease is within
+  /// its valid_until, and the shard is not being handed over; the same test
+  /// the engine makes before it starts an attempt. An asynchronous executor
+  /// that hands its task on later (delayq-server's consumers reserve it,
+  /// maybe seconds after it fired) asks before it does, and abandons the
+  /// attempt when it is false: the shard's owner runs the task then.
+  /// Lock-free; never touches the store.
+  bool attempt_current(const task& t) const noexcept;
+
+  /// Now, by the clock the engine fires by: the system clock as read at
+  /// start(), advanced since by the steady clock (before start(): the
+  /// system clock). Turn a relative delay into a due time with it (the
+  /// engine's delay forms do): a step of the system clock after start
+  /// moves neither the tasks waiting nor the due times computed from it,
+  /// so "in 2 s" is 2 s away however the system clock is set meanwhile.
+  /// Whole milliseconds. Lock-free.
+  std::chrono::system_clock::time_point now() const noexcept;
+
   /// engine_options::cluster: the live members of the last answered lease
   /// round, sorted (this instance among them); empty without a cluster or
   /// before start(). Never touches the store.
   std::vector<std::string> members() const;
+
+  // ---- recurring schedules (delayq/schedule.hpp, docs/schedules.md) -------
+  // Kept in the store's schedule_store role (memory, SQLite, Redis): without
+  // it every call below answers errc::unsupported. Each occurrence becomes an
+  // ordinary task "ID@MS", made once (a compare-and-set claim in the store,
+  // then schedule_many() with on_conflict::keep) engine_options::
+  // schedule_lookahead ahead of its time; retries, dead letters, leases and
+  // every other call treat it as any task. In a cluster a schedule is kept
+  // by the owner of its id's shard: upsert and remove elsewhere answer
+  // not_owner (owner_of() names the owner); find, list and next read the
+  // store anywhere.
+
+  /// Creates the schedule `s.id`, or replaces it. Returns true when it was
+  /// created, false when it replaced one (or found it unchanged: a PUT of
+  /// the same schedule twice writes once). Returns once the schedule is
+  /// durable in the store. A replaced schedule's occurrences made tasks
+  /// already (those due within the lookahead) are cancelled where this
+  /// instance can (in a cluster: those of the shards it holds), and the new
+  /// definition applies after the last one that could not be.
+  /// Errors: not_running; invalid_schedule (check_schedule() says which
+  /// field and why); payload_too_large (engine_options::max_payload);
+  /// unknown_type (no executor for the type, see
+  /// engine_options::accept_unregistered_types); not_owner (a cluster: the
+  /// id's shard is another instance's); unsupported (the store keeps no
+  /// schedules); busy (the schedule kept changing under other writers: try
+  /// again); the store's (store_unavailable, store_error, outcome_unknown:
+  /// nothing, or, for outcome_unknown, possibly the schedule, was stored).
+  bool upsert_schedule(const delayq::schedule& s);
+  bool upsert_schedule(const delayq::schedule& s, boost::system::error_code& ec);
+
+  /// Removes the schedule `id`: no occurrence of it is made a task after
+  /// this returns, and those made already (due within the lookahead) are
+  /// cancelled where this instance can (as upsert_schedule()). Returns false
+  /// when there is no such schedule. Errors: as upsert_schedule() but for
+  /// the checks of `s`.
+  bool remove_schedule(std::string_view id);
+  bool remove_schedule(std::string_view id, boost::system::error_code& ec);
+
+  /// The schedule `id`, or nothing. One store read. Errors: not_running,
+  /// unsupported, corrupt_record (stored by a newer version), the store's.
+  std::optional<delayq::schedule> find_schedule(std::string_view id) const;
+  std::optional<delayq::schedule> find_schedule(std::string_view id,
+                                                boost::system::error_code& ec) const;
+
+  /// Stored schedules in id order (byte order): skips `offset`, returns at
+  /// most `limit`. Reads offset + limit records. Errors as find_schedule().
+  std::vector<delayq::schedule> list_schedules(std::size_t offset = 0,
+                                               std::size_t limit = 100) const;
+  std::vector<delayq::schedule> list_schedules(std::size_t offset, std::size_t limit,
+                                               boost::system::error_code& ec) const;
+  /// How many schedules are stored. Errors as find_schedule().
+  std::size_t count_schedules() const;
+  std::size_t count_schedules(boost::system::error_code& ec) const;
+
+  /// The next `n` occurrences of schedule `id` after now, earliest first
+  /// (fewer when it ends), as UTC instants: schedule_occurrences() of the
+  /// stored schedule. Errors: not_found (no such schedule), and those of
+  /// find_schedule().
+  std::vector<time_point> next_occurrences(std::string_view id, std::size_t n) const;
+  std::vector<time_point> next_occurrences(std::string_view id, std::size_t n,
+                                           boost::system::error_code& ec) const;
 
   /// The next `limit` pending tasks not yet running, earliest due first;
   /// only those of `type` when it is not empty. Costs a pass over every
@@ -266,6 +355,16 @@ class engine {
 
   /// Tasks held: waiting, due or running.
   std::size_t pending() const;
+
+  /// Hands every task due by now (the wall clock's, to the millisecond) to
+  /// its executor at once, instead of at the timer's next wake-up, and
+  /// returns how many. Nothing fires before its due time. For a caller
+  /// about to answer "nothing is due" when a deadline of its own passes (a
+  /// consumer's wait ending the instant a task comes due): the task, not the
+  /// timeout, wins, as it would on one loop. Tasks of immediate types
+  /// (async_start::immediate) have been started when it returns. Call it
+  /// holding no lock an executor takes. Does nothing unless running.
+  std::size_t fire_due();
 
   /// Counters and lateness percentiles.
   engine_stats stats() const;
@@ -303,6 +402,9 @@ class engine {
                              std::unique_ptr<detail::schedule_completion> done);
 
   std::shared_ptr<detail::engine_core> core_;
+  // Recurring schedules: a component of its own that drives this engine
+  // through the calls above; started after the core, stopped before it.
+  std::unique_ptr<detail::schedules::schedule_keeper> keeper_;
 };
 
 template <class CompletionToken>
@@ -327,7 +429,7 @@ auto engine::async_schedule(std::string type, std::string payload, duration dela
   // now + a huge delay would overflow: map out-of-range delays to due times
   // that schedule_at() refuses with the same errors schedule() gives.
   time_point due;
-  const auto now = std::chrono::system_clock::now();
+  const auto now = this->now();
   if (delay < duration{0})
     due = time_point{} - std::chrono::milliseconds{1};  // errc::invalid_delay
   else if (delay > this->options().max_delay ||

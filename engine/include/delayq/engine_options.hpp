@@ -78,6 +78,12 @@ struct engine_options {
   /// default); longer delays wait more revolutions in their slot, and a
   /// slot is read only in a revolution where something in it is due.
   std::size_t slots = 4096;
+  /// Task tables the engine splits its tasks over, by id hash, 1 to 64:
+  /// each a wheel of `slots` buckets under a lock of its own, so that calls
+  /// on ids of different tables (from several threads) do not wait for each
+  /// other. A call on one id locks one table; a batch, the tables its ids
+  /// fall in. Each table costs about 140 KB while empty (its slot arrays).
+  std::size_t tables = 8;
   /// Threads that run executors. Never the thread that ticks the wheel.
   std::size_t workers = 2;
   /// Most tasks held at once (waiting, retrying or running). Beyond it
@@ -144,6 +150,18 @@ struct engine_options {
   /// async_schedule() never waits: it fails with errc::busy.
   enum class queue_full_policy { fail, wait };
   queue_full_policy when_write_queue_full = queue_full_policy::fail;
+  /// Where a change's store write is made when no other write is in flight.
+  /// A blocking call (schedule, cancel, reschedule...) always writes on its
+  /// own thread then: it waits for the write anyway, and a hand-off to the
+  /// writer thread and back would add two thread switches to it. With
+  /// `caller_writes`, so do async_schedule() and the attempt outcomes an
+  /// executor reports (the removal after a success, a retry's count): the
+  /// calling thread is blocked for one store write (an fsync with SQLite's
+  /// synchronous=full) and saves the hand-offs; what others queue meanwhile
+  /// goes out together in the writer thread's next write (group commit). For a program
+  /// whose threads answer a request where they stand (delayq-server's I/O
+  /// threads). Off by default: async_schedule() never blocks its caller.
+  bool caller_writes = false;
   /// Run as one instance of a cluster sharing a sharded store (opt-in; see
   /// docs/scale-out.md, "The engine in a cluster"). The store must split
   /// tasks into `cluster->shards` shards (shard_store::shards(); else start()
@@ -183,6 +201,29 @@ struct engine_options {
   /// It may call the store. An exception from it is logged and counts as
   /// false.
   std::function<bool()> on_settings_changed;
+
+  /// engine_options::cluster: called after each lease round in which shards
+  /// were lost or are leaving. A hand-over waits for every attempt running
+  /// on the shard, and an asynchronous executor may hold attempts it has not
+  /// begun any work on (delayq-server: a task waiting for a consumer, a push
+  /// waiting for a connection): it should then ask engine::attempt_current()
+  /// of each and abandon (drop the completion of) those it is false for,
+  /// which the shard's next owner runs instead. Otherwise one that nobody
+  /// takes holds the hand-over up, and every task due on the shard with it,
+  /// for as long as it waits. Runs on the engine's lease thread, without the
+  /// engine's lock; keep it short (no store, no network). An exception from
+  /// it is logged and ignored.
+  std::function<void()> on_attempts_stale;
+
+  /// Recurring schedules (engine::upsert_schedule(), docs/schedules.md):
+  /// how far ahead of its time an occurrence becomes a task, 1 s to 1 day.
+  /// At most about 1.5 times this many milliseconds of a schedule's
+  /// occurrences are tasks at once; a change to a schedule reaches the
+  /// occurrences not yet made; and an occurrence is missed (missed_runs)
+  /// only when no instance could make it this long before its time. With
+  /// `cluster`, at least two leases and a second is used (a dead owner's
+  /// schedules are taken over within two leases).
+  std::chrono::milliseconds schedule_lookahead{10000};
 };
 
 }  // namespace delayq

@@ -52,6 +52,15 @@ struct engine_stats {
   std::size_t writes_queued = 0;  ///< Store writes queued and not yet sent.
   std::size_t writes_kept = 0;    ///< Store writes that failed and wait to be retried
                                   ///< (more than 0: the store is down or refusing).
+  /// Recurring schedules (docs/schedules.md): those this engine keeps now
+  /// (in a cluster, those of the shards it holds); since start(), the
+  /// occurrences it made tasks, those it skipped as missed (missed_runs),
+  /// and those it could not make (a type without executor, a payload over
+  /// the limit: each logged).
+  std::size_t schedules = 0;
+  std::uint64_t occurrences_made = 0;
+  std::uint64_t occurrences_missed = 0;
+  std::uint64_t occurrences_lost = 0;
   std::chrono::microseconds lateness_p50{0};
   std::chrono::microseconds lateness_p90{0};
   std::chrono::microseconds lateness_p99{0};

@@ -91,6 +91,9 @@ enum class errc {
   shard_mismatch = 28,
   /// A task's ttr (schedule_options::ttr) below 0 or above 2^32 - 1 ms.
   invalid_ttr = 29,
+  /// A recurring schedule that cannot be: a bad cron expression, time zone,
+  /// interval, start or end (check_schedule() says which field and why).
+  invalid_schedule = 30,
 };
 
 /// The category of delayq::errc. Thread-safe: a stateless singleton.

@@ -162,6 +162,25 @@ class async_executor {
   virtual void start(const task& t, completion done) = 0;
 };
 
+/// Where the engine calls an asynchronous executor's start().
+enum class async_start : std::uint8_t {
+  /// On one of the engine's worker threads (the default): start() may take
+  /// its time, as a synchronous executor may.
+  worker,
+  /// Directly on the thread that finds the task due, once the engine has let
+  /// go of its locks: the engine's timer, or the caller whose change made the
+  /// task due (a schedule due now, a reschedule or requeue to now, a release,
+  /// a triggering signal), before that call returns or completes. For a
+  /// start() that only hands the task on and returns at once (into a queue or
+  /// onto a socket of the program's own): it saves two thread hand-offs per
+  /// attempt, and a task due when its write lands has been handed on by the
+  /// time the call that wrote it answers. A type with a concurrency limit
+  /// (engine_options::type_concurrency) still starts on a worker. start()
+  /// must not block, and must not wait for a call of this engine that waits
+  /// (a blocking schedule, cancel or stop) to return.
+  immediate,
+};
+
 /// Maps task types to the executors that run them.
 ///
 /// Example:
@@ -192,9 +211,12 @@ class executor_factory {
   /// A function that begins an attempt and calls the completion when it
   /// ends; shared by all attempts of the type, so it must be thread-safe.
   using async_function = std::function<void(const task&, async_executor::completion)>;
-  /// Registers (or replaces) an asynchronous executor for `type`.
-  executor_factory& add_async(std::string type, async_maker m);
-  executor_factory& add_async(std::string type, async_function fn);
+  /// Registers (or replaces) an asynchronous executor for `type`, started
+  /// where `how` says (async_start).
+  executor_factory& add_async(std::string type, async_maker m,
+                              async_start how = async_start::worker);
+  executor_factory& add_async(std::string type, async_function fn,
+                              async_start how = async_start::worker);
 
   /// Registers the executor of every type that has none of its own: a
   /// synchronous or an asynchronous one (the last call wins). With a
@@ -202,8 +224,8 @@ class executor_factory {
   /// hand any type to its push or pull machinery.
   executor_factory& set_fallback(maker m);
   executor_factory& set_fallback(function fn);
-  executor_factory& set_fallback_async(async_maker m);
-  executor_factory& set_fallback_async(async_function fn);
+  executor_factory& set_fallback_async(async_maker m, async_start how = async_start::worker);
+  executor_factory& set_fallback_async(async_function fn, async_start how = async_start::worker);
   /// Whether a fallback is registered.
   bool has_fallback() const noexcept { return static_cast<bool>(fallback_.bind()); }
 
@@ -227,6 +249,8 @@ class executor_factory {
     const maker* make = nullptr;
     const async_function* async_fn = nullptr;
     const async_maker* async_make = nullptr;
+    /// An asynchronous one: where its start() runs.
+    async_start start = async_start::worker;
     explicit operator bool() const noexcept { return fn || make || async_fn || async_make; }
   };
   /// The binding of `type`, or of the fallback when `type` has none.
@@ -239,6 +263,7 @@ class executor_factory {
     maker make;
     std::shared_ptr<const async_function> async_fn;
     async_maker async_make;
+    async_start start = async_start::worker;
     binding bind() const noexcept;
   };
   entry& slot(std::string type);

@@ -11,12 +11,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "delayq/schedule_store.hpp"
 #include "delayq/task_store.hpp"
 
 namespace delayq {
 
-/// A task_store held in memory, with dead letters, settings and sequences
-/// (the roles of dead_letter_store, settings_store and sequence_store):
+/// A task_store held in memory, with dead letters, settings, sequences and
+/// schedules (the roles of dead_letter_store, settings_store, sequence_store
+/// and schedule_store):
 /// nothing survives the process. For tests,
 /// benchmarks and services whose tasks are cheap to lose; use redis_store or
 /// sqlite_store when they are not.
@@ -31,7 +33,8 @@ namespace delayq {
 class memory_store final : public task_store,
                            public dead_letter_store,
                            public settings_store,
-                           public sequence_store {
+                           public sequence_store,
+                           public schedule_store {
  public:
   using dead_letter_store::bury;
   using dead_letter_store::count_dead;
@@ -59,6 +62,7 @@ class memory_store final : public task_store,
   dead_letter_store* dead_letters() noexcept override { return this; }
   delayq::settings_store* settings() noexcept override { return this; }
   delayq::sequence_store* sequences() noexcept override { return this; }
+  delayq::schedule_store* schedules() noexcept override { return this; }
 
   void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
   std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
@@ -80,6 +84,15 @@ class memory_store final : public task_store,
                          boost::system::error_code& ec) override;
   void raise_to(std::string_view name, std::uint64_t next, boost::system::error_code& ec) override;
 
+  /// Schedules in a map under the store's mutex.
+  void write_schedules(std::span<const schedule_write> changes,
+                       boost::system::error_code& ec) override;
+  std::vector<std::optional<schedule_record>> find_schedules(
+      std::span<const std::string> ids, boost::system::error_code& ec) override;
+  std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
+                                              boost::system::error_code& ec) override;
+  std::size_t count_schedules(boost::system::error_code& ec) override;
+
   /// The number of stored live tasks.
   std::size_t size() const;
   /// The number of quarantined records.
@@ -95,6 +108,7 @@ class memory_store final : public task_store,
   std::unordered_map<std::string, std::pair<task, std::string>> quarantine_;  // task, reason
   std::map<std::string, std::string, std::less<>> settings_;
   std::map<std::string, std::uint64_t, std::less<>> sequences_;  // name -> next number
+  std::map<std::string, schedule_record, std::less<>> schedules_;
 };
 
 }  // namespace delayq

@@ -28,7 +28,8 @@
 
 namespace delayq {
 
-class shard_store;  // delayq/shard_store.hpp: only a cluster store needs it
+class shard_store;     // delayq/shard_store.hpp: only a cluster store needs it
+class schedule_store;  // delayq/schedule_store.hpp: recurring schedules
 
 /// What list() found.
 struct list_summary {
@@ -87,7 +88,8 @@ struct store_change {
 /// - settings(): a few named values (settings_store);
 /// - sequences(): named counters that never hand a number out twice
 ///   (sequence_store);
-/// - sharded(): shards, leases and notices for a cluster (shard_store).
+/// - sharded(): shards, leases and notices for a cluster (shard_store);
+/// - schedules(): recurring schedules (schedule_store).
 /// The engine works with a store that offers none of them; what it does
 /// without each is said at the accessor.
 ///
@@ -223,6 +225,10 @@ class task_store {
   /// that keeps one key space. An engine with engine_options::cluster refuses
   /// to start on it (errc::shard_mismatch: 0 shards).
   virtual shard_store* sharded() noexcept { return nullptr; }
+
+  /// The recurring schedules (schedule_store, delayq/schedule_store.hpp), or
+  /// null. Without it the engine's schedule calls answer errc::unsupported.
+  virtual schedule_store* schedules() noexcept { return nullptr; }
 
   /// Whether the store lives in this process's memory and keeps nothing the
   /// engine's own memory does not (memory_store). The engine then takes the

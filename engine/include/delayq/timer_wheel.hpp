@@ -174,6 +174,10 @@ class timer_wheel {
   /// A wheel of `slots` buckets, at tick 0. Throws std::invalid_argument
   /// when slots is 0.
   explicit timer_wheel(std::size_t slots = 4096);
+  /// Same, hashing ids as `same_hash` does (hash() gives the same value on
+  /// both): an owner of several wheels hashes an id once, to pick the wheel
+  /// and to find the id in it.
+  timer_wheel(std::size_t slots, const timer_wheel& same_hash);
   ~timer_wheel();
   timer_wheel(const timer_wheel&) = delete;
   timer_wheel& operator=(const timer_wheel&) = delete;
@@ -301,6 +305,14 @@ class timer_wheel {
   /// Returns the number of records handed over.
   template <class Sink>
   std::size_t advance(std::uint64_t to_tick, Sink&& sink);
+
+  /// Takes out of the tick under way (now() + 1) the armed records whose
+  /// due time in milliseconds (due_ms()) is at most `due_ms`, disarmed and
+  /// held as advance() hands them over, appending them to `out`; the rest of
+  /// that tick stays armed, and now() does not move. For an owner whose
+  /// clock is finer than a tick: a task filed at the next boundary may be
+  /// due by its own milliseconds already. Returns how many were taken.
+  std::size_t take_due_by(std::int64_t due_ms, std::vector<handle>& out);
 
   /// Bytes the wheel holds for its own structures (record chunks, index,
   /// slot arrays) and for the heap blocks of ids and payloads too long to

@@ -16,7 +16,7 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
                                                  const type_registry::type_info& type,
                                                  std::string_view id, std::uint32_t attempts_before,
                                                  bool replaced, bool stopping,
-                                                 std::vector<alert>& alerts) {
+                                                 std::vector<alert>& alerts, std::int64_t now_ms) {
   if (o.result == outcome::what::released || o.result == outcome::what::buried) {
     // The executor's own verdict: neither a success nor a failure (no
     // failure-rate alert), and the retry policy has no say.
@@ -31,6 +31,7 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
   if (ran) {
     ok ? ++succeeded_ : ++failed_;
     type_counters::add(ok ? type.counters.succeeded : type.counters.failed);
+    std::lock_guard lock(mutex_);
     failures_.note_outcome(type.name, ok, alerts);
   }
   if (replaced) return {verdict_kind::drop_replaced};
@@ -40,14 +41,18 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
   const retry_policy& policy = *type.retry;
   if (!failure_policy::may_retry(policy, attempts, o.result == outcome::what::hopeless))
     return {verdict_kind::bury, attempts};
-  const std::chrono::milliseconds wait = failures_.backoff(policy, attempts);
+  std::chrono::milliseconds wait;
+  {
+    std::lock_guard lock(mutex_);
+    wait = failures_.backoff(policy, attempts);
+  }
   ++retried_;
   type_counters::add(type.counters.retried);
   log(log_level::warning, describe_attempted(id, type.name) + " attempt " +
                               std::to_string(attempts) + " of " +
                               std::to_string(policy.max_attempts) + " failed: " + o.failure +
                               "; retrying in " + std::to_string(wait.count()) + " ms");
-  return {verdict_kind::retry, attempts, now_ms() + wait.count()};
+  return {verdict_kind::retry, attempts, now_ms + wait.count()};
 }
 
 void attempt_settler::note_death(const task& t, const type_registry::type_info& type,
@@ -73,6 +78,7 @@ void attempt_settler::note_death(const task& t, const type_registry::type_info& 
                               failure);
   ++died_;
   type_counters::add(type.counters.died);
+  std::lock_guard lock(mutex_);
   failures_.note_death(t, failure, alerts);
 }
 

@@ -22,6 +22,7 @@
 // the core frees their record without asking.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,11 +30,13 @@
 
 #include "detail/dispatcher.hpp"
 #include "detail/failure_policy.hpp"
+#include "detail/spin_mutex.hpp"
 #include "detail/type_registry.hpp"
 
 namespace delayq::detail {
 
-/// Thread safety: none; the engine calls it under its lock.
+/// Thread safety: every member is safe from any thread (the outcomes of
+/// every table come here).
 class attempt_settler {
  public:
   enum class verdict_kind : std::uint8_t {
@@ -57,10 +60,11 @@ class attempt_settler {
   /// made `attempts_before` attempts. `replaced`: the id went to a new version
   /// while it ran. A release's due time is o.due_ms as given: the caller
   /// bounds it. Counts the outcome, logs a retry, and appends the alerts
-  /// to raise to `alerts`.
+  /// to raise to `alerts`. `now_ms`: now by the engine's clock (a retry is
+  /// due its backoff after it).
   verdict decide(const outcome& o, const type_registry::type_info& type, std::string_view id,
                  std::uint32_t attempts_before, bool replaced, bool stopping,
-                 std::vector<alert>& alerts);
+                 std::vector<alert>& alerts, std::int64_t now_ms);
   /// A bury verdict's dead letter is `t` (as written): counts and logs the
   /// death and appends its alert. `buried`: a dead letter was written (the
   /// store has the role); `asked`: the executor buried it
@@ -68,15 +72,18 @@ class attempt_settler {
   void note_death(const task& t, const type_registry::type_info& type, const std::string& failure,
                   std::vector<alert>& alerts, bool buried = true, bool asked = false);
 
-  std::uint64_t succeeded() const noexcept { return succeeded_; }
-  std::uint64_t failed() const noexcept { return failed_; }
-  std::uint64_t retried() const noexcept { return retried_; }
-  std::uint64_t died() const noexcept { return died_; }
-  std::uint64_t released() const noexcept { return released_; }
+  std::uint64_t succeeded() const noexcept { return succeeded_.load(std::memory_order_relaxed); }
+  std::uint64_t failed() const noexcept { return failed_.load(std::memory_order_relaxed); }
+  std::uint64_t retried() const noexcept { return retried_.load(std::memory_order_relaxed); }
+  std::uint64_t died() const noexcept { return died_.load(std::memory_order_relaxed); }
+  std::uint64_t released() const noexcept { return released_.load(std::memory_order_relaxed); }
 
  private:
   failure_policy& failures_;
-  std::uint64_t succeeded_ = 0, failed_ = 0, retried_ = 0, died_ = 0, released_ = 0;
+  // The failure policy's state (its random draws, each type's health) is
+  // shared by the outcomes of every table.
+  spin_mutex mutex_;
+  std::atomic<std::uint64_t> succeeded_{0}, failed_{0}, retried_{0}, died_{0}, released_{0};
 };
 
 }  // namespace delayq::detail

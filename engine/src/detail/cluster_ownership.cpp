@@ -52,26 +52,29 @@ bool cluster_ownership::fence_for(std::string_view id, std::uint64_t& fence,
   return false;
 }
 
-std::uint64_t cluster_ownership::may_fire_locked(timer_wheel::handle h, std::string_view id,
+std::uint64_t cluster_ownership::may_fire_locked(record_id r, std::string_view id,
                                                  std::chrono::steady_clock::time_point now) {
   if (!shards_) return 1;
   const std::uint32_t s = shards_->shard(id);
   const std::uint64_t token = shards_->valid_token(s, now);
   // Not surely ours now, or being handed over: the next round decides.
   if (token == 0 || shards_->leaving(s)) return 0;
-  fences_[h] = token;  // its outcome writes carry it (settle)
+  std::lock_guard lock(fences_mutex_);
+  fences_[r] = token;  // its outcome writes carry it (settle)
   return token;
 }
 
-std::uint64_t cluster_ownership::fence_of_locked(timer_wheel::handle h) const noexcept {
+std::uint64_t cluster_ownership::fence_of_locked(record_id r) const noexcept {
+  std::lock_guard lock(fences_mutex_);
   if (fences_.empty()) return 0;
-  const auto it = fences_.find(h);
+  const auto it = fences_.find(r);
   return it == fences_.end() ? 0 : it->second;
 }
 
-std::uint64_t cluster_ownership::take_fence_locked(timer_wheel::handle h) noexcept {
+std::uint64_t cluster_ownership::take_fence_locked(record_id r) noexcept {
+  std::lock_guard lock(fences_mutex_);
   if (fences_.empty()) return 0;
-  const auto it = fences_.find(h);
+  const auto it = fences_.find(r);
   if (it == fences_.end()) return 0;
   const std::uint64_t fence = it->second;
   fences_.erase(it);
@@ -105,8 +108,9 @@ std::vector<std::uint32_t> cluster_ownership::busy_shards_locked() const {
   std::vector<bool> busy(shards_->size(), false);
   // fences_ also names references still queued: they never start on a
   // leaving or lost shard (may_start()), so only started attempts count.
-  for (const auto& [h, token] : fences_) {
-    const std::string_view id = host_.running_id_locked(h);
+  std::lock_guard lock(fences_mutex_);
+  for (const auto& [r, token] : fences_) {
+    const std::string_view id = host_.running_id_locked(r);
     if (!id.empty()) busy[shards_->shard(id)] = true;
   }
   std::vector<std::uint32_t> out;
@@ -263,6 +267,18 @@ void cluster_ownership::apply_round(const lease_round& r) {
                              std::binary_search(r.leaving.begin(), r.leaving.end(), l.shard));
   }
   for (std::uint32_t s : r.lost) log(log_level::info, "cluster: lost shard " + std::to_string(s));
+  // Attempts the executors hold without having begun (a task waiting for a
+  // consumer) would hold a leaving shard for as long as nobody takes them:
+  // they are asked to give those of lost and leaving shards back.
+  if ((!r.lost.empty() || !r.leaving.empty()) && options_.on_attempts_stale) {
+    try {
+      options_.on_attempts_stale();
+    } catch (const std::exception& e) {
+      log(log_level::error, std::string("cluster: on_attempts_stale threw: ") + e.what());
+    } catch (...) {
+      log(log_level::error, "cluster: on_attempts_stale threw");
+    }
+  }
   // A shard lost and taken again in one round (a new token) is read afresh.
   // The reads run on the reader thread: this one must be back for the next
   // round in time, however large the shards.

@@ -69,18 +69,21 @@ class cluster_ownership final : public ownership {
   std::uint64_t token_for(std::string_view id) const noexcept override {
     return shards_ ? shards_->valid_token(id) : 0;
   }
+  std::uint64_t held_token(std::string_view id) const noexcept override {
+    return shards_ ? shards_->token(shards_->shard(id)) : 0;
+  }
   bool owns(std::string_view id) const noexcept override {
     return !shards_ || shards_->held(shards_->shard(id));
   }
 
-  std::uint64_t may_fire_locked(timer_wheel::handle h, std::string_view id,
+  std::uint64_t may_fire_locked(record_id r, std::string_view id,
                                 std::chrono::steady_clock::time_point now) override;
   std::chrono::milliseconds hold_back() const noexcept override {
     return std::max(lease_round_, std::chrono::milliseconds{1});
   }
   bool may_start(std::string_view id, std::uint64_t fence) const noexcept override;
-  std::uint64_t fence_of_locked(timer_wheel::handle h) const noexcept override;
-  std::uint64_t take_fence_locked(timer_wheel::handle h) noexcept override;
+  std::uint64_t fence_of_locked(record_id r) const noexcept override;
+  std::uint64_t take_fence_locked(record_id r) noexcept override;
   bool attempt_settled_locked(std::string_view id) noexcept override;
   void handover_check() override;
 
@@ -148,9 +151,11 @@ class cluster_ownership final : public ownership {
   mutable std::mutex members_mutex_;
   std::vector<std::string> members_;
   std::string instance_;
-  // The token of the shard's lease when a record was dispatched (under the
-  // engine's lock): its attempt's outcome writes carry it as their fence.
-  std::unordered_map<timer_wheel::handle, std::uint64_t> fences_;
+  // The token of the shard's lease when a record was dispatched (records of
+  // several tables, each under its own lock: so under fences_mutex_ too):
+  // its attempt's outcome writes carry it as their fence.
+  mutable spin_mutex fences_mutex_;
+  std::unordered_map<record_id, std::uint64_t> fences_;
 };
 
 }  // namespace delayq::detail

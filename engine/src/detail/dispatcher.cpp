@@ -146,17 +146,80 @@ void dispatcher::set_limit(std::uint16_t kind, std::size_t limit) {
 
 void dispatcher::push(std::span<const ready_ref> refs) {
   if (refs.empty()) return;
+  // Types started where they are found due (async_start::immediate) start
+  // here, in order; the rest go to the workers. A type with a concurrency
+  // gate waits for its slot with the others (the gates live on the queue).
+  std::size_t first_queued = refs.size(), queued = 0;
+  for (std::size_t i = 0; i < refs.size(); ++i) {
+    if (immediate(refs[i].kind)) continue;
+    if (first_queued == refs.size()) first_queued = i;
+    ++queued;
+  }
+  if (queued < refs.size())
+    for (const ready_ref& r : refs)
+      if (immediate(r.kind)) start_now(r);
+  if (queued == 0) return;
   std::size_t sleeping;
   {
     std::lock_guard lock(mutex_);
-    ready_.insert(ready_.end(), refs.begin(), refs.end());
+    for (std::size_t i = first_queued; i < refs.size(); ++i)
+      if (!immediate(refs[i].kind)) ready_.push_back(refs[i]);
     sleeping = sleeping_;
   }
   if (sleeping == 0) return;
-  if (refs.size() == 1)
+  if (queued == 1)
     wake_.notify_one();
   else
     wake_.notify_all();
+}
+
+bool dispatcher::immediate(std::uint16_t kind) const noexcept {
+  // gates_ is fixed once set_limit() calls are done: read without the lock.
+  return types_.at(kind).exec.start == async_start::immediate && gates_.count(kind) == 0;
+}
+
+void dispatcher::start_now(const ready_ref& c) {
+  if (!starting_.load(std::memory_order_acquire)) {
+    // Stopping: left in the queue, as pop() leaves references it would not
+    // start (the engine keeps the task in the store for the next start).
+    std::lock_guard lock(mutex_);
+    ready_.push_back(c);
+    return;
+  }
+  // pop()'s decision for one reference, on this thread.
+  auto word = tsw::word(*c.v.tag());
+  std::uint32_t cur = word.load(std::memory_order_acquire);
+  for (;;) {
+    if (cur == c.tag) {
+      if (!word.compare_exchange_weak(cur, tsw::with_state(cur, tsw::running),
+                                      std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      running_.fetch_add(1, std::memory_order_acq_rel);
+      type_counters::add(types_.at(c.kind).counters.running, 1);
+      count_ready(c.kind, -1);
+      if (check_starts_.load(std::memory_order_acquire) && !owner_.may_start(c)) {
+        report(
+            outcome{outcome::what::withheld, c.h, tsw::with_state(cur, tsw::running), c.kind, {}});
+        return;
+      }
+      task t;
+      run(c, t);
+      return;
+    }
+    if (tsw::generation(cur) != tsw::generation(c.tag)) return;  // stale: the task moved on
+    if (tsw::state_of(cur) == tsw::dead) {
+      report(outcome{outcome::what::dead, c.h, cur, c.kind, {}});
+      return;
+    }
+    if (tsw::state_of(cur) == tsw::cancelling && !(cur & tsw::orphaned)) {
+      // A cancel's store write is in flight: leave the record to it.
+      if (word.compare_exchange_weak(cur, cur | tsw::orphaned, std::memory_order_acq_rel,
+                                     std::memory_order_acquire))
+        return;
+      continue;
+    }
+    return;
+  }
 }
 
 void dispatcher::join() {

@@ -30,6 +30,7 @@
 #include "delayq/timer_wheel.hpp"
 #include "detail/lateness_histogram.hpp"
 #include "detail/spin_mutex.hpp"
+#include "detail/task_table.hpp"
 #include "detail/type_registry.hpp"
 
 namespace delayq::detail {
@@ -37,13 +38,14 @@ namespace delayq::detail {
 /// A due task in the ready queue: which record, and the state word it was
 /// queued with (it is still valid while the record's word equals it).
 struct ready_ref {
-  timer_wheel::handle h = 0;
+  record_id h = 0;  // its table and its record there (task_table.hpp)
   std::uint32_t tag = 0;
   std::uint16_t kind = 0;
   timer_wheel::record_view v;
   std::uint32_t trigger_count = 0, signals = 0;  // a count-triggered task's, as it was queued
   std::uint32_t priority = 0, ttr_ms = 0;        // the task's, as it was queued
   std::uint64_t fence = 0;  // clusters: the lease token it was dispatched under (task::fence)
+  std::uint64_t order = 0;  // when it was scheduled (task_table::stamp())
 };
 
 /// What became of a reference the dispatcher took.
@@ -59,7 +61,7 @@ struct outcome {
     buried,     // the executor buried it: a dead letter now, whatever the retries left
   };
   what result = what::succeeded;
-  timer_wheel::handle h = 0;
+  record_id h = 0;        // its table and its record there
   std::uint32_t tag = 0;  // the word as the dispatcher left it
   std::uint16_t kind = 0;
   std::string failure;                    // failed, hopeless: why; buried: the dead letter's error
@@ -97,7 +99,9 @@ class dispatcher {
   /// Limits attempts of `kind` running at once (before any push()).
   void set_limit(std::uint16_t kind, std::size_t limit);
 
-  /// Queues due tasks, in the order given, and wakes workers.
+  /// Queues due tasks, in the order given, and wakes workers; those of
+  /// types started where they are found (async_start::immediate) start on
+  /// this thread before it returns. Call it holding no lock of the owner.
   void push(std::span<const ready_ref> refs);
 
   /// From now on ask owner::may_start() before each attempt starts (a
@@ -152,6 +156,10 @@ class dispatcher {
   friend struct attempt;
 
   void work();
+  // Whether references of `kind` start on the thread that pushes them.
+  bool immediate(std::uint16_t kind) const noexcept;
+  // Starts (or drops, or hands back) one reference on this thread.
+  void start_now(const ready_ref& r);
   // Under mutex_: the next reference to start, or false. Stale and dead
   // references met on the way are dealt with.
   bool pop(ready_ref& r);

@@ -1,7 +1,6 @@
-// engine_core: construction, start() and stop(), and the queries. The calls
-// that change tasks are in engine_core_calls.cpp, the write path in
-// engine_core_writes.cpp, the clock and the fire path (due tasks to the
-// dispatcher, attempt outcomes back) in engine_core_fire.cpp.
+// engine_core: construction, start() and stop(), and the queries. The
+// changes are in changes/ (change.hpp has the map), the write path in
+// engine_core_writes.cpp, the clock in engine_core_fire.cpp.
 #include "detail/engine_core.hpp"
 
 #include <algorithm>
@@ -34,11 +33,17 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
       failures_(options_.alerts),
       settler_(failures_),
       ticker_(ex, options_.tick),
-      wheel_(options_.slots),
       writer_(*store_, store_writer::options{options_.max_queued_writes},
               [this](std::span<write_op> ops) { on_written(ops); }),
       dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_),
       owner_(make_ownership(options_, *store_, *this)) {
+  std::vector<task_table*> all;
+  for (std::size_t i = 0; i < options_.tables; ++i) {
+    tables_.push_back(std::make_unique<task_table>(static_cast<std::uint32_t>(i), options_.slots,
+                                                   i == 0 ? nullptr : &tables_[0]->wheel));
+    all.push_back(tables_.back().get());
+  }
+  all_.assign(std::move(all));
   for (const auto& [name, limit] : options_.type_concurrency) {
     boost::system::error_code ec;
     if (!valid_type(name)) continue;  // no task can have it
@@ -55,112 +60,38 @@ void engine_core::shutdown() {
   writer_.stop();
 }
 
-// ------------------------------------------------------------------ wheel
-
-std::uint32_t engine_core::tag(timer_wheel::handle h) const noexcept {
-  // The word may be swapped by a worker at any time: always read atomically.
-  return tsw::word(const_cast<timer_wheel&>(wheel_).tag(h)).load(std::memory_order_acquire);
-}
-
-void engine_core::set_tag(timer_wheel::handle h, std::uint32_t w) noexcept {
-  tsw::word(wheel_.tag(h)).store(w, std::memory_order_release);
-}
-
-std::size_t& engine_core::kind_pending(std::uint16_t kind) {
-  if (kind >= kind_pending_.size()) kind_pending_.resize(std::size_t{kind} + 1, 0);
-  return kind_pending_[kind];
-}
-
-task engine_core::task_of(timer_wheel::handle h) const {
-  task t;
-  t.id = std::string(wheel_.id(h));
-  t.type = types_.at(wheel_.kind(h)).name;
-  t.payload = std::string(wheel_.payload(h));
-  t.due = from_epoch_ms(wheel_.due_ms(h));
-  t.attempts = wheel_.attempts(h);
-  const trigger_counts tc = trigger_of(h);
-  t.trigger_count = tc.count;
-  t.signals = tc.signals;
-  const task_attrs a = attrs_of(h);
-  t.priority = a.priority;
-  t.ttr = milliseconds{a.ttr_ms};
-  return t;
-}
-
-engine_core::task_attrs engine_core::attrs_of(timer_wheel::handle h) const {
-  if (attrs_.empty()) return {};  // the usual case: no task with a priority or a ttr held
-  const auto it = attrs_.find(h);
-  return it == attrs_.end() ? task_attrs{} : it->second;
-}
-
-void engine_core::set_attrs_locked(timer_wheel::handle h, task_attrs a) {
-  if (a.priority == 0 && a.ttr_ms == 0)
-    attrs_.erase(h);
-  else
-    attrs_[h] = a;
-}
-
-void engine_core::arm_locked(timer_wheel::handle h, std::int64_t due_ms, after_lock* after) {
-  // A task already due when its write lands (a schedule without delay, a
-  // reschedule or release to now, a triggering signal) goes to the
-  // dispatcher at once. Through the wheel it would wait for the next tick
-  // boundary: the ticker files a due time at the first boundary at or after
-  // it, and the boundary of the tick now running is the wheel's past. That
-  // wait, up to a tick, was most of a put-then-reserve round trip.
-  if (after != nullptr && due_ms <= now_ms() &&
-      state_.load(std::memory_order_relaxed) == run_state::running &&
-      owner_->may_fire_locked(h, wheel_.id(h), std::chrono::steady_clock::now()) != 0) {
-    if (wheel_.is_armed(h)) wheel_.disarm(h);
-    const std::uint32_t w = tsw::next_queued(tag(h));
-    set_tag(h, w);
-    dispatcher_.count_ready(wheel_.kind(h), 1);
-    after->requeue.push_back(ready_of(h, w));
-    return;
-  }
-  set_tag(h, tsw::with_state(tag(h), tsw::armed));
-  wheel_.arm(h, ticker_.tick_for(due_ms));
-  note_armed_locked(wheel_.due_tick(h));
-}
-
-void engine_core::erase_locked(timer_wheel::handle h) {
-  if (wheel_.is_indexed(h)) {
-    --kind_pending(wheel_.kind(h));
-    pager_.note_gone_locked(wheel_.id(h));  // see the horizon
-  } else {
-    --unindexed_;
-  }
-  if (!triggers_.empty()) triggers_.erase(h);
-  if (!attrs_.empty()) attrs_.erase(h);
-  wheel_.erase(h);
+void engine_core::attempts_ended() {
+  { std::lock_guard lock(stop_mutex_); }
+  stop_cv_.notify_all();
 }
 
 // ------------------------------------------------------------------ lifecycle
 
 void engine_core::start(boost::system::error_code& ec) {
   ec = {};
-  std::unique_lock lock(mutex_);
+  std::unique_lock lock(all_);
   if (state_.load() != run_state::idle) {
     ec = errc::already_started;
     return;
   }
-  // Nobody else changes the wheel before start() returns (calls fail with
-  // not_running), so holding the lock across the load costs nothing.
+  // Nobody else changes the tables before start() returns (calls fail with
+  // not_running), so holding their locks across the load costs nothing.
   ticker_.anchor();
   const std::int64_t now = now_ms();
   const bool take = store_->in_process();
-  std::vector<timer_wheel::handle> overdue;
+  std::vector<record_id> overdue;
   std::vector<std::pair<std::string, std::string>> rejected;  // id, why
   std::vector<std::string> taken;
   std::uint64_t loaded = 0;
   auto next_report = steady_clock::now() + std::chrono::seconds{1};
   const auto load = [&](task&& t) {
     std::string why;
-    const type_registry::type_info* type = accept_locked(t, why);
+    const type_registry::type_info* type = accept(t, why);
     if (!type) {
       rejected.emplace_back(std::move(t.id), std::move(why));
       return;
     }
-    if (hold_locked(t, *type, &overdue, now) == timer_wheel::npos) {
+    if (hold_locked(table_for(hash(t.id)), t, *type, &overdue, now) == timer_wheel::npos) {
       log(log_level::warning,
           "start: skipping a second stored copy of " + describe_task(t.id, t.type));
       return;
@@ -183,7 +114,7 @@ void engine_core::start(boost::system::error_code& ec) {
   // With a horizon, only the tasks due within it (see engine_core_horizon.cpp);
   // a store that cannot read by due time gets every task loaded.
   list_summary summary;
-  pager_.set_locked(0, std::numeric_limits<std::int64_t>::max());
+  pager_.set(0, std::numeric_limits<std::int64_t>::max());
   // The one question the core asks its ownership by kind: who loads the
   // tasks. A node that owns every id loads them below; a cluster's
   // ownership reads the shards it won.
@@ -195,7 +126,7 @@ void engine_core::start(boost::system::error_code& ec) {
                                          : options_.max_delay)
                .count());
     owner_->start_locked(now + horizon, load, summary, ec);
-    if (!ec) pager_.set_locked(horizon, now + horizon);
+    if (!ec) pager_.set(horizon, now + horizon);
   } else if (options_.horizon.count() > 0 && !take) {
     // No task is due later than max_delay from now: a longer horizon holds
     // every task anyway (and now + horizon must not overflow).
@@ -230,7 +161,7 @@ void engine_core::start(boost::system::error_code& ec) {
                                   "(engine_options::horizon has no effect)");
       ec = {};
     } else if (!ec) {
-      pager_.set_locked(horizon, until);
+      pager_.set(horizon, until);
     }
   } else if (options_.horizon.count() > 0) {
     log(log_level::info, "start: the store is in process; holding every task (no horizon)");
@@ -239,12 +170,12 @@ void engine_core::start(boost::system::error_code& ec) {
   if (ec) {
     log(log_level::error, "start: loading " + store_->describe() + " failed: " + ec.message());
     // Leave nothing half-loaded behind: a later start() loads afresh.
-    std::vector<timer_wheel::handle> all;
-    wheel_.for_each([&](timer_wheel::handle h) { all.push_back(h); });
-    for (timer_wheel::handle h : all) wheel_.erase(h);
-    kind_pending_.clear();
-    triggers_.clear();
-    attrs_.clear();
+    for (const auto& t : tables_) {
+      std::vector<timer_wheel::handle> all;
+      t->wheel.for_each([&](timer_wheel::handle h) { all.push_back(h); });
+      for (timer_wheel::handle h : all) erase_locked(*t, h);
+      t->armed_tick = timer_wheel::no_tick;
+    }
     return;
   }
   if (take && !taken.empty()) {
@@ -268,21 +199,22 @@ void engine_core::start(boost::system::error_code& ec) {
   quarantined_ = quarantined;
   boost::system::error_code dead_ec;
   dead_letter_store* const dead_store = store_->dead_letters();
-  dead_ = dead_store ? dead_store->count_dead(dead_ec) : 0;  // none without dead letters
-  if (dead_ec) dead_ = 0;
+  // None without dead letters.
+  std::int64_t dead = dead_store ? static_cast<std::int64_t>(dead_store->count_dead(dead_ec)) : 0;
+  dead_ = dead_ec ? 0 : dead;
+  for (const auto& t : tables_) t->armed_tick = t->wheel.next_due_tick();
   state_.store(run_state::running, std::memory_order_release);
   if (pager_.on()) pager_.run(*this);
   owner_->run();
-  armed_tick_ = wheel_.next_due_tick();
-  if (armed_tick_ != timer_wheel::no_tick)
-    ticker_.post([self = shared_from_this()] { self->rearm(); });
+  ticker_.post([self = shared_from_this()] { self->rearm(); });
   log(log_level::info,
       "started with " + std::to_string(loaded) + " stored tasks from " + store_->describe());
 }
 
 bool engine_core::stop(milliseconds drain) {
   {
-    std::lock_guard lock(mutex_);
+    // Every table: no call decides while the state changes.
+    std::lock_guard lock(all_);
     const run_state s = state_.load();
     if (s == run_state::idle || s == run_state::stopped) {
       state_.store(run_state::stopped);
@@ -302,8 +234,8 @@ bool engine_core::stop(milliseconds drain) {
   }
   bool drained;
   {
-    std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, drain, [&] { return dispatcher_.running() == 0; });
+    std::unique_lock lock(stop_mutex_);
+    stop_cv_.wait_for(lock, drain, [&] { return dispatcher_.running() == 0; });
     drained = dispatcher_.running() == 0;
     state_.store(run_state::stopped);
   }
@@ -322,15 +254,19 @@ std::vector<std::string> engine_core::members() const { return owner_->members()
 void engine_core::let_go_unowned_locked() {
   // Busy records (a write or an attempt) are let go when they settle
   // (evict_if_far_locked), a pinned one when its call decides.
-  std::vector<timer_wheel::handle> drop;
-  wheel_.for_each([&](timer_wheel::handle h) {
-    if (wheel_.is_indexed(h) && !owns_locked(wheel_.id(h))) drop.push_back(h);
-  });
-  for (timer_wheel::handle h : drop) evict_if_far_locked(h);
+  for (const auto& t : tables_) {
+    std::vector<timer_wheel::handle> drop;
+    t->wheel.for_each([&](timer_wheel::handle h) {
+      if (t->wheel.is_indexed(h) && !owner_->owns(t->wheel.id(h))) drop.push_back(h);
+    });
+    for (timer_wheel::handle h : drop) evict_if_far_locked(*t, h);
+  }
 }
 
-std::string_view engine_core::running_id_locked(timer_wheel::handle h) const noexcept {
-  return tsw::state_of(tag(h)) == tsw::running ? wheel_.id(h) : std::string_view{};
+std::string_view engine_core::running_id_locked(record_id r) const noexcept {
+  const task_table& t = table_of_record(r);
+  const timer_wheel::handle h = handle_of(r);
+  return tsw::state_of(t.tag(h)) == tsw::running ? t.wheel.id(h) : std::string_view{};
 }
 
 // ------------------------------------------------------------------ queries
@@ -344,72 +280,77 @@ std::optional<task> engine_core::find(std::string_view id, boost::system::error_
 std::optional<task_status> engine_core::status(std::string_view id,
                                                boost::system::error_code& ec) const {
   ec.clear();
-  std::unique_lock lock(mutex_);
-  timer_wheel::handle h = wheel_.find(id);
+  const task_table& t = table_for(hash(id));
+  std::unique_lock lock(t.mutex);
+  timer_wheel::handle h = t.wheel.find(id);
   // Not held: maybe due past the horizon (or of a shard gained and not read
   // yet), in the store only. A read (the pager, a shard's) may hold it while
-  // the store is asked: then the wheel answers, on the next round.
+  // the store is asked: then the table answers, on the next round.
   for (int round = 0; h == timer_wheel::npos; ++round) {
     if (!horizon_on()) return std::nullopt;
     lock.unlock();
     bool held_meanwhile = false;
-    std::optional<task> t = find_stored(id, ec, &held_meanwhile);
+    std::optional<task> found = find_stored(id, ec, &held_meanwhile);
     if (ec) return std::nullopt;  // unknown, not absent: the caller must not say "no such task"
     lock.lock();
     if (!held_meanwhile || round == 8) {
-      if (!t) return std::nullopt;
-      const bool due = to_epoch_ms(t->due) <= now_ms();
-      return task_status{std::move(*t), due ? task_state::ready : task_state::delayed};
+      if (!found) return std::nullopt;
+      const bool due = to_epoch_ms(found->due) <= now_ms();
+      return task_status{std::move(*found), due ? task_state::ready : task_state::delayed};
     }
-    h = wheel_.find(id);
+    h = t.wheel.find(id);
   }
-  const std::uint32_t w = tag(h);
+  const std::uint32_t w = t.tag(h);
   if (w & tsw::fresh) return std::nullopt;  // not acknowledged yet
   task_state st = task_state::delayed;
   switch (tsw::state_of(w)) {
     case tsw::armed:
     case tsw::persisting:
-      st = wheel_.due_ms(h) <= now_ms() ? task_state::ready : task_state::delayed;
+      st = t.wheel.due_ms(h) <= now_ms() ? task_state::ready : task_state::delayed;
       break;
     case tsw::queued:
     case tsw::cancelling: st = task_state::ready; break;
     case tsw::running: st = task_state::running; break;
     case tsw::dead: return std::nullopt;
   }
-  return task_status{task_of(h), st};
+  return task_status{task_of(t, h), st};
 }
 
 std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type) const {
   std::vector<task> out;
   if (limit == 0) return out;
-  std::unique_lock lock(mutex_);
   int kind = -1;
   if (!type.empty()) {
     boost::system::error_code ec;
-    const auto* t =
+    const auto* ti =
         valid_type(type) ? const_cast<type_registry&>(types_).lookup(type, false, ec) : nullptr;
-    if (!t) return out;
-    kind = t->k;
+    if (!ti) return out;
+    kind = ti->k;
   }
-  // The `limit` earliest, by a bounded max-heap over every held record.
-  using entry = std::pair<std::int64_t, timer_wheel::handle>;
+  // The `limit` earliest, by a bounded max-heap over every held record of
+  // every table (one table locked at a time).
+  struct entry {
+    std::int64_t due;
+    task t;
+    bool operator<(const entry& o) const { return due < o.due; }
+  };
   std::priority_queue<entry> best;
-  wheel_.for_each([&](timer_wheel::handle h) {
-    if (!wheel_.is_indexed(h)) return;
-    const std::uint32_t w = tag(h);
-    if ((w & tsw::fresh) || tsw::state_of(w) == tsw::running) return;
-    if (kind >= 0 && wheel_.kind(h) != kind) return;
-    const entry e{wheel_.due_ms(h), h};
-    if (best.size() < limit) {
-      best.push(e);
-    } else if (e < best.top()) {
-      best.pop();
-      best.push(e);
-    }
-  });
+  for (const auto& t : tables_) {
+    std::lock_guard lock(t->mutex);
+    t->wheel.for_each([&](timer_wheel::handle h) {
+      if (!t->wheel.is_indexed(h)) return;
+      const std::uint32_t w = t->tag(h);
+      if ((w & tsw::fresh) || tsw::state_of(w) == tsw::running) return;
+      if (kind >= 0 && t->wheel.kind(h) != kind) return;
+      const std::int64_t due = t->wheel.due_ms(h);
+      if (best.size() >= limit && due >= best.top().due) return;
+      if (best.size() >= limit) best.pop();
+      best.push(entry{due, task_of(*t, h)});
+    });
+  }
   out.resize(best.size());
   for (std::size_t i = best.size(); i-- > 0;) {
-    out[i] = task_of(best.top().second);
+    out[i] = std::move(const_cast<entry&>(best.top()).t);
     best.pop();
   }
   if (!horizon_on() || out.size() >= limit) return out;
@@ -417,8 +358,7 @@ std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type
   // watermark, in due order (a rare type may need many pages: at most
   // upcoming_scan records are read).
   constexpr std::size_t upcoming_scan = 100'000;
-  due_cursor cursor{pager_.watermark_locked() + 1, {}};
-  lock.unlock();
+  due_cursor cursor{pager_.watermark() + 1, {}};
   const_cast<store_writer&>(writer_).flush();
   std::unordered_set<std::string> seen;
   for (const task& t : out) seen.insert(t.id);
@@ -441,27 +381,25 @@ std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type
 }
 
 std::size_t engine_core::pending() const {
-  std::lock_guard lock(mutex_);
-  return pending_locked();
+  const std::int64_t n = pending_.load(std::memory_order_relaxed);
+  return n > 0 ? static_cast<std::size_t>(n) : 0;
 }
 
 engine_stats engine_core::stats() const {
   engine_stats s;
-  {
-    std::lock_guard lock(mutex_);
-    s.pending = pending_locked();
-    s.scheduled = scheduled_;
-    s.loaded = loaded_;
-    s.paged = paged_;
-    s.succeeded = settler_.succeeded();
-    s.failed = settler_.failed();
-    s.cancelled = cancelled_;
-    s.quarantined = quarantined_;
-    s.retried = settler_.retried();
-    s.died = settler_.died();
-    s.released = settler_.released();
-    s.dead = dead_;
-  }
+  s.pending = pending();
+  s.scheduled = scheduled_.load(std::memory_order_relaxed);
+  s.loaded = loaded_.load(std::memory_order_relaxed);
+  s.paged = paged_.load(std::memory_order_relaxed);
+  s.succeeded = settler_.succeeded();
+  s.failed = settler_.failed();
+  s.cancelled = cancelled_.load(std::memory_order_relaxed);
+  s.quarantined = quarantined_.load(std::memory_order_relaxed);
+  s.retried = settler_.retried();
+  s.died = settler_.died();
+  s.released = settler_.released();
+  const std::int64_t dead = dead_.load(std::memory_order_relaxed);
+  s.dead = dead > 0 ? static_cast<std::size_t>(dead) : 0;
   s.ready = dispatcher_.ready();
   s.running = dispatcher_.running();
   s.fired = dispatcher_.fired();
@@ -482,14 +420,14 @@ engine_metrics engine_core::metrics() const {
   // Types first: a type interned after this has nothing held yet.
   const std::size_t n = types_.size();
   m.types.resize(n);
-  {
-    std::lock_guard lock(mutex_);
-    for (std::size_t k = 0; k < n && k < kind_pending_.size(); ++k)
-      m.types[k].pending = kind_pending_[k];
-    m.loaded = loaded_;
-    m.quarantined = quarantined_;
-    m.dead = dead_;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t p = types_.at(static_cast<type_registry::kind>(k)).pending.load();
+    m.types[k].pending = p > 0 ? static_cast<std::size_t>(p) : 0;
   }
+  m.loaded = loaded_.load(std::memory_order_relaxed);
+  m.quarantined = quarantined_.load(std::memory_order_relaxed);
+  const std::int64_t dead = dead_.load(std::memory_order_relaxed);
+  m.dead = dead > 0 ? static_cast<std::size_t>(dead) : 0;
   const auto gauge = [](const std::atomic<std::int64_t>& g) {
     const std::int64_t v = g.load(std::memory_order_relaxed);
     return v > 0 ? static_cast<std::size_t>(v) : std::size_t{0};

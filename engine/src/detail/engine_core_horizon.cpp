@@ -1,4 +1,4 @@
-// engine_core: what the horizon's reads do to the wheel (horizon_pager.hpp
+// engine_core: what the horizon's reads do to the tables (horizon_pager.hpp
 // explains the horizon, the watermark and the reads): hold what a read of
 // the store found, let go of a far task once settled, fault in the ids a
 // call names, read a range of the due index for the pager.
@@ -23,7 +23,7 @@ constexpr std::size_t page_size = 1000;
 
 }  // namespace
 
-const type_registry::type_info* engine_core::accept_locked(const task& t, std::string& why) {
+const type_registry::type_info* engine_core::accept(const task& t, std::string& why) {
   if (!valid_id(t.id)) {
     why = "the engine does not accept its id";
     return nullptr;
@@ -38,38 +38,44 @@ const type_registry::type_info* engine_core::accept_locked(const task& t, std::s
   return type;
 }
 
-timer_wheel::handle engine_core::hold_locked(const task& t, const type_registry::type_info& type,
-                                             std::vector<timer_wheel::handle>* overdue,
-                                             std::int64_t now) {
+timer_wheel::handle engine_core::hold_locked(task_table& tb, const task& t,
+                                             const type_registry::type_info& type,
+                                             std::vector<record_id>* overdue, std::int64_t now) {
   const std::int64_t due = std::clamp<std::int64_t>(to_epoch_ms(t.due), 0, latest_due_ms() - 1);
-  const timer_wheel::handle h = wheel_.insert_detached({t.id, t.payload, type.k, due, t.attempts});
+  const timer_wheel::handle h =
+      tb.wheel.insert_detached({t.id, t.payload, type.k, due, t.attempts});
   if (h == timer_wheel::npos) return h;
-  set_tag(h, tsw::with_state(tag(h), tsw::armed));
-  if (t.trigger_count > 0) set_trigger_locked(h, t.trigger_count, t.signals);
-  if (t.priority != 0 || t.ttr.count() > 0) set_attrs_locked(h, attrs_from(t));
-  ++kind_pending(type.k);
+  tb.set_tag(h, tsw::with_state(tb.tag(h), tsw::armed));
+  tb.stamp(h, schedule_order());
+  if (t.trigger_count > 0) tb.set_trigger(h, t.trigger_count, t.signals);
+  if (t.priority != 0 || t.ttr.count() > 0) tb.set_attrs(h, {t.priority, clamped_ttr_ms(t.ttr)});
+  // Held as the store has it: counted, never refused (a capacity counts it).
+  type.pending.fetch_add(1, std::memory_order_relaxed);
+  pending_.fetch_add(1, std::memory_order_relaxed);
   if (overdue && due <= now && options_.catch_up_rate > 0) {
-    overdue->push_back(h);
+    overdue->push_back(tb.ref(h));
   } else if (overdue) {
-    wheel_.arm(h, ticker_.tick_for(due));  // start(): the timer is set once loaded
+    tb.wheel.arm(h, ticker_.tick_for(due));  // start(): the timer is set once loaded
   } else {
-    arm_locked(h, due);
+    arm_locked(tb, h, due);
   }
   return h;
 }
 
 bool engine_core::hold_found_locked(const task& t, std::uint64_t seq, std::int64_t now,
                                     rejected_tasks& rejected) {
-  if (wheel_.find(t.id) != timer_wheel::npos) return true;  // held meanwhile: memory is newer
-  if (pager_.erased_since_locked(t.id, seq)) return false;
-  if (!owns_locked(t.id)) return true;  // its shard was lost meanwhile: its new owner runs it
+  // The caller holds the lock of this task's table.
+  task_table& tb = table_for(hash(t.id));
+  if (tb.wheel.find(t.id) != timer_wheel::npos) return true;  // held meanwhile: memory is newer
+  if (pager_.erased_since(t.id, seq)) return false;
+  if (!owner_->owns(t.id)) return true;  // its shard was lost meanwhile: its new owner runs it
   std::string why;
-  const type_registry::type_info* type = accept_locked(t, why);
+  const type_registry::type_info* type = accept(t, why);
   if (!type) {
     rejected.emplace_back(t.id, std::move(why));
     return true;
   }
-  if (hold_locked(t, *type, nullptr, now) != timer_wheel::npos) ++paged_;
+  if (hold_locked(tb, t, *type, nullptr, now) != timer_wheel::npos) ++paged_;
   return true;
 }
 
@@ -81,29 +87,15 @@ void engine_core::quarantine_rejected(const rejected_tasks& rejected) {
   }
 }
 
-void engine_core::evict_if_far_locked(timer_wheel::handle h) {
-  if (!horizon_on() || !wheel_.is_indexed(h)) return;
-  const std::uint32_t w = tag(h);
-  if (tsw::state_of(w) != tsw::armed || (w & tsw::fresh)) return;
-  // A task of a shard another instance holds is never held here (clusters).
-  const bool owned = owns_locked(wheel_.id(h));
-  if (owned && wheel_.due_ms(h) <= pager_.watermark_locked()) return;
-  // A type with a capacity is held whole: its count must see every task.
-  if (owned && types_.at(wheel_.kind(h)).capacity != 0) return;
-  // A call that looked the id up decides on it next: keep it until then.
-  if (pager_.pinned_locked(wheel_.id(h))) return;
-  erase_locked(h);  // the store has it; the pager brings it back in time
-}
-
 engine_core::pins::~pins() {
-  if (ids_.empty()) return;
-  std::lock_guard lock(e_.mutex_);
   for (const std::string& id : ids_) {
-    if (!e_.pager_.unpin_locked(id)) continue;
+    if (!e_.pager_.unpin(id)) continue;
     // Looked up and left as it was (a keep, a cancel that found it running):
     // let go of it again if it is far.
-    const timer_wheel::handle h = e_.wheel_.find(id);
-    if (h != timer_wheel::npos) e_.evict_if_far_locked(h);
+    task_table& t = e_.table_for(e_.hash(id));
+    std::lock_guard lock(t.mutex);
+    const timer_wheel::handle h = t.wheel.find(id);
+    if (h != timer_wheel::npos) e_.evict_if_far_locked(t, h);
   }
 }
 
@@ -112,29 +104,36 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
   ec = {};
   if (!horizon_on() || ids.empty()) return;
   if (!p.ids_.empty()) return;  // pinned already: held ones stay held
+  // The tables of the ids, locked together in order for each step.
+  std::vector<task_table*> tables;
+  for (std::string_view id : ids) tables.push_back(&table_for(hash(id)));
+  std::sort(tables.begin(), tables.end(),
+            [](const task_table* a, const task_table* b) { return a->index < b->index; });
+  tables.erase(std::unique(tables.begin(), tables.end()), tables.end());
+  table_set_lock theirs(std::move(tables));
   // A round repeats only for an id erased while it was read (let go of, say),
   // which the next read sees as it is now.
   for (int round = 0; round < 8; ++round) {
     std::vector<std::string> missing;
     std::uint64_t seq = 0;
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(theirs);
       if (state_.load() != run_state::running) {
         ec = errc::not_running;
         return;
       }
       for (std::string_view id : ids)
-        if (wheel_.find(id) == timer_wheel::npos &&
+        if (table_for(hash(id)).wheel.find(id) == timer_wheel::npos &&
             std::find(missing.begin(), missing.end(), id) == missing.end())
           missing.emplace_back(id);
-      // Pinned before the read, in this hold of the lock: a record of one of
+      // Pinned before the read, under the tables' locks: a record of one of
       // them that appears while the store is read (an async schedule of the
       // id settling: written, then let go of as far) is kept, not let go of
       // behind a read that began before its write landed.
       if (p.ids_.empty())
-        for (std::string_view id : ids) pager_.pin_locked(p.ids_.emplace_back(id));
+        for (std::string_view id : ids) pager_.pin(p.ids_.emplace_back(id));
       if (missing.empty()) return;
-      seq = pager_.begin_read_locked();
+      seq = pager_.begin_read();
     }
     // Writes queued before the read began (a success's removal, a far
     // schedule) land first: the read sees no record the engine let go of.
@@ -148,13 +147,13 @@ void engine_core::fault_in(std::span<const std::string_view> ids, pins& p,
     rejected_tasks rejected;
     bool again = false;
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(theirs);
       if (!ec) {
         for (std::optional<task>& t : found) {
           if (t && !hold_found_locked(*t, seq, now_ms(), rejected)) again = true;
         }
       }
-      pager_.end_read_locked(seq);
+      pager_.end_read(seq);
     }
     quarantine_rejected(rejected);
     if (ec) {
@@ -175,8 +174,9 @@ std::optional<task> engine_core::find_stored(std::string_view id, boost::system:
   const std::string key(id);
   std::vector<std::optional<task>> found = store_->find(std::span(&key, 1), ec);
   if (ec || found.empty() || !found[0]) return std::nullopt;
-  std::lock_guard lock(mutex_);
-  if (wheel_.find(id) != timer_wheel::npos) {  // held now: ask the wheel
+  const task_table& t = table_for(hash(id));
+  std::lock_guard lock(t.mutex);
+  if (t.wheel.find(id) != timer_wheel::npos) {  // held now: ask the table
     if (held_meanwhile) *held_meanwhile = true;
     return std::nullopt;
   }
@@ -213,7 +213,7 @@ bool engine_core::page_in(std::int64_t from, std::int64_t until, std::uint64_t s
       continue;
     }
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(all_);
       quarantined_ += got.quarantined;
       const std::int64_t now = now_ms();
       for (const task& t : page) hold_found_locked(t, seq, now, rejected);

@@ -9,15 +9,19 @@
 
 namespace delayq::detail {
 
-std::uint64_t horizon_pager::begin_read_locked() {
+std::uint64_t horizon_pager::begin_read() {
+  std::lock_guard lock(state_);
   reads_.insert(erase_seq_);
+  reading_.store(true, std::memory_order_release);
   return erase_seq_;
 }
 
-void horizon_pager::end_read_locked(std::uint64_t seq) {
+void horizon_pager::end_read(std::uint64_t seq) {
+  std::lock_guard lock(state_);
   reads_.erase(reads_.find(seq));
   if (reads_.empty()) {
     erased_.clear();
+    reading_.store(false, std::memory_order_release);
   } else if (erased_.size() > 4096) {
     // Reads that overlap for long (a pager retrying through an outage, a
     // stream of lookups) must not grow the log without end: what no read in
@@ -27,18 +31,36 @@ void horizon_pager::end_read_locked(std::uint64_t seq) {
   }
 }
 
-void horizon_pager::note_gone_slow(std::string_view id) { erased_[std::string(id)] = ++erase_seq_; }
+void horizon_pager::note_gone(std::string_view id) {
+  // A read begins under the lock of the table this record is in, which
+  // the caller holds: a read that began before is seen here.
+  if (!reading_.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(state_);
+  if (!reads_.empty()) erased_[std::string(id)] = ++erase_seq_;
+}
 
-bool horizon_pager::erased_since_locked(const std::string& id, std::uint64_t seq) const {
+bool horizon_pager::erased_since(const std::string& id, std::uint64_t seq) const {
+  std::lock_guard lock(state_);
   const auto it = erased_.find(id);
   return it != erased_.end() && it->second > seq;
 }
 
-bool horizon_pager::unpin_locked(const std::string& id) {
+void horizon_pager::pin(const std::string& id) {
+  std::lock_guard lock(state_);
+  ++pinned_[id];
+}
+
+bool horizon_pager::unpin(const std::string& id) {
+  std::lock_guard lock(state_);
   auto it = pinned_.find(id);
   if (it == pinned_.end() || --it->second > 0) return false;
   pinned_.erase(it);
   return true;
+}
+
+bool horizon_pager::pinned(std::string_view id) const {
+  std::lock_guard lock(state_);
+  return !pinned_.empty() && pinned_.count(std::string(id)) != 0;
 }
 
 void horizon_pager::run(host& h) {
@@ -76,10 +98,10 @@ void horizon_pager::loop(host& h) {
       std::lock_guard lock(h.mutex());
       if (!h.running()) continue;
       until = now_ms() + horizon_ms();
-      if (until <= watermark_) continue;
-      from = watermark_;
-      watermark_ = until;
-      seq = begin_read_locked();
+      from = watermark();
+      if (until <= from) continue;
+      watermark_.store(until, std::memory_order_release);
+      seq = begin_read();
     }
     h.flush_writes();
     bool done = false;
@@ -90,11 +112,11 @@ void horizon_pager::loop(host& h) {
       // back so the next step reads it again.
       log(log_level::error, std::string("horizon: reading due tasks failed: ") + e.what());
       std::lock_guard lock(h.mutex());
-      watermark_ = std::min(watermark_, from);
+      watermark_.store(std::min(watermark(), from), std::memory_order_release);
       done = true;
     }
     std::lock_guard lock(h.mutex());
-    end_read_locked(seq);
+    end_read(seq);
     if (!done) return;
   }
 }

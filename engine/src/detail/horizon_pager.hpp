@@ -9,9 +9,9 @@
 // W1 follows three steps, so that no task is missed and none comes back
 // after it went:
 //
-//   1. under the engine's lock: watermark = W1 (from here a schedule or
+//   1. under the tables' locks: watermark = W1 (from here a schedule or
 //      reschedule due by W1 stays held), and begin a read (erasures are
-//      noted from here: note_gone_locked());
+//      noted from here: note_gone());
 //   2. writer flush: every write queued before step 1 is in the store, so
 //      a far schedule of (W0, W1] that settled before step 1 can be read;
 //   3. read (W0, W1] and hold each task unless its id is held (memory is
@@ -42,17 +42,21 @@
 #include <unordered_map>
 
 #include "detail/spin_mutex.hpp"
+#include "detail/task_table.hpp"
 
 namespace delayq::detail {
 
-/// Thread safety: the `_locked` members under the engine's lock; on(),
-/// post() and stop() from any thread.
+/// Thread safety: every member is safe from any thread. The bookkeeping
+/// has a lock of its own, taken under the tables' locks (never the other
+/// way round); the three steps above hold the locks of the tables they
+/// read into around steps 1 and 3.
 class horizon_pager {
  public:
   /// What the pager's thread reads with. Implemented by engine_core.
   class host {
    public:
-    virtual spin_mutex& mutex() const noexcept = 0;
+    /// Locks every table the pager reads into.
+    virtual table_set_lock& mutex() const noexcept = 0;
     virtual bool running() const noexcept = 0;
     virtual void flush_writes() = 0;
     /// Reads (from, until] of the due index into the wheel, under read
@@ -71,30 +75,26 @@ class horizon_pager {
   /// Whether the engine pages (set by start() before any pager or call).
   bool on() const noexcept { return horizon_ms_.load(std::memory_order_relaxed) > 0; }
   std::int64_t horizon_ms() const noexcept { return horizon_ms_.load(std::memory_order_relaxed); }
-  /// start(), under the lock: no horizon (0) or one, with its watermark.
-  void set_locked(std::int64_t horizon_ms, std::int64_t watermark) noexcept {
+  /// start(): no horizon (0) or one, with its watermark.
+  void set(std::int64_t horizon_ms, std::int64_t watermark) noexcept {
     horizon_ms_.store(horizon_ms, std::memory_order_relaxed);
-    watermark_ = watermark;
+    watermark_.store(watermark, std::memory_order_relaxed);
   }
-  std::int64_t watermark_locked() const noexcept { return watermark_; }
+  std::int64_t watermark() const noexcept { return watermark_.load(std::memory_order_acquire); }
 
   // ---- reads of the store ------------------------------------------------------
-  std::uint64_t begin_read_locked();
-  void end_read_locked(std::uint64_t seq);
+  std::uint64_t begin_read();
+  void end_read(std::uint64_t seq);
   /// An indexed record of `id` leaves the index (erased or unindexed):
   /// reads in progress must not hold what they read of it.
-  void note_gone_locked(std::string_view id) {
-    if (!reads_.empty()) note_gone_slow(id);
-  }
-  bool erased_since_locked(const std::string& id, std::uint64_t seq) const;
+  void note_gone(std::string_view id);
+  bool erased_since(const std::string& id, std::uint64_t seq) const;
 
   // ---- pins --------------------------------------------------------------------
-  void pin_locked(const std::string& id) { ++pinned_[id]; }
+  void pin(const std::string& id);
   /// True when that was the id's last pin.
-  bool unpin_locked(const std::string& id);
-  bool pinned_locked(std::string_view id) const {
-    return !pinned_.empty() && pinned_.count(std::string(id)) != 0;
-  }
+  bool unpin(const std::string& id);
+  bool pinned(std::string_view id) const;
 
   // ---- the pager's thread ------------------------------------------------------
   /// Starts the thread (once): it moves the watermark a step ahead every
@@ -109,11 +109,12 @@ class horizon_pager {
   void stop();
 
  private:
-  void note_gone_slow(std::string_view id);
   void loop(host& h);
 
   std::atomic<std::int64_t> horizon_ms_{0};
-  std::int64_t watermark_ = std::numeric_limits<std::int64_t>::max();
+  std::atomic<std::int64_t> watermark_{std::numeric_limits<std::int64_t>::max()};
+  mutable spin_mutex state_;          // what follows, to pinned_
+  std::atomic<bool> reading_{false};  // reads_ is not empty: note_gone() must note
   std::uint64_t erase_seq_ = 0;
   std::multiset<std::uint64_t> reads_;                     // the seq of each read in progress
   std::unordered_map<std::string, std::uint64_t> erased_;  // while reads_ is not empty

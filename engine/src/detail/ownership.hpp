@@ -36,11 +36,13 @@
 #include "delayq/task_store.hpp"
 #include "delayq/timer_wheel.hpp"
 #include "detail/spin_mutex.hpp"
+#include "detail/task_table.hpp"
 
 namespace delayq::detail {
 
 /// Thread safety: as each member says; the engine core calls the `_locked`
-/// ones under its lock.
+/// ones under the lock of the record's table (a cluster's own state behind
+/// them has a lock of its own), the host's under mutex().
 class ownership {
  public:
   /// What the engine core lends an ownership that reads tasks into it (a
@@ -50,8 +52,9 @@ class ownership {
    public:
     using rejected_tasks = std::vector<std::pair<std::string, std::string>>;
 
-    /// The engine's lock (the `_locked` members below need it held).
-    virtual spin_mutex& mutex() const noexcept = 0;
+    /// The lock of every table of the engine (the `_locked` members below
+    /// need it held).
+    virtual table_set_lock& mutex() const noexcept = 0;
     virtual bool running() const noexcept = 0;
     /// Every stored task due at or before it is held.
     virtual std::int64_t watermark_locked() const noexcept = 0;
@@ -70,8 +73,8 @@ class ownership {
     /// Lets go of the idle records of shards no longer held (owns() false);
     /// busy ones go when they settle.
     virtual void let_go_unowned_locked() = 0;
-    /// The id of record `h` if an attempt on it is running, else empty.
-    virtual std::string_view running_id_locked(timer_wheel::handle h) const noexcept = 0;
+    /// The id of record `r` if an attempt on it is running, else empty.
+    virtual std::string_view running_id_locked(record_id r) const noexcept = 0;
     /// Every write queued so far has landed (or is kept for a retry).
     virtual void flush_writes() = 0;
     /// How many failed writes are kept for a retry.
@@ -114,20 +117,24 @@ class ownership {
                          boost::system::error_code& ec) const = 0;
   /// The token now for a write that may go unfenced when 0.
   virtual std::uint64_t token_for(std::string_view id) const noexcept = 0;
+  /// The token of the lease this instance holds on the id's shard, surely
+  /// valid now or not; 0 when it holds none (a single node: always 0).
+  virtual std::uint64_t held_token(std::string_view id) const noexcept = 0;
   /// Under the lock (or from a reader): whether a record of `id` may be held.
   virtual bool owns(std::string_view id) const noexcept = 0;
 
   // ---- the fire path ----------------------------------------------------------
-  /// Under the lock, per due record: the token it fires under (kept for its
-  /// outcome), or 0: hold it back for hold_back() and ask again.
-  virtual std::uint64_t may_fire_locked(timer_wheel::handle h, std::string_view id,
+  /// Under the record's table lock, per due record: the token it fires
+  /// under (kept for its outcome), or 0: hold it back for hold_back() and
+  /// ask again.
+  virtual std::uint64_t may_fire_locked(record_id r, std::string_view id,
                                         std::chrono::steady_clock::time_point now) = 0;
   virtual std::chrono::milliseconds hold_back() const noexcept = 0;
   /// Before an attempt starts: its lease is surely ours and still `fence`.
   virtual bool may_start(std::string_view id, std::uint64_t fence) const noexcept = 0;
-  /// The token record `h` was dispatched under (0: none); take_ forgets it.
-  virtual std::uint64_t fence_of_locked(timer_wheel::handle h) const noexcept = 0;
-  virtual std::uint64_t take_fence_locked(timer_wheel::handle h) noexcept = 0;
+  /// The token record `r` was dispatched under (0: none); take_ forgets it.
+  virtual std::uint64_t fence_of_locked(record_id r) const noexcept = 0;
+  virtual std::uint64_t take_fence_locked(record_id r) noexcept = 0;
   /// Under the lock: an attempt on `id` settled. True when the lease thread
   /// should look at once for a shard it can hand over (handover_check()).
   virtual bool attempt_settled_locked(std::string_view id) noexcept = 0;
@@ -158,15 +165,16 @@ class single_node_ownership final : public ownership {
     return true;
   }
   std::uint64_t token_for(std::string_view) const noexcept override { return 0; }
+  std::uint64_t held_token(std::string_view) const noexcept override { return 0; }
   bool owns(std::string_view) const noexcept override { return true; }
-  std::uint64_t may_fire_locked(timer_wheel::handle, std::string_view,
+  std::uint64_t may_fire_locked(record_id, std::string_view,
                                 std::chrono::steady_clock::time_point) override {
     return 1;
   }
   std::chrono::milliseconds hold_back() const noexcept override { return {}; }
   bool may_start(std::string_view, std::uint64_t) const noexcept override { return true; }
-  std::uint64_t fence_of_locked(timer_wheel::handle) const noexcept override { return 0; }
-  std::uint64_t take_fence_locked(timer_wheel::handle) noexcept override { return 0; }
+  std::uint64_t fence_of_locked(record_id) const noexcept override { return 0; }
+  std::uint64_t take_fence_locked(record_id) noexcept override { return 0; }
   bool attempt_settled_locked(std::string_view) noexcept override { return false; }
   void handover_check() override {}
   bool page_by_shard(std::vector<std::uint32_t>&) const override { return false; }

@@ -49,7 +49,7 @@ bool store_writer::covers(change_kind newer, change_kind older) noexcept {
   return (areas(newer) & areas(older)) == areas(older);
 }
 
-store_writer::result store_writer::submit(std::span<write_op> group) {
+store_writer::result store_writer::submit(std::span<write_op> group, bool may_send) {
   if (group.empty()) return result::done;
   if (in_process_) {
     for (write_op& op : group) write_inline(op);
@@ -71,8 +71,48 @@ store_writer::result store_writer::submit(std::span<write_op> group) {
     queue_.push_back(std::move(op));
   }
   outstanding_[epoch_] += group.size();
-  cv_.notify_one();
+  // Nothing in flight, nobody sending, nothing waiting before this group
+  // (kept writes go first, and the thread sends them): the caller sends.
+  if (may_send && !sending_ && in_flight_.empty() && kept_.empty() &&
+      queue_.size() == group.size()) {
+    sending_ = true;
+    return result::send;
+  }
+  if (!sending_) cv_.notify_one();
   return result::queued;
+}
+
+void store_writer::send() {
+  // One batch: the one that holds the caller's change (and whatever was
+  // queued with it). A caller that went on to write what others queued
+  // meanwhile would hold its own answer back for them, and could block on a
+  // write it never asked for (a removal an executor's success made).
+  constexpr int max_rounds = 1;
+  std::unique_lock lock(mutex_);
+  for (int round = 0; round < max_rounds && !queue_.empty() && !stopped_; ++round) {
+    std::unique_ptr<batch> b = form_batch();
+    settled_.notify_all();      // room in the queue
+    if (b->ops.empty()) break;  // what is queued waits for an id in flight: the thread's
+    batch* raw = b.get();
+    in_flight_.push_back(std::move(b));
+    lock.unlock();
+    boost::system::error_code ec;
+    const auto sent = std::chrono::steady_clock::now();
+    store_.write(raw->changes, ec);
+    note_write(raw->changes.size(), sent, ec);
+    lock.lock();
+    raw->ec = ec;
+    raw->done = true;
+    // Only ours is in flight (nobody else sends meanwhile): it is the front.
+    while (!in_flight_.empty() && in_flight_.front()->done) {
+      std::unique_ptr<batch> done = std::move(in_flight_.front());
+      in_flight_.pop_front();
+      finish(std::move(done), lock);  // reports on this thread, unlocked meanwhile
+    }
+  }
+  sending_ = false;
+  // What is left (and the kept writes' retries) is the thread's again.
+  if (!queue_.empty() || !kept_.empty() || stopping_) cv_.notify_one();
 }
 
 void store_writer::write_inline(write_op& op) {
@@ -191,7 +231,8 @@ void store_writer::run() {
         return last_batch_ < 2 || queue_.size() >= last_batch_ || now >= linger_until_ || stopping_;
       return queue_.size() >= opts_.pipeline_threshold;
     };
-    while (!blocked && in_flight_.size() < max_in_flight_ && !queue_.empty() && may_send()) {
+    while (!sending_ && !blocked && in_flight_.size() < max_in_flight_ && !queue_.empty() &&
+           may_send()) {
       std::unique_ptr<batch> b = form_batch();
       settled_.notify_all();  // room in the queue
       if (b->ops.empty()) {
@@ -230,7 +271,7 @@ void store_writer::run() {
     const bool lingering = in_flight_.empty() && !queue_.empty() && !blocked;
     const auto ready = [&] {
       const bool room =
-          !blocked && !queue_.empty() && in_flight_.size() < max_in_flight_ &&
+          !sending_ && !blocked && !queue_.empty() && in_flight_.size() < max_in_flight_ &&
           (in_flight_.empty()
                // Not lingering yet (the queue was empty): the first arrival
                // wakes the thread, which then lingers with a deadline.

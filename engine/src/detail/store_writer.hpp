@@ -89,11 +89,8 @@ struct write_op {
   /// The outcome, set by the writer before the op is reported.
   boost::system::error_code ec;
 
-  // The engine's, opaque to the writer.
-  std::uint8_t purpose = 0;
-  std::uint32_t handle = 0;
-  std::uint32_t tag = 0;
-  std::uint64_t aux = 0;
+  /// The engine's, opaque to the writer: the change this op carries
+  /// (changes/change.hpp), handed back with the op's outcome.
   std::unique_ptr<op_context> ctx;
   /// Called (by the engine, outside its lock) with the first outcome; a
   /// kept copy does not carry it.
@@ -141,12 +138,25 @@ class store_writer {
     queued,  ///< Taken: on_done reports it later.
     done,    ///< Written (or nothing to write) on this thread: op.ec is the outcome.
     busy,    ///< Refused: max_queued ops are waiting and nobody would keep this one.
+    send,    ///< Taken, and the caller is the sender now: it must call send().
   };
   /// Hands `group` to the writer, to be written in one batch (atomically);
   /// its ops are moved from when queued. Call it in the order the changes
   /// must be applied (under the engine's lock). A group is refused (busy)
   /// only when its first op is not must_land.
-  result submit(std::span<write_op> group);
+  ///
+  /// `may_send`: the caller may write the store itself. When nothing is in
+  /// flight or being sent, it then becomes the sender (result::send) and
+  /// must call send() once it holds no lock of the engine: its change pays
+  /// one store write and no thread hand-off; the changes others queue while
+  /// it writes go out together in the thread's next batch (group commit).
+  result submit(std::span<write_op> group, bool may_send = false);
+
+  /// The sender's write (after result::send): writes what is queued, the
+  /// caller's change among it, as one batch on this thread and reports it
+  /// (on_done, here); the writer thread takes whatever is queued meanwhile.
+  /// Call it holding no lock.
+  void send();
 
   /// Blocks until fewer than max_queued ops wait (for callers that chose to
   /// wait rather than get errc::busy). Never call it under the engine's lock.
@@ -216,6 +226,7 @@ class store_writer {
   // flush(): ops are counted per epoch until reported.
   std::uint64_t epoch_ = 0;
   std::map<std::uint64_t, std::size_t> outstanding_;
+  bool sending_ = false;  // a caller is the sender (send()): the thread sends nothing
   bool stopping_ = false;
   bool stopped_ = false;
   bool retry_now_ = false;

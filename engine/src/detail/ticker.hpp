@@ -9,12 +9,14 @@
 // nothing is due and never drifts, however late a handler runs.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 namespace delayq::detail {
 
@@ -33,9 +35,30 @@ class ticker {
   /// already due (which the wheel files at tick 1) runs at once.
   void anchor() noexcept {
     anchor_steady_ = std::chrono::steady_clock::now() - tick_;
-    anchor_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::system_clock::now().time_since_epoch() - tick_)
-                     .count();
+    anchor_wall_ = std::chrono::system_clock::now() - tick_;
+    anchor_ms_ =
+        std::chrono::duration_cast<std::chrono::milliseconds>(anchor_wall_.time_since_epoch())
+            .count();
+    anchored_.store(true, std::memory_order_release);
+  }
+
+  /// Wall-clock milliseconds by the engine's own clock: the system clock as
+  /// read at anchor(), advanced since by the steady clock. It is the clock
+  /// the wheel fires by, so "due now" and "in 2 s from now" mean the same
+  /// instant to every part of the engine: a step of the system clock after
+  /// start (NTP, an operator, a clock set seconds wrong) moves neither this
+  /// nor the tasks waiting in the wheel. Before anchor(): the system clock.
+  std::int64_t now_ms() const noexcept {
+    if (!anchored_.load(std::memory_order_acquire))
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    // In the clocks' own resolution, floored to the millisecond once: read
+    // right after anchor(), it is the system clock's millisecond, not one
+    // or two before it.
+    const auto now = anchor_wall_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                        std::chrono::steady_clock::now() - anchor_steady_);
+    return std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count();
   }
 
   /// The first tick at or after wall-clock `due_ms` (0 for the past).
@@ -44,6 +67,29 @@ class ticker {
     const auto offset = static_cast<std::uint64_t>(due_ms - anchor_ms_);
     const auto t = static_cast<std::uint64_t>(tick_.count());
     return (offset + t - 1) / t;
+  }
+
+  /// now_ms(), read from the coarse monotonic clock (a few nanoseconds,
+  /// at most a scheduler tick behind now_ms(), never ahead of it).
+  std::int64_t coarse_now_ms() const noexcept {
+    if (!anchored_.load(std::memory_order_acquire)) return now_ms();
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const auto mono = std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec}));
+    const auto now = anchor_wall_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                        mono - anchor_steady_);
+    return std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  }
+
+  /// The last tick whose boundary is at or before wall-clock `now_ms`:
+  /// every task filed at it or before is due by `now_ms` (0 before the
+  /// anchor).
+  std::uint64_t last_tick_by(std::int64_t now_ms) const noexcept {
+    if (now_ms <= anchor_ms_) return 0;
+    return static_cast<std::uint64_t>(now_ms - anchor_ms_) /
+           static_cast<std::uint64_t>(tick_.count());
   }
 
   /// The tick the steady clock is in now.
@@ -75,6 +121,8 @@ class ticker {
   boost::asio::steady_timer timer_;
   std::chrono::steady_clock::time_point anchor_steady_{};
   std::int64_t anchor_ms_ = 0;
+  std::chrono::system_clock::time_point anchor_wall_{};
+  std::atomic<bool> anchored_{false};
 };
 
 }  // namespace delayq::detail

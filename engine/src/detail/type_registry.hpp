@@ -46,6 +46,9 @@ class type_registry {
     std::size_t capacity = 0;              // 0: no limit but max_pending
     // Metrics, counted by whichever path already holds this record.
     mutable type_counters counters;
+    // Tasks of this type the engine holds (find() reaches them), over every
+    // table: reserved before an insert when the type has a capacity.
+    mutable std::atomic<std::int64_t> pending{0};
   };
 
   /// `executors` and `options` must outlive the registry.

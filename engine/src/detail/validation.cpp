@@ -42,11 +42,13 @@ bool valid_policy(const retry_policy& p) {
 }  // namespace
 
 boost::system::error_code check_options(const engine_options& o) {
-  if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 ||
-      o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
+  if (o.tick < std::chrono::milliseconds{1} || o.slots == 0 || o.workers == 0 || o.tables == 0 ||
+      o.tables > 64 || o.max_pending == 0 || o.max_delay <= std::chrono::milliseconds{0} ||
       o.max_queued_writes == 0 || !(o.catch_up_rate >= 0) || !valid_policy(o.retry) ||
       !(o.alerts.failure_rate_threshold > 0 && o.alerts.failure_rate_threshold <= 1) ||
-      o.alerts.window <= std::chrono::seconds{0})
+      o.alerts.window <= std::chrono::seconds{0} ||
+      o.schedule_lookahead < std::chrono::seconds{1} ||
+      o.schedule_lookahead > std::chrono::hours{24})
     return errc::invalid_options;
   for (const auto& [type, policy] : o.retry_per_type)
     if (!valid_policy(policy)) return errc::invalid_options;
@@ -137,15 +139,19 @@ std::uint64_t id_generator::draw() noexcept {
 }
 
 std::string id_generator::next() {
-  std::uint64_t nonce, n;
-  {
-    std::lock_guard lock(mutex_);
-    if (counter_ == counter_span) {
-      nonce_ = draw();
-      counter_ = 0;
-    }
-    nonce = nonce_;
-    n = counter_++;
+  // One atomic add: threads scheduling at once never wait for each other
+  // here. Each span of 62^6 counter values has a nonce of its own: the
+  // drawn one for the first (all but the busiest engines' only one), a
+  // mix of it with the span's number after.
+  const std::uint64_t c = counter_.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t span = c / counter_span;
+  std::uint64_t n = c % counter_span;
+  std::uint64_t nonce = nonce_;
+  if (span != 0) {
+    std::uint64_t z = nonce + span * 0x9e3779b97f4a7c15ull;  // splitmix64
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    nonce = z ^ (z >> 31);
   }
   std::string id(15, '0');
   // 9 digits hold 62^9 = 1.35e16 values, 53.6 bits of the nonce.

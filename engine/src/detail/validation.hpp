@@ -2,6 +2,7 @@
 // it makes up when the caller gives none.
 #pragma once
 
+#include <atomic>
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <cstddef>
@@ -70,9 +71,8 @@ class id_generator {
 
  private:
   static std::uint64_t draw() noexcept;
-  std::mutex mutex_;
-  std::uint64_t nonce_;
-  std::uint64_t counter_ = 0;
+  const std::uint64_t nonce_;
+  std::atomic<std::uint64_t> counter_{0};
 };
 
 }  // namespace delayq::detail

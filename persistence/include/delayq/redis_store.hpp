@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "delayq/dead_letter_store.hpp"
+#include "delayq/schedule_store.hpp"
 #include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/shard_store.hpp"
@@ -176,6 +177,7 @@ class redis_store final : public task_store,
                           public dead_letter_store,
                           public settings_store,
                           public sequence_store,
+                          public schedule_store,
                           public shard_store {
  public:
   using dead_letter_store::bury;
@@ -264,6 +266,24 @@ class redis_store final : public task_store,
   dead_letter_store* dead_letters() noexcept override { return this; }
   delayq::settings_store* settings() noexcept override { return this; }
   delayq::sequence_store* sequences() noexcept override { return this; }
+  /// this: recurring schedules, in `{PREFIX}:schedules` and three keys beside
+  /// it (docs/persistence.md, "Key layout"); in the sharded layout under the
+  /// tag of the shard of each schedule's id.
+  delayq::schedule_store* schedules() noexcept override { return this; }
+
+  /// One script per key space (per shard, sharded), each change a
+  /// compare-and-set on the schedule's revision.
+  void write_schedules(std::span<const schedule_write> changes,
+                       boost::system::error_code& ec) override;
+  std::vector<std::optional<schedule_record>> find_schedules(
+      std::span<const std::string> ids, boost::system::error_code& ec) override;
+  /// Sharded: a page of every shard, merged (shards x limit records read).
+  std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
+                                              boost::system::error_code& ec) override;
+  std::size_t count_schedules(boost::system::error_code& ec) override;
+  /// One script per shard: each task whose id has no record is stored and,
+  /// sharded, announced on the notice channel like a saved task.
+  void insert_absent(std::span<const task> tasks, boost::system::error_code& ec) override;
   /// this when the store has the sharded layout (shards() > 0), else null.
   shard_store* sharded() noexcept override;
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "delayq/dead_letter_store.hpp"
+#include "delayq/schedule_store.hpp"
 #include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/task_store.hpp"
@@ -73,7 +74,8 @@ struct sqlite_options {
 class sqlite_store final : public task_store,
                            public dead_letter_store,
                            public settings_store,
-                           public sequence_store {
+                           public sequence_store,
+                           public schedule_store {
  public:
   using dead_letter_store::bury;
   using dead_letter_store::count_dead;
@@ -144,6 +146,8 @@ class sqlite_store final : public task_store,
   delayq::settings_store* settings() noexcept override { return this; }
   /// this: sequences live in the `sequences` table (below).
   delayq::sequence_store* sequences() noexcept override { return this; }
+  /// this: recurring schedules live in the `schedules` table (below).
+  delayq::schedule_store* schedules() noexcept override { return this; }
 
   // Settings live in the `settings` table (schema version 3), keys and values
   // as BLOBs; load_settings() returns them sorted by key bytes. Each
@@ -163,6 +167,17 @@ class sqlite_store final : public task_store,
   std::uint64_t allocate(std::string_view name, std::uint64_t count,
                          boost::system::error_code& ec) override;
   void raise_to(std::string_view name, std::uint64_t next, boost::system::error_code& ec) override;
+
+  // Schedules live in the `schedules` table (schema version 6): id, revision,
+  // definition and state. write_schedules() is one IMMEDIATE transaction,
+  // each change an INSERT, UPDATE or DELETE conditioned on the revision.
+  void write_schedules(std::span<const schedule_write> changes,
+                       boost::system::error_code& ec) override;
+  std::vector<std::optional<schedule_record>> find_schedules(
+      std::span<const std::string> ids, boost::system::error_code& ec) override;
+  std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
+                                              boost::system::error_code& ec) override;
+  std::size_t count_schedules(boost::system::error_code& ec) override;
 
   /// The `synchronous` level in effect on the store's connection, read back
   /// with `PRAGMA synchronous` (what sqlite_options asked for, unless SQLite
@@ -188,7 +203,7 @@ class sqlite_store final : public task_store,
   /// dead-letter table, 2 -> 3 the settings table, 3 -> 4 replaces the
   /// index on tasks(due_ms) with one on (due_ms, id), list_due()'s order,
   /// 4 -> 5 adds the sequences table).
-  static constexpr int schema_version = 5;
+  static constexpr int schema_version = 6;
 
  private:
   struct impl;

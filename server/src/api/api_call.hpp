@@ -2,8 +2,10 @@
 // to api_router*.cpp (the routes are split over two files by subject).
 #pragma once
 
+#include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +36,17 @@ struct api_router::call {
     return true;
   }
 };
+
+/// A query parameter that must be a whole number up to `max`; `dflt` when
+/// absent, nothing when malformed or out of range.
+inline std::optional<std::size_t> query_size(const std::optional<std::string>& s, std::size_t dflt,
+                                             std::size_t max) {
+  if (!s) return dflt;
+  std::size_t v = 0;
+  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
+  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
+  return v;
+}
 
 /// 204 No Content.
 inline http_answer no_content() {

@@ -11,6 +11,7 @@
 #include "api/batch_split.hpp"
 #include "api/request_guard.hpp"
 #include "pull/task_chase.hpp"
+#include "web/openapi_document.hpp"
 #include "web/static_files.hpp"
 #include "wire/dump_json.hpp"
 #include "wire/http_url.hpp"
@@ -70,7 +71,11 @@ void api_router::join() { pool_.join(); }
 
 bool api_router::is_long_poll(const http_request& req) {
   const std::string_view target(req.target().data(), req.target().size());
-  return req.method() == bhttp::verb::post && target.starts_with("/v1/reserve");
+  if (req.method() != bhttp::verb::post) return false;
+  if (target.starts_with("/v1/reserve")) return true;
+  // A finish or fail that reserves next may wait as a reserve does.
+  return (target.ends_with("/finish") || target.ends_with("/fail")) &&
+         req.body().find("\"next\"") != std::string::npos;
 }
 
 namespace {
@@ -176,6 +181,17 @@ const std::vector<api_router::route_entry>& api_router::route_table() {
        [](api_router& r, call& c, const std::string& id) { r.requeue_dead(c, id); }},
       {v::get, "/v1/stats", [](api_router& r, call& c, const std::string&) { r.stats(c); }},
       {v::get, "/v1/upcoming", [](api_router& r, call& c, const std::string&) { r.upcoming(c); }},
+      // The API's own description (server/openapi/openapi.json), with the token like all of /v1/.
+      {v::get, "/v1/openapi.json",
+       [](api_router&, call& c, const std::string&) { c.answer(openapi_answer()); }},
+      {v::get, "/v1/schedules",
+       [](api_router& r, call& c, const std::string&) { r.list_schedules(c); }},
+      {v::put, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.put_schedule(c, id); }},
+      {v::get, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.get_schedule(c, id); }},
+      {v::delete_, "/v1/schedules/{id}",
+       [](api_router& r, call& c, const std::string& id) { r.delete_schedule(c, id); }},
   };
   return table;
 }
@@ -265,16 +281,19 @@ void api_router::add_task(call& c) {
   opts.trigger_count = r.trigger_count;
   opts.priority = r.priority;
   opts.ttr = r.ttr;
-  // Answered from the store writer's completion: 201 only once durable.
+  // Answered where the outcome is learnt (delayq::direct): here for an
+  // in-process store, else from the store write's completion; 201 only once
+  // durable, and a task due now is in the broker's ready order by then.
   parts_.engine->async_schedule_at(
-      std::move(r.type), std::move(r.payload), r.when.due(system_clock::now()), std::move(opts),
-      [respond = std::move(c.respond), broker = parts_.broker,
-       replace = r.conflict == on_conflict::replace](boost::system::error_code ec, std::string id) {
+      std::move(r.type), std::move(r.payload), r.when.due(parts_.engine->now()), std::move(opts),
+      direct([respond = std::move(c.respond), broker = parts_.broker,
+              replace = r.conflict == on_conflict::replace](boost::system::error_code ec,
+                                                            std::string id) {
         // A replaced task that was due and waiting for a consumer is the old
         // version: take it back so only the new one is delivered.
         if (!ec && replace) broker->release_ready(id);
         respond(ec ? error_answer(from_error_code(ec)) : json_answer(201, json{{"id", id}}));
-      });
+      }));
 }
 
 void api_router::add_batch(call& c) {
@@ -353,7 +372,7 @@ void api_router::split_batch_call(call& c, std::vector<add_request> rs,
 http_answer api_router::store_batch(std::vector<add_request> rs) {
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
-  const auto now = system_clock::now();
+  const auto now = parts_.engine->now();
   std::vector<std::string> replaced;
   for (add_request& r : rs) {
     if (r.conflict == on_conflict::replace && !r.id.empty()) replaced.push_back(r.id);
@@ -448,7 +467,7 @@ void api_router::reschedule_task(call& c, const std::string& id) {
   if (auto e = parse_when(c.body, w)) return c.fail(*e);
   if (forward_foreign(c, id)) return;
   blocking(std::move(c.respond), [this, id, w] {
-    const auto due = w.due(system_clock::now());
+    const auto due = w.due(parts_.engine->now());
     return chase(id, "rescheduled", [&](boost::system::error_code& ec) {
       return parts_.engine->reschedule(id, due, ec);
     });
@@ -481,8 +500,13 @@ void api_router::reserve(call& c) {
   if (!c.parse_body(true)) return;
   reserve_request r;
   if (auto e = parse_reserve(c.body, r)) return c.fail(*e);
+  reserve_for(r, std::move(c.respond), c.gone);
+}
+
+void api_router::reserve_for(const reserve_request& r, http_respond respond,
+                             const std::shared_ptr<http_gone_signal>& gone) {
   const std::uint64_t waiter = parts_.broker->reserve(
-      r, [broker = parts_.broker, respond = std::move(c.respond)](std::vector<leased_task> tasks) {
+      r, [broker = parts_.broker, respond = std::move(respond)](std::vector<leased_task> tasks) {
         json list = json::array();
         for (const leased_task& lt : tasks) {
           json j = task_json(lt.t);
@@ -498,8 +522,8 @@ void api_router::reserve(call& c) {
       });
   // A consumer that closed its connection stops waiting now, so nothing is
   // leased to it (and then given back) in the meantime.
-  if (waiter != 0 && c.gone)
-    c.gone->on_gone([broker = parts_.broker, waiter] { broker->cancel_wait(waiter); });
+  if (waiter != 0 && gone)
+    gone->on_gone([broker = parts_.broker, waiter] { broker->cancel_wait(waiter); });
 }
 
 void api_router::end_lease(call& c, const std::string& id, const std::string& verb) {
@@ -540,9 +564,13 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
       return stale();
     return c.answer(no_content());
   }
-  // Answered once the outcome is durable (attempt_completion's on_stored).
+  // Answered once the outcome is durable (attempt_completion's on_stored);
+  // with "next", by the reserve that follows it (a worker's ack and its next
+  // take in one round trip).
   auto respond = std::make_shared<http_respond>(std::move(c.respond));
-  auto on_stored = [respond, id, verb](boost::system::error_code ec) {
+  auto on_stored = [this, respond, id, verb, next = std::move(r.next),
+                    gone = c.gone](boost::system::error_code ec) {
+    if (!ec && next) return reserve_for(*next, std::move(*respond), gone);
     if (!ec) return (*respond)(no_content());
     if (ec == errc::attempt_ended)
       return (*respond)(error_answer(conflict("stale_lease", "the attempt had ended already")));

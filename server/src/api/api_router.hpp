@@ -49,6 +49,9 @@ struct api_parts {
   peer_directory* peers = nullptr;
   const peer_forwarder* forwarder = nullptr;
   forward_limits forwarding;
+  /// Appends series of other parts to /metrics (the beanstalk listener's);
+  /// may be empty.
+  std::function<void(std::string&)> extra_metrics;
 };
 
 /// Thread safety: handle() may be called from any thread, concurrently.
@@ -106,6 +109,10 @@ class api_router {
   void reschedule_task(call& c, const std::string& id);
   void signal_task(call& c, const std::string& id);
   void reserve(call& c);
+  // Leases what `r` asks for and answers with it (reserve, and finish or
+  // fail with "next"); `gone` (may be null) ends a wait early.
+  void reserve_for(const reserve_request& r, http_respond respond,
+                   const std::shared_ptr<http_gone_signal>& gone);
   void end_lease(call& c, const std::string& id, const std::string& verb);
   void put_type(call& c, const std::string& type);
   void get_type(call& c, const std::string& type);
@@ -116,6 +123,11 @@ class api_router {
   void purge_dead(call& c, const std::string& id);
   void stats(call& c);
   void upcoming(call& c);
+  // Recurring schedules (api_router_schedules.cpp).
+  void put_schedule(call& c, const std::string& id);
+  void get_schedule(call& c, const std::string& id);
+  void delete_schedule(call& c, const std::string& id);
+  void list_schedules(call& c);
   void healthz(call& c);
   void metrics(call& c);
 

@@ -18,16 +18,6 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::system_clock;
 
-// A query parameter that must be a whole number up to `max`; `dflt` when absent.
-std::optional<std::size_t> query_size(const std::optional<std::string>& s, std::size_t dflt,
-                                      std::size_t max) {
-  if (!s) return dflt;
-  std::size_t v = 0;
-  auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-  if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
-  return v;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ push targets
@@ -113,7 +103,7 @@ void api_router::requeue_dead(call& c, const std::string& id) {
     when_spec w;
     w.delay_ms = delay.count();
     boost::system::error_code ec;
-    const bool found = parts_.engine->requeue(id, w.due(system_clock::now()), ec);
+    const bool found = parts_.engine->requeue(id, w.due(parts_.engine->now()), ec);
     if (ec) return error_answer(from_error_code(ec));
     if (!found) return error_answer(not_found("no dead letter with id " + id));
     return no_content();
@@ -176,6 +166,10 @@ void api_router::stats(call& c) {
       {"dead", s.dead},
       {"writes_queued", s.writes_queued},
       {"writes_kept", s.writes_kept},
+      {"schedules", s.schedules},
+      {"occurrences_made", s.occurrences_made},
+      {"occurrences_missed", s.occurrences_missed},
+      {"occurrences_lost", s.occurrences_lost},
       {"lateness_p50_us", s.lateness_p50.count()},
       {"lateness_p90_us", s.lateness_p90.count()},
       {"lateness_p99_us", s.lateness_p99.count()},
@@ -189,6 +183,7 @@ void api_router::stats(call& c) {
         {"failed_by_consumers", b.failed},
         {"leases_expired", b.expired},
         {"given_back", b.given_back},
+        {"stale_given_back", b.stale},
         {"pushes_in_flight", parts_.pusher->in_flight()},
         {"pushes_queued", parts_.pusher->queued()},
         {"pushes_sent", parts_.pusher->sent()},
@@ -229,6 +224,7 @@ void api_router::metrics(call& c) {
   if (parts_.forwarder != nullptr)
     m.forward_markers_rejected = parts_.forwarder->markers_rejected();
   a.body = render_metrics(m, *parts_.pusher, parts_.http);
+  if (parts_.extra_metrics) parts_.extra_metrics(a.body);
   c.answer(std::move(a));
 }
 

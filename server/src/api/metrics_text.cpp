@@ -48,6 +48,10 @@ std::string render_metrics(const server_metrics& m, const push_client& pusher,
   single(out, "delayq_leases_given_back_total", "counter",
          "Tasks given back to the engine uncounted (an answer not delivered, a cancel, a drain).",
          b.given_back);
+  single(out, "delayq_leases_stale_given_back_total", "counter",
+         "Ready tasks given back instead of leased: their attempt had lost its shard's lease "
+         "(--cluster: this instance stalled or was cut off, and another owns the shard now).",
+         b.stale);
   single(out, "delayq_consumers_waiting", "gauge", "Reserve calls long-polling now.",
          b.waiting_consumers);
   single(out, "delayq_pushes_total", "counter", "Push requests answered with 2xx.", pusher.sent());

@@ -33,11 +33,6 @@ constexpr std::uint32_t max_ttr_s = 12 * 3600;
 // Jobs whose beanstalk counters are kept (stats-job); past it, a new job's
 // counters read 0. About 100 bytes each.
 constexpr std::size_t max_counted_jobs = std::size_t{1} << 20;
-// The longest after_arrivals() waits for one job to reach the broker, and
-// the most jobs it remembers (more arrive only under a load where a few
-// milliseconds of "not ready yet" cannot be told from the load itself).
-constexpr auto arrival_patience = std::chrono::milliseconds{200};
-constexpr std::size_t max_arrivals = 4096;
 
 }  // namespace
 
@@ -125,11 +120,10 @@ void job_service::put(std::string type, std::string body, std::uint32_t priority
         c.born = std::chrono::steady_clock::now();
         c.delay_s = delay_s;
       });
-      if (delay_s == 0) arriving(id);
     }
     done(std::move(a));
   };
-  const auto due = system_clock::now() + std::chrono::seconds{delay_s};
+  const auto due = p_.engine->now() + std::chrono::seconds{delay_s};
   const auto ttr = std::chrono::seconds{std::clamp<std::uint32_t>(ttr_s, 1, max_ttr_s)};
   // One instance stores every number; a cluster's member picks one of its
   // own shards' (own_number(), on the blocking threads).
@@ -168,16 +162,19 @@ void job_service::schedule_put(std::string type, std::string body, std::uint32_t
   };
   p_.engine->async_schedule_at(
       std::move(type), std::move(body), due, std::move(opts),
-      // 201's promise: INSERTED only once the job is durable.
-      [number, tries, retry = std::move(retry), done = std::move(done)](
-          boost::system::error_code ec, const std::string&) mutable {
+      // 201's promise: INSERTED only once the job is durable; and a job due
+      // now is in the broker's ready order by then (the fallback executor
+      // starts immediately), so the next reserve on any connection sees it.
+      // Answered where the outcome is learnt: on this thread for memory:.
+      direct([number, tries, retry = std::move(retry), done = std::move(done)](
+                 boost::system::error_code ec, const std::string&) mutable {
         // A number an HTTP task holds, or (a cluster)
         // one whose shard moved away: the next one.
         if ((ec == errc::duplicate_id || ec == errc::not_owner) && tries < 16)
           return retry(std::move(done));
         if (ec) return done(error(ec));
         done(answer{.id = number});
-      });
+      }));
 }
 
 // ------------------------------------------------------------------ a job's end
@@ -251,14 +248,13 @@ void job_service::release(const leased_task& held, std::uint32_t priority, std::
                           answer_handler done) {
   auto shared = std::make_shared<answer_handler>(std::move(done));
   const auto r = p_.broker->release(
-      held.t.id, held.lease, system_clock::now() + std::chrono::seconds{delay_s}, priority,
+      held.t.id, held.lease, p_.engine->now() + std::chrono::seconds{delay_s}, priority,
       [this, shared, id = held.t.id, delay_s](boost::system::error_code ec) {
         if (!ec) {
           with_counts(id, [&](job_counts& c) {
             ++c.releases;
             c.delay_s = delay_s;
           });
-          if (delay_s == 0) arriving(id);
         }
         (*shared)(ec ? error(ec) : answer{});
       });
@@ -296,7 +292,7 @@ void job_service::reserve_job(std::uint64_t job, answer_handler done) {
   // it to the broker (within a tick or two).
   blocking(std::move(done), [this, id = *id, terms] {
     boost::system::error_code ec;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     const auto st = p_.engine->status(id, ec);
     if (ec) return error(ec);
     if (!st) {
@@ -344,61 +340,6 @@ void job_service::count_reserve(const std::string& id) {
 void job_service::count_timeout(const std::string& id) {
   ++timeouts_;
   with_counts(id, [](job_counts& c) { ++c.timeouts; });
-}
-
-// ------------------------------------------------------------------ arrivals
-
-void job_service::arriving(const std::string& id) {
-  const auto now = steady::now();
-  std::lock_guard lock(arriving_mutex_);
-  // Nothing but after_arrivals() takes entries out, and a worker that only
-  // puts, reserves and deletes never calls it: past a few thousand, drop
-  // those older than arrival_patience (they are ignored anyway).
-  if (arriving_.size() >= max_arrivals)
-    std::erase_if(arriving_, [&](const auto& e) { return now - e.second >= arrival_patience; });
-  if (arriving_.size() < max_arrivals) arriving_.insert_or_assign(id, now);
-}
-
-void job_service::after_arrivals(std::function<void()> then) {
-  {
-    std::lock_guard lock(arriving_mutex_);
-    if (arriving_.empty()) return then();
-  }
-  boost::asio::post(pool_, [this, then = std::move(then)] {
-    // A job has arrived when the broker holds it (ready, or reserved by
-    // someone), or when the engine no longer has it waiting for its tick:
-    // gone, delayed again, or pushed instead.
-    const auto arrived = [this](const std::string& id) {
-      if (p_.broker->state_of(id) != lease_broker::held::none) return true;
-      boost::system::error_code ec;
-      const auto st = p_.engine->status(id, ec);
-      if (ec || !st) return true;
-      if (st->state == task_state::delayed && st->task.due > system_clock::now()) return true;
-      return p_.pushed && p_.pushed(st->task.type);
-    };
-    // Only the jobs on their way now: later ones (other clients' puts under
-    // load) must not keep this wait going.
-    std::vector<std::pair<std::string, steady::time_point>> ids;
-    {
-      std::lock_guard lock(arriving_mutex_);
-      ids.assign(arriving_.begin(), arriving_.end());
-    }
-    auto pause = 1ms;
-    while (!ids.empty()) {
-      std::erase_if(ids, [&](const auto& entry) {
-        const auto& [id, since] = entry;
-        if (steady::now() - since < arrival_patience && !arrived(id)) return false;
-        std::lock_guard lock(arriving_mutex_);
-        if (auto it = arriving_.find(id); it != arriving_.end() && it->second == since)
-          arriving_.erase(it);
-        return true;
-      });
-      if (ids.empty()) break;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, 4ms);
-    }
-    then();
-  });
 }
 
 // ------------------------------------------------------------------ clusters
@@ -496,7 +437,7 @@ void job_service::peek_delayed(const std::string& type, answer_handler done) {
   blocking(std::move(done), [this, type] {
     // The delayed job with the shortest delay left: the earliest due of
     // the type's pending tasks that is still in the future.
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     for (const task& t : p_.engine->upcoming(64, type))
       if (t.due > now) return job_answer(t);
     return answer{.what = answer::kind::not_found};
@@ -519,11 +460,10 @@ void job_service::kick(const std::string& type, std::uint64_t bound, answer_hand
     boost::system::error_code ec;
     const std::size_t limit = static_cast<std::size_t>(std::min<std::uint64_t>(bound, 1u << 20));
     answer a;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     const auto kicked = [&](const std::string& id) {
       ++a.count;
       with_counts(id, [](job_counts& c) { ++c.kicks; });
-      arriving(id);
     };
     for (const dead_letter& d : buried_of(type, limit, ec)) {
       if (p_.engine->requeue(d.task.id, now, ec)) kicked(d.task.id);
@@ -547,10 +487,9 @@ void job_service::kick_job(std::uint64_t job, answer_handler done) {
   if (foreign(*id)) return forward_kick(*id, std::move(done));
   blocking(std::move(done), [this, id = *id] {
     boost::system::error_code ec;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     const auto kicked = [&] {
       with_counts(id, [](job_counts& c) { ++c.kicks; });
-      arriving(id);
       return answer{};
     };
     if (auto st = p_.engine->status(id, ec); st) {
@@ -582,7 +521,7 @@ void job_service::stats_job(std::uint64_t job, answer_handler done) {
   if (!id) return done(answer{.what = answer::kind::not_found});
   blocking(std::move(done), [this, job, id = *id] {
     boost::system::error_code ec;
-    const auto now = system_clock::now();
+    const auto now = p_.engine->now();
     std::optional<task> t;
     job_stats s;
     std::chrono::nanoseconds left{0};
@@ -698,7 +637,10 @@ void job_service::stats(const connection_counts& connections, std::size_t tubes,
     s.current_waiting = connections.waiting;
     s.total_connections = connections.total;
     s.pid = getpid();
-    s.version = "delayq";
+    // The protocol level spoken, in a form semver parses (clients read it
+    // to decide which commands exist: kick-job needs 1.8), with delayq's own
+    // version as build metadata.
+    s.version = "1.13.0+delayq." DELAYQ_VERSION;
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
     const auto micros = [](const timeval& tv) {

@@ -139,15 +139,6 @@ class job_service {
   /// stats-job: timeouts).
   void count_timeout(const std::string& id);
 
-  /// Runs `then` (on any thread) once every job made ready by a command
-  /// answered so far (a put without delay, a kick, a release without delay)
-  /// has reached the broker, so a reserve-with-timeout 0, a peek or a stats
-  /// that follows sees it ready, as it would in beanstalkd. The engine hands
-  /// a due task to the broker within a tick of its due time; this waits for
-  /// that, at most 200 ms a job, and runs `then` at once when nothing is on
-  /// its way. (A reserve that waits does not need it: the job reaches it.)
-  void after_arrivals(std::function<void()> then);
-
  private:
   // On the blocking threads; `fn`'s answer goes to `done` (internal_error
   // if it throws).
@@ -172,8 +163,6 @@ class job_service {
   std::vector<dead_letter> buried_of(const std::string& type, std::size_t limit,
                                      boost::system::error_code& ec, std::size_t* total = nullptr);
   answer job_answer(const task& t);
-  // A job on its way to the broker (after_arrivals()).
-  void arriving(const std::string& id);
   // What beanstalkd counts per job and delayq does not store: kept here,
   // for the jobs this server has seen since it started (stats-job).
   struct job_counts {
@@ -200,9 +189,6 @@ class job_service {
   std::array<std::atomic<std::uint64_t>, verb_count> commands_{};
   mutable std::mutex counts_mutex_;
   std::unordered_map<std::string, job_counts> jobs_;  // at most max_counted_jobs
-  std::mutex arriving_mutex_;
-  // Ids on their way to the broker, and since when (given up after 200 ms).
-  std::unordered_map<std::string, std::chrono::steady_clock::time_point> arriving_;
   struct pause_count {
     std::uint64_t count = 0;    // pause-tube commands
     std::uint64_t seconds = 0;  // the last one's pause

@@ -20,12 +20,15 @@ namespace ip = boost::asio::ip;
 using local = boost::asio::local::stream_protocol;
 
 listener::listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
-                   std::size_t max_connections, std::size_t max_job_size)
+                   std::size_t max_connections, std::size_t max_job_size, connection_limits limits,
+                   std::function<boost::asio::any_io_executor()> session_executor)
     : ex_(ex),
+      session_executor_(std::move(session_executor)),
       strand_(boost::asio::make_strand(ex)),
       allow_(std::move(allow)),
       max_connections_(max_connections),
-      max_job_size_(max_job_size) {}
+      max_job_size_(max_job_size),
+      limits_(limits) {}
 
 // The I/O threads have stopped by now: nothing else touches the acceptors.
 listener::~listener() { close_now(); }
@@ -143,19 +146,30 @@ void listener::accept(acceptor& a, bool tcp) {
   // On strand_ (the acceptor's executor), so stop_accepting() never closes
   // an acceptor while a handler starts its next accept. Each session on a
   // strand of its own: its handlers never run at once.
-  a.async_accept(boost::asio::make_strand(ex_), [this, &a, tcp](boost::system::error_code ec,
-                                                                protocol::socket socket) {
+  a.async_accept(boost::asio::make_strand(session_executor_ ? session_executor_() : ex_),
+                 [this, &a, tcp](boost::system::error_code ec, protocol::socket socket) {
     if (ec == boost::asio::error::operation_aborted || !a.is_open()) return;
     if (!ec) {
       boost::system::error_code peer_ec;
       const auto peer = socket.remote_endpoint(peer_ec);
-      if (peer_ec || !allowed(peer)) {
-        socket.close(peer_ec);
-      } else if (registry_.counts().current >= max_connections_) {
+      bool room = true;
+      if (!peer_ec && allowed(peer) && registry_.counts().current >= max_connections_) {
+        // Full: the connection idle the longest makes room (a client that
+        // leaks connections would otherwise lock every other out), unless
+        // every one holds a job or waits for one.
+        if (auto oldest = registry_.take_longest_idle()) {
+          oldest->evict();
+        } else {
+          registry_.count_refused();
+          room = false;
+        }
+      }
+      if (peer_ec || !allowed(peer) || !room) {
         socket.close(peer_ec);
       } else {
         if (tcp) socket.set_option(ip::tcp::no_delay(true), peer_ec);
-        std::make_shared<session>(std::move(socket), service_, registry_, max_job_size_)->start();
+        std::make_shared<session>(std::move(socket), service_, registry_, max_job_size_, limits_)
+            ->start();
       }
     } else {
       // Out of descriptors and the like: accept again a little later (a

@@ -6,8 +6,10 @@
 // beanstalk has no authentication, so who may connect is decided here
 // (docs/beanstalk.md, "Security"): a unix socket (file permissions), or a
 // TCP peer on loopback, or inside a --beanstalk-allow block. Any other peer
-// is closed at once. Past --max-connections, a new connection is closed at
-// once too.
+// is closed at once. At --max-connections, a new connection gets the place
+// of the connection idle the longest (one that holds no reservation, waits
+// in no reserve and has no command under way), which is closed; when none
+// is idle, the new one is closed at once.
 #pragma once
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,8 +33,12 @@ namespace delayq::server::beanstalk {
 /// threads run; set_service() and close() from any thread.
 class listener {
  public:
+  /// The acceptors run on `ex`; each session on a strand of what
+  /// `session_executor` returns (of `ex` when it is null), called once per
+  /// connection.
   listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
-           std::size_t max_connections, std::size_t max_job_size);
+           std::size_t max_connections, std::size_t max_job_size, connection_limits limits = {},
+           std::function<boost::asio::any_io_executor()> session_executor = nullptr);
   ~listener();
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
@@ -68,11 +75,13 @@ class listener {
   void close_now();
   bool allowed(const protocol::endpoint& peer) const;
 
-  boost::asio::any_io_executor ex_;  // the sessions' (each gets a strand of it)
-  boost::asio::strand<boost::asio::any_io_executor> strand_;  // the acceptors'
+  boost::asio::any_io_executor ex_;
+  std::function<boost::asio::any_io_executor()> session_executor_;  // null: ex_
+  boost::asio::strand<boost::asio::any_io_executor> strand_;        // the acceptors'
   std::vector<ip_block> allow_;
   std::size_t max_connections_;
   std::size_t max_job_size_;
+  connection_limits limits_;
   std::vector<bound> bound_;
   std::atomic<job_service*> service_{nullptr};
   session_registry registry_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <thread>
+#include <utility>
 
 #include "beanstalk/reply.hpp"
 #include "beanstalk/stats_yaml.hpp"
@@ -43,7 +45,7 @@ std::string_view error_of(answer::kind k) {
 }  // namespace
 
 session::session(socket_type socket, const std::atomic<job_service*>& service,
-                 session_registry& registry, std::size_t max_job_size)
+                 session_registry& registry, std::size_t max_job_size, connection_limits limits)
     : socket_(std::move(socket)),
       service_source_(service),
       service_(service.load()),
@@ -51,7 +53,11 @@ session::session(socket_type socket, const std::atomic<job_service*>& service,
       reader_(max_job_size),
       buf_(16 * 1024),
       soon_timer_(socket_.get_executor()),
-      write_timer_(socket_.get_executor()) {}
+      write_timer_(socket_.get_executor()),
+      limits_(limits),
+      id_(registry.next_id()),
+      command_timer_(socket_.get_executor()),
+      idle_timer_(socket_.get_executor()) {}
 
 // Nothing here may touch the service or the registry: a session still
 // queued when the server stops is destroyed with the io_context, after them.
@@ -64,6 +70,82 @@ void session::start() {
   registry_.use("", using_);
   registry_.watch(watching_.front(), +1);
   read();
+  watch_state();
+}
+
+void session::evict() {
+  boost::asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (self->closed_) return;
+    // Picked while it held nothing; a reserve it made since is kept.
+    if (!self->reserved_.empty() || self->waiter_ != 0) return;
+    self->registry_.count_close(close_reason::evicted);
+    self->close();
+  });
+}
+
+void session::watch_state() {
+  if (closed_) return;
+  // A command the client began and has not finished: the line, or a put's
+  // body, partly read (the reader holds it). One deadline for the whole
+  // command, from the moment it began: a client sending a byte at a time
+  // does not stretch it.
+  const bool partial = !busy_ && !closing_ && !reader_.idle();
+  if (partial && !in_command_) {
+    in_command_ = true;
+    if (limits_.command_timeout.count() > 0) {
+      const std::uint64_t gen = ++command_gen_;
+      command_timer_.expires_after(limits_.command_timeout);
+      command_timer_.async_wait(
+          [self = shared_from_this(), gen](const boost::system::error_code& ec) {
+            if (ec || self->closed_ || !self->in_command_ || self->command_gen_ != gen) return;
+            self->registry_.count_close(close_reason::command_timeout);
+            self->close();
+          });
+    }
+  } else if (!partial && in_command_) {
+    in_command_ = false;
+    ++command_gen_;
+    command_timer_.cancel();
+  }
+  // Holding nothing (no reservation, no reserve waiting, no command being
+  // answered, no reply unsent): the listener may close it for room, and the
+  // idle timeout runs. A command begun and left unfinished holds nothing
+  // either: such a connection is idle since its last byte (a client that
+  // stalls mid-command must not be able to keep its place at the cap for
+  // a whole command deadline).
+  const bool idle = !busy_ && !closing_ && reserved_.empty() && waiter_ == 0 && out_.empty() &&
+                    writing_.empty() && (partial || in_pos_ == in_.size());
+  const bool progressed = std::exchange(progressed_, false);
+  if (idle && idle_ && progressed) {
+    // Bytes came: idle from now, at the back of the registry's list.
+    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    if (limits_.idle_timeout.count() > 0) {
+      const std::uint64_t gen = ++idle_gen_;
+      idle_timer_.expires_after(limits_.idle_timeout);
+      idle_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->idle_ || self->idle_gen_ != gen) return;
+        self->registry_.count_close(close_reason::idle_timeout);
+        self->close();
+      });
+    }
+  } else if (idle && !idle_) {
+    idle_ = true;
+    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    if (limits_.idle_timeout.count() > 0) {
+      const std::uint64_t gen = ++idle_gen_;
+      idle_timer_.expires_after(limits_.idle_timeout);
+      idle_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->idle_ || self->idle_gen_ != gen) return;
+        self->registry_.count_close(close_reason::idle_timeout);
+        self->close();
+      });
+    }
+  } else if (!idle && idle_) {
+    idle_ = false;
+    ++idle_gen_;
+    idle_timer_.cancel();
+    registry_.not_idle(id_);
+  }
 }
 
 void session::read() {
@@ -78,6 +160,7 @@ void session::read() {
       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
         self->reading_ = false;
         if (ec) return self->close();
+        self->progressed_ = true;
         self->in_.append(self->buf_.data(), n);
         self->pump();
       });
@@ -93,7 +176,7 @@ void session::pump() {
       out_ += error_reply(*e);
       continue;
     }
-    if (!run(std::get<command>(std::move(*r)))) busy_ = true;
+    if (!run_here(std::get<command>(std::move(*r)))) busy_ = true;
   }
   // Drop what was run: at once when all of it was, else once the run part
   // is large (a client that keeps pipelining may never let it all be run,
@@ -107,6 +190,20 @@ void session::pump() {
   }
   write();
   read();
+  watch_state();
+}
+
+bool session::run_here(command c) {
+  running_on_ = std::this_thread::get_id();
+  answered_inline_ = false;
+  const bool done = run(std::move(c));
+  running_on_ = std::thread::id{};
+  return done || std::exchange(answered_inline_, false);
+}
+
+bool session::answering_inline() const noexcept {
+  // run() is on the stack of this thread: an answer for its command.
+  return running_on_ == std::this_thread::get_id();
 }
 
 void session::write() {
@@ -141,6 +238,12 @@ void session::close() {
   socket_.close(ignored);
   soon_timer_.cancel();
   write_timer_.cancel();
+  command_timer_.cancel();
+  idle_timer_.cancel();
+  if (idle_) {
+    idle_ = false;
+    registry_.not_idle(id_);
+  }
   if (counted_waiting_) {
     counted_waiting_ = false;
     registry_.wait(watching_, -1);
@@ -236,7 +339,7 @@ void session::reply_answer(verb v, const answer& a) {
   }
 }
 
-bool session::run(command c, bool settled) {
+bool session::run(command c) {
   if (c.name == verb::quit) {
     closing_ = true;
     return true;
@@ -248,27 +351,20 @@ bool session::run(command c, bool settled) {
     out_ += replies::internal_error;
     return true;
   }
-  if (!settled) service_->count_command(c.name);
-  // What reads the ready jobs waits for the jobs made ready a moment ago to
-  // reach the broker (job_service::after_arrivals()).
-  const bool reads_ready = c.name == verb::peek_ready || c.name == verb::stats ||
-                           c.name == verb::stats_tube || c.name == verb::stats_job ||
-                           (c.name == verb::reserve_with_timeout && c.timeout == 0);
-  if (reads_ready && !settled) {
-    service_->after_arrivals([self = shared_from_this(), c]() mutable {
-      boost::asio::post(self->socket_.get_executor(), [self, c = std::move(c)]() mutable {
-        if (self->closed_) return;
-        if (!self->run(std::move(c), true)) return;  // its reply comes later
-        self->busy_ = false;
-        self->pump();
-      });
-    });
-    return false;
-  }
-  // An answer from the service arrives on any thread: back to the strand.
+  service_->count_command(c.name);
+  // An answer from the service arrives on the thread that learnt it: here,
+  // before the service call returns, when it was known at once (an
+  // in-process store; a task made ready is in the broker by then), and then
+  // it is written where we stand; else back to the strand.
   const auto later = [this, v = c.name](auto&& extra) {
     return [self = shared_from_this(), v,
             extra = std::forward<decltype(extra)>(extra)](answer a) mutable {
+      if (self->answering_inline()) {
+        extra(*self, a);
+        self->reply_answer(v, a);
+        self->answered_inline_ = true;
+        return;
+      }
       boost::asio::post(self->socket_.get_executor(),
                         [self, v, extra = std::move(extra), a = std::move(a)]() {
                           if (self->closed_) {
@@ -436,9 +532,15 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
   waiter_ = service_->broker().reserve(
       r,
       [self = shared_from_this(), forever_ = !timeout](std::vector<leased_task> tasks) {
+        if (self->answering_inline()) {
+          // A job was ready: answered before reserve() returned.
+          self->answered(std::move(tasks), forever_, false);
+          self->answered_inline_ = true;
+          return;
+        }
         boost::asio::post(self->socket_.get_executor(),
                           [self, forever_, tasks = std::move(tasks)]() mutable {
-                            self->answered(std::move(tasks), forever_);
+                            self->answered(std::move(tasks), forever_, true);
                           });
       },
       lease_terms{.expiry_abandons = true});
@@ -454,7 +556,7 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
   return false;
 }
 
-void session::answered(std::vector<leased_task> tasks, bool forever) {
+void session::answered(std::vector<leased_task> tasks, bool forever, bool resume) {
   waiter_ = 0;
   soon_timer_.cancel();
   if (counted_waiting_) {
@@ -481,6 +583,7 @@ void session::answered(std::vector<leased_task> tasks, bool forever) {
     // unanswered until the connection closes (a client would otherwise spin).
     return;
   }
+  if (!resume) return;  // answered inside run(): pump() goes on by itself
   busy_ = false;
   pump();
 }

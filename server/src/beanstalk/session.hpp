@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "beanstalk/command_reader.hpp"
@@ -25,6 +26,20 @@
 #include "beanstalk/session_registry.hpp"
 
 namespace delayq::server::beanstalk {
+
+/// How long a connection may take over what it sends (docs/beanstalk.md,
+/// "Connections").
+///
+/// Thread safety: a plain value.
+struct connection_limits {
+  /// From a command's first byte to its last (the line, then a put's body);
+  /// past it the connection is closed. 0: no deadline.
+  std::chrono::milliseconds command_timeout{30'000};
+  /// A connection that holds no reservation, waits in no reserve and has
+  /// nothing begun or unanswered is closed once it stayed so this long. 0:
+  /// never (beanstalkd's way).
+  std::chrono::milliseconds idle_timeout{0};
+};
 
 /// Thread safety: none from outside; everything runs on the session's
 /// strand (the socket's executor). Keep it in a shared_ptr: start() holds
@@ -35,26 +50,40 @@ class session : public std::enable_shared_from_this<session> {
 
   /// `service`: read at each command until it is set (the store answered).
   session(socket_type socket, const std::atomic<job_service*>& service, session_registry& registry,
-          std::size_t max_job_size);
+          std::size_t max_job_size, connection_limits limits = {});
   ~session();
 
   void start();
+
+  /// Closes the connection to make room for a new one (the listener, at
+  /// --max-connections), unless it came to hold a reservation or wait in a
+  /// reserve since it was picked. Any thread: the work runs on the strand.
+  void evict();
 
  private:
   void read();
   // Runs the commands held in `in_`, stopping at one that answers later.
   void pump();
   // Runs one command; false when its reply comes later (and pump() resumes
-  // then). `settled`: after_arrivals() has run for it.
-  bool run(command c, bool settled = false);
+  // then).
+  bool run(command c);
+  // run(), noting that it runs here, so that an answer that comes back
+  // before the service call returns is written at once (answering_inline()).
+  bool run_here(command c);
+  bool answering_inline() const noexcept;
   void write();
   void close();
+  // After every step: arms the command deadline when a command was begun
+  // and not finished, and tells the registry (and the idle timer) whether
+  // the connection holds nothing.
+  void watch_state();
   // Appends the reply of a command of verb `v` that answered `a`.
   void reply_answer(verb v, const answer& a);
   // reserve and reserve-with-timeout; false: the reply comes later.
   bool reserve(std::optional<std::uint32_t> timeout);
-  // The broker's answer to a reserve (`forever`: one without a timeout).
-  void answered(std::vector<leased_task> tasks, bool forever);
+  // The broker's answer to a reserve (`forever`: one without a timeout);
+  // `resume`: it came later, so the commands held back run now.
+  void answered(std::vector<leased_task> tasks, bool forever, bool resume);
   // Jobs reserved here whose lease is still theirs; drops the others.
   void prune_reserved();
   // The earliest deadline of the jobs reserved here.
@@ -77,6 +106,10 @@ class session : public std::enable_shared_from_this<session> {
   std::size_t in_pos_ = 0;
   std::string out_, writing_;
   bool busy_ = false;  // a command's reply is on its way
+  // The thread running run() now (none outside it), and whether the
+  // command's answer came back inside it.
+  std::thread::id running_on_{};
+  bool answered_inline_ = false;
   bool reading_ = false, closing_ = false, closed_ = false;
   bool producer_ = false, worker_ = false;
 
@@ -92,6 +125,14 @@ class session : public std::enable_shared_from_this<session> {
   // The write in flight, and its deadline.
   std::uint64_t writes_ = 0;
   boost::asio::steady_timer write_timer_;
+  // What the client takes its time over (connection_limits).
+  connection_limits limits_;
+  std::uint64_t id_ = 0;     // the registry's number for it
+  bool in_command_ = false;  // a command begun, not finished by the client
+  bool idle_ = false;        // on the registry's idle list
+  bool progressed_ = false;  // bytes came since the last watch_state()
+  std::uint64_t command_gen_ = 0, idle_gen_ = 0;
+  boost::asio::steady_timer command_timer_, idle_timer_;
 };
 
 }  // namespace delayq::server::beanstalk

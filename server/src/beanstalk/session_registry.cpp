@@ -1,6 +1,78 @@
 #include "beanstalk/session_registry.hpp"
 
+#include "delayq/prometheus.hpp"
+
 namespace delayq::server::beanstalk {
+
+std::uint64_t session_registry::next_id() {
+  std::lock_guard lock(mutex_);
+  return ++next_id_;
+}
+
+void session_registry::idle(std::uint64_t id, std::weak_ptr<session> s, clock::time_point since) {
+  std::lock_guard lock(mutex_);
+  if (auto it = idle_since_.find(id); it != idle_since_.end()) idle_.erase({it->second, id});
+  idle_since_[id] = since;
+  idle_.emplace(std::pair{since, id}, std::move(s));
+}
+
+void session_registry::not_idle(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = idle_since_.find(id);
+  if (it == idle_since_.end()) return;
+  idle_.erase({it->second, id});
+  idle_since_.erase(it);
+}
+
+std::shared_ptr<session> session_registry::take_longest_idle() {
+  std::lock_guard lock(mutex_);
+  while (!idle_.empty()) {
+    auto it = idle_.begin();
+    std::shared_ptr<session> s = it->second.lock();
+    idle_since_.erase(it->first.second);
+    idle_.erase(it);
+    if (s) return s;
+  }
+  return nullptr;
+}
+
+void session_registry::count_close(close_reason why) {
+  std::lock_guard lock(mutex_);
+  switch (why) {
+    case close_reason::command_timeout: ++c_.command_timeouts; break;
+    case close_reason::idle_timeout: ++c_.idle_timeouts; break;
+    case close_reason::evicted: ++c_.evicted; break;
+  }
+}
+
+void session_registry::count_refused() {
+  std::lock_guard lock(mutex_);
+  ++c_.refused;
+}
+
+void session_registry::render_metrics(std::string& out) const {
+  const connection_counts c = counts();
+  prometheus::family(out, "delayq_beanstalk_connections", "gauge",
+                     "beanstalk connections open now.");
+  prometheus::sample(out, "delayq_beanstalk_connections", {}, {}, c.current);
+  prometheus::family(out, "delayq_beanstalk_connections_waiting", "gauge",
+                     "beanstalk connections waiting in a reserve now.");
+  prometheus::sample(out, "delayq_beanstalk_connections_waiting", {}, {}, c.waiting);
+  prometheus::family(out, "delayq_beanstalk_connections_total", "counter",
+                     "beanstalk connections accepted since start.");
+  prometheus::sample(out, "delayq_beanstalk_connections_total", {}, {}, c.total);
+  const char* closed = "delayq_beanstalk_connections_closed_total";
+  prometheus::family(out, closed, "counter",
+                     "beanstalk connections the server closed, by reason: command_timeout (a "
+                     "command begun and not finished within --beanstalk-command-timeout), "
+                     "idle_timeout (holding nothing for --beanstalk-idle-timeout), evicted (the "
+                     "longest-idle one, to make room at --max-connections), refused (a newcomer "
+                     "at --max-connections with no idle connection to close).");
+  prometheus::sample(out, closed, "reason", "command_timeout", c.command_timeouts);
+  prometheus::sample(out, closed, "reason", "idle_timeout", c.idle_timeouts);
+  prometheus::sample(out, closed, "reason", "evicted", c.evicted);
+  prometheus::sample(out, closed, "reason", "refused", c.refused);
+}
 
 void session_registry::opened() {
   std::lock_guard lock(mutex_);

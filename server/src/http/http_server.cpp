@@ -296,8 +296,10 @@ struct http_server::session : std::enable_shared_from_this<session> {
   }
 };
 
-http_server::http_server(boost::asio::io_context& io, http_handler handler, http_limits limits)
+http_server::http_server(boost::asio::io_context& io, http_handler handler, http_limits limits,
+                         session_executor_fn session_executor)
     : io_(io),
+      session_executor_(std::move(session_executor)),
       handler_(std::move(handler)),
       limits_(std::move(limits)),
       acceptor_(boost::asio::make_strand(io)),
@@ -319,7 +321,10 @@ void http_server::start() {
 
 void http_server::accept() {
   acceptor_.async_accept(
-      boost::asio::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
+      boost::asio::make_strand(session_executor_
+                                   ? session_executor_()
+                                   : boost::asio::any_io_executor(io_.get_executor())),
+      [this](beast::error_code ec, tcp::socket socket) {
         if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
         if (ec) {
           // Out of descriptors and the like: keep serving the

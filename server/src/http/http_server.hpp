@@ -91,11 +91,19 @@ struct http_limits {
   std::chrono::milliseconds linger{2'000};
 };
 
+/// Where each new connection's handlers run: an executor (each connection
+/// gets a strand of it). delayq-server hands out its I/O threads' own
+/// io_contexts in turn, so a connection's requests are read, handled and
+/// answered on one thread.
+using session_executor_fn = std::function<boost::asio::any_io_executor()>;
+
 /// Thread safety: listen() and start() before running the io_context; the
 /// rest from any thread.
 class http_server {
  public:
-  http_server(boost::asio::io_context& io, http_handler handler, http_limits limits);
+  /// Connections run on `io` unless `session_executor` picks their executor.
+  http_server(boost::asio::io_context& io, http_handler handler, http_limits limits,
+              session_executor_fn session_executor = nullptr);
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
@@ -130,6 +138,7 @@ class http_server {
   void accept_later();
 
   boost::asio::io_context& io_;
+  session_executor_fn session_executor_;
   http_handler handler_;
   http_limits limits_;
   boost::asio::ip::tcp::acceptor acceptor_;

@@ -37,6 +37,7 @@ std::string lease_broker::new_lease() {
 
 void lease_broker::offer(const task& t, attempt_completion done) {
   std::vector<std::pair<reserve_handler, std::vector<leased_task>>> answers;
+  std::vector<attempt_completion> stale;  // dropped after the lock, on return
   std::unique_lock lock(mutex_);
   if (closed_) {
     lock.unlock();
@@ -69,17 +70,18 @@ void lease_broker::offer(const task& t, attempt_completion done) {
   ready_[t.type].insert(key_of(t, seq_));
   // The oldest waiting consumer that asked for this type gets it (and
   // whatever else is ready for it).
-  serve_waiters_locked(answers);
+  serve_waiters_locked(answers, stale);
   lock.unlock();
   for (auto& [h, out] : answers) answer(std::move(h), std::move(out));
 }
 
 void lease_broker::serve_waiters_locked(
-    std::vector<std::pair<reserve_handler, std::vector<leased_task>>>& answers) {
+    std::vector<std::pair<reserve_handler, std::vector<leased_task>>>& answers,
+    std::vector<attempt_completion>& stale) {
   if (ready_.empty()) return;
   const auto now = clock::now();
   for (auto w = waiters_.begin(); w != waiters_.end();) {
-    auto out = take_locked(w->r.types, w->r.max, w->r.ttr, w->terms, now);
+    auto out = take_locked(w->r.types, w->r.max, w->r.ttr, w->terms, now, stale);
     if (out.empty()) {
       ++w;
       continue;
@@ -99,9 +101,10 @@ void lease_broker::unready_locked(entry& e) {
 
 std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler handler,
                                     lease_terms terms) {
+  std::vector<attempt_completion> stale;  // dropped after the lock, on return
   std::unique_lock lock(mutex_);
   std::vector<leased_task> out;
-  if (!closed_) out = take_locked(r.types, r.max, r.ttr, terms, clock::now());
+  if (!closed_) out = take_locked(r.types, r.max, r.ttr, terms, clock::now(), stale);
   if (!out.empty() || r.wait.count() == 0 || closed_ || no_wait_) {
     lock.unlock();
     answer(std::move(handler), std::move(out));
@@ -123,6 +126,10 @@ std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler ha
     timer->expires_after(wait);
     timer->async_wait([this, n](const boost::system::error_code& ec) {
       if (ec) return;
+      // A task due by now wins over the timeout: what the engine holds due
+      // is offered first (and may answer this waiter), as one loop would
+      // decide both. The timer and the engine's tick are two clocks apart.
+      if (before_timeout_) before_timeout_();
       reserve_handler h;
       {
         std::lock_guard lock(mutex_);
@@ -182,9 +189,21 @@ const lease_broker::ready_key* lease_broker::best_ready_locked(const std::string
   return nullptr;
 }
 
+bool lease_broker::current_locked(const std::string& id, std::vector<attempt_completion>& stale) {
+  auto it = held_.find(id);
+  if (it == held_.end() || !attempt_check_ || attempt_check_(it->second.t)) return true;
+  stale.push_back(std::move(it->second.done));
+  unready_locked(it->second);
+  held_.erase(it);
+  ++counters_.given_back;
+  ++counters_.stale;
+  return false;
+}
+
 std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string>& types,
                                                    std::size_t max, std::chrono::milliseconds ttr,
-                                                   lease_terms terms, clock::time_point now) {
+                                                   lease_terms terms, clock::time_point now,
+                                                   std::vector<attempt_completion>& stale) {
   std::vector<leased_task> out;
   const auto paused = [&](const std::string& type) {
     auto p = paused_until_.find(type);
@@ -209,6 +228,7 @@ std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string
     if (!best) break;
     const std::string id = best->id;
     ready_.find(*best_type)->second.erase(*best);
+    if (!current_locked(id, stale)) continue;
     lease_locked(id, ttr, terms, now, out);
   }
   std::erase_if(ready_, [](const auto& kv) { return kv.second.empty(); });
@@ -241,10 +261,12 @@ bool lease_broker::lease_locked(const std::string& id, std::chrono::milliseconds
 std::optional<leased_task> lease_broker::reserve_id(const std::string& id,
                                                     std::chrono::milliseconds ttr,
                                                     lease_terms terms) {
+  std::vector<attempt_completion> stale;  // dropped after the lock, on return
   std::lock_guard lock(mutex_);
   if (closed_) return std::nullopt;
   auto it = held_.find(id);
   if (it == held_.end() || !it->second.lease.empty()) return std::nullopt;
+  if (!current_locked(id, stale)) return std::nullopt;
   // Its ready key stays behind and is dropped lazily (the entry is leased).
   std::vector<leased_task> out;
   lease_locked(id, ttr, terms, clock::now(), out);
@@ -266,11 +288,12 @@ std::optional<task> lease_broker::peek_ready(const std::string& type) const {
 
 void lease_broker::pause(const std::string& type, std::chrono::milliseconds pause) {
   std::vector<std::pair<reserve_handler, std::vector<leased_task>>> answers;
+  std::vector<attempt_completion> stale;  // dropped after the lock, on return
   {
     std::lock_guard lock(mutex_);
     if (pause.count() <= 0) {
       paused_until_.erase(type);
-      serve_waiters_locked(answers);
+      serve_waiters_locked(answers, stale);
     } else {
       paused_until_[type] = clock::now() + pause;
     }
@@ -297,11 +320,12 @@ void lease_broker::arm_pause_end_locked() {
     timer->async_wait([this](const boost::system::error_code& ec) {
       if (ec) return;
       std::vector<std::pair<reserve_handler, std::vector<leased_task>>> answers;
+      std::vector<attempt_completion> stale;  // dropped after the lock, on return
       {
         std::lock_guard lock(mutex_);
         const auto now = clock::now();
         std::erase_if(paused_until_, [now](const auto& kv) { return kv.second <= now; });
-        serve_waiters_locked(answers);
+        serve_waiters_locked(answers, stale);
         arm_pause_end_locked();
       }
       for (auto& [h, out] : answers) answer(std::move(h), std::move(out));
@@ -352,8 +376,10 @@ void lease_broker::sweep() {
 }
 
 void lease_broker::answer(reserve_handler h, std::vector<leased_task> tasks) {
-  boost::asio::post(
-      ex_, [h = std::move(h), tasks = std::move(tasks)]() mutable { h(std::move(tasks)); });
+  // Called directly, with no lock of ours held: a handler hands the answer
+  // to its connection (which posts it there if it runs elsewhere), so a
+  // reserve that finds a task ready is answered where it stands.
+  h(std::move(tasks));
 }
 
 void lease_broker::give_back(const std::vector<leased_task>& tasks) {
@@ -477,6 +503,20 @@ bool lease_broker::release_ready(const std::string& id) {
     trim_locked(type);
   }
   return true;  // `dropped` goes here, outside the lock
+}
+
+std::size_t lease_broker::release_stale() {
+  std::vector<attempt_completion> stale;  // dropped on return, outside the lock
+  {
+    std::lock_guard lock(mutex_);
+    if (!attempt_check_) return 0;
+    std::vector<std::string> ids;
+    for (const auto& [id, e] : held_)
+      if (e.lease.empty() && !attempt_check_(e.t)) ids.push_back(id);
+    // Their ready keys stay behind and are dropped lazily.
+    for (const std::string& id : ids) current_locked(id, stale);
+  }
+  return stale.size();
 }
 
 std::size_t lease_broker::release_type(const std::string& type) {

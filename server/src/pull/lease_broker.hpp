@@ -67,8 +67,11 @@ struct lease_terms {
 };
 
 /// Thread safety: every member is safe to call from any thread. Handlers
-/// (reserve answers, on_stored) run on the broker's executor or on the
-/// engine's threads, never under the broker's lock.
+/// (reserve answers, on_stored) run on the thread that decides them, never
+/// under the broker's lock: a reserve that finds a task ready calls its
+/// handler before reserve() returns, a waiting one is answered on the
+/// thread of the offer that served it or on the broker's executor (its
+/// timeout), on_stored on the engine's.
 class lease_broker {
  public:
   using clock = std::chrono::steady_clock;
@@ -89,14 +92,40 @@ class lease_broker {
   lease_broker(const lease_broker&) = delete;
   lease_broker& operator=(const lease_broker&) = delete;
 
+  /// Called when a waiting reserve's time is up, before it is answered
+  /// with nothing: delayq-server hands the engine's due tasks over there
+  /// (engine::fire_due()), so a reserve whose deadline is not earlier than a
+  /// task's due time gets the task. Set it before the first reserve; it
+  /// runs with no lock of the broker held.
+  void set_before_timeout(std::function<void()> f) { before_timeout_ = std::move(f); }
+
+  /// Asked, under the broker's lock, before a ready task is leased: false
+  /// when its attempt no longer runs under its shard's lease
+  /// (engine::attempt_current(): the instance stalled or was cut off while
+  /// the task waited for a consumer, and another instance owns it now).
+  /// Such a task is given back uncounted instead of leased (counted in
+  /// counters::stale): handing it out would have a consumer work on a task
+  /// the shard's new owner runs, or ran and finished, already. Must not
+  /// block or call back into the broker. Set before the first offer.
+  void set_attempt_check(std::function<bool(const task&)> check) {
+    attempt_check_ = std::move(check);
+  }
+
+  /// Gives back, uncounted, every ready task whose attempt is no longer
+  /// current (set_attempt_check()): its shard was lost or is being handed
+  /// over, and no consumer took it meanwhile. Returns how many. For
+  /// engine_options::on_attempts_stale: a hand-over waits for the attempts
+  /// on the shard, and a ready task is one until a consumer takes it.
+  std::size_t release_stale();
+
   /// The engine's side: a due task of a pull type, and its attempt's
   /// completion. After close() the completion is dropped at once.
   void offer(const task& t, attempt_completion done);
 
-  /// Answers `handler` (once, on the executor) with up to `r.max` leased
-  /// tasks of the types asked for, as soon as at least one is ready, or
-  /// with none after `r.wait`. Returns the waiter's number when it waits
-  /// (for cancel_wait()), else 0.
+  /// Answers `handler` (once) with up to `r.max` leased tasks of the types
+  /// asked for, as soon as at least one is ready (before returning, when
+  /// one is ready now), or with none after `r.wait`. Returns the waiter's
+  /// number when it waits (for cancel_wait()), else 0.
   std::uint64_t reserve(const reserve_request& r, reserve_handler handler, lease_terms terms = {});
 
   /// Leases the task `id` if it is ready here (beanstalk's reserve-job);
@@ -174,6 +203,9 @@ class lease_broker {
     std::uint64_t failed = 0;
     std::uint64_t expired = 0;  ///< Leases that ended by their deadline.
     std::uint64_t given_back = 0;
+    /// Of those, ready tasks whose attempt had lost its shard's lease when a
+    /// consumer came for them (set_attempt_check()).
+    std::uint64_t stale = 0;
   };
   counters stats() const;
 
@@ -208,9 +240,15 @@ class lease_broker {
   };
 
   // Under mutex_: leases up to `max` ready tasks of `types` (empty: any).
+  // Completions of stale ready tasks (set_attempt_check()) go to `stale`,
+  // for the caller to drop after the lock.
   std::vector<leased_task> take_locked(const std::vector<std::string>& types, std::size_t max,
                                        std::chrono::milliseconds ttr, lease_terms terms,
-                                       clock::time_point now);
+                                       clock::time_point now,
+                                       std::vector<attempt_completion>& stale);
+  // Under mutex_: false (and the entry given back into `stale`) when the
+  // ready entry `id`'s attempt is no longer current.
+  bool current_locked(const std::string& id, std::vector<attempt_completion>& stale);
   bool lease_locked(const std::string& id, std::chrono::milliseconds ttr, lease_terms terms,
                     clock::time_point now, std::vector<leased_task>& out);
   // Under mutex_: the ready queue's best valid entry of `type` (stale
@@ -222,7 +260,8 @@ class lease_broker {
   // Under mutex_: serves waiting consumers from what is ready now; the
   // handlers to answer are appended to `answers`.
   void serve_waiters_locked(
-      std::vector<std::pair<reserve_handler, std::vector<leased_task>>>& answers);
+      std::vector<std::pair<reserve_handler, std::vector<leased_task>>>& answers,
+      std::vector<attempt_completion>& stale);
   // Under mutex_: arms the timer that serves waiting consumers when the
   // earliest pause ends.
   void arm_pause_end_locked();
@@ -244,6 +283,8 @@ class lease_broker {
   std::string lease_suffix_;  // "@" + instance, or empty
 
   boost::asio::any_io_executor ex_;
+  std::function<void()> before_timeout_;
+  std::function<bool(const task&)> attempt_check_;  // set before the first offer
   mutable std::mutex mutex_;
   bool closed_ = false;
   bool no_wait_ = false;

@@ -431,6 +431,25 @@ void push_client::deliver(const std::string& type, const push_target& target, co
 
 void push_client::drain() { impl_->drain(); }
 
+std::size_t push_client::release_queued(const std::function<bool(const delayq::task&)>& stale) {
+  std::vector<pending_delivery> dropped;  // destroyed on return, outside the lock
+  {
+    std::lock_guard lock(impl_->mutex);
+    for (auto& [type, st] : impl_->types) {
+      for (auto it = st.queue.begin(); it != st.queue.end();) {
+        if (stale(it->task)) {
+          dropped.push_back(std::move(*it));
+          it = st.queue.erase(it);
+          --impl_->queued;
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  return dropped.size();
+}
+
 void push_client::stop() { impl_->stop(); }
 
 std::size_t push_client::in_flight() const {

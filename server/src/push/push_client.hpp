@@ -103,6 +103,13 @@ class push_client {
   void deliver(const std::string& type, const push_target& target, const delayq::task& t,
                completion done);
 
+  /// Ends, uncounted, the deliveries waiting for a free slot for which
+  /// `stale(task)` is true, by destroying their `done` without calling it
+  /// (an engine's async_executor completion then gives the task back,
+  /// unattempted); requests in flight go on. Returns how many. For
+  /// engine_options::on_attempts_stale.
+  std::size_t release_queued(const std::function<bool(const delayq::task&)>& stale);
+
   /// Starts no more requests, for a drain: the deliveries queued for a
   /// free slot, and every deliver() from now on, end by destroying their
   /// `done` without calling it (an engine's async_executor completion then

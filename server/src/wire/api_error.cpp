@@ -30,6 +30,7 @@ api_error from_error_code(const boost::system::error_code& ec, const std::string
     case errc::not_count_triggered: return {409, "not_count_triggered", std::move(message)};
     case errc::invalid_signal: return {400, "bad_request", std::move(message)};
     case errc::invalid_ttr: return {400, "bad_request", std::move(message)};
+    case errc::invalid_schedule: return {400, "invalid_schedule", std::move(message)};
     case errc::queue_full: return {503, "queue_full", std::move(message)};
     case errc::busy: return {503, "busy", std::move(message)};
     case errc::not_running: return {503, "draining", std::move(message)};

@@ -172,38 +172,58 @@ std::optional<api_error> parse_when(const json& j, when_spec& out) {
   return read_when(j, {}, out);
 }
 
-std::optional<api_error> parse_reserve(const json& j, reserve_request& out) {
-  if (auto e = check_object(j, {}, {"types", "max", "wait_ms", "ttr_ms"})) return e;
+namespace {
+
+std::optional<api_error> read_reserve(const json& j, const std::string& where,
+                                      reserve_request& out) {
+  if (auto e = check_object(j, where, {"types", "max", "wait_ms", "ttr_ms"})) return e;
+  const std::string types = where.empty() ? "\"types\"" : "\"" + where + ".types\"";
   if (auto it = j.find("types"); it != j.end()) {
-    if (!it->is_array()) return bad_request("field \"types\" must be an array of strings");
+    if (!it->is_array()) return bad_request("field " + types + " must be an array of strings");
     if (it->size() > max_reserve_types)
-      return bad_request("field \"types\" names at most " + std::to_string(max_reserve_types) +
+      return bad_request("field " + types + " names at most " + std::to_string(max_reserve_types) +
                          " types");
     for (const json& t : *it) {
       if (!t.is_string() || t.get_ref<const std::string&>().empty())
-        return bad_request("field \"types\" must be an array of non-empty strings");
+        return bad_request("field " + types + " must be an array of non-empty strings");
       out.types.push_back(t.get<std::string>());
     }
   }
   std::optional<std::int64_t> max, wait, ttr;
-  if (auto e = get_int(j, "max", {}, 1, static_cast<std::int64_t>(max_reserve), max)) return e;
-  if (auto e = get_int(j, "wait_ms", {}, 0, max_wait.count(), wait)) return e;
-  if (auto e = get_int(j, "ttr_ms", {}, min_ttr.count(), max_ttr.count(), ttr)) return e;
+  if (auto e = get_int(j, "max", where, 1, static_cast<std::int64_t>(max_reserve), max)) return e;
+  if (auto e = get_int(j, "wait_ms", where, 0, max_wait.count(), wait)) return e;
+  if (auto e = get_int(j, "ttr_ms", where, min_ttr.count(), max_ttr.count(), ttr)) return e;
   if (max) out.max = static_cast<std::size_t>(*max);
   if (wait) out.wait = milliseconds{*wait};
   if (ttr) out.ttr = milliseconds{*ttr};
   return std::nullopt;
 }
 
+// finish's and fail's "next": the reserve that follows the attempt's end.
+std::optional<api_error> read_next(const json& j, lease_request& out) {
+  auto it = j.find("next");
+  if (it == j.end()) return std::nullopt;
+  out.next.emplace();
+  return read_reserve(*it, "next", *out.next);
+}
+
+}  // namespace
+
+std::optional<api_error> parse_reserve(const json& j, reserve_request& out) {
+  return read_reserve(j, {}, out);
+}
+
 std::optional<api_error> parse_finish(const json& j, lease_request& out) {
-  if (auto e = check_object(j, {}, {"lease"})) return e;
-  return read_lease(j, out);
+  if (auto e = check_object(j, {}, {"lease", "next"})) return e;
+  if (auto e = read_lease(j, out)) return e;
+  return read_next(j, out);
 }
 
 std::optional<api_error> parse_fail(const json& j, lease_request& out) {
-  if (auto e = check_object(j, {}, {"lease", "error"})) return e;
+  if (auto e = check_object(j, {}, {"lease", "error", "next"})) return e;
   if (auto e = read_lease(j, out)) return e;
-  return get_string(j, "error", {}, out.error, false);
+  if (auto e = get_string(j, "error", {}, out.error, false)) return e;
+  return read_next(j, out);
 }
 
 std::optional<api_error> parse_touch(const json& j, lease_request& out) {
@@ -212,6 +232,58 @@ std::optional<api_error> parse_touch(const json& j, lease_request& out) {
   std::optional<std::int64_t> ttr;
   if (auto e = get_int(j, "ttr_ms", {}, min_ttr.count(), max_ttr.count(), ttr)) return e;
   if (ttr) out.ttr = milliseconds{*ttr};
+  return std::nullopt;
+}
+
+std::optional<api_error> parse_schedule(const json& j, const std::string& id, schedule& out) {
+  if (auto e = check_object(j, {},
+                            {"type", "payload", "cron", "every_ms", "timezone", "start_ms",
+                             "end_ms", "missed", "priority", "ttr_ms", "conflict"}))
+    return e;
+  out = schedule{};
+  out.id = id;
+  if (auto e = get_string(j, "type", {}, out.type, true)) return e;
+  if (auto e = get_string(j, "payload", {}, out.payload, false)) return e;
+  if (auto e = get_string(j, "cron", {}, out.cron, false)) return e;
+  if (j.contains("cron") && out.cron.empty())
+    return bad_request("field \"cron\" must not be empty (leave it out to use every_ms)");
+  if (auto e = get_string(j, "timezone", {}, out.timezone, false)) return e;
+  if (j.contains("timezone") && out.timezone.empty())
+    return bad_request("field \"timezone\" must not be empty (leave it out for UTC)");
+  std::optional<std::int64_t> every, start, end, priority, ttr;
+  if (auto e = get_int(j, "every_ms", {}, 1, any_int_hi, every)) return e;
+  if (auto e = get_int(j, "start_ms", {}, any_int_lo, any_int_hi, start)) return e;
+  if (auto e = get_int(j, "end_ms", {}, any_int_lo, any_int_hi, end)) return e;
+  if (auto e = get_int(j, "priority", {}, 0, std::numeric_limits<std::uint32_t>::max(), priority))
+    return e;
+  if (auto e = get_int(j, "ttr_ms", {}, 0, max_ttr.count(), ttr)) return e;
+  if (ttr && *ttr != 0 && *ttr < min_ttr.count())
+    return bad_request("field \"ttr_ms\" must be 0 or an integer from " +
+                       std::to_string(min_ttr.count()) + " to " + std::to_string(max_ttr.count()));
+  // Out of the range check_schedule() accepts, but never overflowing here.
+  constexpr std::int64_t ms_lo = -(std::int64_t{1} << 50), ms_hi = std::int64_t{1} << 50;
+  if (every) out.every = milliseconds{std::min(*every, ms_hi)};
+  if (start) out.start = from_epoch_ms(std::clamp(*start, ms_lo, ms_hi));
+  if (end) out.end = from_epoch_ms(std::clamp(*end, ms_lo, ms_hi));
+  out.priority = static_cast<std::uint32_t>(priority.value_or(0));
+  out.ttr = milliseconds{ttr.value_or(0)};
+  std::string missed;
+  if (auto e = get_string(j, "missed", {}, missed, false)) return e;
+  if (!missed.empty() || j.contains("missed")) {
+    auto m = missed_runs_from(missed);
+    if (!m) return bad_request("field \"missed\" must be \"skip\", \"once\" or \"all\"");
+    out.missed = *m;
+  }
+  std::string conflict;
+  if (auto e = get_string(j, "conflict", {}, conflict, false)) return e;
+  if (conflict.empty() || conflict == "keep")
+    out.conflict = on_conflict::keep;
+  else if (conflict == "replace")
+    out.conflict = on_conflict::replace;
+  else if (conflict == "reject")
+    out.conflict = on_conflict::reject;
+  else
+    return bad_request("field \"conflict\" must be \"keep\", \"replace\" or \"reject\"");
   return std::nullopt;
 }
 

@@ -60,7 +60,16 @@ struct lease_request {
   std::string lease;
   std::string error;                ///< fail: why (may be empty).
   std::optional<milliseconds> ttr;  ///< touch: the new lease length.
+  /// finish, fail: a reserve to run once the outcome is durable, whose
+  /// tasks the answer carries (a worker's ack and next take in one call).
+  std::optional<reserve_request> next;
 };
+
+/// PUT /v1/schedules/{id}: the body, checked for its form (types, ranges,
+/// unknown fields); `out.id` is the path's. check_schedule() judges the
+/// rest (the cron expression, the time zone, start and end).
+std::optional<api_error> parse_schedule(const nlohmann::json& j, const std::string& id,
+                                        schedule& out);
 
 /// Limits the parsers enforce (docs/server.md).
 inline constexpr std::size_t max_batch = 10'000;
@@ -71,6 +80,11 @@ inline constexpr std::size_t max_reserve_types = 100;
 /// The deepest offset GET /v1/dead pages to: a sharded store reads
 /// offset + limit letters of every shard to answer it.
 inline constexpr std::size_t max_dead_offset = 10'000;
+/// GET /v1/schedules pages to this offset at most (a sharded store reads
+/// offset + limit schedules of every shard), and GET /v1/schedules/{id}
+/// lists at most this many next occurrences.
+inline constexpr std::size_t max_schedule_offset = 10'000;
+inline constexpr std::size_t max_next_occurrences = 1'000;
 inline constexpr milliseconds max_wait{60'000};
 inline constexpr milliseconds min_ttr{1'000};
 inline constexpr milliseconds max_ttr{12 * 3'600'000};

@@ -251,6 +251,50 @@ void print_types(const client& c, const json& j) {
   c.say(render_table(rows));
 }
 
+// A schedule's "when", for a table: the cron expression and its zone, or
+// the interval.
+std::string schedule_when(const json& s) {
+  if (s.contains("cron")) return string_field(s, "cron") + " (" + string_field(s, "timezone") + ")";
+  return "every " + compact_span(int_field(s, "every_ms"));
+}
+
+void print_schedule(const client& c, const json& s) {
+  const std::int64_t now = now_ms();
+  std::vector<std::vector<std::string>> rows = {
+      {"id", printable(string_field(s, "id"))},
+      {"type", string_field(s, "type")},
+      {"when", printable(schedule_when(s))},
+  };
+  if (s.contains("start_ms")) rows.push_back({"start", iso8601_utc(int_field(s, "start_ms"))});
+  if (s.contains("end_ms")) rows.push_back({"end", iso8601_utc(int_field(s, "end_ms"))});
+  rows.push_back({"missed", string_field(s, "missed")});
+  rows.push_back({"payload", printable(string_field(s, "payload"))});
+  const json next = s.contains("next_due_ms") ? s["next_due_ms"] : json::array();
+  for (std::size_t i = 0; i < next.size(); ++i)
+    rows.push_back({i == 0 ? "next runs" : "", when_for_people(next[i].get<std::int64_t>(), now)});
+  if (next.empty()) rows.push_back({"next runs", "none (the schedule has ended)"});
+  c.say(render_table(rows));
+}
+
+void print_schedules(const client& c, const json& j) {
+  const json& all = j.contains("schedules") ? j["schedules"] : json::array();
+  const std::int64_t total = int_field(j, "total");
+  if (!all.is_array() || all.empty())
+    return c.say("no schedules" +
+                 (total > 0 ? " on this page (" + std::to_string(total) + " in all)" : "") + "\n");
+  const std::int64_t now = now_ms();
+  std::vector<std::vector<std::string>> rows = {{"ID", "TYPE", "WHEN", "NEXT RUN", "MISSED"}};
+  for (const json& s : all) {
+    const json next = s.contains("next_due_ms") ? s["next_due_ms"] : json::array();
+    rows.push_back({printable(string_field(s, "id"), 40), printable(string_field(s, "type"), 30),
+                    printable(schedule_when(s), 40),
+                    next.empty() ? "-" : when_for_people(next[0].get<std::int64_t>(), now),
+                    string_field(s, "missed")});
+  }
+  c.say(render_table(rows));
+  c.say(std::to_string(all.size()) + " shown of " + std::to_string(total) + " schedules\n");
+}
+
 // migrate-shards: the store's tasks and dead letters into the sharded
 // layout of `shards` shards (0: the URI's shards=N). Errors as the other
 // verbs print them, with the exit code of the nearest HTTP case.
@@ -482,6 +526,93 @@ int main(int argc, char** argv) {
     };
   });
 
+  // schedules list|get|put|rm: recurring schedules (docs/schedules.md).
+  std::string cron, tz, every_text, missed, ttr_text;
+  std::optional<std::int64_t> start_ms, end_ms, priority, next_n;
+  auto schedule_path = [&] { return "/v1/schedules/" + percent_encode(id); };
+  auto* sched = app.add_subcommand("schedules", "recurring schedules: list, get, put, rm");
+  sched->require_subcommand(1);
+  auto* sched_list = sched->add_subcommand("list", "a page of schedules, with their next run");
+  sched_list->add_option("--offset", offset, "skip this many (at most 10000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{10'000}));
+  sched_list->add_option("--limit", limit, "at most this many (server default 100, max 1000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1000}));
+  sched_list->callback([&] {
+    run = [&](client& c) {
+      std::string target = "/v1/schedules?next=1";
+      if (offset) target += "&offset=" + std::to_string(*offset);
+      if (limit) target += "&limit=" + std::to_string(*limit);
+      auto j = c.call("GET", target);
+      if (j) print_schedules(c, *j);
+      return c.exit;
+    };
+  });
+  auto* sched_get = sched->add_subcommand("get", "one schedule and its next runs");
+  sched_get->add_option("ID", id, "schedule id")->required();
+  sched_get->add_option("--next", next_n, "how many next runs (server default 10, max 1000)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1000}));
+  sched_get->callback([&] {
+    run = [&](client& c) {
+      auto j = c.call("GET", schedule_path() + (next_n ? "?next=" + std::to_string(*next_n) : ""));
+      if (j) print_schedule(c, *j);
+      return c.exit;
+    };
+  });
+  auto* sched_put = sched->add_subcommand(
+      "put", "create or replace a schedule: its occurrences become tasks ID@MS");
+  sched_put->add_option("ID", id, "schedule id")->required();
+  sched_put->add_option("TYPE", type, "the task type of its occurrences")->required();
+  auto* when = sched_put->add_option_group("when", "exactly one of --cron and --every");
+  when->add_option("--cron", cron,
+                   "cron expression: 5 fields, or 6 with seconds first, or @hourly @daily ...");
+  when->add_option("--every", every_text, "a fixed interval (at least 1s)")
+      ->check(duration_validator());
+  when->require_option(1);
+  sched_put->add_option("--tz", tz, "IANA time zone the cron expression is read in (default UTC)");
+  sched_put->add_option("--payload", payload, "the payload of every occurrence");
+  sched_put->add_option("--start", start_ms, "no run before, ms since the Unix epoch")
+      ->check(CLI::NonNegativeNumber);
+  sched_put->add_option("--end", end_ms, "no run after, ms since the Unix epoch")
+      ->check(CLI::NonNegativeNumber);
+  sched_put->add_option("--missed", missed, "runs missed while no instance ran: skip, once, all")
+      ->check(CLI::IsMember({"skip", "once", "all"}));
+  sched_put->add_option("--priority", priority, "task priority (lower first)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{4294967295}));
+  sched_put->add_option("--ttr", ttr_text, "a consumer's lease on each occurrence")
+      ->check(duration_validator());
+  sched_put->callback([&] {
+    run = [&](client& c) {
+      json body = {{"type", type}, {"payload", payload}};
+      if (!cron.empty()) body["cron"] = cron;
+      if (!every_text.empty()) body["every_ms"] = *parse_duration_ms(every_text);
+      if (!tz.empty()) body["timezone"] = tz;
+      if (start_ms) body["start_ms"] = *start_ms;
+      if (end_ms) body["end_ms"] = *end_ms;
+      if (!missed.empty()) body["missed"] = missed;
+      if (priority) body["priority"] = *priority;
+      if (!ttr_text.empty()) body["ttr_ms"] = *parse_duration_ms(ttr_text);
+      auto j = c.call("PUT", schedule_path(), body);
+      if (j) {
+        const json next = j->contains("next_due_ms") ? (*j)["next_due_ms"] : json::array();
+        c.say("schedule " + printable(id) + " stored" +
+              (next.empty()
+                   ? ", with no run to come"
+                   : "; next run " + when_for_people(next[0].get<std::int64_t>(), now_ms())) +
+              "\n");
+      }
+      return c.exit;
+    };
+  });
+  auto* sched_rm = sched->add_subcommand(
+      "rm", "remove a schedule (its occurrences made tasks ahead of time are cancelled)");
+  sched_rm->add_option("ID", id, "schedule id")->required();
+  sched_rm->callback([&] {
+    run = [&](client& c) {
+      if (c.call("DELETE", schedule_path())) c.say("removed schedule " + printable(id) + "\n");
+      return c.exit;
+    };
+  });
+
   auto* types = app.add_subcommand("types", "the push targets (types not listed are pulled)");
   types->callback([&] {
     run = [](client& c) {
@@ -554,8 +685,9 @@ int main(int argc, char** argv) {
 
   // Every verb shows the global options and the exit codes in its --help too.
   for (CLI::App* sub :
-       {stats, get, add, cancel, resched, signal_cmd, upcoming, dead, dead_list, dead_requeue,
-        dead_purge, types, type_cmd, type_set, type_rm, health, migrate})
+       {stats,     get,          add,        cancel,  resched,    signal_cmd, upcoming,  dead,
+        dead_list, dead_requeue, dead_purge, sched,   sched_list, sched_get,  sched_put, sched_rm,
+        types,     type_cmd,     type_set,   type_rm, health,     migrate})
     sub->footer(std::string("Global options (before or after the verb): --server URL, --token T, "
                             "--json, --timeout MS;\nsee delayqctl --help.\n") +
                 exit_codes_help);

@@ -5,6 +5,7 @@
 #include "delayq/detail/boost_cxx20.hpp"  // first: Boost 1.74 + C++20
 
 #include "delayq/dead_letter_store.hpp"
+#include "delayq/direct_completion.hpp"
 #include "delayq/engine.hpp"
 #include "delayq/engine_options.hpp"
 #include "delayq/engine_stats.hpp"

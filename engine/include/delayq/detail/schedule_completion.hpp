@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "delayq/direct_completion.hpp"
+
 namespace delayq::detail {
 
 /// How async_schedule() hands its completion to the engine, type-erased so
@@ -44,6 +46,20 @@ class schedule_completion_for final : public schedule_completion {
   boost::asio::executor_work_guard<
       boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>>
       work_;
+};
+
+/// A direct_completion is called where the outcome is known, unposted.
+template <class F>
+class schedule_completion_for<direct_completion<F>> final : public schedule_completion {
+ public:
+  schedule_completion_for(direct_completion<F> h, const boost::asio::any_io_executor&)
+      : handler_(std::move(h)) {}
+  void complete(boost::system::error_code ec, std::string id) override {
+    handler_(ec, std::move(id));
+  }
+
+ private:
+  direct_completion<F> handler_;
 };
 
 }  // namespace delayq::detail

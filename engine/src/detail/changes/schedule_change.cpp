@@ -1,0 +1,300 @@
+// The schedule change: a new task, or a task that takes the place of a
+// held one with its id (on_conflict::replace), decided for every task of a
+// schedule call at once (schedule_locked) and settled by one of three
+// changes:
+//
+//   insert_change            a new record: armed once its save landed,
+//                            erased if it failed
+//   replace_change           a held record, waiting or due, given the new
+//                            content: armed either way, with the old content
+//                            back if the save failed
+//   replace_running_change   the held record runs now: a new record takes
+//                            the id, the running one keeps running and its
+//                            outcome touches nothing; if the save failed the
+//                            id goes back to it
+//
+// The calls that decide it (schedule, schedule_many, async_schedule) are in
+// schedule_calls.cpp.
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+#include "detail/engine_core.hpp"
+#include "detail/task_state.hpp"
+
+namespace delayq::detail {
+namespace {
+
+namespace tsw = task_state_word;
+
+class insert_change final : public change {
+ public:
+  using change::change;
+  void landed(settle_context& c) override {
+    c.engine.arm_locked(c.table, h, c.table.wheel.due_ms(h), &c.after);
+    c.call.found = true;
+    c.engine.note_scheduled(c.table, h);
+    c.engine.evict_if_far_locked(c.table, h);  // a far task: the store holds it now
+  }
+  void failed(settle_context& c, const boost::system::error_code&) override {
+    c.engine.erase_locked(c.table, h);
+  }
+};
+
+class replace_change final : public change {
+ public:
+  using change::change;
+  void landed(settle_context& c) override {
+    c.engine.note_scheduled(c.table, h);
+    c.engine.arm_locked(c.table, h, c.table.wheel.due_ms(h), &c.after);
+    c.engine.evict_if_far_locked(c.table, h);
+  }
+  void failed(settle_context& c, const boost::system::error_code&) override {
+    timer_wheel& w = c.table.wheel;
+    c.engine.kind_pending(w.kind(h)).fetch_sub(1, std::memory_order_relaxed);
+    w.assign(h, {{}, old_payload, old_kind, old_due_ms, old_attempts});
+    c.table.set_trigger(h, old_trigger, old_signals);
+    c.table.set_attrs(h, old_attrs);
+    c.engine.kind_pending(old_kind).fetch_add(1, std::memory_order_relaxed);
+    // After a failed write the store may hold either version: keep it held.
+    c.engine.arm_locked(c.table, h, w.due_ms(h), &c.after);
+  }
+
+  // What a failed save restores.
+  std::string old_payload;
+  std::int64_t old_due_ms = 0;
+  std::uint32_t old_attempts = 0;
+  std::uint16_t old_kind = 0;
+  std::uint32_t old_trigger = 0, old_signals = 0;
+  task_table::task_attrs old_attrs;
+};
+
+class replace_running_change final : public change {
+ public:
+  using change::change;
+  void landed(settle_context& c) override {
+    c.engine.arm_locked(c.table, h, c.table.wheel.due_ms(h), &c.after);
+    c.engine.note_scheduled(c.table, h);
+    c.engine.evict_if_far_locked(c.table, h);
+  }
+  void failed(settle_context& c, const boost::system::error_code&) override {
+    c.engine.erase_locked(c.table, h);
+    // Give the id back to the old version if it is still running.
+    if (c.table.tag(old) == old_running_tag) c.engine.reindex_locked(c.table, old);
+  }
+
+  timer_wheel::handle old = timer_wheel::npos;  // the running record
+  std::uint32_t old_running_tag = 0;            // its word as it was
+};
+
+// Room for `n` values on the stack when n is small (a call schedules one
+// task far more often than many), on the heap otherwise.
+template <class T, std::size_t N>
+class scratch {
+ public:
+  explicit scratch(std::size_t n) : n_(n) {
+    if (n > N) heap_.resize(n);
+  }
+  T& operator[](std::size_t i) noexcept { return n_ > N ? heap_[i] : local_[i]; }
+
+ private:
+  std::size_t n_;
+  std::array<T, N> local_{};
+  std::vector<T> heap_;
+};
+
+}  // namespace
+
+bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::string> ids,
+                                  const std::shared_ptr<call_state>& call, call_state& out,
+                                  std::string& waiting, after_lock& after, bool may_send) {
+  const std::size_t n = specs.size();
+  enum class action : std::uint8_t { insert, keep, replace };
+  struct step {
+    action what = action::insert;
+    timer_wheel::handle h = timer_wheel::npos;
+  };
+  scratch<step, 4> plan(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    task_table& t = *specs[i].table;
+    plan[i].h = t.wheel.find(specs[i].id, specs[i].hash);
+    if (specs[i].generated && plan[i].h != timer_wheel::npos) {
+      waiting.clear();  // a generated id that is held: the caller draws anew
+      return false;
+    }
+    if (t.busy(specs[i].id, plan[i].h)) {
+      waiting = std::string(specs[i].id);
+      return false;
+    }
+  }
+
+  // Decide every task before changing anything.
+  std::size_t added = 0;
+  auto fail = [&](errc e, std::size_t i) {
+    out.ec = e;
+    out.bad = i;
+    return true;
+  };
+  // Two tasks of one call with one id: the later one is the error. Found by
+  // sorting the ids' hashes (a batch holds up to 10,000 tasks: comparing
+  // each with every earlier one cost more than the rest of the call).
+  std::size_t first_dup = n;
+  if (n > 1) {
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> by_hash(n);
+    for (std::size_t i = 0; i < n; ++i) by_hash[i] = {specs[i].hash, static_cast<std::uint32_t>(i)};
+    std::sort(by_hash.begin(), by_hash.end());
+    for (std::size_t k = 0; k < n;) {
+      std::size_t e = k + 1;
+      while (e < n && by_hash[e].first == by_hash[k].first) ++e;
+      for (std::size_t a = k; a < e; ++a)
+        for (std::size_t b = a + 1; b < e; ++b)
+          if (specs[by_hash[a].second].id == specs[by_hash[b].second].id)
+            first_dup = std::min<std::size_t>(first_dup, by_hash[b].second);
+      k = e;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    spec_ref& spec = specs[i];
+    if (i == first_dup) {
+      if (!spec.generated) return fail(errc::duplicate_id, i);
+      waiting.clear();  // two generated ids alike: the caller draws anew
+      return false;
+    }
+    ids[i] = spec.id;
+    const timer_wheel::handle h = plan[i].h;
+    if (h == timer_wheel::npos) {
+      ++added;
+      continue;
+    }
+    switch (spec.conflict) {
+      case on_conflict::reject: return fail(errc::duplicate_id, i);
+      case on_conflict::keep: plan[i].what = action::keep; break;
+      case on_conflict::replace: plan[i] = {action::replace, h}; break;
+    }
+  }
+  // Pending counts are the engine's, over every table: reserved here, with
+  // atomics, before anything is inserted, and given back if the call fails.
+  if (added > 0 && !reserve_within(pending_, added, options_.max_pending))
+    return fail(errc::queue_full, n - 1);
+  // Per-type capacity: what the call adds to each capped type, counted in
+  // one pass (a batch may hold 10,000 tasks). The first task that takes its
+  // type past the cap is the one the error names.
+  std::unordered_map<type_registry::kind, std::size_t> adding;
+  std::vector<std::pair<type_registry::kind, std::size_t>> reserved;
+  const auto give_back = [&] {
+    if (added > 0) pending_.fetch_sub(static_cast<std::int64_t>(added));
+    for (const auto& [k, m] : reserved)
+      kind_pending(k).fetch_sub(static_cast<std::int64_t>(m), std::memory_order_relaxed);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto* type = specs[i].type;
+    if (type->capacity == 0 || plan[i].what == action::keep) continue;
+    if (plan[i].what == action::insert ||
+        (plan[i].what == action::replace && specs[i].table->wheel.kind(plan[i].h) != type->k)) {
+      if (!reserve_within(type->pending, 1, type->capacity)) {
+        give_back();
+        return fail(errc::type_full, i);
+      }
+      reserved.emplace_back(type->k, 1);
+    }
+  }
+  // The records below take the counts just reserved: inserts and the new
+  // type of a replace of a capped type (others are counted as they go).
+
+  // Apply, in transitional states; then settle at once (nothing to write) or
+  // hand the writes over as one group.
+  const bool durable = writes(change_kind::save);
+  std::vector<write_op> ops;
+  if (durable) ops.reserve(n);
+  const std::uint64_t order = schedule_order();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (plan[i].what == action::keep) continue;
+    const spec_ref& spec = specs[i];
+    task_table& t = *spec.table;
+    timer_wheel& w = t.wheel;
+    const timer_wheel::item it{spec.id, spec.payload, spec.type->k, spec.due_ms, 0};
+    const bool capped = spec.type->capacity != 0;
+    std::unique_ptr<change> made;
+    timer_wheel::handle h = plan[i].h;
+    if (plan[i].what == action::replace) {
+      std::uint32_t word = t.tag(h);
+      bool replaced = false;
+      if (tsw::state_of(word) == tsw::armed) {
+        t.set_tag(h, tsw::with_state(word, tsw::persisting));
+        replaced = true;
+      } else if (tsw::state_of(word) == tsw::queued) {
+        // Take it from the ready queue before a worker starts it: the new
+        // generation makes its queue reference stale.
+        replaced = tsw::word(w.tag(h)).compare_exchange_strong(
+            word, tsw::next_generation(word, tsw::persisting), std::memory_order_acq_rel);
+        if (replaced) dispatcher_.count_ready(w.kind(h), -1);
+      }
+      const bool kind_reserved = capped && w.kind(h) != it.kind;
+      if (replaced) {
+        auto c = std::make_unique<replace_change>(&t, h);
+        c->old_payload = std::string(w.payload(h));
+        c->old_due_ms = w.due_ms(h);
+        c->old_attempts = w.attempts(h);
+        c->old_kind = w.kind(h);
+        const task_table::trigger_counts old = t.trigger_of(h);
+        c->old_trigger = old.count;
+        c->old_signals = old.signals;
+        c->old_attrs = t.attrs_of(h);
+        kind_pending(w.kind(h)).fetch_sub(1, std::memory_order_relaxed);
+        w.disarm(h);
+        w.assign(h, it);
+        t.set_trigger(h, spec.trigger_count, 0);
+        t.set_attrs(h, {spec.priority, spec.ttr_ms});
+        if (!kind_reserved) kind_pending(it.kind).fetch_add(1, std::memory_order_relaxed);
+        made = std::move(c);
+      } else {
+        // Its attempt is running: let it finish, but its outcome must neither
+        // remove nor retry what replaces it. It gives up the id (and with it
+        // the store's record) to a new record.
+        const timer_wheel::handle old = h;
+        const std::uint32_t old_word = t.tag(old);
+        unindex_locked(t, old);
+        h = w.insert_detached(it, spec.hash);
+        t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
+        if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
+        if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
+        pending_.fetch_add(1, std::memory_order_relaxed);
+        if (!kind_reserved) kind_pending(it.kind).fetch_add(1, std::memory_order_relaxed);
+        auto c = std::make_unique<replace_running_change>(&t, h);
+        c->old = old;
+        c->old_running_tag = old_word;
+        made = std::move(c);
+      }
+    } else {
+      // A new record: its pending count was reserved above.
+      h = w.insert_detached(it, spec.hash);
+      t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
+      if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
+      if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
+      if (!capped) kind_pending(it.kind).fetch_add(1, std::memory_order_relaxed);
+      if (durable) made = std::make_unique<insert_change>(&t, h);
+    }
+    t.stamp(h, order + i);
+    if (durable) {
+      write_op op = make_op(change_kind::save, t, h, true);
+      // Clusters: a replace of a held record is fenced: it must not land once
+      // another instance holds the shard (and read the old copy). A new
+      // record is written unfenced, as any instance may.
+      op.fence = plan[i].what == action::replace ? owner_->token_for(spec.id) : 0;
+      made->call = call;
+      made->index = i;
+      op.ctx = std::move(made);
+      ops.push_back(std::move(op));
+    } else if (made) {
+      settle_change(*made, {}, out, after);  // nothing to write: it holds at once
+    } else {
+      insert_change c(&t, h);  // the usual case, with no allocation
+      settle_change(c, {}, out, after);
+    }
+  }
+  if (call) call->ids.assign(ids.begin(), ids.end());
+  submit_locked(ops, call, out, after, may_send);
+  return true;
+}
+
+}  // namespace delayq::detail
