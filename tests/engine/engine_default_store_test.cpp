@@ -91,7 +91,7 @@ TEST_CASE("engine: DELAYQ_STORE overrides the default store") {
     direct->remove(std::vector<std::string>{id});
   }
   SUBCASE("a bad URI is refused with the accepted forms") {
-    store_env env("postgres://nope");
+    store_env env("mysql://nope");
     try {
       delayq::engine eng(io, f, delayq::open_store(delayq::default_store_uri()));
       FAIL("a bad DELAYQ_STORE was accepted");

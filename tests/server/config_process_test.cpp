@@ -98,6 +98,15 @@ TEST_CASE("config: a file configures a real server, and --print-config masks its
     CHECK(cfg_line(r.out, "store").find("127.0.0.1:6379") != std::string::npos);
     CHECK(r.out.find("hunter2") == std::string::npos);
   }
+  SUBCASE("a PostgreSQL store URI's password is masked too") {
+    const cfg_run r = cfg_exit({"--config", conf, "--print-config", "--store",
+                                "postgres://delayq:hunter2-password@127.0.0.1:5432/app"});
+    INFO(r.out);
+    CHECK(WEXITSTATUS(r.status) == 0);
+    CHECK(cfg_line(r.out, "store").find("postgres://delayq@127.0.0.1:5432/app") !=
+          std::string::npos);
+    CHECK(r.out.find("hunter2") == std::string::npos);
+  }
   SUBCASE("the server runs with the file's settings: its token, its store, its capacity") {
     server_process server({"--config", conf});
     const std::uint16_t port = server.wait_listening();
@@ -190,8 +199,8 @@ TEST_CASE("config: every refusal exits 2, naming the file, the line and the key"
       {"a duration out of range", "drain_timeout = 2h\n",
        "1: drain_timeout: must be from 0s to 1h"},
       {"a bad listen address", "listen = nowhere\n", "1: listen: wants ADDR:PORT"},
-      {"a bad store URI", "store = postgres://x\n",
-       "1: store: \"postgres://x\" is not a store URI"},
+      {"a bad store URI", "store = mysql://x\n",
+       "1: store: \"mysql://x\" is not a store URI"},
       {"a bad push target", "push = nourl\n", "1: push: wants TYPE=URL"},
       {"a bad capacity", "capacity = email=0\n", "1: capacity: wants TYPE=N"},
       {"a capacity named twice", "capacity = a=1\ncapacity = a=2\n",
@@ -266,8 +275,8 @@ TEST_CASE("config: unreadable files and unsafe secret files stop the start with 
             "--token and --token-file give the same setting: give one");
     refused({"--tick", "0"}, "--tick: wants a whole number from 1 to 60000");
     refused({"--no-such-flag"}, "--no-such-flag");
-    const cfg_run r = cfg_exit({"--listen", "127.0.0.1:0"}, {"DELAYQ_STORE=postgres://db"});
+    const cfg_run r = cfg_exit({"--listen", "127.0.0.1:0"}, {"DELAYQ_STORE=mysql://db"});
     CHECK(WEXITSTATUS(r.status) == 2);
-    CHECK(r.err.find("DELAYQ_STORE: \"postgres://db\" is not a store URI") != std::string::npos);
+    CHECK(r.err.find("DELAYQ_STORE: \"mysql://db\" is not a store URI") != std::string::npos);
   }
 }
