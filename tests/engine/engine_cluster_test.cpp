@@ -47,8 +47,17 @@ class sharded_view final : public delayq::task_store,
   std::atomic<bool> gate_reads{false}, gate_finds{false};
   latch reads, finds;
 
+  // While set, a write holding a fenced change (an attempt's outcome) fails
+  // whole as an unreachable store's would: nothing lands, the writer keeps it.
+  std::atomic<bool> unreachable_fenced{false};
+
   void write(std::span<const delayq::store_change> changes,
              boost::system::error_code& ec) override {
+    if (unreachable_fenced &&
+        std::any_of(changes.begin(), changes.end(), [](const auto& c) { return c.fence != 0; })) {
+      ec = delayq::errc::store_unavailable;
+      return;
+    }
     if (refuse_fenced) {
       std::set<std::uint32_t> refused_shards;
       for (const auto& c : changes)
@@ -591,6 +600,68 @@ TEST_CASE("cluster: an attempt whose shard was taken meanwhile gets lease_lost o
   CHECK(left.at(id).attempts == 0);
   CHECK(a.eng->stop(patience));
   thief->release_all();
+}
+
+TEST_CASE(
+    "cluster: an attempt that settles after its shard was lost and taken again does not run "
+    "again") {
+  // The faults harness's partition-redis: an instance cut off from the store
+  // loses its leases while an attempt runs; another instance runs the task
+  // and finishes it; the first takes the shard again (a new token) and reads
+  // it while its own attempt is still out (that record is skipped: memory is
+  // newer). Then the attempt fails, and its retry's write fails too (the
+  // store is unreachable, so the write is kept): the earlier tenure's copy
+  // must not be armed and run again under the new token.
+  const std::string uri = sharded_uri("cluster-stale-retry");
+  io_thread io;
+  member a{"a"};
+  latch gate;
+  delayq::executor_factory f;
+  f.add("blocked", [&](const delayq::task&) {
+    gate.enter_and_wait();
+    throw std::runtime_error("fails");
+  });
+  open_at_exit opener{gate};
+  auto owned = std::make_unique<sharded_view>(uri);
+  sharded_view& view = *owned;
+  // One worker: what fires runs in due order, so the probe below runs only
+  // after anything due before it.
+  start_member(a, io, std::move(owned), f, 1);
+  std::uint32_t shard = 0;
+  const std::string x = id_owned_by("a", {"a"}, "stale-x", &shard);
+  const std::string probe = id_owned_by("a", {"a"}, "stale-probe", nullptr, x);
+  a.eng->schedule("blocked", "p", std::chrono::milliseconds{0}, {x});
+  REQUIRE(gate.wait_entered(1));
+
+  // a stalls past its lease and a process under a's own name takes the
+  // shard (as in the lapsed test above): a's next round finds it lost.
+  auto thief = delayq::make_redis_shard_leases(
+      delayq::redis_options::parse(uri), delayq::cluster_options{test_shards, thief_lease, "a"});
+  REQUIRE(steal_shard(uri, *thief, shard));
+  REQUIRE(eventually([&] { return a.eng->stats().shards_lost >= 1; }));
+  const std::uint64_t gained_before = a.eng->stats().shards_gained;
+  // The other process ran x and finished it, then let the shard go; a takes
+  // it again and reads it while x's attempt is still out.
+  auto reader = delayq::open_store(uri);
+  const std::string ids[] = {x};
+  reader->remove(ids);
+  thief->release_all();
+  REQUIRE(eventually([&] { return a.eng->stats().shards_gained > gained_before; }));
+
+  // The attempt fails; its retry's write finds the store unreachable.
+  view.unreachable_fenced = true;
+  gate.release();
+  REQUIRE(eventually([&] { return a.eng->stats().failed == 1 && a.eng->pending() == 0; }));
+  view.unreachable_fenced = false;  // the kept write is refused by the fence now
+
+  // A probe of the same shard due after x's retry runs; x did not run again
+  // before it, and is neither held nor stored.
+  a.eng->schedule("t", "p", std::chrono::milliseconds{20}, {probe});
+  REQUIRE(a.ran.wait_for_count(1));
+  CHECK(gate.entered_so_far() == 1);
+  CHECK_FALSE(a.eng->find(x).has_value());
+  CHECK(stored(*reader).count(x) == 0);
+  CHECK(a.eng->stop(patience));
 }
 
 TEST_CASE("cluster: a shard is handed over only once the attempt running on it settled") {

@@ -96,6 +96,10 @@ struct latch {
     open = true;
     cv.notify_all();
   }
+  int entered_so_far() {
+    std::lock_guard lock(m);
+    return entered;
+  }
 };
 
 inline delayq::engine_options fast_options() {

@@ -138,6 +138,15 @@ class engine_core final : public dispatcher::owner,
   /// With a horizon, after a record settled: lets go of it again if it is
   /// due past the watermark and idle (the store has it).
   void evict_if_far_locked(task_table& t, timer_wheel::handle h);
+  /// Clusters, as an attempt dispatched under lease token `fence` settles:
+  /// when this instance no longer holds the record's shard under that token
+  /// (lost it, maybe taken it again since), the record is an earlier
+  /// tenure's copy and must not wait or run again here: it goes, and where
+  /// the shard is held again the id is read afresh from the store after the
+  /// lock (the new tenure's read skipped it while the record was busy).
+  /// True when it went. Never on a single node (fence 0).
+  bool drop_if_tenure_ended_locked(task_table& t, timer_wheel::handle h, std::uint64_t fence,
+                                   after_lock& after);
   task task_of(const task_table& t, timer_wheel::handle h) const;
   ready_ref ready_of(const task_table& t, timer_wheel::handle h, std::uint32_t word) const;
   /// The pending count of tasks of `kind` (capacity), an atomic: changes

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "delayq/log.hpp"
+#include "detail/changes/change.hpp"
 #include "detail/engine_core.hpp"
 #include "detail/task_state.hpp"
 
@@ -79,6 +80,17 @@ void engine_core::evict_if_far_locked(task_table& t, timer_wheel::handle h) {
   // A call that looked the id up decides on it next: keep it until then.
   if (pager_.pinned(t.wheel.id(h))) return;
   erase_locked(t, h);  // the store has it; the pager brings it back in time
+}
+
+bool engine_core::drop_if_tenure_ended_locked(task_table& t, timer_wheel::handle h,
+                                              std::uint64_t fence, after_lock& after) {
+  if (fence == 0) return false;  // a single node, or an attempt without a lease
+  const std::string_view id = t.wheel.id(h);
+  const std::uint64_t held = owner_->held_token(id);
+  if (held == fence) return false;
+  if (held != 0) after.reread.emplace_back(id);
+  erase_locked(t, h);
+  return true;
 }
 
 task engine_core::task_of(const task_table& t, timer_wheel::handle h) const {

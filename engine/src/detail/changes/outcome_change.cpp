@@ -30,8 +30,9 @@ using std::chrono::milliseconds;
 // once the write is decided, whichever way it went.
 class due_again_change final : public change {
  public:
-  due_again_change(task_table* t, timer_wheel::handle h, std::int64_t due_ms, bool counts)
-      : change(t, h), due_ms(due_ms), counts(counts) {}
+  due_again_change(task_table* t, timer_wheel::handle h, std::int64_t due_ms, bool counts,
+                   std::uint64_t fence)
+      : change(t, h), due_ms(due_ms), counts(counts), fence(fence) {}
   void landed(settle_context& c) override { apply(c, true); }
   void failed(settle_context& c, const boost::system::error_code& ec) override {
     if (ec == errc::lease_lost)
@@ -41,7 +42,8 @@ class due_again_change final : public change {
   }
 
   std::int64_t due_ms;
-  bool counts;  // a retry: one more attempt counted
+  bool counts;          // a retry: one more attempt counted
+  std::uint64_t fence;  // the lease token the attempt ran under (clusters)
 
  private:
   void apply(settle_context& c, bool ok) {
@@ -49,6 +51,10 @@ class due_again_change final : public change {
       c.engine.erase_locked(c.table, h);  // stopping: the store has it for the next start
       return;
     }
+    // A write that failed (the store unreachable: it is kept) or landed
+    // while the shard's lease ran out: armed here, the earlier tenure's copy
+    // would run again on a shard another instance may have run it on since.
+    if (c.engine.drop_if_tenure_ended_locked(c.table, h, fence, c.after)) return;
     timer_wheel& w = c.table.wheel;
     if (counts) w.set_attempts(h, w.attempts(h) + 1);
     w.set_due_ms(h, due_ms);
@@ -121,15 +127,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
           // instance's new tenure, which read the store afresh) decides on
           // the task. Held again, it could run a task another instance ran
           // and finished meanwhile.
-          if (fence != 0 && owner_->held_token(t.wheel.id(h)) != fence) {
-            // A new tenure that read the shard while this record was busy
-            // skipped the task (memory was newer): it is read again, as the
-            // store has it now.
-            if (owner_->held_token(t.wheel.id(h)) != 0)
-              after.reread.emplace_back(t.wheel.id(h));
-            erase_locked(t, h);
-            continue;
-          }
+          if (drop_if_tenure_ended_locked(t, h, fence, after)) continue;
           t.set_tag(h, tsw::with_state(t.tag(h), tsw::armed));
           t.wheel.arm(h, ticker_.current_tick() + 1);
           note_armed_locked(t, t.wheel.due_tick(h));
@@ -180,7 +178,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
           op = make_op(change_kind::save, t, h, true);
           op.t.attempts = v.attempts;
           op.t.due = from_epoch_ms(v.due_ms);
-          op.ctx = std::make_unique<due_again_change>(&t, h, v.due_ms, true);
+          op.ctx = std::make_unique<due_again_change>(&t, h, v.due_ms, true, fence);
           break;
         case attempt_settler::verdict_kind::release: {
           // A retry's write without the attempt counted: the new due time
@@ -195,7 +193,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
           if (o.priority) t.set_attrs(h, {*o.priority, t.attrs_of(h).ttr_ms});
           op = make_op(change_kind::save, t, h, true);
           op.t.due = from_epoch_ms(due);
-          op.ctx = std::make_unique<due_again_change>(&t, h, due, false);
+          op.ctx = std::make_unique<due_again_change>(&t, h, due, false, fence);
           break;
         }
       }
