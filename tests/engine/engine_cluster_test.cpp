@@ -635,8 +635,7 @@ TEST_CASE(
 
   // a stalls past its lease and a process under a's own name takes the
   // shard (as in the lapsed test above): a's next round finds it lost.
-  auto thief = delayq::make_redis_shard_leases(
-      delayq::redis_options::parse(uri), delayq::cluster_options{test_shards, thief_lease, "a"});
+  auto thief = other_leases(uri, delayq::cluster_options{test_shards, thief_lease, "a"});
   REQUIRE(steal_shard(uri, *thief, shard));
   REQUIRE(eventually([&] { return a.eng->stats().shards_lost >= 1; }));
   const std::uint64_t gained_before = a.eng->stats().shards_gained;
