@@ -1,6 +1,7 @@
 #include "beanstalk/session.hpp"
 
 #include <algorithm>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <thread>
@@ -66,11 +67,17 @@ session::session(socket_type socket, const std::atomic<job_service*>& service,
 session::~session() = default;
 
 void session::start() {
+  // Counted at once (the acceptor's cap reads the count), the rest on the
+  // session's own executor: start() runs on the acceptor's thread, and the
+  // first read's handler may run on the session's thread before start()
+  // returned (watch_state() and pump() both read the command reader).
   registry_.opened();
   registry_.use("", using_);
   registry_.watch(watching_.front(), +1);
-  read();
-  watch_state();
+  boost::asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    self->read();
+    self->watch_state();
+  });
 }
 
 void session::evict() {
@@ -194,16 +201,16 @@ void session::pump() {
 }
 
 bool session::run_here(command c) {
-  running_on_ = std::this_thread::get_id();
+  running_on_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   answered_inline_ = false;
   const bool done = run(std::move(c));
-  running_on_ = std::thread::id{};
+  running_on_.store(std::thread::id{}, std::memory_order_relaxed);
   return done || std::exchange(answered_inline_, false);
 }
 
 bool session::answering_inline() const noexcept {
   // run() is on the stack of this thread: an answer for its command.
-  return running_on_ == std::this_thread::get_id();
+  return running_on_.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
 void session::write() {

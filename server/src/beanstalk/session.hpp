@@ -108,7 +108,10 @@ class session : public std::enable_shared_from_this<session> {
   bool busy_ = false;  // a command's reply is on its way
   // The thread running run() now (none outside it), and whether the
   // command's answer came back inside it.
-  std::thread::id running_on_{};
+  // Read by the thread an answer arrives on, which may be another (an
+  // engine or pool thread): atomic. Relaxed is enough: only this thread
+  // could have stored its own id.
+  std::atomic<std::thread::id> running_on_{};
   bool answered_inline_ = false;
   bool reading_ = false, closing_ = false, closed_ = false;
   bool producer_ = false, worker_ = false;
