@@ -83,11 +83,14 @@ TEST_CASE("engine: concurrent schedule calls share store writes") {
   std::vector<std::thread> rest;
   for (int i = 0; i < followers; ++i)
     rest.emplace_back([&, i] { eng.schedule("t", "follower " + std::to_string(i), 1h); });
-  // They are queued once the engine counts them as pending (the count
-  // includes tasks whose write is in flight).
+  // They are queued once the writer holds them (stats().writes_queued:
+  // queued, not yet sent). Not pending(): a call counts its task there when
+  // it reserves room, before it hands the write over, so a follower could
+  // still be on its way and make a third batch (seen under ASan).
   const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (eng.pending() < 1 + followers && std::chrono::steady_clock::now() < deadline)
+  while (eng.stats().writes_queued < followers && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
+  REQUIRE(eng.stats().writes_queued == followers);
   REQUIRE(eng.pending() == 1 + followers);
 
   store.open();

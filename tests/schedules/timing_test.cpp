@@ -176,6 +176,35 @@ TEST_CASE("schedules: every and start and end") {
   CHECK(at(0, 5) == std::vector<std::int64_t>{utc(2026, 1, 1, 1), utc(2026, 1, 1, 2)});
 }
 
+TEST_CASE("schedules: occurrences stop before a time point would wrap (2262)") {
+  // A task is due at a system_clock time point (nanoseconds, which end in
+  // April 2262): past 2262-01-01 there is no occurrence, never one wrapped
+  // around to 1677 (the HTTP API's fuzzing found a start_ms in 2530).
+  constexpr std::int64_t last = 9214646400000;  // 2262-01-01T00:00:00Z
+  delayq::schedule s;
+  s.id = "s";
+  s.type = "t";
+  s.every = std::chrono::hours(1);
+  s.start = from_epoch_ms(last - 3'600'000);
+  boost::system::error_code ec;
+  std::vector<std::int64_t> got;
+  for (auto t : delayq::schedule_occurrences(s, from_epoch_ms(0), 10, ec))
+    got.push_back(to_epoch_ms(t));
+  CHECK_FALSE(ec);
+  CHECK(got == std::vector<std::int64_t>{last - 3'600'000, last});
+  s.every = {};
+  s.cron = "0 0 * * *";
+  got.clear();
+  for (auto t : delayq::schedule_occurrences(s, from_epoch_ms(0), 10, ec))
+    got.push_back(to_epoch_ms(t));
+  CHECK(got == std::vector<std::int64_t>{last});
+  // A start past it is refused, naming the field.
+  s.start = from_epoch_ms(last + 1);
+  const auto p = delayq::check_schedule(s);
+  REQUIRE(p.has_value());
+  CHECK(p->field == "start_ms");
+}
+
 TEST_CASE("schedules: DST in Europe/Berlin") {
   // 2026-03-29: 02:00 CET (+1) jumps to 03:00 CEST (+2) at 01:00Z.
   // A nonexistent 02:30 runs at the jump, 01:00Z; 02:00 and 02:30 are one.

@@ -261,10 +261,17 @@ std::optional<api_error> parse_schedule(const json& j, const std::string& id, sc
     return bad_request("field \"ttr_ms\" must be 0 or an integer from " +
                        std::to_string(min_ttr.count()) + " to " + std::to_string(max_ttr.count()));
   // Out of the range check_schedule() accepts, but never overflowing here.
-  constexpr std::int64_t ms_lo = -(std::int64_t{1} << 50), ms_hi = std::int64_t{1} << 50;
+  constexpr std::int64_t ms_hi = std::int64_t{1} << 50;
   if (every) out.every = milliseconds{std::min(*every, ms_hi)};
-  if (start) out.start = from_epoch_ms(std::clamp(*start, ms_lo, ms_hi));
-  if (end) out.end = from_epoch_ms(std::clamp(*end, ms_lo, ms_hi));
+  // start and end become system_clock time points (nanoseconds), which end
+  // in April 2262 (the fuzzer found start_ms 1.8e13 overflowing): clamped
+  // to what one holds, and check_schedule() refuses them out of its range
+  // (1970 to 2262-01-01), naming the field.
+  const std::int64_t point_ms = std::chrono::duration_cast<milliseconds>(
+                                    std::chrono::system_clock::time_point::max().time_since_epoch())
+                                    .count();
+  if (start) out.start = from_epoch_ms(std::clamp(*start, -point_ms, point_ms));
+  if (end) out.end = from_epoch_ms(std::clamp(*end, -point_ms, point_ms));
   out.priority = static_cast<std::uint32_t>(priority.value_or(0));
   out.ttr = milliseconds{ttr.value_or(0)};
   std::string missed;

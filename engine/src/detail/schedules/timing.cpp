@@ -31,13 +31,13 @@ std::optional<timing> timing::compile(const schedule& s, schedule_problem& probl
   if (s.start) {
     const std::int64_t ms = to_epoch_ms(*s.start);
     if (ms < earliest_ms || ms > latest_ms)
-      return fail("start_ms", "must be from 0 (1970) to 253402300799999 (the end of 9999)");
+      return fail("start_ms", "must be from 0 (1970) to 9214646400000 (2262-01-01)");
     t.start_ms = ms;
   }
   if (s.end) {
     const std::int64_t ms = to_epoch_ms(*s.end);
     if (ms < earliest_ms || ms > latest_ms)
-      return fail("end_ms", "must be from 0 (1970) to 253402300799999 (the end of 9999)");
+      return fail("end_ms", "must be from 0 (1970) to 9214646400000 (2262-01-01)");
     if (ms < t.start_ms) return fail("end_ms", "is before start_ms");
     t.end_ms = ms;
   }

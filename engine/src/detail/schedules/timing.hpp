@@ -32,9 +32,11 @@
 namespace delayq::detail::schedules {
 
 /// Bounds of the instants a schedule may name, in ms since the epoch:
-/// 1970-01-01 to 9999-12-31 (UTC).
+/// 1970-01-01 to 2262-01-01 (UTC). An occurrence becomes a task due at a
+/// system_clock time point (nanoseconds), which ends in April 2262: later
+/// occurrences would wrap around to 1677.
 inline constexpr std::int64_t earliest_ms = 0;
-inline constexpr std::int64_t latest_ms = 253402300799999;
+inline constexpr std::int64_t latest_ms = 9214646400000;
 
 /// A schedule's timing, compiled. Thread safety: a plain value; const
 /// members are safe from any thread.
