@@ -267,9 +267,9 @@ TEST_CASE("schedules: missed runs are skipped, run once, or all up to 1,000") {
     delayq::missed_runs missed;
     const char* name;
   };
-  for (policy p : {policy{delayq::missed_runs::skip, "skip"},
-                   policy{delayq::missed_runs::once, "once"},
-                   policy{delayq::missed_runs::all, "all"}}) {
+  for (policy p :
+       {policy{delayq::missed_runs::skip, "skip"}, policy{delayq::missed_runs::once, "once"},
+        policy{delayq::missed_runs::all, "all"}}) {
     CAPTURE(std::string(p.name));
     temp_dir dir;
     const std::string uri = "sqlite:" + dir.file("s.db");
