@@ -358,7 +358,11 @@ std::vector<result_ptr> connection::exchange(std::span<const statement> stmts, b
     bool ok = true;
     if (!s.name.empty()) {
       const std::string name(s.name);
-      if (!prepared_.contains(s.name)) {
+      // Prepared once: on this connection before, or earlier in this very
+      // pipeline (a batch may run one statement several times).
+      const bool here = std::any_of(expected.begin(), expected.end(),
+                                    [&](const expect& e) { return e.prepare == s.name; });
+      if (!here && !prepared_.contains(s.name)) {
         const std::string sql(s.sql);
         ok = PQsendPrepare(conn_, name.c_str(), sql.c_str(), a.size(), a.types()) == 1;
         expected.push_back({s.name, i});

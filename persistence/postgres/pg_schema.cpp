@@ -45,6 +45,7 @@ schema_sql::schema_sql(const std::string& name) : schema(name), q(quote_ident(na
   sequences = q + ".sequences";
   leases = q + ".leases";
   members = q + ".members";
+  schedules = q + ".schedules";
 
   const std::string gen = "(SELECT value::int2 FROM " + meta + " WHERE key = 'gen')";
   const std::string not_refused = " NOT IN (SELECT shard FROM refused)";
@@ -138,6 +139,54 @@ schema_sql::schema_sql(const std::string& name) : schema(name), q(quote_ident(na
   sequence_raise = "INSERT INTO " + sequences +
                    " AS s (name, next) VALUES ($1, GREATEST($2, 1)) "
                    "ON CONFLICT (name) DO UPDATE SET next = GREATEST(s.next, EXCLUDED.next)";
+
+  // A compare-and-set on the revision. Two writers expecting the same one:
+  // the second waits on the row lock, then finds the revision moved on (READ
+  // COMMITTED re-checks the WHERE on the row the first committed) and
+  // changes nothing. The EXISTS sees the statement's snapshot, from before
+  // the change: it answers true only for a row that was already as this
+  // change leaves it, that is this change's own run, sent again.
+  schedule_create = "WITH c AS (INSERT INTO " + schedules +
+                    " (id, definition, state, revision) VALUES ($1, $2, $3, 1) "
+                    "ON CONFLICT (id) DO NOTHING RETURNING 1) "
+                    "SELECT EXISTS (SELECT 1 FROM c) OR EXISTS (SELECT 1 FROM " +
+                    schedules +
+                    " WHERE id = $1 AND revision = 1 AND definition = $2 AND state = $3)";
+  schedule_replace = "WITH c AS (UPDATE " + schedules +
+                     " SET definition = $2, state = $3, revision = revision + 1 "
+                     "WHERE id = $1 AND revision = $4 RETURNING 1) "
+                     "SELECT EXISTS (SELECT 1 FROM c) OR EXISTS (SELECT 1 FROM " +
+                     schedules +
+                     " WHERE id = $1 AND revision = $4 + 1 AND definition = $2 AND state = $3)";
+  schedule_state = "WITH c AS (UPDATE " + schedules +
+                   " SET state = $2, revision = revision + 1 "
+                   "WHERE id = $1 AND revision = $3 AND $3 > 0 RETURNING 1) "
+                   "SELECT EXISTS (SELECT 1 FROM c) OR EXISTS (SELECT 1 FROM " +
+                   schedules + " WHERE id = $1 AND $3 > 0 AND revision = $3 + 1 AND state = $2)";
+  schedule_erase =
+      "DELETE FROM " + schedules + " WHERE id = $1 AND revision = $2 AND $2 > 0 RETURNING 1";
+  schedule_find =
+      "SELECT id, definition, state, revision FROM " + schedules + " WHERE id = ANY($1::bytea[])";
+  schedule_page = "SELECT id, definition, state, revision FROM " + schedules +
+                  " WHERE id > $1 ORDER BY id LIMIT $2";
+  schedule_count = "SELECT count(*) FROM " + schedules;
+  for (int g = 0; g < 2; ++g) {
+    // Into the partition new rows go to, unless either generation holds the
+    // id (the unique index is per partition; NOT EXISTS looks at both).
+    // Notices go out at COMMIT, for the rows inserted only.
+    insert_absent_gen[g] =
+        "WITH u AS (SELECT * FROM unnest($1::int4[], $2::bytea[], $3::int8[], $4::bytea[], "
+        "$5::text[]) AS u(shard, id, due_ms, record, line)), "
+        "ins AS (INSERT INTO " +
+        std::string(g == 0 ? tasks0 : tasks1) + " (gen, shard, id, due_ms, record) SELECT " +
+        std::to_string(g) + ", u.shard, u.id, u.due_ms, u.record FROM u WHERE NOT EXISTS " +
+        "(SELECT 1 FROM " + tasks +
+        " t WHERE t.id = u.id) ON CONFLICT (id) DO NOTHING RETURNING id), "
+        // A SELECT in WITH runs only when read: the second count reads it.
+        "n AS (SELECT pg_notify($6, u.line) AS sent FROM u JOIN ins ON ins.id = u.id "
+        "WHERE $6 <> '') "
+        "SELECT (SELECT count(*) FROM ins), (SELECT count(sent) FROM n)";
+  }
 
   meta_all = "SELECT key, value FROM " + meta;
   counts = "SELECT (SELECT count(*) FROM " + tasks + "), (SELECT count(*) FROM " + dead + ")";
@@ -288,6 +337,11 @@ postgres_layout_state ensure_schema(connection& c, const schema_sql& sql, std::u
           " (shard int4 PRIMARY KEY, owner text, incarnation text, "
           "expires_ms int8 NOT NULL DEFAULT 0, token int8 NOT NULL DEFAULT 0) "
           "WITH (fillfactor = 50)",
+      // A schedule's state is rewritten at every occurrence it makes a task:
+      // room in each page keeps those updates HOT (no index entry).
+      "CREATE TABLE IF NOT EXISTS " + sql.schedules +
+          " (id bytea PRIMARY KEY, definition bytea NOT NULL, state bytea NOT NULL, "
+          "revision int8 NOT NULL) WITH (fillfactor = 70)",
       "CREATE TABLE IF NOT EXISTS " + sql.members +
           " (name text PRIMARY KEY, expires_ms int8 NOT NULL) WITH (fillfactor = 50)",
       "INSERT INTO " + sql.meta +

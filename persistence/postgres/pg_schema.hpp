@@ -18,6 +18,8 @@
 //   S.leases        (shard primary key, owner, incarnation, expires_ms,
 //                   token): a cluster's shard leases
 //   S.members       (name primary key, expires_ms): a cluster's heartbeats
+//   S.schedules     (id bytea primary key, definition, state, revision):
+//                   recurring schedules (pg_schedules.hpp)
 // Ids, keys and records are bytea: any bytes, ordered bytewise, as the
 // engine orders ids.
 #pragma once
@@ -42,7 +44,8 @@ struct schema_sql {
   std::string channel;  // the LISTEN/NOTIFY channel: "delayq:" + schema
 
   // tables, qualified and quoted
-  std::string meta, tasks, tasks0, tasks1, dead, quarantine, settings, sequences, leases, members;
+  std::string meta, tasks, tasks0, tasks1, dead, quarantine, settings, sequences, leases, members,
+      schedules;
 
   // ---- writes (pg_batch.cpp): one transaction per batch -----------------
   // From both generations: $1 ids. Fenced: + $2 fence shards, $3 tokens.
@@ -76,6 +79,25 @@ struct schema_sql {
   // ---- settings and sequences -----------------------------------------------
   std::string settings_all, settings_upsert, settings_erase;
   std::string sequence_take, sequence_raise;
+
+  // ---- schedules (pg_schedules.cpp) -----------------------------------------
+  // Each answers one row, one boolean: whether the change applied, or finds
+  // the row as this very change would have left it (its own earlier run).
+  // $1 id, $2 definition, $3 state: a put over nothing stored.
+  std::string schedule_create;
+  // $1 id, $2 definition, $3 state, $4 expected: a put over revision $4.
+  std::string schedule_replace;
+  // $1 id, $2 state, $3 expected.
+  std::string schedule_state;
+  // $1 id, $2 expected: RETURNING 1 when it applied.
+  std::string schedule_erase;
+  std::string schedule_find;  // $1 ids
+  std::string schedule_page;  // $1 after id, $2 limit
+  std::string schedule_count;
+  // Into generation g: $1 shards, $2 ids, $3 due_ms, $4 records, $5 notice
+  // lines, $6 the channel ('' for none): each task whose id no generation
+  // holds, with its notice.
+  std::string insert_absent_gen[2];
 
   // ---- layout ----------------------------------------------------------------
   std::string meta_all;

@@ -6,6 +6,7 @@
 #include "delayq/role_store.hpp"
 #include "pg_backend.hpp"
 #include "pg_dead_letters.hpp"
+#include "pg_schedules.hpp"
 #include "pg_schema.hpp"
 #include "pg_sequences.hpp"
 #include "pg_settings.hpp"
@@ -68,6 +69,7 @@ std::unique_ptr<task_store> open_postgres_store(const postgres_options& options,
   roles.dead_letters = std::make_unique<detail::pg::dead_letters_role>(*b);
   roles.settings = std::make_unique<detail::pg::settings_role>(*b);
   roles.sequences = std::make_unique<detail::pg::sequences_role>(*b);
+  roles.schedules = std::make_unique<detail::pg::schedules_role>(*b);
   if (options.layout.shards != 0)
     roles.shards = std::make_unique<detail::pg::shards_role>(*b, tasks_ref);
   return std::make_unique<role_store>(std::move(roles));

@@ -12,6 +12,7 @@ role_store::~role_store() {
   // The roles may hold threads that use the others (a listener, a write
   // pipeline): the optional ones go first, then the tasks, then what they
   // all share.
+  roles_.schedules.reset();
   roles_.shards.reset();
   roles_.sequences.reset();
   roles_.settings.reset();

@@ -33,8 +33,12 @@ void postgres_ctl(const char* what) {
 
 // Short timeouts: an outage is noticed fast.
 std::string outage_uri(const std::string& tag) {
+  // Generous timeouts: a dial to a stopped server is refused at once, so
+  // they do not slow the outage; a loaded machine (a sanitizer build, a
+  // busy CI) may need seconds for a login's password hashing. (300 ms
+  // failed an open_store() in an ASan run here.)
   return delayq::test::postgres_uri_for(delayq::test::unique_schema(tag),
-                                        "connect_timeout_ms=300&command_timeout_ms=2000");
+                                        "connect_timeout_ms=10000&command_timeout_ms=10000");
 }
 
 std::map<std::string, delayq::task> stored_at(const std::string& uri) {

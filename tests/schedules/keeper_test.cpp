@@ -1,7 +1,8 @@
 // Recurring schedules through the engine: occurrences become ordinary tasks
 // "ID@MS" and run once each; the API's answers and errors; restarts, missed
 // runs (skip, once, all), a claim left in doubt by a dead keeper, and two
-// keepers racing for one schedule. Real stores (memory, SQLite, Redis).
+// keepers racing for one schedule. Real stores (memory, SQLite, Redis,
+// PostgreSQL).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "detail/schedules/schedule_codec.hpp"
 #include "engine_test_support.hpp"
+#include "pg_test_support.hpp"
 
 using namespace delayq_test;
 using delayq::errc;
@@ -72,6 +74,11 @@ std::vector<store_kind> stores() {
       {"memory", [](const temp_dir&) { return std::make_unique<delayq::memory_store>(); }},
       {"sqlite", [](const temp_dir& d) { return delayq::open_store("sqlite:" + d.file("s.db")); }},
       {"redis", [](const temp_dir&) { return delayq::open_store(fresh_redis_uri("sched")); }},
+      {"postgres",
+       [](const temp_dir&) {
+         using namespace delayq::test;
+         return delayq::open_store(postgres_uri_for(unique_schema("sched")));
+       }},
   };
 }
 

@@ -1,6 +1,6 @@
 // The schedule_store role on every store delayq ships (memory, SQLite, Redis
-// and its sharded layout): revisions, compare-and-set, paging, bytes, and
-// the race the keeper's claims rely on (one writer wins a revision).
+// and PostgreSQL, each of those two also in its sharded layout): revisions, compare-and-set,
+// paging, bytes, and the race the keeper's claims rely on (one writer wins a revision).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -14,7 +14,9 @@
 using namespace delayq;
 using namespace delayq::test;
 
-#define DELAYQ_SCHEDULE_STORES memory_fixture, sqlite_fixture, redis_fixture, redis_sharded_fixture
+#define DELAYQ_SCHEDULE_STORES                                                            \
+  memory_fixture, sqlite_fixture, redis_fixture, redis_sharded_fixture, postgres_fixture, \
+      postgres_sharded_fixture
 
 namespace {
 
@@ -187,9 +189,10 @@ TEST_CASE_TEMPLATE("schedule store: of writers racing for one revision exactly o
   CHECK(find_one(s, "race")->revision == rounds + 1);
 }
 
-TEST_CASE("schedule store: insert_absent stores a task once and announces it (sharded Redis)") {
-  redis_sharded_fixture f;
-  auto& store = static_cast<redis_store&>(f.store());
+TEST_CASE_TEMPLATE("schedule store: insert_absent stores a task once and announces it", F,
+                   redis_sharded_fixture, postgres_sharded_fixture) {
+  F f;
+  task_store& store = f.store();
   boost::system::error_code ec;
   auto listener = store.sharded()->listen(ec);
   REQUIRE_FALSE(ec);
@@ -198,7 +201,7 @@ TEST_CASE("schedule store: insert_absent stores a task once and announces it (sh
   t.type = "report";
   t.payload = "first";
   t.due = from_epoch_ms(1767225600000);
-  store.insert_absent(std::span<const task>(&t, 1), ec);
+  role(store).insert_absent(std::span<const task>(&t, 1), ec);
   REQUIRE_FALSE(ec);
   // Wait for the notice of the stored task.
   bool noticed = false;
@@ -210,7 +213,7 @@ TEST_CASE("schedule store: insert_absent stores a task once and announces it (sh
   // Present already: left as it is (another instance may hold and change it).
   task other = t;
   other.payload = "second";
-  store.insert_absent(std::span<const task>(&other, 1), ec);
+  role(store).insert_absent(std::span<const task>(&other, 1), ec);
   REQUIRE_FALSE(ec);
   const std::string ids[] = {t.id};
   auto found = store.find(ids, ec);

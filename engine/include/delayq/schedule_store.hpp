@@ -64,10 +64,9 @@ struct schedule_write {
 /// A store offers it by deriving from both task_store and schedule_store
 /// and answering task_store::schedules() with `this`. A store that answers
 /// null keeps no schedules: the engine's schedule calls then answer
-/// errc::unsupported. memory_store, sqlite_store and redis_store offer it;
-/// docs/persistence.md, "Writing your own store", says what a store must do
-/// (a PostgreSQL store implements the same calls: a table keyed by id with
-/// a revision column, each write an UPDATE ... WHERE revision = expected).
+/// errc::unsupported. memory_store, sqlite_store, redis_store and the
+/// PostgreSQL store offer it (a role object of role_store there);
+/// docs/persistence.md, "Writing your own store", says what a store must do.
 ///
 /// In a sharded store (shard_store) a schedule lives in the shard of its
 /// id, shard_of(id), like a task of that id.

@@ -1,8 +1,8 @@
 // delayq/role_store.hpp - a task_store put together from role objects.
 //
 // A backend hands out one object per role it offers (the live tasks, dead
-// letters, settings, sequences, shards), each in a file of its own, all of
-// them working over one connection or pool they share. role_store is the
+// letters, settings, sequences, shards, schedules), each in a file of its
+// own, all of them working over one connection or pool they share. role_store is the
 // task_store the engine sees: it forwards the task calls to the tasks role
 // and answers each role accessor with the role's object. A backend adds a
 // role by writing its class and filling one more field of store_roles; it
@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "delayq/dead_letter_store.hpp"
+#include "delayq/schedule_store.hpp"
 #include "delayq/sequence_store.hpp"
 #include "delayq/settings_store.hpp"
 #include "delayq/shard_store.hpp"
@@ -39,6 +40,7 @@ struct store_roles {
   std::unique_ptr<settings_store> settings;
   std::unique_ptr<sequence_store> sequences;
   std::unique_ptr<shard_store> shards;
+  std::unique_ptr<schedule_store> schedules;
 };
 
 /// A task_store whose calls go to the tasks role and whose accessors answer
@@ -92,6 +94,7 @@ class role_store final : public task_store {
   delayq::settings_store* settings() noexcept override { return roles_.settings.get(); }
   delayq::sequence_store* sequences() noexcept override { return roles_.sequences.get(); }
   shard_store* sharded() noexcept override { return roles_.shards.get(); }
+  schedule_store* schedules() noexcept override { return roles_.schedules.get(); }
 
   /// The tasks role itself.
   task_store& tasks() noexcept { return *roles_.tasks; }
