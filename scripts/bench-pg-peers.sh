@@ -6,6 +6,7 @@
 #   bash scripts/bench-pg-peers.sh [--quick] [--no-build] [--build DIR] [--out DIR]
 #                                  [--rounds N] [--worker-mode MODE]
 #                                  [--pgboss JSON] [--graphile JSON]
+#                                  [--systems LIST] [--spread-ms MS]
 #                                  [--only-report]
 #
 # Installs what scripts/common.sh lists (postgresql, postgresql-client,
@@ -49,6 +50,9 @@
 #   --worker-mode M    delayq's workers: auto, plain, next, both (as bench-peers.sh)
 #   --pgboss JSON      override pg-boss's settings, e.g. '{"work": {"batchSize": 32, "localConcurrency": 1}}'
 #   --graphile JSON    override graphile-worker's, e.g. '{"preset": {"localQueue": {"size": -1}}}'
+#   --systems LIST     some of delayq,pg-boss,graphile-worker (default all)
+#   --spread-ms MS     spread the lateness row's jobs over MS (default 5000:
+#                      4,000 jobs a second); a diagnostic, e.g. 20000
 #   --only-report      no run: the table and the plot from <out>/pg-peers.json
 set -euo pipefail
 
@@ -68,7 +72,7 @@ while (($#)); do
     --no-build) build_it=0 ;;
     --build) build="${2:?--build needs a directory}"; shift ;;
     --out) out="${2:?--out needs a directory}"; shift ;;
-    --rounds | --worker-mode | --pgboss | --graphile)
+    --rounds | --worker-mode | --pgboss | --graphile | --systems | --spread-ms)
       pass+=("$1" "${2:?$1 needs a value}"); shift ;;
     --only-report) report_only=1 ;;
     -h | --help) sed -n '2,/^set -euo pipefail$/p' "${BASH_SOURCE[0]}"; exit 0 ;;

@@ -11,6 +11,7 @@
 //       --delayq-db URL --pgboss-db URL --graphile-db URL --pg-pid PID
 //       --out FILE [--quick] [--rounds N] [--worker-mode auto|plain|next|both]
 //       [--clk-tck N] [--pgboss JSON] [--graphile JSON]
+//       [--systems delayq,pg-boss,graphile-worker] [--spread-ms MS]
 //
 // Each round runs every scenario on every system; the order rotates by one
 // each round, so none always goes first. The scenarios (sizes for the full
@@ -47,11 +48,12 @@ const kit = require('./peer_kit');
 const { HOUR, now, pool, withTimeout, runState, summary } = kit;
 
 function parseArgs(argv) {
-  const a = { workerMode: 'auto', quick: false, rounds: 0, clkTck: 100, pgboss: '{}', graphile: '{}' };
+  const a = { workerMode: 'auto', quick: false, rounds: 0, clkTck: 100, pgboss: '{}', graphile: '{}', systems: '', spreadMs: 0 };
   const names = {
     '--delayq': 'delayq', '--delayq-pid': 'delayqPid', '--delayq-db': 'delayqDb', '--pgboss-db': 'pgbossDb',
     '--graphile-db': 'graphileDb', '--pg-pid': 'pgPid', '--out': 'out', '--rounds': 'rounds',
     '--worker-mode': 'workerMode', '--clk-tck': 'clkTck', '--pgboss': 'pgboss', '--graphile': 'graphile',
+    '--systems': 'systems', '--spread-ms': 'spreadMs',
   };
   for (let i = 2; i < argv.length; i++) {
     const k = argv[i];
@@ -61,7 +63,7 @@ function parseArgs(argv) {
       a[names[k]] = argv[++i];
     } else throw new Error(`unknown argument ${k}`);
   }
-  for (const k of ['delayqPid', 'pgPid', 'rounds', 'clkTck']) a[k] = Number(a[k] || 0);
+  for (const k of ['delayqPid', 'pgPid', 'rounds', 'clkTck', 'spreadMs']) a[k] = Number(a[k] || 0);
   for (const need of ['delayq', 'delayqDb', 'pgbossDb', 'graphileDb', 'out'])
     if (a[need] === undefined) throw new Error(`--${need.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())} is required`);
   if (!['auto', 'plain', 'next', 'both'].includes(a.workerMode)) throw new Error(`--worker-mode ${a.workerMode}?`);
@@ -75,6 +77,7 @@ const CFG = A.quick
   ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 500, workers: 32 }
   : { rounds: 3, seq: 5000, warm: 200, par: 20000, inFlight: 32, burst: 20000, late: 20000, spreadMs: 5000, workers: 32 };
 if (A.rounds) CFG.rounds = A.rounds;
+if (A.spreadMs) CFG.spreadMs = A.spreadMs; // the lateness row's spread (a diagnostic: another rate)
 const PAYLOAD = 'x'.repeat(16);
 const say = kit.logger('pg-peers');
 
@@ -351,14 +354,16 @@ async function main() {
   say(`delayq worker mode(s): ${modes.join(', ')}`);
   const delayqDb = await connect(A.delayqDb);
   const delayqSchema = new URL(A.delayqDb.replace(/^postgres(ql)?:/, 'http:')).searchParams.get('schema') || 'delayq';
-  await pgboss.init();
-  await gw.init();
+  const all = [delayq, pgboss, gw];
+  const wanted = A.systems ? A.systems.split(',') : all.map((s) => s.name);
+  for (const w of wanted) if (!all.some((s) => s.name === w)) throw new Error(`--systems: no system ${w}`);
+  const systems = all.filter((s) => wanted.includes(s.name));
+  for (const sys of systems) if (sys.init) await sys.init();
 
   const rows = {};
   const put = (row, sys, fig) => ((rows[row] = rows[row] || {})[sys] = rows[row][sys] || []).push(fig);
-  const systems = [delayq, pgboss, gw];
   for (let r = 0; r < CFG.rounds; r++) {
-    const order = systems.slice(r % 3).concat(systems.slice(0, r % 3));
+    const order = systems.slice(r % systems.length).concat(systems.slice(0, r % systems.length));
     const tag = (sys, what) => `r${r}-${sys.name}-${what}-${process.pid}`;
     say(`round ${r + 1}/${CFG.rounds}: ${order.map((s) => s.name).join(', then ')}`);
     const rates = {};
@@ -401,9 +406,7 @@ async function main() {
   };
   fs.writeFileSync(A.out, JSON.stringify(out, null, 2) + '\n');
   await delayqDb.end();
-  await pgboss.close();
-  await gw.close();
-  delayq.close();
+  for (const sys of systems) await sys.close();
 }
 
 main().then(

@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--worker-mode", default="auto", choices=["auto", "plain", "next", "both"])
     ap.add_argument("--pgboss", default="", help="JSON overriding pg-boss's settings (pg_peers.js)")
     ap.add_argument("--graphile", default="", help="JSON overriding graphile-worker's settings (pg_peers.js)")
+    ap.add_argument("--systems", default="", help="some of delayq,pg-boss,graphile-worker (default all)")
+    ap.add_argument("--spread-ms", type=int, default=0, help="the lateness row's spread (default 5000)")
     ap.add_argument("--command", default="", help="the command line to record")
     args = ap.parse_args()
 
@@ -121,6 +123,10 @@ def main():
             cmd += ["--pgboss", args.pgboss]
         if args.graphile:
             cmd += ["--graphile", args.graphile]
+        if args.systems:
+            cmd += ["--systems", args.systems]
+        if args.spread_ms:
+            cmd += ["--spread-ms", str(args.spread_ms)]
         env = dict(os.environ, NODE_PATH=args.node_modules)
         rc = f.run(cmd, env)
         if rc != 0:

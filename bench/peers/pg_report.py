@@ -123,7 +123,10 @@ def table(res):
     out.append("")
     out.append("CPU per job (median over the rounds; µs of CPU time per job: delayq-server, PostgreSQL "
                "(the postmaster and every backend), the Node.js client, which for pg-boss and graphile-worker "
-               "is the library itself):")
+               "is the library itself). Each span is the row's whole: for the burst, its 20,000 adds, the wait "
+               "until the due instant (the peers' workers poll meanwhile) and the run. PostgreSQL's CPU is the "
+               "whole server's: autovacuum, and another system's background work (pg-boss's maintenance), "
+               "count where they fall.")
     out.append("")
     out.append("| measure | delayq: server / postgres / client | pg-boss: postgres / client | graphile-worker: postgres / client |")
     out.append("|---|---:|---:|---:|")
