@@ -23,7 +23,8 @@
 # beanstalkd must be installed (scripts/common.sh lists it).
 #
 # The peer benchmarks (bench/peers: Python and Node, nothing to build but
-# delayq-server) run through scripts/bench-peers.sh --quick (about 35 s).
+# delayq-server) run through scripts/bench-peers.sh --quick (about 35 s),
+# and the PostgreSQL ones through scripts/bench-pg-peers.sh --quick (about 75 s).
 #
 # delayq-bench-scaleout (bench/server) runs through scripts/bench-scaleout.sh
 # --quick (about 15 s): 1, 2 and 3 delayq-server --cluster instances of
@@ -241,6 +242,11 @@ fi
 # fails on a wrong reply, a server that died, or invalid JSON; never on a
 # timing, a ratio or the ordering and timing checks' counts.
 smoke_script bench-peers.sh peers 180 '^| [a-zA-Z]' bench/peers
+# The PostgreSQL peers (issue 34), through scripts/bench-pg-peers.sh --quick
+# (about 75 s): a private PostgreSQL (scripts/with-postgres.sh), pg-boss and
+# graphile-worker from the same npm install, delayq-server of <builddir> on
+# postgres://. Same rules: never fails on a timing.
+smoke_script bench-pg-peers.sh pg-peers 240 '^| [a-zA-Z]' bench/peers/pg_peers.js
 # delayq-bench-scaleout, through scripts/bench-scaleout.sh --quick on this
 # build (about 15 s): 1, 2 and 3 delayq-server --cluster instances on a
 # private redis-server, and one failover round. It fails when a batch is
