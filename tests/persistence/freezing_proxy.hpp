@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -93,6 +94,10 @@ class freezing_proxy {
   }
   /// Bytes forwarded from clients to the server so far.
   std::size_t forwarded_up() const { return up_; }
+  /// While frozen: the bytes clients sent that wait unread in the proxy's
+  /// sockets (as of the proxy thread's last pass), so a test can wait until
+  /// a client's write has left it.
+  std::size_t queued_up() const { return queued_up_; }
 
  private:
   // Returns once the proxy thread began a pass after the call: a pass that
@@ -167,6 +172,14 @@ class freezing_proxy {
           fds.push_back({held ? -1 : p.client, POLLIN, 0});
           fds.push_back({held ? -1 : p.server, POLLIN, 0});
         }
+      if (frozen) {
+        std::size_t queued = 0;
+        for (const pair& p : pairs_) {
+          int n = 0;
+          if (::ioctl(p.client, FIONREAD, &n) == 0 && n > 0) queued += static_cast<std::size_t>(n);
+        }
+        queued_up_ = queued;
+      }
       if (::poll(fds.data(), fds.size(), 5) <= 0) continue;
       if (fds[0].revents & POLLIN) {
         const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -216,6 +229,7 @@ class freezing_proxy {
   std::atomic<bool> drop_down_{false};
   std::atomic<bool> close_now_{false};
   std::atomic<std::size_t> up_{0};
+  std::atomic<std::size_t> queued_up_{0};
   std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join
   std::thread thread_;
 };
