@@ -373,9 +373,12 @@ TEST_CASE("schedules: a claim left in doubt is made again for its future occurre
 TEST_CASE("schedules: two keepers racing for one schedule make each occurrence once") {
   // Two engines on one SQLite file, both keeping one schedule (no cluster:
   // nothing else tells them apart), both waking for each occurrence at the
-  // same moment. Each runs only the tasks it made itself, so one run per
-  // occurrence across both shows that each occurrence was claimed by one
-  // keeper only: the claims' compare-and-set.
+  // same moment. Each counts the occurrences it made (won the claim of):
+  // made once each, the counts add up to the occurrences there are, ran or
+  // still stored. (Who runs them is not the point: an engine that starts
+  // after the other made an occurrence loads it from the shared file and
+  // runs it too, as any two engines on one store without --cluster do. A
+  // TSan run here had b start that late.)
   temp_dir dir;
   const std::string uri = "sqlite:" + dir.file("s.db");
   const std::int64_t from = (now_ms() / 1000 + 2) * 1000;
@@ -388,13 +391,15 @@ TEST_CASE("schedules: two keepers racing for one schedule make each occurrence o
   delayq::engine b(io_b.io, ex, delayq::open_store(uri), keeper_options());
   a.start();
   b.start();
-  REQUIRE(runs.wait_for_count(6));
+  REQUIRE(runs.wait_for_count(8));
   a.stop();
   b.stop();
-  std::map<std::string, int> count;
-  for (const auto& r : runs.snapshot()) ++count[r.t.id];
-  for (const auto& [id, n] : count) CHECK_MESSAGE(n == 1, id << " ran " << n << " times");
-  CHECK(count.size() >= 6);
+  std::set<std::string> made;
+  for (const auto& r : runs.snapshot()) made.insert(r.t.id);
+  for (const auto& [id, t] : stored(*delayq::open_store(uri)))
+    if (id.starts_with("contested@")) made.insert(id);
+  CHECK(made.size() >= 6);
+  CHECK(a.stats().occurrences_made + b.stats().occurrences_made == made.size());
   // Both took part: each won some claims.
   CHECK(a.stats().occurrences_made > 0);
   CHECK(b.stats().occurrences_made > 0);
