@@ -195,7 +195,10 @@ TEST_CASE("validation: a delay past what the clock holds is refused, on every st
   REQUIRE(ran.wait_for_count(1));
   REQUIRE(eventually([&] { return eng.stats().succeeded == 1; }));
   CHECK(ran.ids() == std::vector<std::string>{"sentinel"});
-  CHECK(eng.pending() == 1);  // "near"
+  // "near" only, once the sentinel's removal landed (succeeded is counted
+  // when its attempt ends, pending() when its removal is durable: a cold
+  // ASan CI run here saw 2 in between).
+  CHECK(eventually([&] { return eng.pending() == 1; }));
   CHECK(eng.stop());
   if (uri != "memory:") {
     auto direct = delayq::open_store(uri);
