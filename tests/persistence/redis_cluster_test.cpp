@@ -172,10 +172,11 @@ TEST_CASE("redis cluster: acknowledged writes survive a redis-cli reshard of the
   // The slot, and the store's keys with it, moved.
   CHECK(owner_of(raw, slot) == dst.text());
   CHECK(on_node(raw, dst, {"EXISTS", "{" + prefix + "}:tasks"})->integer == 1);
-  // Both paths were redirected (the sync one by the router, the pipeline
-  // by itself), and nothing failed.
-  CHECK(logs.contains("cluster redirect '"));
-  CHECK(logs.contains("batch(es) again"));
+  // Redirected (the sync path by the router, the pipeline by itself; which
+  // one meets the MOVED first varies: a slow TSan run here had 1 MOVED, the
+  // sync path's, whose refreshed slot map spared the pipeline its own), and
+  // nothing failed.
+  CHECK((logs.contains("cluster redirect '") || logs.contains("batch(es) again")));
   CHECK(failures == 0);
   CHECK(tally.failed == 0);
   // What the run went through (varies with timing): shown, not asserted.
@@ -185,6 +186,7 @@ TEST_CASE("redis cluster: acknowledged writes survive a redis-cli reshard of the
     ask += line.find("'ASK ") != std::string::npos;
     retry += line.find("TRYAGAIN") != std::string::npos;
   }
+  MESSAGE("pipeline redirected: " << logs.contains("batch(es) again"));
   MESSAGE("reshard: " << sync_batches << " sync and " << async_batches << " async batches; "
                       << moved << " MOVED, " << ask << " ASK, " << retry << " TRYAGAIN lines");
 
