@@ -39,7 +39,7 @@ class Task:
     def __init__(self, key):
         self.key = key
         self.deliveries = []
-        self.gone_at = None   # cancel/replace/finish acknowledged at (t0 of that call)
+        self.gone_at = None   # cancelled/finished from (t0 of that call), replaced from (its t1)
         self.gone_why = ""
         self.resched = []     # (t0, t1, early_ref, late_ref, acked)
 
@@ -99,7 +99,12 @@ def build(evs):
                 if (t.state == "acked" or keep) and t.id:
                     by_id_versions[t.id].append((e["t0"], e["t1"], t.key, keep))
     # A replace (or a new add of an id after the old task ran) supersedes the
-    # versions before it.
+    # versions before it, from its acknowledgment on: it may take effect at
+    # any moment of its call, so the old version may still be delivered
+    # (and finished) before it answered. (Counted from its start, a replace
+    # that waited 4 s on a paused owner made a delivery of the old version
+    # 2.5 s into it a "resurrection" in a CI run here: k1845, whose finish
+    # the replace's answer followed.)
     for tid, vs in by_id_versions.items():
         vs.sort()
         for j, (b0, b1, k2, _) in enumerate(vs):
@@ -107,8 +112,8 @@ def build(evs):
                 continue
             for (a0, a1, k, _) in vs[:j]:
                 t = tasks[k]
-                if t.gone_at is None or b0 < t.gone_at:
-                    t.gone_at, t.gone_why = b0, "replaced"
+                if t.gone_at is None or b1 < t.gone_at:
+                    t.gone_at, t.gone_why = b1, "replaced"
 
     # Cancels, reschedules and finishes. The version an id names at a moment
     # is the last one acknowledged before it; when that was an add with
