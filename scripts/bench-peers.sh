@@ -118,20 +118,10 @@ fi
 delayq_need_tools beanstalkd redis-server gnuplot python3 node npm
 delayq_need_built "$build" "$build/server/delayq-server"
 
-# BullMQ as the lock file pins it, into the build tree; kept while the
-# install matches the lock (a second run asks nothing of the network).
-# Install scripts are not run: msgpackr's optional native part is not
-# needed (it falls back to JavaScript, the same for every run).
+# The npm packages as bench/peers/node/package-lock.json pins them, into
+# the build tree (scripts/common.sh).
+ensure_peer_node_modules "$build" bullmq
 node_dir="$build/bench/peers/node"
-lock_dir="$DELAYQ_ROOT/bench/peers/node"
-want="$(cat "$lock_dir/package.json" "$lock_dir/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ "$(cat "$node_dir/.installed-from" 2>/dev/null)" != "$want" || ! -d "$node_dir/node_modules/bullmq" ]]; then
-  mkdir -p "$node_dir"
-  rm -f "$node_dir/.installed-from"
-  cp "$lock_dir/package.json" "$lock_dir/package-lock.json" "$node_dir/"
-  (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=warn)
-  echo "$want" >"$node_dir/.installed-from"
-fi
 
 build_arg=""
 [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"

@@ -107,21 +107,10 @@ fi
 delayq_need_tools psql gnuplot python3 node npm
 delayq_need_built "$build" "$build/server/delayq-server"
 
-# The npm packages as the lock file pins them, into the build tree (the same
-# install scripts/bench-peers.sh makes), kept while it matches the lock.
-# Install scripts are not run (msgpackr's optional native part falls back to
-# JavaScript). pg-boss and graphile-worker declare node >= 22 in "engines";
-# they load and run on Debian's node 20.19+ (require(esm)): npm warns.
+# The npm packages as bench/peers/node/package-lock.json pins them, into
+# the build tree (scripts/common.sh).
+ensure_peer_node_modules "$build" pg-boss
 node_dir="$build/bench/peers/node"
-lock_dir="$DELAYQ_ROOT/bench/peers/node"
-want="$(cat "$lock_dir/package.json" "$lock_dir/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ "$(cat "$node_dir/.installed-from" 2>/dev/null)" != "$want" || ! -d "$node_dir/node_modules/pg-boss" ]]; then
-  mkdir -p "$node_dir"
-  rm -f "$node_dir/.installed-from"
-  cp "$lock_dir/package.json" "$lock_dir/package-lock.json" "$node_dir/"
-  (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=error)
-  echo "$want" >"$node_dir/.installed-from"
-fi
 
 build_arg=""
 [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"

@@ -251,3 +251,23 @@ delayq_machine() {
   echo "commit:     $(git -C "$DELAYQ_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$DELAYQ_ROOT" diff --quiet HEAD -- engine persistence 2>/dev/null || echo ' + uncommitted changes in engine/ or persistence/')"
   echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
 }
+
+# ensure_peer_node_modules BUILD PACKAGE : the peer benchmarks' npm packages
+# (bench/peers/node/package-lock.json: BullMQ, pg-boss, graphile-worker, pg)
+# into BUILD/bench/peers/node, kept while the install matches the lock file
+# and holds PACKAGE (a second run asks nothing of the network). Install
+# scripts are not run: msgpackr's optional native part falls back to
+# JavaScript. pg-boss and graphile-worker declare node >= 22 in "engines";
+# they run on Debian's node 20.19+ (require(esm)), and npm warns.
+# scripts/bench-peers.sh and scripts/bench-pg-peers.sh share the install.
+ensure_peer_node_modules() {
+  local node_dir="$1/bench/peers/node" lock_dir="$DELAYQ_ROOT/bench/peers/node" want
+  want="$(cat "$lock_dir/package.json" "$lock_dir/package-lock.json" | sha256sum | cut -d' ' -f1)"
+  if [[ "$(cat "$node_dir/.installed-from" 2>/dev/null)" != "$want" || ! -d "$node_dir/node_modules/$2" ]]; then
+    mkdir -p "$node_dir"
+    rm -f "$node_dir/.installed-from"
+    cp "$lock_dir/package.json" "$lock_dir/package-lock.json" "$node_dir/"
+    (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund --prefer-offline --loglevel=error)
+    echo "$want" >"$node_dir/.installed-from"
+  fi
+}
