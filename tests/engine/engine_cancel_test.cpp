@@ -76,7 +76,8 @@ TEST_CASE("cancel: due tasks queued behind a busy worker are cancelled and never
   REQUIRE(ran.wait_for_count(1));
   REQUIRE(eventually([&] { return eng.stats().succeeded == 2; }));
   CHECK(ran.ids() == std::vector<std::string>{"sentinel"});
-  CHECK(eng.pending() == 0);
+  // Counted as succeeded when it settles, a moment before it leaves.
+  CHECK(eventually([&] { return eng.pending() == 0; }));
   CHECK(eng.stop());
 }
 

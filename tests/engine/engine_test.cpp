@@ -55,7 +55,8 @@ TEST_CASE("engine: tasks fire at their due time, never before, within a tick") {
     CHECK(r.at - r.t.due < opts.tick + margin);
   }
   CHECK(eventually([&] { return eng.stats().succeeded == 30; }));
-  CHECK(eng.pending() == 0);
+  // Each is counted as succeeded when it settles, a moment before it leaves.
+  CHECK(eventually([&] { return eng.pending() == 0; }));
   const auto s = eng.stats();
   CHECK(s.fired == 30);
   CHECK(s.scheduled == 30);
