@@ -33,7 +33,6 @@ void civil_from_days(std::int64_t z, std::int64_t& y, unsigned& m, unsigned& d) 
 
 namespace {
 
-constexpr std::int64_t day_s = 86400;
 
 struct field_spec {
   const char* name;

@@ -55,6 +55,7 @@ struct cron_expr {
 
 /// Civil-date helpers shared by the schedule code (Howard Hinnant's
 /// algorithms, proleptic Gregorian calendar).
+inline constexpr std::int64_t day_s = 86400;  ///< seconds in a civil day
 std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) noexcept;
 void civil_from_days(std::int64_t z, std::int64_t& y, unsigned& m, unsigned& d) noexcept;
 /// a / b rounded towards minus infinity (b > 0).

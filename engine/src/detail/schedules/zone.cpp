@@ -20,7 +20,6 @@
 namespace delayq::detail::schedules {
 namespace {
 
-constexpr std::int64_t day_s = 86400;
 
 bool is_leap(std::int64_t y) noexcept { return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0); }
 
