@@ -1,4 +1,5 @@
-// sqlite_store::list_due() and find(): what an engine with a horizon reads.
+// persistence/sqlite/sqlite_due.cpp - the tasks role's list_due() and
+// find() (sqlite_tasks.hpp): what an engine with a horizon reads.
 //
 // Both read on the store's own connection under its mutex, a bounded amount
 // (one page of `limit` rows, or the ids asked for), and quarantine what does
@@ -14,13 +15,10 @@
 #include <string_view>
 #include <vector>
 
-#include "delayq/sqlite_store.hpp"
-#include "sqlite_store_impl.hpp"
+#include "sqlite_tasks.hpp"
 
-namespace delayq {
+namespace delayq::detail::sqlite {
 namespace {
-
-using detail::sqlite::bad_row;
 
 struct due_row {
   std::int64_t rowid = 0;
@@ -28,13 +26,6 @@ struct due_row {
   std::int64_t due_ms = 0;
   std::string record;
 };
-
-std::string column_blob(const SQLite::Column& c) {
-  const void* p = c.getBlob();  // before getBytes(): SQLite's documented order
-  const int n = c.getBytes();
-  return n > 0 ? std::string(static_cast<const char*>(p), static_cast<std::size_t>(n))
-               : std::string();
-}
 
 // The live record read under `id`, or nothing (and why) when it is corrupt.
 std::optional<task> decode_live(std::string_view id, std::string_view raw, std::string& why) {
@@ -46,21 +37,20 @@ std::optional<task> decode_live(std::string_view id, std::string_view raw, std::
 
 }  // namespace
 
-list_summary sqlite_store::list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
-                                    const std::function<void(task&&)>& sink,
-                                    boost::system::error_code& ec) {
-  impl& m = *impl_;
+list_summary tasks_role::list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
+                                  const std::function<void(task&&)>& sink,
+                                  boost::system::error_code& ec) {
   ec = {};
   list_summary summary;
   if (limit == 0) return summary;
   std::vector<task> page;
   {
-    std::lock_guard lock(m.mutex);
-    m.guarded("list_due", ec, [&] {
+    std::lock_guard lock(b_.mutex());
+    b_.guarded("list_due", ec, [&] {
       std::vector<due_row> rows;
       {
-        SQLite::Statement& st = *m.due_page;
-        impl::reset_on_exit reset{st};
+        SQLite::Statement& st = *b_.st().due_page;
+        reset_on_exit reset{st};
         st.bind(1, after.due_ms);
         st.bind(2, after.id);
         st.bind(3, until_ms);
@@ -71,7 +61,7 @@ list_summary sqlite_store::list_due(due_cursor& after, std::int64_t until_ms, st
           r.rowid = st.getColumn(0).getInt64();
           r.id = st.getColumn(1).getString();
           r.due_ms = st.getColumn(2).getInt64();
-          r.record = column_blob(st.getColumn(3));
+          r.record = column_bytes(st.getColumn(3));
           rows.push_back(std::move(r));
         }
       }
@@ -85,7 +75,7 @@ list_summary sqlite_store::list_due(due_cursor& after, std::int64_t until_ms, st
           bad.push_back({r.rowid, r.id, std::move(why)});
       }
       // Moved before any task of the page reaches the sink, as list() does.
-      m.quarantine(*m.to_quarantine, *m.erase_rowid, bad, "record of task");
+      b_.quarantine(*b_.st().to_quarantine, *b_.st().erase_rowid, bad, "record of task");
       summary.quarantined = bad.size();
       if (!rows.empty()) after = due_cursor{rows.back().due_ms, std::move(rows.back().id)};
     });
@@ -96,26 +86,25 @@ list_summary sqlite_store::list_due(due_cursor& after, std::int64_t until_ms, st
   return summary;
 }
 
-std::vector<std::optional<task>> sqlite_store::find(std::span<const std::string> ids,
-                                                    boost::system::error_code& ec) {
-  impl& m = *impl_;
+std::vector<std::optional<task>> tasks_role::find(std::span<const std::string> ids,
+                                                  boost::system::error_code& ec) {
   ec = {};
   std::vector<std::optional<task>> out;
   if (ids.empty()) return out;
-  std::lock_guard lock(m.mutex);
-  m.guarded("find", ec, [&] {
+  std::lock_guard lock(b_.mutex());
+  b_.guarded("find", ec, [&] {
     out.assign(ids.size(), std::nullopt);
     std::vector<bad_row> bad;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       std::int64_t rowid = 0;
       std::string record;
       {
-        SQLite::Statement& st = *m.by_id;
-        impl::reset_on_exit reset{st};
+        SQLite::Statement& st = *b_.st().by_id;
+        reset_on_exit reset{st};
         st.bind(1, ids[i]);
         if (!st.executeStep()) continue;
         rowid = st.getColumn(0).getInt64();
-        record = column_blob(st.getColumn(1));
+        record = column_bytes(st.getColumn(1));
       }
       std::string why;
       out[i] = decode_live(ids[i], record, why);
@@ -124,10 +113,10 @@ std::vector<std::optional<task>> sqlite_store::find(std::span<const std::string>
           std::none_of(bad.begin(), bad.end(), [&](const bad_row& b) { return b.rowid == rowid; }))
         bad.push_back({rowid, ids[i], std::move(why)});
     }
-    m.quarantine(*m.to_quarantine, *m.erase_rowid, bad, "record of task");
+    b_.quarantine(*b_.st().to_quarantine, *b_.st().erase_rowid, bad, "record of task");
   });
   if (ec) out.clear();
   return out;
 }
 
-}  // namespace delayq
+}  // namespace delayq::detail::sqlite

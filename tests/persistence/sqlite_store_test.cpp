@@ -51,7 +51,7 @@ TEST_CASE("sqlite: a dead letter is a row of dead_letters with its died_at") {
   store.save(std::vector{make_task("t")});
   const dead_letter d = make_letter("t", "why", 1'700'000'000'777);
   boost::system::error_code ec;
-  store.bury(std::vector{d}, ec);
+  store.dead_letters()->bury(std::vector{d}, ec);
   REQUIRE_FALSE(ec);
 
   SQLite::Database db(path, SQLite::OPEN_READONLY);
@@ -111,10 +111,10 @@ TEST_CASE("sqlite: a version 1 database is migrated to the current version and k
     REQUIRE(due.size() == 1);
     CHECK(due[0] == old_task);
     const dead_letter d = make_letter("old", "failed after migration", 42);
-    store.bury(std::vector{d}, ec);
+    store.dead_letters()->bury(std::vector{d}, ec);
     REQUIRE_FALSE(ec);
-    CHECK(store.find_dead("old", ec) == d);
-    CHECK(store.count_dead(ec) == 1);
+    CHECK(store.dead_letters()->find_dead("old", ec) == d);
+    CHECK(store.dead_letters()->count_dead(ec) == 1);
     CHECK(store.list([](task&&) {}).tasks == 0);
   }
 
@@ -133,7 +133,7 @@ TEST_CASE("sqlite: a version 1 database is migrated to the current version and k
   // Opening again migrates nothing more and keeps the dead letter.
   sqlite_store again(path);
   boost::system::error_code ec;
-  CHECK(again.count_dead(ec) == 1);
+  CHECK(again.dead_letters()->count_dead(ec) == 1);
   CHECK_FALSE(ec);
 }
 
@@ -234,7 +234,7 @@ TEST_CASE("sqlite: a write batch that fails part-way leaves nothing of it behind
   const dead_letter dead1 = make_letter("dead-1"), dead2 = make_letter("dead-2");
   store.save(std::vector{keep1, keep2});
   store.save(std::vector{dead1.task, dead2.task});
-  store.bury(std::vector{dead1, dead2});
+  store.dead_letters()->bury(std::vector{dead1, dead2});
   install_poison(path);
 
   auto unchanged = [&] {
@@ -242,10 +242,10 @@ TEST_CASE("sqlite: a write batch that fails part-way leaves nothing of it behind
     CHECK(live.size() == 2);
     CHECK(live.count("keep-1") == 1);
     CHECK(live.count("keep-2") == 1);
-    CHECK(store.count_dead() == 2);
-    CHECK(store.find_dead("dead-1") == dead1);
-    CHECK(store.find_dead("dead-2") == dead2);
-    CHECK_FALSE(store.find_dead("keep-2").has_value());
+    CHECK(store.dead_letters()->count_dead() == 2);
+    CHECK(store.dead_letters()->find_dead("dead-1") == dead1);
+    CHECK(store.dead_letters()->find_dead("dead-2") == dead2);
+    CHECK_FALSE(store.dead_letters()->find_dead("keep-2").has_value());
   };
   boost::system::error_code ec;
 
@@ -271,8 +271,8 @@ TEST_CASE("sqlite: a write batch that fails part-way leaves nothing of it behind
     const auto live = live_tasks(store);
     CHECK(live.size() == 4);  // a, dead-1 (revived), poison, b
     CHECK(live.count("keep-1") == 0);
-    CHECK(store.count_dead() == 1);
-    CHECK(store.find_dead("keep-2").has_value());
+    CHECK(store.dead_letters()->count_dead() == 1);
+    CHECK(store.dead_letters()->find_dead("keep-2").has_value());
   }
   SUBCASE("save() of several tasks") {
     store.save(std::vector{a, poison, b}, ec);
@@ -280,12 +280,12 @@ TEST_CASE("sqlite: a write batch that fails part-way leaves nothing of it behind
     unchanged();
   }
   SUBCASE("bury() of several letters") {
-    store.bury(std::vector{make_letter("keep-1"), make_letter("poison")}, ec);
+    store.dead_letters()->bury(std::vector{make_letter("keep-1"), make_letter("poison")}, ec);
     CHECK(ec == errc::store_error);
     unchanged();
   }
   SUBCASE("revive() of several tasks") {
-    store.revive(std::vector{dead1.task, poison}, ec);
+    store.dead_letters()->revive(std::vector{dead1.task, poison}, ec);
     CHECK(ec == errc::store_error);
     unchanged();
   }
@@ -338,26 +338,26 @@ TEST_CASE("sqlite: settings are sorted, upserted, erased, byte-exact and survive
   {
     sqlite_store store(path);
     boost::system::error_code ec;
-    CHECK(store.load_settings(ec).empty());
+    CHECK(store.settings()->load_settings(ec).empty());
     CHECK_FALSE(ec);
-    store.save_setting("push.b", "1", ec);
-    store.save_setting("push.a", binary, ec);
-    store.save_setting("empty", "", ec);
-    store.save_setting(std::string("k\0\xfe", 3), big, ec);
-    store.save_setting("push.b", "2", ec);  // an upsert
+    store.settings()->save_setting("push.b", "1", ec);
+    store.settings()->save_setting("push.a", binary, ec);
+    store.settings()->save_setting("empty", "", ec);
+    store.settings()->save_setting(std::string("k\0\xfe", 3), big, ec);
+    store.settings()->save_setting("push.b", "2", ec);  // an upsert
     REQUIRE_FALSE(ec);
-    CHECK(store.erase_setting("empty", ec));
-    CHECK_FALSE(store.erase_setting("never-set", ec));  // not an error
+    CHECK(store.settings()->erase_setting("empty", ec));
+    CHECK_FALSE(store.settings()->erase_setting("never-set", ec));  // not an error
     CHECK_FALSE(ec);
-    CHECK_FALSE(store.erase_setting("empty", ec));  // erased already
-    store.save_setting("later-empty", "", ec);
+    CHECK_FALSE(store.settings()->erase_setting("empty", ec));  // erased already
+    store.settings()->save_setting("later-empty", "", ec);
     CHECK_FALSE(ec);
   }
   sqlite_store store(path);
   boost::system::error_code ec;
   const settings expected{
       {std::string("k\0\xfe", 3), big}, {"later-empty", ""}, {"push.a", binary}, {"push.b", "2"}};
-  CHECK(store.load_settings(ec) == expected);
+  CHECK(store.settings()->load_settings(ec) == expected);
   CHECK_FALSE(ec);
   // Settings are not tasks.
   CHECK(live_tasks(store).empty());

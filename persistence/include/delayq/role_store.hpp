@@ -46,7 +46,10 @@ struct store_roles {
 /// A task_store whose calls go to the tasks role and whose accessors answer
 /// the other role objects (null for a role the backend does not offer). The
 /// roles live as long as the store: an accessor answers the same object for
-/// the store's whole life.
+/// the store's whole life. A backend whose users construct the store by
+/// name derives that class from role_store and builds the roles in its
+/// constructor (sqlite_store); one opened by a function returns a
+/// role_store as it is (open_postgres_store()).
 ///
 /// Example:
 /// \code
@@ -58,7 +61,7 @@ struct store_roles {
 /// \endcode
 ///
 /// Thread safety: as the roles' (every call is forwarded as it is).
-class role_store final : public task_store {
+class role_store : public task_store {
  public:
   using task_store::list;
   using task_store::remove;
