@@ -33,14 +33,6 @@
 #include "seeds_queue.hpp"
 
 namespace delayq::bench {
-namespace {
-
-void remove_sqlite_files(const std::string& path) {
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
-}
-
-}  // namespace
-
 // ------------------------------------------------------------ backends
 
 // Redis: the store under prefix e2e-durable; baselines beside it.

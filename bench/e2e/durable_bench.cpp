@@ -58,23 +58,6 @@
 namespace delayq::bench {
 namespace {
 
-std::string fmt(double v, int prec = 2) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
-}
-
-std::string fmt_rate(double v) {
-  char buf[64];
-  if (v >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
-  else if (v >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  return buf;
-}
-
 std::string make_temp_dir(const std::string& base_in) {
   std::string base = base_in;
   if (base.empty()) {
@@ -104,7 +87,7 @@ nlohmann::ordered_json json_rate(const durable_rate& r) {
 
 std::string rate_cell(const durable_rate& r) {
   if (r.tasks == 0 && r.seconds == 0) return "n/a";
-  std::string s = fmt_rate(r.per_s()) + "/s";
+  std::string s = fmt_count(r.per_s()) + "/s";
   if (r.capped) s += " (capped)";
   if (r.failed) s += " (" + std::to_string(r.failed) + " failed)";
   return s;
@@ -321,7 +304,7 @@ std::string durable_tables(const durable_config& c, const durable_report& r) {
   row("(7) recovery: start() of " + std::to_string(c.recovery_tasks) + " stored tasks, s",
       [](const auto& b) {
         return b.recovery ? fmt(b.recovery->start_s, 2) + " (" +
-                                fmt_rate(b.recovery->start_s > 0
+                                fmt_count(b.recovery->start_s > 0
                                              ? static_cast<double>(b.recovery->loaded) /
                                                    b.recovery->start_s
                                              : 0) +
@@ -358,7 +341,7 @@ std::string durable_tables(const durable_config& c, const durable_report& r) {
       o << ratio_row(p + "schedule() 8 threads / 1 thread", blocking_at(b, 8) / blocking_at(b, 1),
                      4, false);
     if (b.backend == "sqlite-normal")
-      o << "| " << p << "async_schedule (best window), tasks/s | " << fmt_rate(async)
+      o << "| " << p << "async_schedule (best window), tasks/s | " << fmt_count(async)
         << "/s | >= 200 k/s | " << (async >= 200'000 ? "yes" : "**no**") << " |\n";
     if (b.removals)
       o << "| " << p << "stored after the linger | " << b.removals->held_after_linger << " | 0 | "

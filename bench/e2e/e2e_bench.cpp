@@ -381,26 +381,7 @@ void clear_delayq_keys(redis_client& conn, const std::string& prefix) {
   conn.command(cmd);
 }
 
-void remove_sqlite_files(const std::string& path) {
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
-}
-
-std::string fmt(double v, int prec = 2) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
-}
 std::string fmt_ms(std::int64_t us) { return fmt(static_cast<double>(us) / 1000.0, 1); }
-std::string fmt_count(double v) {
-  char buf[64];
-  if (v >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
-  else if (v >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  return buf;
-}
 
 // ------------------------------------------------------------ results
 

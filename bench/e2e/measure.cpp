@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -132,6 +133,27 @@ distribution summarize(const std::vector<std::int64_t>& sorted) {
   d.max_us = sorted.back();
   for (int k = 1; k <= 100; ++k) d.percentiles_us.push_back(at(k / 100.0));
   return d;
+}
+
+void remove_sqlite_files(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+}
+
+std::string fmt(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string fmt_count(double v) {
+  char buf[64];
+  if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2f M", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1f k", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
 }
 
 }  // namespace delayq::bench

@@ -1,6 +1,7 @@
 // measure.hpp - what delayq-bench measures with: CPU clocks of this process
 // and of redis-server, lateness buffers per thread, a completion counter to
-// wait on, a progress line, and percentiles.
+// wait on, a progress line, and percentiles; and the formatting and clean-up
+// helpers its files share.
 #pragma once
 
 #include <atomic>
@@ -111,5 +112,13 @@ distribution summarize(const std::vector<std::int64_t>& sorted);
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+/// Deletes an SQLite database file and its -wal and -shm files, if present.
+void remove_sqlite_files(const std::string& path);
+
+/// `v` with `prec` decimals ("3.14").
+std::string fmt(double v, int prec = 2);
+/// A count or rate in a table cell: "1.25 M", "12.5 k", "950".
+std::string fmt_count(double v);
 
 }  // namespace delayq::bench

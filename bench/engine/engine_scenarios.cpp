@@ -255,10 +255,14 @@ void child_ops(std::size_t pending, int rounds, std::size_t ops_per_round) {
 
 // ------------------------------------------------------------------ child: threads
 
+namespace {
+
 struct thread_plan {
   std::vector<std::uint32_t> numbers;
   id_list ids;
 };
+
+}  // namespace
 
 template <class Pair>
 double run_threads(int threads, double seconds, const std::vector<thread_plan>& plans,
