@@ -82,6 +82,10 @@ while (($#)); do
 done
 [[ "$build" = /* ]] || build="$DELAYQ_ROOT/$build"
 if ((quick)); then : "${out:=bench/results/quick}"; fi
+# A quick run is a smoke test whose figures nobody reads: PostgreSQL without
+# fsync there, which spares it most of the peers' one-commit-per-job adds.
+pg_fsync=on
+if ((quick)); then pg_fsync=off; fi
 : "${out:=bench/results}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -135,7 +139,7 @@ pkg() { node -p "require('$node_dir/node_modules/$1/package.json').version" 2>/d
     echo "load:       $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) at start"
   fi
   echo "binary:     $(readlink -f "$build/server/delayq-server") ($("$build/server/delayq-server" --version 2>&1 | head -n 1))"
-  echo "postgres:   $("$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version); fsync on, synchronous_commit on (scripts/with-postgres.sh)"
+  echo "postgres:   $("$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version); fsync $pg_fsync, synchronous_commit on (scripts/with-postgres.sh)"
   echo "node:       $(node --version); pg-boss $(pkg pg-boss), graphile-worker $(pkg graphile-worker), pg $(pkg pg)"
   echo "python:     $(python3 --version 2>&1)"
   echo "delayq:     delayq-server defaults (--tick 1 --workers 2 --io-threads 2), store postgres://.../peers_delayq?schema=delayq"
@@ -166,7 +170,7 @@ forward() {
 }
 trap 'forward; exit 130' INT
 trap 'forward; exit 143' TERM
-bash "$DELAYQ_ROOT/scripts/with-postgres.sh" \
+DELAYQ_POSTGRES_FSYNC="$pg_fsync" bash "$DELAYQ_ROOT/scripts/with-postgres.sh" \
   python3 -B "$DELAYQ_ROOT/bench/peers/pg_peers.py" --server "$build/server/delayq-server" \
   --node-modules "$node_dir/node_modules" --out "$out" --machine "$machine" \
   --command "$command" ${pass[@]+"${pass[@]}"} &

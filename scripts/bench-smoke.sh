@@ -24,7 +24,8 @@
 #
 # The peer benchmarks (bench/peers: Python and Node, nothing to build but
 # delayq-server) run through scripts/bench-peers.sh --quick (about 35 s),
-# and the PostgreSQL ones through scripts/bench-pg-peers.sh --quick (about 75 s).
+# and the PostgreSQL ones through scripts/bench-pg-peers.sh --quick (about 25 s,
+# PostgreSQL without fsync).
 #
 # delayq-bench-scaleout (bench/server) runs through scripts/bench-scaleout.sh
 # --quick (about 15 s): 1, 2 and 3 delayq-server --cluster instances of
