@@ -176,12 +176,23 @@ def build(evs):
 
 
 def due_in_force(t, when):
-    """(early_ref, late_ref) of the version of the task in force at `when`."""
-    er, lr = t.early_ref, t.late_ref
+    """(early_ref, late_ref) of the version of the task in force at `when`.
+
+    Of the reschedules acknowledged by then, the one in force is the one the
+    server took last: any of them that no other one began after it had
+    answered. Two whose calls overlapped may have been taken in either order
+    (a CI run here had one sent through s3 and, 6 ms later, one through s1
+    that answered first; the task fired at s1's due time, 25 ms before s3's,
+    which counting by answer order called early). One not acknowledged, or
+    not answered by then, may or may not have taken effect: either."""
+    done = [(r0, r1, rer, rlr) for r0, r1, rer, rlr, acked in t.resched if acked and r1 <= when]
+    if done:
+        last = [d for d in done if not any(o[0] > d[1] for o in done)]
+        er, lr = min(d[2] for d in last), max(d[3] for d in last)
+    else:
+        er, lr = t.early_ref, t.late_ref
     for r0, r1, rer, rlr, acked in t.resched:
-        if r1 <= when and acked:
-            er, lr = rer, rlr
-        elif r0 <= when:
+        if r0 <= when and not (acked and r1 <= when):
             er, lr = min(er, rer), max(lr, rlr)  # in flight: either
     return er, lr
 
