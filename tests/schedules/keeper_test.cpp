@@ -400,7 +400,10 @@ TEST_CASE("schedules: two keepers racing for one schedule make each occurrence o
     if (id.starts_with("contested@")) made.insert(id);
   CHECK(made.size() >= 6);
   CHECK(a.stats().occurrences_made + b.stats().occurrences_made == made.size());
-  // Both took part: each won some claims.
-  CHECK(a.stats().occurrences_made > 0);
-  CHECK(b.stats().occurrences_made > 0);
+  // Whether both won claims is up to the machine: on a loaded one (an ASan
+  // run here) a can win every race, and the counts above still hold. Said,
+  // not checked, so that a run where the race did not happen is visible.
+  if (a.stats().occurrences_made == 0 || b.stats().occurrences_made == 0)
+    MESSAGE("one keeper won every claim: a made " << a.stats().occurrences_made << ", b made "
+                                                  << b.stats().occurrences_made);
 }
