@@ -305,9 +305,9 @@ std::string durable_tables(const durable_config& c, const durable_report& r) {
       [](const auto& b) {
         return b.recovery ? fmt(b.recovery->start_s, 2) + " (" +
                                 fmt_count(b.recovery->start_s > 0
-                                             ? static_cast<double>(b.recovery->loaded) /
-                                                   b.recovery->start_s
-                                             : 0) +
+                                              ? static_cast<double>(b.recovery->loaded) /
+                                                    b.recovery->start_s
+                                              : 0) +
                                 "/s)"
                           : std::string("n/a");
       });

@@ -33,7 +33,6 @@ void civil_from_days(std::int64_t z, std::int64_t& y, unsigned& m, unsigned& d) 
 
 namespace {
 
-
 struct field_spec {
   const char* name;
   int lo, hi;

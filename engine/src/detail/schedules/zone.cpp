@@ -20,7 +20,6 @@
 namespace delayq::detail::schedules {
 namespace {
 
-
 bool is_leap(std::int64_t y) noexcept { return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0); }
 
 unsigned days_in_month(std::int64_t y, unsigned m) noexcept {
