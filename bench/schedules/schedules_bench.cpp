@@ -1,7 +1,8 @@
 // delayq-bench-schedules: recurring schedules' costs (issue 35's targets,
 // docs/benchmarks.md, "Recurring schedules"). A plain program:
 //
-//   load      N schedules stored (SQLite, or Redis with --uri), then
+//   load      N schedules stored (SQLite; with --uri also Redis, plain and
+//             in the sharded layout of 64 shards), then
 //             engine::start(), which reads them and arms each for its next
 //             occurrence: the time start() takes, and the heap the engine
 //             holds per waiting schedule (mallinfo2, no occurrence made yet:
@@ -77,7 +78,7 @@ std::pair<std::string, std::string> record_of(const delayq::schedule& s) {
   return {rec[0]->definition, rec[0]->state};
 }
 
-nlohmann::json run_load(const std::string& uri, std::size_t n) {
+nlohmann::json run_load(const std::string& uri, const std::string& label, std::size_t n) {
   // Half cron (a few zones), half intervals; ids like real ones.
   const std::vector<std::string> zones{"Europe/Berlin", "America/New_York", "UTC",
                                        "Australia/Lord_Howe"};
@@ -130,23 +131,32 @@ nlohmann::json run_load(const std::string& uri, std::size_t n) {
     s.timezone = z;
     (void)delayq::check_schedule(s);
   }
-  // The store's part alone: paging through every record, as start() does.
-  double read_s = 0;
+  // The store's part alone: every record in pages of 1,000, as start()
+  // reads them (scan_schedules), and as a listing pages through them in id
+  // order (list_schedules; a sharded store merges a page of every shard).
+  double read_s = 0, list_s = 0;
   {
     auto s = delayq::open_store(uri);
     const auto r0 = clock_type::now();
-    std::string after;
     std::size_t seen = 0;
+    boost::system::error_code ec;
+    s->schedules()->scan_schedules(
+        1000, [&](std::vector<delayq::schedule_record>& page) { seen += page.size(); }, ec);
+    if (ec) throw boost::system::system_error(ec, "reading schedules");
+    read_s = std::chrono::duration<double>(clock_type::now() - r0).count();
+    if (seen != n) throw std::runtime_error("read " + std::to_string(seen) + " schedules");
+    const auto l0 = clock_type::now();
+    std::string after;
+    seen = 0;
     for (;;) {
-      boost::system::error_code ec;
       auto page = s->schedules()->list_schedules(after, 1000, ec);
-      if (ec) throw boost::system::system_error(ec, "reading schedules");
+      if (ec) throw boost::system::system_error(ec, "listing schedules");
       seen += page.size();
       if (page.size() < 1000) break;
       after = page.back().id;
     }
-    read_s = std::chrono::duration<double>(clock_type::now() - r0).count();
-    if (seen != n) throw std::runtime_error("read " + std::to_string(seen) + " schedules");
+    list_s = std::chrono::duration<double>(clock_type::now() - l0).count();
+    if (seen != n) throw std::runtime_error("listed " + std::to_string(seen) + " schedules");
   }
   malloc_trim(0);
   auto store = delayq::open_store(uri);
@@ -163,19 +173,21 @@ nlohmann::json run_load(const std::string& uri, std::size_t n) {
   guard.reset();
   io.stop();
   runner.join();
-  nlohmann::json j{{"store", uri.substr(0, uri.find(':'))},
+  nlohmann::json j{{"store", label},
                    {"schedules", n},
                    {"held", stats.schedules},
                    {"tasks_made", stats.occurrences_made},
                    {"start_s", start_s},
                    {"start_cpu_s", start_cpu_s},
                    {"store_read_s", read_s},
+                   {"store_list_s", list_s},
                    {"heap_bytes_per_schedule", double(heap1 - heap0) / double(n)},
                    {"rss_bytes_per_schedule", double(rss1 - rss0) / double(n)}};
   std::printf(
       "load %-7s %8zu schedules: start() %.3f s, %.3f s of its thread's CPU (reading the store "
-      "alone %.3f s), heap %.0f B and RSS %.0f B per schedule, %llu occurrences made\n",
-      j["store"].get<std::string>().c_str(), n, start_s, start_cpu_s, read_s,
+      "alone %.3f s, listing it in id order %.3f s), heap %.0f B and RSS %.0f B per schedule, "
+      "%llu occurrences made\n",
+      label.c_str(), n, start_s, start_cpu_s, read_s, list_s,
       j["heap_bytes_per_schedule"].get<double>(), j["rss_bytes_per_schedule"].get<double>(),
       static_cast<unsigned long long>(stats.occurrences_made));
   return j;
@@ -286,10 +298,14 @@ int main(int argc, char** argv) try {
                    ("delayq-bench-schedules-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   nlohmann::json all;
-  all["load"].push_back(run_load("sqlite:" + (dir / "s.db").string(), n));
-  if (!redis_uri.empty())
-    all["load"].push_back(
-        run_load(redis_uri + "/0?prefix=bench-sched-" + std::to_string(::getpid()), n));
+  all["load"].push_back(run_load("sqlite:" + (dir / "s.db").string(), "sqlite", n));
+  if (!redis_uri.empty()) {
+    const std::string prefix = redis_uri + "/0?prefix=bench-sched-" + std::to_string(::getpid());
+    all["load"].push_back(run_load(prefix, "redis", n));
+    // A cluster's layout: 64 shards (the default of --cluster), each a
+    // key space of its own.
+    all["load"].push_back(run_load(prefix + "-sharded&shards=64", "redis64", n));
+  }
   all["lateness"] = run_lateness(beats, seconds);
   std::filesystem::remove_all(dir);
   if (!out.empty()) std::ofstream(out) << all.dump(2) << "\n";

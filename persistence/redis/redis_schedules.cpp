@@ -96,22 +96,29 @@ return out
 
 // ARGV[1] the id after which to start ('' from the first), ARGV[2] limit.
 // Returns four values a schedule, as find_lua.
+// Three HMGETs for the page rather than three HGETs an id: a page of 1,000
+// is a few calls, not 3,000 (pages are at most page_cap ids: unpack() of
+// Redis's Lua takes at most 8,000 values).
 constexpr const char* page_lua = R"lua(
 local from = '-'
 if ARGV[1] ~= '' then from = '(' .. ARGV[1] end
 local ids = redis.call('ZRANGEBYLEX', KEYS[4], from, '+', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
-for _, id in ipairs(ids) do
-  local def = redis.call('HGET', KEYS[1], id)
-  if def then
+if #ids == 0 then return out end
+local defs = redis.call('HMGET', KEYS[1], unpack(ids))
+local states = redis.call('HMGET', KEYS[2], unpack(ids))
+local revs = redis.call('HMGET', KEYS[3], unpack(ids))
+for i, id in ipairs(ids) do
+  if defs[i] then
     out[#out + 1] = id
-    out[#out + 1] = def
-    out[#out + 1] = redis.call('HGET', KEYS[2], id)
-    out[#out + 1] = redis.call('HGET', KEYS[3], id)
+    out[#out + 1] = defs[i]
+    out[#out + 1] = states[i]
+    out[#out + 1] = revs[i]
   end
 end
 return out
 )lua";
+constexpr std::size_t page_cap = 5000;
 
 // KEYS[1] tasks, KEYS[2] due; ARGV[1] the notice channel ('' for none),
 // ARGV[2] the shard, then per task: id, record, due ms. Stores each task
@@ -170,6 +177,30 @@ void read_records(const redisReply* r, std::vector<std::optional<schedule_record
     rec.revision = rev.empty() ? 0 : std::stoull(rev);
     out.emplace_back(std::move(rec));
   }
+}
+
+// A page of at most `limit` schedules of one key space whose ids come after
+// `after`, in id order. The caller holds the store's mutex.
+std::vector<schedule_record> read_page(detail::redis::cluster_router& conn, unsigned slot,
+                                       const detail::redis::store_keys& keys,
+                                       std::string_view after, std::size_t limit,
+                                       boost::system::error_code& ec) {
+  const schedule_keys k(keys);  // outlives c, which points into it
+  command c = eval_on(page_lua, k);
+  const std::string cap = std::to_string(limit);
+  c.arg(after).arg(cap);
+  std::vector<std::optional<schedule_record>> got;
+  conn.run(slot, "list_schedules", ec, [&](connection& cn) {
+    got.clear();
+    auto replies = cn.exchange({c});
+    read_records(replies[0].get(), got);
+  });
+  std::vector<schedule_record> out;
+  if (ec) return out;
+  out.reserve(got.size());
+  for (auto& r : got)
+    if (r) out.push_back(std::move(*r));
+  return out;
 }
 
 }  // namespace
@@ -246,30 +277,53 @@ std::vector<schedule_record> redis_store::list_schedules(std::string_view after,
   ec = {};
   std::vector<schedule_record> out;
   if (limit == 0) return out;
-  const std::string cap = std::to_string(std::min<std::size_t>(limit, 100000));
-  const std::string from(after);
   // Sharded: a page of every shard, merged; the first `limit` of their
   // union in id order is exact (a shard's full page already holds `limit`
-  // ids before anything it did not return).
+  // ids before anything it did not return). Longer than page_cap: pages
+  // of page_cap until the shard has given `limit` or ran out.
   std::lock_guard lock(m.mutex);
   for (const impl::part& p : m.parts) {
-    const schedule_keys k(p.keys);
-    command c = eval_on(page_lua, k);
-    c.arg(from).arg(cap);
-    std::vector<std::optional<schedule_record>> got;
-    m.conn.run(p.slot, "list_schedules", ec, [&](connection& conn) {
-      got.clear();
-      auto replies = conn.exchange({c});
-      read_records(replies[0].get(), got);
-    });
-    if (ec) return {};
-    for (auto& r : got)
-      if (r) out.push_back(std::move(*r));
+    std::string from(after);
+    std::size_t taken = 0;
+    while (taken < limit) {
+      const std::size_t want = std::min(limit - taken, page_cap);
+      auto got = read_page(m.conn, p.slot, p.keys, from, want, ec);
+      if (ec) return {};
+      taken += got.size();
+      const bool last = got.size() < want;
+      if (!last) from = got.back().id;
+      for (auto& r : got) out.push_back(std::move(r));
+      if (last) break;
+    }
   }
   std::sort(out.begin(), out.end(),
             [](const schedule_record& a, const schedule_record& b) { return a.id < b.id; });
   if (out.size() > limit) out.resize(limit);
   return out;
+}
+
+void redis_store::scan_schedules(std::size_t page,
+                                 const std::function<void(std::vector<schedule_record>&)>& visit,
+                                 boost::system::error_code& ec) {
+  impl& m = *impl_;
+  ec = {};
+  page = std::clamp<std::size_t>(page, 1, page_cap);
+  for (const impl::part& p : m.parts) {
+    std::string after;
+    for (;;) {
+      std::vector<schedule_record> got;
+      {
+        // Not held while `visit` runs: other callers go on between pages.
+        std::lock_guard lock(m.mutex);
+        got = read_page(m.conn, p.slot, p.keys, after, page, ec);
+      }
+      if (ec) return;
+      const bool last = got.size() < page;
+      if (!last) after = got.back().id;
+      if (!got.empty()) visit(got);
+      if (last) break;
+    }
+  }
 }
 
 std::size_t redis_store::count_schedules(boost::system::error_code& ec) {

@@ -98,9 +98,20 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# A sanitizer's report is shown whole (up to 400 lines from its first line:
+# where the memory was freed and allocated come after the access), anything
+# else by its last 40 lines.
 show_log() {
-  echo "--- $name's output (last 40 lines of $*):" >&2
-  tail -n 40 "$server_log" >&2 2>/dev/null || true
+  local first
+  first="$(grep -n -m1 -E '^==[0-9]+==(ERROR|WARNING): |^WARNING: ThreadSanitizer|runtime error:' \
+    "$server_log" 2>/dev/null | cut -d: -f1 || true)"
+  if [[ -n "$first" ]]; then
+    echo "--- $name's output (its sanitizer report, from line $first; $*):" >&2
+    tail -n "+$first" "$server_log" | head -n 400 >&2 2>/dev/null || true
+  else
+    echo "--- $name's output (last 40 lines of $*):" >&2
+    tail -n 40 "$server_log" >&2 2>/dev/null || true
+  fi
   echo "---" >&2
 }
 

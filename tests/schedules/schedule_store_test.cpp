@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <map>
 #include <thread>
 
 #include "delayq/schedule_store.hpp"
@@ -146,6 +147,56 @@ TEST_CASE_TEMPLATE("schedule store: bytes are kept as they are, and pages go in 
   CHECK(found[0]->id == "a");
   CHECK_FALSE(found[1]);
   CHECK(found[2]->definition == bin + "{x}");
+}
+
+// What the engine's start() reads: every schedule once, in pages no larger
+// than asked, whatever the order (a sharded store reads its shards one by
+// one rather than merging them).
+TEST_CASE_TEMPLATE("schedule store: a scan hands over every schedule once, in pages", F,
+                   DELAYQ_SCHEDULE_STORES) {
+  F f;
+  schedule_store& s = role(f.store());
+  std::vector<std::string> ids;
+  for (int i = 0; i < 150; ++i) ids.push_back("s" + std::to_string(i * 7919 % 1000));
+  // A write points at its bytes: they live here until the call returns.
+  std::vector<std::string> defs, states;
+  for (const auto& id : ids) {
+    defs.push_back("def " + id);
+    states.push_back("st " + id);
+  }
+  std::vector<schedule_write> batch;
+  for (std::size_t i = 0; i < ids.size(); ++i) batch.push_back(put(ids[i], defs[i], states[i], 0));
+  boost::system::error_code ec;
+  s.write_schedules(batch, ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(write_one(s, state(ids[3], "later", 1)));  // revision 2
+  std::map<std::string, int> seen;
+  std::size_t pages = 0, largest = 0;
+  s.scan_schedules(
+      7,
+      [&](std::vector<schedule_record>& page) {
+        ++pages;
+        largest = std::max(largest, page.size());
+        for (const auto& r : page) {
+          ++seen[r.id];
+          CHECK(r.definition == "def " + r.id);
+          CHECK(r.state == (r.id == ids[3] ? "later" : "st " + r.id));
+          CHECK(r.revision == (r.id == ids[3] ? 2U : 1U));
+        }
+      },
+      ec);
+  REQUIRE_FALSE(ec);
+  CHECK(largest <= 7);
+  CHECK(pages >= ids.size() / 7);
+  CHECK(seen.size() == ids.size());
+  for (const auto& id : ids) CHECK_MESSAGE(seen[id] == 1, id);
+  // An empty store: no page at all.
+  for (const auto& id : ids) REQUIRE(write_one(s, erase(id, id == ids[3] ? 2 : 1)));
+  pages = 0;
+  s.scan_schedules(
+      7, [&](std::vector<schedule_record>&) { ++pages; }, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(pages == 0);
 }
 
 TEST_CASE_TEMPLATE("schedule store: schedules survive reopening", F, DELAYQ_SCHEDULE_STORES) {

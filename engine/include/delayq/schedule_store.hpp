@@ -7,6 +7,7 @@
 #include <boost/system/error_code.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,6 +104,30 @@ class schedule_store {
 
   /// How many schedules are stored.
   virtual std::size_t count_schedules(boost::system::error_code& ec) = 0;
+
+  /// Hands every stored schedule to `visit`, a page of at most `page`
+  /// records at a time, in no set order: what the engine reads at start().
+  /// Each stored schedule is seen once; one written or erased meanwhile
+  /// may be seen or not. Unlike list_schedules(), a sharded store need not
+  /// merge its shards into one id order, so it reads each record once
+  /// rather than a page of every shard for each page it returns. Stops at
+  /// the first error (ec set), the pages before it seen. Default:
+  /// list_schedules() page after page.
+  virtual void scan_schedules(std::size_t page,
+                              const std::function<void(std::vector<schedule_record>&)>& visit,
+                              boost::system::error_code& ec) {
+    ec = {};
+    if (page == 0) page = 1;
+    std::string after;
+    for (;;) {
+      auto got = list_schedules(after, page, ec);
+      if (ec) return;
+      const bool last = got.size() < page;
+      if (!last) after = got.back().id;
+      if (!got.empty()) visit(got);
+      if (last) return;
+    }
+  }
 
   /// For a cluster's engines (a sharded store): stores each of `tasks` as a
   /// live task unless a task with its id is stored already, atomically per

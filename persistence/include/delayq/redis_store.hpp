@@ -281,6 +281,11 @@ class redis_store final : public task_store,
   std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
                                               boost::system::error_code& ec) override;
   std::size_t count_schedules(boost::system::error_code& ec) override;
+  /// Each key space (each shard, sharded) on its own, a script per page:
+  /// every record read once.
+  void scan_schedules(std::size_t page,
+                      const std::function<void(std::vector<schedule_record>&)>& visit,
+                      boost::system::error_code& ec) override;
   /// One script per shard: each task whose id has no record is stored and,
   /// sharded, announced on the notice channel like a saved task.
   void insert_absent(std::span<const task> tasks, boost::system::error_code& ec) override;

@@ -114,7 +114,6 @@ std::unique_ptr<schedule_keeper::entry> schedule_keeper::entry_of(const schedule
 
 void schedule_keeper::load_owned(boost::system::error_code& ec) {
   ec = {};
-  std::string after;
   const std::int64_t now = now_ms();
   {
     std::lock_guard lock(mutex_);
@@ -125,32 +124,35 @@ void schedule_keeper::load_owned(boost::system::error_code& ec) {
       entries_.reserve(n);
     }
   }
-  for (;;) {
-    auto page = schedules_->list_schedules(after, 1000, ec);
-    if (ec) return;
-    std::lock_guard lock(mutex_);
-    for (const schedule_record& r : page) {
-      if (!owns(r.id)) continue;
-      auto it = entries_.find(r.id);
-      if (it != entries_.end() && (busy_.count(r.id) != 0 || it->second.revision == r.revision)) {
-        it->second.seen = true;
-        continue;
-      }
-      auto e = entry_of(r);
-      if (!e) continue;
-      if (it != entries_.end()) {
-        disarm_locked(it->second);
-        it->second = std::move(*e);
-      } else {
-        it = entries_.emplace(r.id, std::move(*e)).first;
-      }
-      it->second.id = &it->first;
-      it->second.seen = true;
-      arm_locked(it->second, now);
-    }
-    if (page.size() < 1000) break;
-    after = page.back().id;
-  }
+  // In no set order, each record read once (a sharded store's shards one
+  // after the other, not merged into id order as list_schedules() would).
+  schedules_->scan_schedules(
+      1000,
+      [&](std::vector<schedule_record>& page) {
+        std::lock_guard lock(mutex_);
+        for (const schedule_record& r : page) {
+          if (!owns(r.id)) continue;
+          auto it = entries_.find(r.id);
+          if (it != entries_.end() &&
+              (busy_.count(r.id) != 0 || it->second.revision == r.revision)) {
+            it->second.seen = true;
+            continue;
+          }
+          auto e = entry_of(r);
+          if (!e) continue;
+          if (it != entries_.end()) {
+            disarm_locked(it->second);
+            it->second = std::move(*e);
+          } else {
+            it = entries_.emplace(r.id, std::move(*e)).first;
+          }
+          it->second.id = &it->first;
+          it->second.seen = true;
+          arm_locked(it->second, now);
+        }
+      },
+      ec);
+  if (ec) return;
   // What is no longer stored, or no longer ours, goes (unless busy: whoever
   // holds it sees at its next claim).
   std::lock_guard lock(mutex_);
