@@ -109,6 +109,10 @@ class command {
     lens_.push_back(a.size());
     return *this;
   }
+  command& arg(const char* a) { return arg(std::string_view(a)); }  // literals
+  /// A temporary string would be gone before append_to() reads it: keep
+  /// it in a variable that outlives the command.
+  command& arg(std::string&&) = delete;
   /// Throws append_failed when out of memory; the connection must then be
   /// dropped, since part of a pipeline may already sit in its buffer.
   void append_to(redisContext* c) const;

@@ -487,7 +487,7 @@ std::vector<dead_letter> redis_store::impl::list_dead_part(const part& p, std::s
       command hmget;
       hmget.arg("HMGET").arg(p.keys.dead);
       for (std::size_t i = 0; i < ids->elements; ++i)
-        hmget.arg({ids->element[i]->str, ids->element[i]->len});
+        hmget.arg(std::string_view(ids->element[i]->str, ids->element[i]->len));
       auto fetched = c.exchange({std::move(hmget)});
       const redisReply* records = fetched[0].get();
       if (records->type == REDIS_REPLY_ERROR) throw_server_error("HMGET", records);
