@@ -78,19 +78,27 @@ start=$SECONDS
 # what they add is lost).
 ran=("${binaries[@]}")
 
+# exit_failed NAME RC: for a program's exit status RC (from timeout 300),
+# prints its FAIL line and succeeds; for 0 prints nothing and fails.
+exit_failed() {
+  local name="$1" rc="$2"
+  if ((rc == 124)); then
+    echo "FAIL $name: still running after 300 s"
+  elif ((rc > 128)); then
+    echo "FAIL $name: killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
+  elif ((rc != 0)); then
+    echo "FAIL $name: exit status $rc"
+  else
+    return 1
+  fi
+}
+
 smoke_gbench() {
   for bin in "${binaries[@]}"; do
     name="$(basename "$bin")"
     rc=0
     timeout 300 "$bin" --quick --benchmark_counters_tabular=false >"$log" 2>&1 || rc=$?
-    if ((rc != 0)); then
-      if ((rc == 124)); then
-        echo "FAIL $name: still running after 300 s"
-      elif ((rc > 128)); then
-        echo "FAIL $name: killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
-      else
-        echo "FAIL $name: exit status $rc"
-      fi
+    if exit_failed "$name" "$rc"; then
       sed 's/^/    /' "$log" | tail -n 40
       failed=1
       continue
@@ -162,12 +170,8 @@ smoke_engines() {
     rc=0
     timeout 300 "$engine_bin" --quick --out "$e2e_out/engine.json" --tsv "$e2e_out/engine.tsv" \
       --tables "$e2e_out/engine.md" >"$log" 2>&1 || rc=$?
-    if ((rc == 124)); then
-      echo "FAIL delayq-bench-engine: still running after 300 s"
-    elif ((rc > 128)); then
-      echo "FAIL delayq-bench-engine: killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
-    elif ((rc != 0)); then
-      echo "FAIL delayq-bench-engine: exit status $rc"
+    if exit_failed delayq-bench-engine "$rc"; then
+      :
     elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/engine.json" >/dev/null; then
       echo "FAIL delayq-bench-engine: $e2e_out/engine.json is not valid JSON"
       rc=1
@@ -191,12 +195,8 @@ smoke_engines() {
     rc=0
     timeout 300 "$e2e" --quick --out "$e2e_out/e2e.json" --tables "$e2e_out/e2e.md" \
       --plot-data "$e2e_out/plot-data" >"$log" 2>&1 || rc=$?
-    if ((rc == 124)); then
-      echo "FAIL delayq-bench: still running after 300 s"
-    elif ((rc > 128)); then
-      echo "FAIL delayq-bench: killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null || echo '?'))"
-    elif ((rc != 0)); then
-      echo "FAIL delayq-bench: exit status $rc"
+    if exit_failed delayq-bench "$rc"; then
+      :
     elif command -v python3 >/dev/null && ! python3 -m json.tool "$e2e_out/e2e.json" >/dev/null; then
       echo "FAIL delayq-bench: $e2e_out/e2e.json is not valid JSON"
       rc=1
