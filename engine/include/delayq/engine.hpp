@@ -301,7 +301,9 @@ class engine {
   /// Creates the schedule `s.id`, or replaces it. Returns true when it was
   /// created, false when it replaced one (or found it unchanged: a PUT of
   /// the same schedule twice writes once). Returns once the schedule is
-  /// durable in the store. A replaced schedule's occurrences made tasks
+  /// durable in the store and its occurrences due within the lookahead are
+  /// tasks (claimed in the store, at least: one whose task could not be made
+  /// yet is made by the keeper, late if need be). A replaced schedule's occurrences made tasks
   /// already (those due within the lookahead) are cancelled where this
   /// instance can (in a cluster: those of the shards it holds), and the new
   /// definition applies after the last one that could not be.

@@ -76,7 +76,10 @@ void schedule_keeper::stop() {
   cv_.notify_all();
   idle_cv_.notify_all();
   thread_.join();
-  std::lock_guard lock(mutex_);
+  // A call may be claiming still (upsert's first claim works on its entry
+  // outside the lock): the entries go once none is.
+  std::unique_lock lock(mutex_);
+  idle_cv_.wait(lock, [&] { return busy_.empty(); });
   timeline_.clear();
   entries_.clear();
 }
@@ -623,17 +626,28 @@ bool schedule_keeper::upsert(const schedule& s, boost::system::error_code& ec) {
     if (ec) return false;
     if (!w.applied) continue;  // changed meanwhile: read it again
     schedule_record rec{s.id, definition, state, w.expected + 1};
-    std::lock_guard lock(mutex_);
-    auto e = entry_of(rec);
-    auto it = entries_.find(s.id);
-    if (it != entries_.end()) {
-      disarm_locked(it->second);
-      it->second = std::move(*e);
-    } else {
-      it = entries_.emplace(s.id, std::move(*e)).first;
+    std::vector<claim> first;
+    {
+      std::lock_guard lock(mutex_);
+      auto e = entry_of(rec);
+      auto it = entries_.find(s.id);
+      if (it != entries_.end()) {
+        disarm_locked(it->second);
+        it->second = std::move(*e);
+      } else {
+        it = entries_.emplace(s.id, std::move(*e)).first;
+      }
+      it->second.id = &it->first;
+      first.push_back(plan(it->second, now_ms()));
     }
-    it->second.id = &it->first;
-    arm_locked(it->second, now);
+    // The first claim, before the answer: its occurrences are due within
+    // the lookahead, so a keeper that died before its thread got to them
+    // would leave them unclaimed until a successor took the shard over, and
+    // one more than a second past then is missed (docs/schedules.md, "Missed
+    // runs"). Claimed and made here, they are tasks once this returns, or in
+    // doubt in the store, for the successor to make again. carry_out() arms
+    // the entry for its next claim.
+    carry_out(first);
     return !old;
   }
   ec = errc::busy;
