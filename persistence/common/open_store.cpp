@@ -496,9 +496,9 @@ std::size_t copy_dead_letters(redis_store& from, redis_store& to, boost::system:
   std::size_t copied = 0;
   for (;;) {
     // Nothing removes letters from `from` meanwhile: offsets are stable.
-    const auto page = from.list_dead(copied, migration_batch, ec);
+    const auto page = from.dead_letters()->list_dead(copied, migration_batch, ec);
     if (ec || page.empty()) return copied;
-    to.bury(page, ec);
+    to.dead_letters()->bury(page, ec);
     if (ec) return copied;
     copied += page.size();
   }
@@ -512,18 +512,18 @@ std::size_t remove_landed_dead(redis_store& from, redis_store& to, boost::system
   for (;;) {
     // The letters purged so far are gone from the index, the ones kept are
     // still at its front (in order): the next page starts after those.
-    const auto page = from.list_dead(kept, migration_batch, ec);
+    const auto page = from.dead_letters()->list_dead(kept, migration_batch, ec);
     if (ec || page.empty()) return removed;
     std::vector<std::string> landed;
     for (const dead_letter& d : page) {
-      const auto there = to.find_dead(d.task.id, ec);
+      const auto there = to.dead_letters()->find_dead(d.task.id, ec);
       if (ec) return removed;
       if (there && *there == d)
         landed.push_back(d.task.id);
       else
         ++kept;
     }
-    from.purge(landed, ec);
+    from.dead_letters()->purge(landed, ec);
     if (ec) return removed;
     removed += landed.size();
   }

@@ -80,18 +80,6 @@ std::optional<task> decode_live(std::string_view id, std::string_view raw, std::
   return t;
 }
 
-std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
-                                       std::string& why) {
-  boost::system::error_code dec;
-  dead_letter d = decode_dead_letter(raw, dec, &why);
-  if (dec) return std::nullopt;
-  if (d.task.id != id) {
-    why = "record holds id '" + d.task.id + "'";
-    return std::nullopt;
-  }
-  return d;
-}
-
 std::int64_t now_ms() { return to_epoch_ms(std::chrono::system_clock::now()); }
 
 }  // namespace delayq::detail::pg

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "../roles/dead_record.hpp"
 #include "delayq/postgres_store.hpp"
 #include "delayq/task_store.hpp"
 #include "pg_batch.hpp"
@@ -82,8 +83,8 @@ class backend {
 /// Decodes a live record read under `id`: a record filed under another id is
 /// as corrupt as one that does not decode. Empty with `why` set on failure.
 std::optional<task> decode_live(std::string_view id, std::string_view raw, std::string& why);
-/// The same for a dead letter (a version 1 record is not one).
-std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw, std::string& why);
+/// The same for a dead letter (shared by every backend).
+using roles::decode_dead;
 
 /// Milliseconds since the epoch, now.
 std::int64_t now_ms();

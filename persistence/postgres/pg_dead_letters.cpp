@@ -15,29 +15,6 @@ std::int64_t clamp_to_int64(std::size_t n) {
 
 }  // namespace
 
-void dead_letters_role::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
-  std::vector<store_change> changes(letters.size());
-  for (std::size_t i = 0; i < letters.size(); ++i)
-    changes[i] = {change_kind::bury, &letters[i].task, letters[i].error, letters[i].died_at};
-  b_.write(changes, ec);
-}
-
-void dead_letters_role::revive(std::span<const task> tasks, boost::system::error_code& ec) {
-  std::vector<store_change> changes(tasks.size());
-  for (std::size_t i = 0; i < tasks.size(); ++i) changes[i] = {change_kind::revive, &tasks[i]};
-  b_.write(changes, ec);
-}
-
-void dead_letters_role::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
-  std::vector<task> tasks(ids.size());
-  std::vector<store_change> changes(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    tasks[i].id = ids[i];
-    changes[i] = {change_kind::purge, &tasks[i]};
-  }
-  b_.write(changes, ec);
-}
-
 // On `c`, inside a pool call: moves the letter `id` to the quarantine table
 // when it still holds `raw`. Throws pg_failure.
 void dead_letters_role::quarantine_row(connection& c, std::string_view id, std::string_view raw,

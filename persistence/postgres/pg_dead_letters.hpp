@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "../roles/change_batches.hpp"
 #include "delayq/dead_letter_store.hpp"
 #include "pg_backend.hpp"
 
@@ -17,29 +18,21 @@ namespace delayq::detail::pg {
 /// 'dead_letters') and the page read again, so it never comes back short.
 ///
 /// Thread safety: every member may be called from any thread.
-class dead_letters_role final : public dead_letter_store {
+class dead_letters_role final : public roles::dead_letter_writes<backend> {
  public:
-  using dead_letter_store::bury;
   using dead_letter_store::count_dead;
   using dead_letter_store::find_dead;
   using dead_letter_store::list_dead;
-  using dead_letter_store::purge;
-  using dead_letter_store::revive;
+  using dead_letter_writes::dead_letter_writes;
 
-  explicit dead_letters_role(backend& b) : b_(b) {}
-
-  void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
   std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
                                      boost::system::error_code& ec) override;
   std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) override;
-  void revive(std::span<const task> tasks, boost::system::error_code& ec) override;
-  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
   std::size_t count_dead(boost::system::error_code& ec) override;
 
  private:
   void quarantine_row(connection& c, std::string_view id, std::string_view raw,
                       std::string_view reason);
-  backend& b_;
 };
 
 }  // namespace delayq::detail::pg

@@ -5,6 +5,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "../roles/change_batches.hpp"
 #include "delayq/log.hpp"
 
 namespace delayq::detail::pg {
@@ -24,19 +25,12 @@ void tasks_role::async_write(std::span<const store_change> changes,
 }
 
 void tasks_role::save(std::span<const task> tasks, boost::system::error_code& ec) {
-  std::vector<store_change> changes(tasks.size());
-  for (std::size_t i = 0; i < tasks.size(); ++i) changes[i] = {change_kind::save, &tasks[i]};
-  b_.write(changes, ec);
+  b_.write(roles::task_changes(tasks, change_kind::save), ec);
 }
 
 void tasks_role::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
-  std::vector<task> tasks(ids.size());
-  std::vector<store_change> changes(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    tasks[i].id = ids[i];
-    changes[i] = {change_kind::remove, &tasks[i]};
-  }
-  b_.write(changes, ec);
+  std::vector<task> holders;
+  b_.write(roles::id_changes(ids, change_kind::remove, holders), ec);
 }
 
 // Inside a pool call: moves the row `id` to the quarantine table when it

@@ -50,17 +50,18 @@ std::vector<slot_range> parse_cluster_slots(const redisReply* r, const std::stri
   return out;
 }
 
-cluster_router::cluster_router(const redis_options& opts, std::string store_name, std::string role,
+cluster_router::cluster_router(const redis_connection_options& opts, std::string store_name,
+                               std::string client_name,
                                std::shared_ptr<const handshake_extension> handshake)
     : opts_(opts),
       name_(std::move(store_name)),
-      role_(std::move(role)),
+      client_name_(std::move(client_name)),
       handshake_(std::move(handshake)) {
   // 128 KiB of map only in a cluster; list() makes a router per call.
   if (opts_.cluster)
     slots_.assign(cluster_slots, nullptr);
   else
-    single_ = std::make_unique<connection>(opts_, name_, role_, handshake_);
+    single_ = std::make_unique<connection>(opts_, name_, client_name_, handshake_);
 }
 
 cluster_router::~cluster_router() = default;
@@ -73,7 +74,7 @@ cluster_router::node_entry& cluster_router::entry(const std::string& host, unsig
     slot->opts.host = host;
     slot->opts.port = port;
     slot->opts.seeds.clear();  // address() now names this node
-    slot->conn = std::make_unique<connection>(slot->opts, name_, role_, handshake_);
+    slot->conn = std::make_unique<connection>(slot->opts, name_, client_name_, handshake_);
   }
   return *slot;
 }
@@ -92,11 +93,11 @@ connection& cluster_router::owner(unsigned slot) {
   return *slots_[slot]->conn;
 }
 
-std::optional<std::vector<slot_range>> cluster_router::ask_slots(const redis_options& where,
-                                                                 std::string& why) const {
+std::optional<std::vector<slot_range>> cluster_router::ask_slots(
+    const redis_connection_options& where, std::string& why) const {
   // A connection of its own: a node's connection may be in the middle of a
   // pipeline when the map must be read.
-  connection c(where, name_, ":slots");
+  connection c(where, name_, client_name_ + ":slots");
   try {
     c.ensure_connected();
     auto replies = c.exchange({command().arg("CLUSTER").arg("SLOTS")});
@@ -113,19 +114,19 @@ std::optional<std::vector<slot_range>> cluster_router::ask_slots(const redis_opt
 
 void cluster_router::refresh() {
   if (!opts_.cluster) return;
-  std::vector<const redis_options*> candidates;
+  std::vector<const redis_connection_options*> candidates;
   for (const auto& [address, n] : nodes_) candidates.push_back(&n->opts);
-  std::vector<redis_options> seeds;
+  std::vector<redis_connection_options> seeds;
   for (const auto& [host, port] : opts_.seeds) {
-    redis_options o = opts_;
+    redis_connection_options o = opts_;
     o.host = host;
     o.port = port;
     o.seeds.clear();
     seeds.push_back(std::move(o));
   }
-  for (const redis_options& o : seeds) candidates.push_back(&o);
+  for (const redis_connection_options& o : seeds) candidates.push_back(&o);
   std::string why = "no node known";
-  for (const redis_options* where : candidates) {
+  for (const redis_connection_options* where : candidates) {
     auto ranges = ask_slots(*where, why);
     if (!ranges) continue;
     std::fill(slots_.begin(), slots_.end(), nullptr);

@@ -65,10 +65,10 @@ class cluster_router {
   /// At most this many MOVED / ASK in one call.
   static constexpr int max_redirects = 5;
 
-  /// `opts` must outlive the router. `role` and `handshake` (may be null)
-  /// are passed to each node's connection.
-  cluster_router(const redis_options& opts, std::string store_name, std::string role,
-                 std::shared_ptr<const handshake_extension> handshake);
+  /// `opts` must outlive the router. `client_name` (client_name_for()) and
+  /// `handshake` (may be null) are passed to each node's connection.
+  cluster_router(const redis_connection_options& opts, std::string store_name,
+                 std::string client_name, std::shared_ptr<const handshake_extension> handshake);
   ~cluster_router();
   cluster_router(const cluster_router&) = delete;
   cluster_router& operator=(const cluster_router&) = delete;
@@ -182,7 +182,7 @@ class cluster_router {
 
  private:
   struct node_entry {
-    redis_options opts;  // the store's, with this node's host and port
+    redis_connection_options opts;  // the store's, with this node's host and port
     std::unique_ptr<connection> conn;
   };
 
@@ -190,12 +190,12 @@ class cluster_router {
   void log_redirect(const std::string& text) const;
   void log_failed(const char* what, const std::string& why) const;
   node_entry& entry(const std::string& host, unsigned port);
-  std::optional<std::vector<slot_range>> ask_slots(const redis_options& where,
+  std::optional<std::vector<slot_range>> ask_slots(const redis_connection_options& where,
                                                    std::string& why) const;
 
-  const redis_options& opts_;
+  const redis_connection_options& opts_;
   std::string name_;
-  std::string role_;
+  std::string client_name_;
   std::shared_ptr<const handshake_extension> handshake_;
   std::map<std::string, std::unique_ptr<node_entry>> nodes_;  // by "host:port"
   std::vector<node_entry*> slots_;      // by slot, null: unknown (cluster mode only)

@@ -132,11 +132,18 @@ cluster_redirect parse_redirect(const redisReply* r) {
   return out;
 }
 
-connection::connection(const redis_options& opts, std::string store_name, std::string role,
+std::string client_name_for(const redis_key_layout& layout, std::string_view role) {
+  std::string out = "delayq:" + layout.prefix;
+  out += role;
+  return out;
+}
+
+connection::connection(const redis_connection_options& opts, std::string store_name,
+                       std::string client_name,
                        std::shared_ptr<const handshake_extension> extension)
     : opts_(opts),
       name_(std::move(store_name)),
-      client_name_("delayq:" + opts.prefix + role),
+      client_name_(std::move(client_name)),
       extension_(std::move(extension)) {}
 
 const std::string& connection::script_sha(std::size_t i) const noexcept {

@@ -157,15 +157,21 @@ class handshake_extension {
   virtual void check_reply(const redisReply* r) const = 0;
 };
 
+/// The client name of a store's connection: "delayq:PREFIX" + `role`
+/// (empty for the store's calls, ":writer", ":list", ...).
+std::string client_name_for(const redis_key_layout& layout, std::string_view role);
+
 /// One connection to one server: dialled lazily, re-dialled after a loss
 /// with a growing backoff (100 ms doubling to 5 s) during which calls fail
 /// fast. Not thread-safe: its owner serializes the calls.
 class connection {
  public:
-  /// `role` is appended to the client name ("delayq:PREFIX" + role), so the
-  /// store's connections can be told apart in `CLIENT LIST`. `extension`
-  /// (may be null) adds to every handshake.
-  connection(const redis_options& opts, std::string store_name, std::string role,
+  /// `opts` must outlive the connection. `client_name` (client_name_for())
+  /// is set with CLIENT SETNAME, so the store's connections can be told
+  /// apart in `CLIENT LIST`. `extension` (may be null) adds to every
+  /// handshake: the layout checks (store_handshake.hpp), which a connection
+  /// knows nothing of.
+  connection(const redis_connection_options& opts, std::string store_name, std::string client_name,
              std::shared_ptr<const handshake_extension> extension = nullptr);
 
   /// Dials when not connected (or throws within the backoff).
@@ -199,7 +205,7 @@ class connection {
   /// sent behind an ASKING, whose reply read_replies() skips.
   void set_asking(bool on) noexcept { asking_ = on; }
 
-  const redis_options& options() const noexcept { return opts_; }
+  const redis_connection_options& options() const noexcept { return opts_; }
 
   void log_reconnecting(const std::string& why) const;
   void log_failed(const char* what, const std::string& why) const;
@@ -207,7 +213,7 @@ class connection {
  private:
   void connect();
 
-  const redis_options& opts_;
+  const redis_connection_options& opts_;
   std::string name_;
   std::string client_name_;
   std::shared_ptr<const handshake_extension> extension_;

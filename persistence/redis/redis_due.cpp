@@ -1,4 +1,4 @@
-// redis_store::list_due() and find(): what an engine with a horizon reads.
+// detail::redis::tasks_role::list_due() and find(): what an engine with a horizon reads.
 //
 // list_due(): one call of the page script (scripts.hpp, due_script) per
 // page: EVALSHA, EVAL when the server lost the script. The script reads
@@ -22,10 +22,14 @@
 #include "connection.hpp"
 #include "delayq/log.hpp"
 #include "delayq/record_codec.hpp"
-#include "redis_store_impl.hpp"
+#include "redis_backend.hpp"
+#include "redis_shards.hpp"
+#include "redis_tasks.hpp"
 #include "scripts.hpp"
 
 namespace delayq {
+
+using detail::redis::backend;
 namespace {
 
 using detail::redis::command;
@@ -57,12 +61,13 @@ std::int64_t score_ms(const redisReply* r) {
 
 }  // namespace
 
-list_summary redis_store::impl::list_due_part(const part& p, due_cursor& after,
-                                              std::int64_t until_ms, std::size_t limit,
-                                              std::vector<task>& out, boost::system::error_code& ec,
-                                              std::vector<due_item>* read) {
+list_summary detail::redis::backend::list_due_part(const part& p, due_cursor& after,
+                                                   std::int64_t until_ms, std::size_t limit,
+                                                   std::vector<task>& out,
+                                                   boost::system::error_code& ec,
+                                                   std::vector<due_item>* read) {
   ec = {};
-  impl& m = *this;
+  backend& m = *this;
   list_summary summary;
   out.clear();
   if (limit == 0) return summary;
@@ -110,7 +115,7 @@ list_summary redis_store::impl::list_due_part(const part& p, due_cursor& after,
       if (r->type == REDIS_REPLY_ERROR) throw_server_error("list_due", r);
       if (r->type != REDIS_REPLY_ARRAY || r->elements % 3 != 0)
         throw redis_failure{errc::store_error, "unexpected list_due reply"};
-      std::vector<impl::bad_record> bad;
+      std::vector<backend::bad_record> bad;
       for (std::size_t i = 0; i < r->elements; i += 3) {
         const redisReply* id_r = r->element[i];
         const redisReply* rec = r->element[i + 2];
@@ -159,10 +164,11 @@ list_summary redis_store::impl::list_due_part(const part& p, due_cursor& after,
   return summary;
 }
 
-list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
-                                   const std::function<void(task&&)>& sink,
-                                   boost::system::error_code& ec) {
-  impl& m = *impl_;
+list_summary detail::redis::tasks_role::list_due(due_cursor& after, std::int64_t until_ms,
+                                                 std::size_t limit,
+                                                 const std::function<void(task&&)>& sink,
+                                                 boost::system::error_code& ec) {
+  backend& m = b_;
   std::vector<task> page;
   list_summary summary = m.shards() == 0
                              ? m.list_due_part(m.parts[0], after, until_ms, limit, page, ec)
@@ -172,11 +178,11 @@ list_summary redis_store::list_due(due_cursor& after, std::int64_t until_ms, std
   return summary;
 }
 
-list_summary redis_store::list_due_shard(std::uint32_t shard, due_cursor& after,
-                                         std::int64_t until_ms, std::size_t limit,
-                                         const std::function<void(task&&)>& sink,
-                                         boost::system::error_code& ec) {
-  impl& m = *impl_;
+list_summary detail::redis::shards_role::list_due_shard(std::uint32_t shard, due_cursor& after,
+                                                        std::int64_t until_ms, std::size_t limit,
+                                                        const std::function<void(task&&)>& sink,
+                                                        boost::system::error_code& ec) {
+  backend& m = b_;
   if (shard >= m.shards()) {
     ec = errc::shard_mismatch;
     return {};
@@ -188,15 +194,15 @@ list_summary redis_store::list_due_shard(std::uint32_t shard, due_cursor& after,
   return summary;
 }
 
-std::vector<std::optional<task>> redis_store::find(std::span<const std::string> ids,
-                                                   boost::system::error_code& ec) {
+std::vector<std::optional<task>> detail::redis::tasks_role::find(std::span<const std::string> ids,
+                                                                 boost::system::error_code& ec) {
   ec = {};
-  impl& m = *impl_;
+  backend& m = b_;
   std::vector<std::optional<task>> out(ids.size());
   if (ids.empty()) return out;
   // The indexes of `ids` by part, each part's in the order given: one HMGET
   // per part (one in all, unsharded).
-  std::map<const impl::part*, std::vector<std::size_t>> by_part;
+  std::map<const backend::part*, std::vector<std::size_t>> by_part;
   for (std::size_t i = 0; i < ids.size(); ++i) by_part[&m.part_of(ids[i])].push_back(i);
   std::lock_guard lock(m.mutex);
   for (const auto& [p, which] : by_part) {
@@ -210,7 +216,7 @@ std::vector<std::optional<task>> redis_store::find(std::span<const std::string> 
       if (r->type == REDIS_REPLY_ERROR) throw_server_error("HMGET", r);
       if (r->type != REDIS_REPLY_ARRAY || r->elements != which.size())
         throw redis_failure{errc::store_error, "unexpected HMGET reply"};
-      std::vector<impl::bad_record> bad;
+      std::vector<backend::bad_record> bad;
       for (std::size_t k = 0; k < which.size(); ++k) {
         const std::size_t i = which[k];
         const redisReply* rec = r->element[k];

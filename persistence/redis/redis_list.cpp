@@ -1,4 +1,4 @@
-// redis_store::list(): recovery, streamed on a connection of its own.
+// detail::redis::tasks_role::list(): recovery, streamed on a connection of its own.
 //
 // HSCAN pages of {P}:tasks, pipelined one ahead: as soon as the reply for
 // page k is read, the request for page k+1 (its cursor is in that reply) is
@@ -24,9 +24,12 @@
 #include "connection.hpp"
 #include "delayq/log.hpp"
 #include "delayq/record_codec.hpp"
-#include "redis_store_impl.hpp"
+#include "redis_backend.hpp"
+#include "redis_tasks.hpp"
 
 namespace delayq {
+
+using detail::redis::backend;
 namespace {
 
 using detail::redis::command;
@@ -135,13 +138,14 @@ struct quarantined {
 
 }  // namespace
 
-list_summary redis_store::list(const std::function<void(task&&)>& sink,
-                               boost::system::error_code& ec) {
+list_summary detail::redis::tasks_role::list(const std::function<void(task&&)>& sink,
+                                             boost::system::error_code& ec) {
   ec = {};
-  impl& m = *impl_;
+  backend& m = b_;
   list_summary summary;
   // A router of its own: in a cluster, the node of the store's slot.
-  detail::redis::cluster_router router(m.opts, m.name, ":list",
+  detail::redis::cluster_router router(m.opts, m.name,
+                                       detail::redis::client_name_for(m.opts, ":list"),
                                        detail::redis::store_handshake::reader(m.opts));
   seen_ids seen;
   std::vector<std::uint64_t> hashes;  // of one page's ids
@@ -150,7 +154,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
   std::size_t total = 0;
   std::size_t next_progress = progress_every;
 
-  const impl::part* p = &m.parts[0];  // the part being scanned
+  const backend::part* p = &m.parts[0];  // the part being scanned
   const auto read_quarantined = [&](connection& conn) {
     auto replies = conn.read_replies(pending.size(), true);
     for (std::size_t k = 0; k < replies.size(); ++k) {
@@ -252,7 +256,7 @@ list_summary redis_store::list(const std::function<void(task&&)>& sink,
 
   // Each part in turn (the shards of a sharded store; ids are unique
   // across them, so `seen` serves them all).
-  for (const impl::part& part : m.parts) {
+  for (const backend::part& part : m.parts) {
     p = &part;
     const auto failure = router.try_run(part.slot, [&](connection& conn) {
       try {

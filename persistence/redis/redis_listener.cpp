@@ -1,4 +1,4 @@
-// redis_store::listen(): the notices of saved tasks in the sharded layout.
+// detail::redis::shards_role::listen(): the notices of saved tasks in the sharded layout.
 //
 // The sharded write script PUBLISHes "SHARD DUE_MS ID" on `PREFIX:notify`
 // for every save and revive (scripts.hpp), and save_setting/erase_setting
@@ -23,9 +23,12 @@
 
 #include "connection.hpp"
 #include "delayq/log.hpp"
-#include "redis_store_impl.hpp"
+#include "redis_backend.hpp"
+#include "redis_shards.hpp"
 
 namespace delayq {
+
+using detail::redis::backend;
 namespace {
 
 using detail::redis::command;
@@ -176,7 +179,7 @@ class redis_listener final : public task_listener {
       auth.arg(opts_.password);
       cmds.push_back(std::move(auth));
     }
-    const std::string client_name = "delayq:" + opts_.prefix + ":listen";
+    const std::string client_name = detail::redis::client_name_for(opts_, ":listen");
     cmds.push_back(std::move(command().arg("CLIENT").arg("SETNAME").arg(client_name)));
     cmds.push_back(std::move(command().arg("SUBSCRIBE").arg(channel_)));
     try {
@@ -240,13 +243,9 @@ class redis_listener final : public task_listener {
 
 }  // namespace
 
-std::unique_ptr<task_listener> redis_store::listen(boost::system::error_code& ec) {
+std::unique_ptr<task_listener> detail::redis::shards_role::listen(boost::system::error_code& ec) {
   ec = {};
-  const impl& m = *impl_;
-  if (m.opts.shards == 0) {
-    ec = errc::unsupported;
-    return nullptr;
-  }
+  const backend& m = b_;
   auto l = std::make_unique<redis_listener>(m.opts, m.name);
   try {
     detail::redis::sigpipe_guard guard;

@@ -221,7 +221,7 @@ redis_options redis_options::parse(std::string_view uri) {
   return o;
 }
 
-std::string redis_options::address() const {
+std::string redis_connection_options::address() const {
   if (!unix_socket.empty()) return unix_socket;
   const auto one = [](const std::string& h, unsigned p) {
     const bool v6 = h.find(':') != std::string::npos;

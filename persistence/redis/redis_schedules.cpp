@@ -18,9 +18,12 @@
 #include "delayq/log.hpp"
 #include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
-#include "redis_store_impl.hpp"
+#include "redis_backend.hpp"
+#include "redis_schedules.hpp"
 
 namespace delayq {
+
+using detail::redis::backend;
 
 using detail::redis::command;
 using detail::redis::connection;
@@ -205,13 +208,13 @@ std::vector<schedule_record> read_page(detail::redis::cluster_router& conn, unsi
 
 }  // namespace
 
-void redis_store::write_schedules(std::span<const schedule_write> changes,
-                                  boost::system::error_code& ec) {
-  impl& m = *impl_;
+void detail::redis::schedules_role::write_schedules(std::span<const schedule_write> changes,
+                                                    boost::system::error_code& ec) {
+  backend& m = b_;
   ec = {};
   for (const schedule_write& w : changes) w.applied = false;
   // One script per key space, each change in its place of the batch.
-  std::map<const impl::part*, std::vector<std::size_t>> by_part;
+  std::map<const backend::part*, std::vector<std::size_t>> by_part;
   for (std::size_t i = 0; i < changes.size(); ++i) by_part[&m.part_of(changes[i].id)].push_back(i);
   std::lock_guard lock(m.mutex);
   for (const auto& [p, which] : by_part) {
@@ -245,12 +248,12 @@ void redis_store::write_schedules(std::span<const schedule_write> changes,
   }
 }
 
-std::vector<std::optional<schedule_record>> redis_store::find_schedules(
+std::vector<std::optional<schedule_record>> detail::redis::schedules_role::find_schedules(
     std::span<const std::string> ids, boost::system::error_code& ec) {
-  impl& m = *impl_;
+  backend& m = b_;
   ec = {};
   std::vector<std::optional<schedule_record>> out(ids.size());
-  std::map<const impl::part*, std::vector<std::size_t>> by_part;
+  std::map<const backend::part*, std::vector<std::size_t>> by_part;
   for (std::size_t i = 0; i < ids.size(); ++i) by_part[&m.part_of(ids[i])].push_back(i);
   std::lock_guard lock(m.mutex);
   for (const auto& [p, which] : by_part) {
@@ -271,9 +274,9 @@ std::vector<std::optional<schedule_record>> redis_store::find_schedules(
   return out;
 }
 
-std::vector<schedule_record> redis_store::list_schedules(std::string_view after, std::size_t limit,
-                                                         boost::system::error_code& ec) {
-  impl& m = *impl_;
+std::vector<schedule_record> detail::redis::schedules_role::list_schedules(
+    std::string_view after, std::size_t limit, boost::system::error_code& ec) {
+  backend& m = b_;
   ec = {};
   std::vector<schedule_record> out;
   if (limit == 0) return out;
@@ -282,7 +285,7 @@ std::vector<schedule_record> redis_store::list_schedules(std::string_view after,
   // ids before anything it did not return). Longer than page_cap: pages
   // of page_cap until the shard has given `limit` or ran out.
   std::lock_guard lock(m.mutex);
-  for (const impl::part& p : m.parts) {
+  for (const backend::part& p : m.parts) {
     std::string from(after);
     std::size_t taken = 0;
     while (taken < limit) {
@@ -302,13 +305,13 @@ std::vector<schedule_record> redis_store::list_schedules(std::string_view after,
   return out;
 }
 
-void redis_store::scan_schedules(std::size_t page,
-                                 const std::function<void(std::vector<schedule_record>&)>& visit,
-                                 boost::system::error_code& ec) {
-  impl& m = *impl_;
+void detail::redis::schedules_role::scan_schedules(
+    std::size_t page, const std::function<void(std::vector<schedule_record>&)>& visit,
+    boost::system::error_code& ec) {
+  backend& m = b_;
   ec = {};
   page = std::clamp<std::size_t>(page, 1, page_cap);
-  for (const impl::part& p : m.parts) {
+  for (const backend::part& p : m.parts) {
     std::string after;
     for (;;) {
       std::vector<schedule_record> got;
@@ -326,12 +329,12 @@ void redis_store::scan_schedules(std::size_t page,
   }
 }
 
-std::size_t redis_store::count_schedules(boost::system::error_code& ec) {
-  impl& m = *impl_;
+std::size_t detail::redis::schedules_role::count_schedules(boost::system::error_code& ec) {
+  backend& m = b_;
   ec = {};
   std::size_t total = 0;
   std::lock_guard lock(m.mutex);
-  for (const impl::part& p : m.parts) {
+  for (const backend::part& p : m.parts) {
     const schedule_keys k(p.keys);
     m.conn.run(p.slot, "count_schedules", ec, [&](connection& conn) {
       auto replies = conn.exchange({command().arg("ZCARD").arg(k.ids)});
@@ -346,10 +349,11 @@ std::size_t redis_store::count_schedules(boost::system::error_code& ec) {
   return total;
 }
 
-void redis_store::insert_absent(std::span<const task> tasks, boost::system::error_code& ec) {
-  impl& m = *impl_;
+void detail::redis::schedules_role::insert_absent(std::span<const task> tasks,
+                                                  boost::system::error_code& ec) {
+  backend& m = b_;
   ec = {};
-  std::map<const impl::part*, std::vector<std::size_t>> by_part;
+  std::map<const backend::part*, std::vector<std::size_t>> by_part;
   for (std::size_t i = 0; i < tasks.size(); ++i) by_part[&m.part_of(tasks[i].id)].push_back(i);
   std::lock_guard lock(m.mutex);
   for (const auto& [p, which] : by_part) {

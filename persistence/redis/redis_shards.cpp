@@ -30,16 +30,19 @@
 #include "connection.hpp"
 #include "delayq/log.hpp"
 #include "delayq/redis_shard_leases.hpp"
-#include "redis_store_impl.hpp"
+#include "redis_backend.hpp"
+#include "redis_shards.hpp"
 #include "scripts.hpp"
 
 namespace delayq {
+
+using detail::redis::backend;
 
 using detail::redis::connection;
 using detail::redis::redis_failure;
 using detail::redis::reply_text;
 
-const redis_store::impl::part& redis_store::impl::part_of(std::string_view id) const {
+const detail::redis::backend::part& detail::redis::backend::part_of(std::string_view id) const {
   return opts.shards == 0 ? parts[0] : parts[shard_of(id, opts.shards)];
 }
 
@@ -58,8 +61,8 @@ group_outcome classify(const redisReply* r, std::string& why) {
 
 }  // namespace
 
-void redis_store::impl::write_sharded(std::span<const store_change> changes,
-                                      boost::system::error_code& ec) {
+void detail::redis::backend::write_sharded(std::span<const store_change> changes,
+                                           boost::system::error_code& ec) {
   ec = {};
   std::map<std::uint32_t, std::vector<store_change>> by_shard;
   for (const store_change& c : changes) {
@@ -179,9 +182,9 @@ void redis_store::impl::write_sharded(std::span<const store_change> changes,
 // shard's page was full, the call reads again from the bound, so a call
 // that returns fewer than `limit` records has seen the whole range. Cost per
 // call: shards * limit records read (one page script per shard), at least.
-list_summary redis_store::impl::list_due_merged(due_cursor& after, std::int64_t until_ms,
-                                                std::size_t limit, std::vector<task>& out,
-                                                boost::system::error_code& ec) {
+list_summary detail::redis::backend::list_due_merged(due_cursor& after, std::int64_t until_ms,
+                                                     std::size_t limit, std::vector<task>& out,
+                                                     boost::system::error_code& ec) {
   ec = {};
   out.clear();
   list_summary summary;
@@ -262,8 +265,9 @@ list_summary redis_store::impl::list_due_merged(due_cursor& after, std::int64_t 
 //
 // The first offset + limit letters of every shard, merged by (died_at, id):
 // O(shards * (offset + limit)) letters read for one page.
-std::vector<dead_letter> redis_store::impl::list_dead_merged(std::size_t offset, std::size_t limit,
-                                                             boost::system::error_code& ec) {
+std::vector<dead_letter> detail::redis::backend::list_dead_merged(std::size_t offset,
+                                                                  std::size_t limit,
+                                                                  boost::system::error_code& ec) {
   ec = {};
   std::vector<dead_letter> all;
   if (limit == 0) return all;
@@ -322,7 +326,7 @@ redis_layout run_layout_script(const redis_options& options, const char* mode,
   const detail::redis::store_keys keys(opts.prefix);
   const std::string layout = std::to_string(redis_store::layout_version);
   const std::string shards = std::to_string(options.shards);
-  detail::redis::cluster_router router(opts, name, ":layout",
+  detail::redis::cluster_router router(opts, name, detail::redis::client_name_for(opts, ":layout"),
                                        detail::redis::store_handshake::reader(opts));
   std::optional<redis_failure> failure;
   {
@@ -390,18 +394,10 @@ redis_layout redis_store::claim_shards(const redis_options& options, bool only_i
 
 // ---- the cluster interface ------------------------------------------------
 
-std::uint32_t redis_store::shards() const noexcept { return impl_->opts.shards; }
-
-shard_store* redis_store::sharded() noexcept { return impl_->opts.shards != 0 ? this : nullptr; }
-
-std::unique_ptr<shard_leases> redis_store::make_shard_leases(const cluster_options& cluster,
-                                                             boost::system::error_code& ec) {
+std::unique_ptr<shard_leases> detail::redis::shards_role::make_shard_leases(
+    const cluster_options& cluster, boost::system::error_code& ec) {
   ec = {};
-  const impl& m = *impl_;
-  if (m.opts.shards == 0) {
-    ec = errc::unsupported;
-    return nullptr;
-  }
+  const backend& m = b_;
   if (cluster.shards != m.opts.shards) {
     ec = errc::shard_mismatch;
     log(log_level::error, m.name + ": a lease table for " + std::to_string(cluster.shards) +

@@ -70,7 +70,8 @@ class redis_shard_leases final : public shard_leases {
         members_key_(redis_members_key(redis_.prefix)),
         lease_ms_(std::to_string(cluster_.lease.count())),
         incarnation_(new_incarnation()),
-        router_(redis_, name_, ":leases", store_handshake::reader(redis_)) {
+        router_(redis_, name_, client_name_for(redis_, ":leases"),
+                store_handshake::reader(redis_)) {
     lease_keys_.reserve(cluster_.shards);
     for (std::uint32_t s = 0; s < cluster_.shards; ++s)
       lease_keys_.push_back(redis_lease_key(redis_.prefix, s));

@@ -22,7 +22,7 @@ write_pipeline::write_pipeline(const redis_options& opts, std::string store_name
     : opts_(opts),
       name_(std::move(store_name)),
       slot_(slot),
-      router_(opts, name_, ":writer", store_handshake::writer(opts)) {
+      router_(opts, name_, client_name_for(opts, ":writer"), store_handshake::writer(opts)) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0)
     throw std::system_error(errno, std::generic_category(), "delayq: redis write pipeline");

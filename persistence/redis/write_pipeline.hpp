@@ -1,4 +1,4 @@
-// persistence/redis/write_pipeline.hpp - redis_store::async_write(): a
+// persistence/redis/write_pipeline.hpp - the Redis store's async_write(): a
 // connection of its own, driven by a private I/O thread, on which batches
 // are pipelined. Internal.
 //

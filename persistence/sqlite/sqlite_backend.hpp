@@ -95,18 +95,6 @@ struct reset_on_exit {
   }
 };
 
-// Changes of one kind that name only ids (remove, purge): the tasks they
-// point at hold nothing but the id.
-inline void id_changes(std::span<const std::string> ids, change_kind what,
-                       std::vector<task>& holders, std::vector<store_change>& changes) {
-  holders.resize(ids.size());
-  changes.reserve(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    holders[i].id = ids[i];
-    changes.push_back({what, &holders[i], {}, {}});
-  }
-}
-
 /// The prepared statements of the store's connection, one set per role.
 /// Each is prepared once, when the store opens (backend::open()).
 ///

@@ -8,7 +8,10 @@
 #include <string_view>
 #include <vector>
 
+#include "../roles/dead_record.hpp"
+
 namespace delayq::detail::sqlite {
+using roles::decode_dead;
 namespace {
 
 struct row {
@@ -17,20 +20,6 @@ struct row {
   std::string record;
 };
 
-// Decodes a dead-letter record read under `id`; a record filed under
-// another id is as corrupt as one that does not decode.
-std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
-                                       std::string& why) {
-  boost::system::error_code dec;
-  dead_letter d = decode_dead_letter(raw, dec, &why);
-  if (dec) return std::nullopt;
-  if (d.task.id != id) {
-    why = "record holds id '" + d.task.id + "'";
-    return std::nullopt;
-  }
-  return d;
-}
-
 // OFFSET and LIMIT take signed 64-bit values.
 std::int64_t clamp_to_int64(std::size_t n) {
   return static_cast<std::int64_t>(
@@ -38,28 +27,6 @@ std::int64_t clamp_to_int64(std::size_t n) {
 }
 
 }  // namespace
-
-void dead_letters_role::bury(std::span<const dead_letter> letters, boost::system::error_code& ec) {
-  std::vector<store_change> changes;
-  changes.reserve(letters.size());
-  for (const dead_letter& d : letters)
-    changes.push_back({change_kind::bury, &d.task, d.error, d.died_at});
-  b_.write(changes, ec);
-}
-
-void dead_letters_role::revive(std::span<const task> tasks, boost::system::error_code& ec) {
-  std::vector<store_change> changes;
-  changes.reserve(tasks.size());
-  for (const task& t : tasks) changes.push_back({change_kind::revive, &t, {}, {}});
-  b_.write(changes, ec);
-}
-
-void dead_letters_role::purge(std::span<const std::string> ids, boost::system::error_code& ec) {
-  std::vector<task> holders;
-  std::vector<store_change> changes;
-  id_changes(ids, change_kind::purge, holders, changes);
-  b_.write(changes, ec);
-}
 
 std::size_t dead_letters_role::count_dead(boost::system::error_code& ec) {
   ec = {};

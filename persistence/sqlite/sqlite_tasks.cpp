@@ -9,20 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "../roles/change_batches.hpp"
+
 namespace delayq::detail::sqlite {
 
 void tasks_role::save(std::span<const task> tasks, boost::system::error_code& ec) {
-  std::vector<store_change> changes;
-  changes.reserve(tasks.size());
-  for (const task& t : tasks) changes.push_back({change_kind::save, &t, {}, {}});
-  b_.write(changes, ec);
+  b_.write(roles::task_changes(tasks, change_kind::save), ec);
 }
 
 void tasks_role::remove(std::span<const std::string> ids, boost::system::error_code& ec) {
   std::vector<task> holders;
-  std::vector<store_change> changes;
-  id_changes(ids, change_kind::remove, holders, changes);
-  b_.write(changes, ec);
+  b_.write(roles::id_changes(ids, change_kind::remove, holders), ec);
 }
 
 list_summary tasks_role::list(const std::function<void(task&&)>& sink,

@@ -63,11 +63,12 @@ declare -A ALLOWED=(
   # detail/, never the server. The backends do not know each other.
   [persistence/include]="engine/include"
   [persistence/common]="engine/include persistence/include"
-  [persistence/redis]="engine/include persistence/include"
-  [persistence/sqlite]="engine/include persistence/include"
   # What the backends built from role objects share (role_store, the lease
-  # table's bookkeeping): it knows no backend.
+  # table's bookkeeping, the batches of one-kind calls, a dead letter read
+  # back): it knows no backend.
   [persistence/roles]="engine/include persistence/include"
+  [persistence/redis]="engine/include persistence/include persistence/roles"
+  [persistence/sqlite]="engine/include persistence/include persistence/roles"
   [persistence/postgres]="engine/include persistence/include persistence/roles"
   [umbrella]="engine/include persistence/include"
   # server/src: wire/ (the formats) at the bottom, api/ (the routes) at the

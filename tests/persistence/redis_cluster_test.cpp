@@ -220,7 +220,7 @@ TEST_CASE("redis cluster: a store follows ASK, then MOVED, while its slot migrat
   store.save(std::vector{make_task("a"), make_task("b")});
   // All four keys of the write script exist (a script on some missing keys
   // of a migrating slot gets TRYAGAIN, not ASK).
-  store.bury(std::vector{make_letter("d")});
+  store.dead_letters()->bury(std::vector{make_letter("d")});
 
   // Migrate the slot by hand: importing on dst, migrating on src, keys to dst.
   REQUIRE(dr::reply_text(on_node(raw, dst, {"CLUSTER", "SETSLOT", s, "IMPORTING", src_id}).get()) ==
@@ -240,7 +240,7 @@ TEST_CASE("redis cluster: a store follows ASK, then MOVED, while its slot migrat
   // src no longer holds the keys: it answers ASK, the store asks dst.
   store.save(std::vector{make_task("c")});
   store.remove(std::vector<std::string>{"a"});
-  CHECK(store.count_dead() == 1);
+  CHECK(store.dead_letters()->count_dead() == 1);
   {
     async_tally tally;
     const task e = make_task("e");
@@ -262,7 +262,7 @@ TEST_CASE("redis cluster: a store follows ASK, then MOVED, while its slot migrat
   store.save(std::vector{make_task("f")});
   CHECK(logs.contains("MOVED " + s));
   CHECK(listed_ids(store) == std::set<std::string>{"b", "c", "e", "f"});
-  CHECK(store.list_dead(0, 10).size() == 1);
+  CHECK(store.dead_letters()->list_dead(0, 10).size() == 1);
   raw.drop_prefix(prefix);
 }
 
@@ -284,7 +284,7 @@ TEST_CASE("redis cluster: a sharded store spreads its shards and its notices rea
   }
   CHECK(owners.size() > 1);
   boost::system::error_code ec;
-  auto listener = store.listen(ec);
+  auto listener = store.sharded()->listen(ec);
   REQUIRE_MESSAGE(listener, ec.message());
   std::vector<task> tasks;
   std::set<std::string> want;
@@ -313,7 +313,7 @@ TEST_CASE("redis cluster: a sharded store spreads its shards and its notices rea
 
   // A setting's notice comes from the settings key's node: it reaches the
   // listener subscribed to a seed as well.
-  store.save_setting("push:x", "v", ec);
+  store.settings()->save_setting("push:x", "v", ec);
   REQUIRE_FALSE(ec);
   std::vector<task_notice> settings;
   while (settings.empty()) {

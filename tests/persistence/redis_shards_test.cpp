@@ -130,7 +130,7 @@ TEST_CASE("redis shards: a batch spanning shards lands in each shard's keys") {
   const std::string prefix = unique_prefix("shw");
   cleanup clean{raw, prefix};
   redis_store store(sharded(prefix));
-  CHECK(store.shards() == shard_count);
+  CHECK(store.sharded()->shards() == shard_count);
   const auto a = ids_in_shard(1, 2), b = ids_in_shard(5, 1);
   std::vector<task> tasks{make_task(a[0]), make_task(b[0]), make_task(a[1])};
   std::vector<store_change> changes;
@@ -147,8 +147,8 @@ TEST_CASE("redis shards: a batch spanning shards lands in each shard's keys") {
   store.write(more);
   CHECK(raw.integer({"HLEN", shard_key(prefix, 1, "tasks")}) == 1);
   CHECK(raw.integer({"HEXISTS", shard_key(prefix, 5, "dead"), b[0]}) == 1);
-  CHECK(store.count_dead() == 1);
-  REQUIRE(store.find_dead(b[0]).has_value());
+  CHECK(store.dead_letters()->count_dead() == 1);
+  REQUIRE(store.dead_letters()->find_dead(b[0]).has_value());
   boost::system::error_code ec;
   auto found = store.find(std::vector<std::string>{a[1], b[0], a[0]}, ec);
   REQUIRE_FALSE(ec);
@@ -169,7 +169,7 @@ TEST_CASE("redis shards: a fenced write lands with the lease's token and is refu
   cluster.instance = "me";
   cluster.lease = std::chrono::milliseconds{60'000};
   boost::system::error_code ec;
-  auto leases = store.make_shard_leases(cluster, ec);
+  auto leases = store.sharded()->make_shard_leases(cluster, ec);
   REQUIRE_MESSAGE(leases, ec.message());
   const std::string lease_key = shard_key(prefix, 2, "lease");
   REQUIRE(lease_key == redis_lease_key(prefix, 2));
@@ -313,11 +313,11 @@ TEST_CASE("redis shards: make_shard_leases checks the shard count") {
   cluster_options cluster;
   cluster.shards = 4;
   boost::system::error_code ec;
-  CHECK(store.make_shard_leases(cluster, ec) == nullptr);
+  CHECK(store.sharded()->make_shard_leases(cluster, ec) == nullptr);
   CHECK(ec == errc::shard_mismatch);
+  // An unsharded store offers no shards role at all.
   redis_store plain(redis_test_options(prefix + "p"));
-  CHECK(plain.listen(ec) == nullptr);
-  CHECK(ec == errc::unsupported);
+  CHECK(plain.sharded() == nullptr);
   raw.drop_prefix(prefix + "p");
 }
 
@@ -327,7 +327,7 @@ TEST_CASE("redis shards: listen() gets a notice per saved task, with its shard a
   cleanup clean{raw, prefix};
   redis_store store(sharded(prefix));
   boost::system::error_code ec;
-  auto listener = store.listen(ec);
+  auto listener = store.sharded()->listen(ec);
   REQUIRE_MESSAGE(listener, ec.message());
   // Nothing yet: the wait times out empty.
   CHECK(listener->wait(std::chrono::milliseconds{1}, ec).empty());
@@ -366,7 +366,7 @@ TEST_CASE("redis shards: listen() gets a notice per saved task, with its shard a
   }
   CHECK(listener->wait(std::chrono::milliseconds{1}, ec).empty());  // reconnects
   CHECK_FALSE(ec);
-  store.revive(std::vector{make_task(a, "p", 5)});
+  store.dead_letters()->revive(std::vector{make_task(a, "p", 5)});
   std::vector<task_notice> after;
   while (after.empty()) {
     after = listener->wait(std::chrono::milliseconds{10'000}, ec);
@@ -383,12 +383,12 @@ TEST_CASE("redis shards: listen() gets a notice per setting saved or erased") {
   redis_store store(sharded(prefix));
   redis_store other(sharded(prefix));  // another instance's connection
   boost::system::error_code ec;
-  auto listener = store.listen(ec);
+  auto listener = store.sharded()->listen(ec);
   REQUIRE_MESSAGE(listener, ec.message());
 
-  other.save_setting("push:mail", "v1", ec);
+  other.settings()->save_setting("push:mail", "v1", ec);
   REQUIRE_FALSE(ec);
-  other.erase_setting("push:mail with space", ec);  // an unknown key is announced too
+  other.settings()->erase_setting("push:mail with space", ec);  // an unknown key is announced too
   REQUIRE_FALSE(ec);
   std::vector<task_notice> got;
   while (got.size() < 2) {
@@ -410,7 +410,7 @@ TEST_CASE("redis shards: close() from another thread wakes a wait()") {
   cleanup clean{raw, prefix};
   redis_store store(sharded(prefix));
   boost::system::error_code ec;
-  auto listener = store.listen(ec);
+  auto listener = store.sharded()->listen(ec);
   REQUIRE(listener);
   std::promise<void> waiting;
   std::thread closer([&] {
@@ -446,7 +446,7 @@ TEST_CASE("redis shards: list_due_shard reads one shard, in order, list_due merg
     boost::system::error_code ec;
     for (;;) {
       std::size_t n = 0;
-      store.list_due_shard(
+      store.sharded()->list_due_shard(
           s, after, INT64_MAX, 3, [&](task&& t) { ++n, got.push_back(key(t)); }, ec);
       REQUIRE_FALSE(ec);
       if (n < 3) break;
@@ -455,7 +455,7 @@ TEST_CASE("redis shards: list_due_shard reads one shard, in order, list_due merg
   }
   boost::system::error_code ec;
   due_cursor c;
-  store.list_due_shard(
+  store.sharded()->list_due_shard(
       shard_count, c, INT64_MAX, 3, [](task&&) {}, ec);
   CHECK(ec == errc::shard_mismatch);
 
@@ -483,17 +483,17 @@ TEST_CASE("redis shards: list_dead merges the shards by died_at, then id") {
   std::vector<dead_letter> letters;
   for (int i = 0; i < 30; ++i)
     letters.push_back(make_letter("d" + std::to_string(i), "e", 1'000 + (i * 11) % 7));
-  store.bury(letters);
+  store.dead_letters()->bury(letters);
   std::vector<std::pair<std::int64_t, std::string>> want;
   for (const dead_letter& d : letters) want.emplace_back(to_epoch_ms(d.died_at), d.task.id);
   std::sort(want.begin(), want.end());
   std::set<std::uint32_t> shards_used;
   for (const dead_letter& d : letters) shards_used.insert(shard_of(d.task.id, shard_count));
   REQUIRE(shards_used.size() > 1);
-  CHECK(store.count_dead() == 30);
+  CHECK(store.dead_letters()->count_dead() == 30);
   std::vector<std::pair<std::int64_t, std::string>> got;
   for (std::size_t offset = 0; offset < 40; offset += 7)
-    for (const dead_letter& d : store.list_dead(offset, 7))
+    for (const dead_letter& d : store.dead_letters()->list_dead(offset, 7))
       got.emplace_back(to_epoch_ms(d.died_at), d.task.id);
   CHECK(got == want);
 }
@@ -520,7 +520,7 @@ TEST_CASE("redis shards: claim_shards records a count only over an empty unshard
   {
     redis_store unsharded(redis_test_options(prefix));
     unsharded.save(std::vector<task>{make_task("a"), make_task("b")});
-    unsharded.bury(std::vector<dead_letter>{make_letter("c")});
+    unsharded.dead_letters()->bury(std::vector<dead_letter>{make_letter("c")});
   }
   redis_layout l = redis_store::inspect_layout(sharded(prefix), ec, &why);
   REQUIRE_MESSAGE(!ec, why);
@@ -551,7 +551,7 @@ TEST_CASE("redis shards: claim_shards records a count only over an empty unshard
   view.ignore_shard_count = true;
   auto opened = redis_store::open(view, ec, &why);
   REQUIRE_MESSAGE(opened != nullptr, why);
-  CHECK(opened->count_dead() == 1);
+  CHECK(opened->dead_letters()->count_dead() == 1);
   const auto found = opened->find(std::vector<std::string>{"a"}, ec);
   REQUIRE_FALSE(ec);
   CHECK(found[0] == make_task("a"));
@@ -562,7 +562,7 @@ TEST_CASE("redis shards: claim_shards records a count only over an empty unshard
   REQUIRE_MESSAGE(!ec, why);
   CHECK(l.shards == shard_count);
   CHECK(l.created);
-  CHECK(redis_store(sharded(fresh)).shards() == shard_count);
+  CHECK(redis_store(sharded(fresh)).sharded()->shards() == shard_count);
   // No count is no claim.
   redis_store::claim_shards(sharded(fresh, 0), true, ec);
   CHECK(ec == errc::invalid_cluster_options);
@@ -583,9 +583,9 @@ TEST_CASE("redis shards: migrate_to_shards moves every task and dead letter, in 
   {
     redis_store unsharded(redis_test_options(prefix));
     unsharded.save(tasks);
-    unsharded.bury(letters);
+    unsharded.dead_letters()->bury(letters);
     boost::system::error_code setting_ec;
-    unsharded.save_setting("push:mail", "http://127.0.0.1:9/", setting_ec);
+    unsharded.settings()->save_setting("push:mail", "http://127.0.0.1:9/", setting_ec);
     REQUIRE_FALSE(setting_ec);
   }
   SUBCASE("from the start") {}
@@ -597,7 +597,7 @@ TEST_CASE("redis shards: migrate_to_shards moves every task and dead letter, in 
     REQUIRE_FALSE(ec);
     redis_store target(sharded(prefix));
     target.save(tasks);
-    target.bury(letters);
+    target.dead_letters()->bury(letters);
   }
   boost::system::error_code ec;
   std::string why;
@@ -614,9 +614,9 @@ TEST_CASE("redis shards: migrate_to_shards moves every task and dead letter, in 
   store.list([&](task&& t) { listed.emplace(t.id, std::move(t)); });
   REQUIRE(listed.size() == tasks.size());
   for (const task& t : tasks) CHECK(listed[t.id] == t);
-  CHECK(store.count_dead() == letters.size());
+  CHECK(store.dead_letters()->count_dead() == letters.size());
   for (const dead_letter& d : {letters.front(), letters.back()})
-    CHECK(store.find_dead(d.task.id) == d);
+    CHECK(store.dead_letters()->find_dead(d.task.id) == d);
   // The due index came along: the earliest task first.
   due_cursor after;
   std::vector<task> first;
@@ -626,7 +626,7 @@ TEST_CASE("redis shards: migrate_to_shards moves every task and dead letter, in 
   REQUIRE(first.size() == 1);
   CHECK(first[0] == tasks.front());
   // The settings are the same hash in both layouts.
-  const auto settings = store.load_settings(ec);
+  const auto settings = store.settings()->load_settings(ec);
   REQUIRE_FALSE(ec);
   CHECK(std::count(settings.begin(), settings.end(),
                    std::pair<std::string, std::string>{"push:mail", "http://127.0.0.1:9/"}) == 1);

@@ -53,7 +53,7 @@ TEST_CASE("redis: dead letters live in {P}:dead and {P}:dead:by_time") {
   store.save(std::vector{make_task("k1")});
   const dead_letter d = make_letter("k1", "boom", 1'700'000'000'777);
   boost::system::error_code ec;
-  store.bury(std::vector{d}, ec);
+  store.dead_letters()->bury(std::vector{d}, ec);
   REQUIRE_FALSE(ec);
 
   const std::string tag = "{" + prefix + "}:";
@@ -68,7 +68,7 @@ TEST_CASE("redis: dead letters live in {P}:dead and {P}:dead:by_time") {
   for (std::size_t i = 0; i < keys->elements; ++i)
     CHECK(std::string(keys->element[i]->str, keys->element[i]->len).starts_with(tag));
 
-  store.revive(std::vector{d.task}, ec);
+  store.dead_letters()->revive(std::vector{d.task}, ec);
   REQUIRE_FALSE(ec);
   CHECK_FALSE(raw.get({"HGET", tag + "dead", "k1"}));
   CHECK_FALSE(raw.get({"ZSCORE", tag + "dead:by_time", "k1"}));
@@ -81,13 +81,13 @@ TEST_CASE("redis: list_dead drops an index entry that has no record") {
   prefix_guard guard{raw, prefix};
   redis_store store(redis_test_options(prefix));
   boost::system::error_code ec;
-  store.bury(std::vector{make_letter("a", "", 1), make_letter("c", "", 3)}, ec);
+  store.dead_letters()->bury(std::vector{make_letter("a", "", 1), make_letter("c", "", 3)}, ec);
   REQUIRE_FALSE(ec);
   const std::string tag = "{" + prefix + "}:";
   raw.run({"ZADD", tag + "dead:by_time", "2", "ghost"});
 
   log_capture logs;
-  const auto page = store.list_dead(0, 2, ec);
+  const auto page = store.dead_letters()->list_dead(0, 2, ec);
   CHECK_FALSE(ec);
   REQUIRE(page.size() == 2);
   CHECK(page[0].task.id == "a");
@@ -103,21 +103,21 @@ TEST_CASE("redis: dead-letter calls reconnect like the others") {
   redis_store store(redis_test_options(prefix));
   boost::system::error_code ec;
   REQUIRE(raw.kill_store_connections(prefix) == 1);
-  store.bury(std::vector{make_letter("x")}, ec);
+  store.dead_letters()->bury(std::vector{make_letter("x")}, ec);
   CHECK_FALSE(ec);
   REQUIRE(raw.kill_store_connections(prefix) == 1);
-  CHECK(store.count_dead(ec) == 1);
+  CHECK(store.dead_letters()->count_dead(ec) == 1);
   CHECK_FALSE(ec);
   REQUIRE(raw.kill_store_connections(prefix) == 1);
-  CHECK(store.list_dead(0, 10, ec).size() == 1);
+  CHECK(store.dead_letters()->list_dead(0, 10, ec).size() == 1);
   CHECK_FALSE(ec);
   REQUIRE(raw.kill_store_connections(prefix) == 1);
-  CHECK(store.find_dead("x", ec).has_value());
+  CHECK(store.dead_letters()->find_dead("x", ec).has_value());
   CHECK_FALSE(ec);
   REQUIRE(raw.kill_store_connections(prefix) == 1);
-  store.purge(std::vector<std::string>{"x"}, ec);
+  store.dead_letters()->purge(std::vector<std::string>{"x"}, ec);
   CHECK_FALSE(ec);
-  CHECK(store.count_dead(ec) == 0);
+  CHECK(store.dead_letters()->count_dead(ec) == 0);
 }
 
 TEST_CASE("redis: two prefixes on one server do not see each other") {

@@ -114,24 +114,24 @@ TEST_CASE("redis write: revive into a wrong-typed key leaves the dead letter in 
   prefix_guard guard{raw, prefix};
   redis_store store(redis_test_options(prefix));
   const dead_letter d = make_letter("dl");
-  store.bury(std::vector{d});
+  store.dead_letters()->bury(std::vector{d});
   const char* broken = nullptr;
   SUBCASE("tasks") { broken = "tasks"; }
   SUBCASE("due") { broken = "due"; }
   raw.run({"SET", key(prefix, broken), "in the way"});
 
   boost::system::error_code ec;
-  store.revive(std::vector{d.task}, ec);
+  store.dead_letters()->revive(std::vector{d.task}, ec);
   CHECK(ec == errc::store_error);
   CHECK(raw.get({"HGET", key(prefix, "dead"), "dl"}) == encode_dead_letter(d));
   CHECK(raw.get({"ZSCORE", key(prefix, "dead:by_time"), "dl"}).has_value());
-  CHECK(store.find_dead("dl", ec).has_value());
+  CHECK(store.dead_letters()->find_dead("dl", ec).has_value());
 
   // And burying into a wrong-typed dead-letter index leaves the live task.
   raw.run({"DEL", key(prefix, broken)});
   store.save(std::vector{make_task("live")});
   raw.run({"SET", key(prefix, "dead:by_time"), "in the way"});
-  store.bury(std::vector{make_letter("live")}, ec);
+  store.dead_letters()->bury(std::vector{make_letter("live")}, ec);
   CHECK(ec == errc::store_error);
   CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "live"}) == 1);
   CHECK(raw.get({"ZSCORE", key(prefix, "due"), "live"}).has_value());
@@ -423,7 +423,7 @@ TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
     store.save(std::vector{make_task("frozen")}, ec);
     CHECK(ec == errc::outcome_unknown);
     // A read that times out is only unavailable: it changed nothing.
-    store.count_dead(ec);
+    store.dead_letters()->count_dead(ec);
     CHECK(ec == errc::store_unavailable);
   }
   SUBCASE("async_write") {
@@ -506,24 +506,24 @@ TEST_CASE("redis: settings live in {P}:settings") {
   prefix_guard guard{raw, prefix};
   redis_store store(redis_test_options(prefix));
   boost::system::error_code ec;
-  CHECK(store.load_settings(ec).empty());
+  CHECK(store.settings()->load_settings(ec).empty());
   CHECK_FALSE(ec);
   const std::string binary("v\0\xff", 3);
-  store.save_setting("push.b", binary, ec);
+  store.settings()->save_setting("push.b", binary, ec);
   CHECK_FALSE(ec);
-  store.save_setting("push.a", "1", ec);
-  store.save_setting("push.a", "2", ec);  // an upsert
+  store.settings()->save_setting("push.a", "1", ec);
+  store.settings()->save_setting("push.a", "2", ec);  // an upsert
   CHECK_FALSE(ec);
   using kv = std::vector<std::pair<std::string, std::string>>;
-  CHECK(store.load_settings(ec) == kv{{"push.a", "2"}, {"push.b", binary}});
+  CHECK(store.settings()->load_settings(ec) == kv{{"push.a", "2"}, {"push.b", binary}});
   CHECK(raw.get({"HGET", key(prefix, "settings"), "push.b"}) == binary);
-  CHECK(store.erase_setting("push.a", ec));
+  CHECK(store.settings()->erase_setting("push.a", ec));
   CHECK_FALSE(ec);
-  CHECK_FALSE(store.erase_setting("push.a", ec));  // erased already
-  CHECK_FALSE(store.erase_setting("unknown", ec));
+  CHECK_FALSE(store.settings()->erase_setting("push.a", ec));  // erased already
+  CHECK_FALSE(store.settings()->erase_setting("unknown", ec));
   CHECK_FALSE(ec);
   redis_store again(redis_test_options(prefix));
-  CHECK(again.load_settings(ec) == kv{{"push.b", binary}});
+  CHECK(again.settings()->load_settings(ec) == kv{{"push.b", binary}});
   // Settings are not tasks.
   CHECK(again.list([](task&&) {}).tasks == 0);
 }

@@ -12,16 +12,72 @@
 #include <string_view>
 #include <vector>
 
-#include "delayq/dead_letter_store.hpp"
-#include "delayq/schedule_store.hpp"
-#include "delayq/sequence_store.hpp"
-#include "delayq/settings_store.hpp"
-#include "delayq/shard_store.hpp"
-#include "delayq/task_store.hpp"
+#include "delayq/role_store.hpp"
 
 namespace delayq {
 
-/// Where and how redis_store connects. Usually parsed from a URI:
+namespace detail::redis {
+struct backend;
+}  // namespace detail::redis
+
+/// Where the Redis server is and how to talk to it: all a connection of the
+/// store reads (redis_options, below, adds the keys it keeps there).
+///
+/// Thread safety: a plain value.
+struct redis_connection_options {
+  std::string host = "127.0.0.1";
+  unsigned port = 6379;
+  /// When not empty, connect to this Unix socket instead of host:port.
+  std::string unix_socket;
+  int db = 0;
+  /// A Redis Cluster (redis-cluster://): `seeds` are the nodes to ask for
+  /// the slot map; host and port are the first seed.
+  bool cluster = false;
+  std::vector<std::pair<std::string, unsigned>> seeds;
+  /// With a password: `AUTH user password` when user is set, else
+  /// `AUTH password`.
+  std::string user;
+  std::string password;
+  /// Bounds one connection attempt.
+  std::chrono::milliseconds connect_timeout{2000};
+  /// Bounds each read or write on the socket during a call.
+  std::chrono::milliseconds command_timeout{5000};
+
+  /// The server's address without credentials: "HOST:PORT", the socket
+  /// path, or for a cluster the seeds joined with ','.
+  std::string address() const;
+};
+
+/// What a store keeps on that server, and how: the key prefix and the shard
+/// layout. The store's connections never read these (but for the client
+/// name); the store checks them against `{PREFIX}:meta` when it opens.
+///
+/// Thread safety: a plain value.
+struct redis_key_layout {
+  /// Keys are `{PREFIX}:tasks`, `{PREFIX}:due`, ... (see docs/persistence.md).
+  std::string prefix = "delayq";
+  /// 0: one key space under `{PREFIX}` (the layout of a store that is not a
+  /// cluster store). N (1-16384, URI option `shards=N`): the per-task keys are
+  /// split into N key spaces `{PREFIX:s}:tasks`, ... with s = shard_of(id, N),
+  /// for a cluster of engines (docs/scale-out.md, "Keys"). Recorded in
+  /// `{PREFIX}:meta` when the store is created; opening a store with another
+  /// count fails with errc::shard_mismatch.
+  std::uint32_t shards = 0;
+  /// For moving a store's tasks from one layout to the other (migrate_to_shards()
+  /// in open_store.hpp, `delayqctl migrate-shards`): when true, the store opens
+  /// the key space `shards` names (0: the unsharded one) whatever shard count
+  /// `{PREFIX}:meta` records, and never creates `{PREFIX}:meta` itself (the
+  /// layout version is still checked). Not a URI option. Leave it false
+  /// otherwise: the shard-count check is what keeps a server without
+  /// --cluster and a cluster from sharing one store without seeing each
+  /// other's tasks.
+  bool ignore_shard_count = false;
+};
+
+/// Where and how redis_store connects, and the keys it keeps there: both
+/// halves (redis_connection_options, redis_key_layout), each field reached
+/// by its own name (`options.host`, `options.prefix`). Usually parsed from a
+/// URI:
 ///
 ///   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTIONS]
 ///   unix://[[USER]:PASSWORD@]/PATH/TO/SOCKET[?db=N&OPTIONS]
@@ -39,43 +95,9 @@ namespace delayq {
 /// each hash slot it uses, following MOVED and ASK (docs/persistence.md,
 /// "Redis Cluster"). A cluster has only database 0: a `/DB` path or a `db`
 /// option is errc::invalid_store_uri.
-struct redis_options {
-  std::string host = "127.0.0.1";
-  unsigned port = 6379;
-  /// When not empty, connect to this Unix socket instead of host:port.
-  std::string unix_socket;
-  int db = 0;
-  /// A Redis Cluster (redis-cluster://): `seeds` are the nodes to ask for
-  /// the slot map; host and port are the first seed.
-  bool cluster = false;
-  std::vector<std::pair<std::string, unsigned>> seeds;
-  /// With a password: `AUTH user password` when user is set, else
-  /// `AUTH password`.
-  std::string user;
-  std::string password;
-  /// Keys are `{PREFIX}:tasks`, `{PREFIX}:due`, ... (see docs/persistence.md).
-  std::string prefix = "delayq";
-  /// Bounds one connection attempt.
-  std::chrono::milliseconds connect_timeout{2000};
-  /// Bounds each read or write on the socket during a call.
-  std::chrono::milliseconds command_timeout{5000};
-  /// 0: one key space under `{PREFIX}` (the layout of a store that is not a
-  /// cluster store). N (1-16384, URI option `shards=N`): the per-task keys are
-  /// split into N key spaces `{PREFIX:s}:tasks`, ... with s = shard_of(id, N),
-  /// for a cluster of engines (docs/scale-out.md, "Keys"). Recorded in
-  /// `{PREFIX}:meta` when the store is created; opening a store with another
-  /// count fails with errc::shard_mismatch.
-  std::uint32_t shards = 0;
-  /// For moving a store's tasks from one layout to the other (migrate_to_shards()
-  /// in open_store.hpp, `delayqctl migrate-shards`): when true, the store opens
-  /// the key space `shards` names (0: the unsharded one) whatever shard count
-  /// `{PREFIX}:meta` records, and never creates `{PREFIX}:meta` itself (the
-  /// layout version is still checked). Not a URI option. Leave it false
-  /// otherwise: the shard-count check is what keeps a server without
-  /// --cluster and a cluster from sharing one store without seeing each
-  /// other's tasks.
-  bool ignore_shard_count = false;
-
+///
+/// Thread safety: a plain value.
+struct redis_options : redis_connection_options, redis_key_layout {
   /// Parses a redis://, unix:// or redis-cluster:// URI; on failure sets `ec` to
   /// errc::invalid_store_uri and, when `message` is not null, says why.
   static redis_options parse(std::string_view uri, boost::system::error_code& ec,
@@ -87,9 +109,6 @@ struct redis_options {
   /// "redis://127.0.0.1:6379/0", "unix:///run/redis.sock?db=2&prefix=app" or
   /// "redis-cluster://10.0.0.1:7000,10.0.0.2:7000".
   std::string describe() const;
-  /// The server's address without credentials: "HOST:PORT", the socket
-  /// path, or for a cluster the seeds joined with ','.
-  std::string address() const;
 };
 
 /// What the key space of one prefix holds, layout by layout, as
@@ -120,7 +139,11 @@ struct redis_layout {
 /// A task_store in Redis: a hash of encoded records plus a sorted set of due
 /// times (and the same pair for dead letters), under one Redis Cluster hash
 /// tag so every key of a store lives in one slot. Layout and guarantees:
-/// docs/persistence.md.
+/// docs/persistence.md. Put together from role objects over one connection
+/// (delayq/role_store.hpp): the live tasks, dead letters (`{PREFIX}:dead`,
+/// `{PREFIX}:dead:by_time`), settings (`{PREFIX}:settings`), sequences
+/// (`{PREFIX}:sequences`), schedules, and in the sharded layout
+/// (redis_options::shards > 0) the shards; each role's accessor answers it.
 ///
 /// Writes. Every batch of write() and async_write() (and every save(),
 /// remove(), bury(), revive() and purge()) is one call of one Lua script
@@ -155,6 +178,7 @@ struct redis_layout {
 ///   delayq::redis_store
 ///   store(delayq::redis_options::parse("redis://10.0.0.5:6379/2?prefix=billing"));
 ///   store.save(std::span{&t, 1});
+///   store.dead_letters()->count_dead(ec);
 /// \endcode
 ///
 /// Errors: errc::outcome_unknown when a write got no reply within
@@ -173,25 +197,10 @@ struct redis_layout {
 /// store's connection are serialized by one mutex; async_write() only
 /// queues. list() calls its sink without holding any lock of the store, so a
 /// sink may call back into the store.
-class redis_store final : public task_store,
-                          public dead_letter_store,
-                          public settings_store,
-                          public sequence_store,
-                          public schedule_store,
-                          public shard_store {
+class redis_store final : public role_store {
  public:
-  using dead_letter_store::bury;
-  using dead_letter_store::count_dead;
-  using dead_letter_store::find_dead;
-  using dead_letter_store::list_dead;
-  using dead_letter_store::purge;
-  using dead_letter_store::revive;
-  using task_store::list;
-  using task_store::remove;
-  using task_store::save;
-  using task_store::write;
-
-  /// How many async_write() batches the pipeline keeps in flight.
+  /// How many async_write() batches the pipeline keeps in flight (1 in the
+  /// sharded layout, where a batch may span several slots).
   static constexpr std::size_t writes_in_flight = 16;
 
   /// Connects (AUTH, SELECT, checks the key layout version). Throws
@@ -203,134 +212,11 @@ class redis_store final : public task_store,
   static std::unique_ptr<redis_store> open(redis_options options, boost::system::error_code& ec,
                                            std::string* message = nullptr);
 
+  /// Waits for every async_write() batch given to finish (each within
+  /// command_timeout; `done` runs for each, exactly once), then closes.
   ~redis_store() override;
   redis_store(const redis_store&) = delete;
   redis_store& operator=(const redis_store&) = delete;
-
-  /// One call of the write script: all or nothing, see above.
-  void write(std::span<const store_change> changes, boost::system::error_code& ec) override;
-  /// Queues the batch for the write pipeline and returns; `done` runs on the
-  /// pipeline's thread, in the order the batches were given, exactly once
-  /// (also when the store is destroyed first: the destructor waits for
-  /// every batch given to finish, each within command_timeout).
-  void async_write(std::span<const store_change> changes,
-                   std::function<void(boost::system::error_code)> done) override;
-  /// writes_in_flight.
-  std::size_t max_writes_in_flight() const noexcept override;
-
-  void save(std::span<const task> tasks, boost::system::error_code& ec) override;
-  void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
-  list_summary list(const std::function<void(task&&)>& sink,
-                    boost::system::error_code& ec) override;
-  /// One page: one call of a read-only Lua script (EVALSHA) that finds the
-  /// rank after the cursor in `{PREFIX}:due` (ZRANK of the cursor's id, or a
-  /// binary search of the members sharing its due time when that id is
-  /// gone), reads the page with ZRANGE ... WITHSCORES and its records with
-  /// HMGET: O(log N + limit). Members with equal scores are ordered
-  /// bytewise by Redis, which is list_due()'s order. A member without a
-  /// record is skipped (read past, not counted). Undecodable records are
-  /// quarantined as list() does. The sink runs without any lock of the
-  /// store. Errors as above; on error `after` is unchanged and nothing
-  /// reaches the sink.
-  list_summary list_due(due_cursor& after, std::int64_t until_ms, std::size_t limit,
-                        const std::function<void(task&&)>& sink,
-                        boost::system::error_code& ec) override;
-  /// One HMGET of `{PREFIX}:tasks`.
-  std::vector<std::optional<task>> find(std::span<const std::string> ids,
-                                        boost::system::error_code& ec) override;
-  /// Moves the live record `id` to `{PREFIX}:quarantine` (its bytes) and
-  /// `{PREFIX}:quarantine:reason` (`reason`), dropping it from `{PREFIX}:due`:
-  /// one script, atomic.
-  void quarantine(std::string_view id, std::string_view reason,
-                  boost::system::error_code& ec) override;
-  /// Settings live in the hash `{PREFIX}:settings`.
-  std::vector<std::pair<std::string, std::string>> load_settings(
-      boost::system::error_code& ec) override;
-  void save_setting(std::string_view key, std::string_view value,
-                    boost::system::error_code& ec) override;
-  bool erase_setting(std::string_view key, boost::system::error_code& ec) override;
-  /// Sequences live in the hash `{PREFIX}:sequences` (name -> the last
-  /// number handed out; in the sharded layout too, under `{PREFIX}`, one
-  /// slot): allocate() is one HINCRBY, raise_to() one small script, each
-  /// atomic on the server, durable as the server's AOF makes it. A call
-  /// retried after a lost answer may use up numbers twice (never hand one
-  /// out twice). A sequence ends at 2^63 - 1 (Redis integers):
-  /// errc::invalid_options past it.
-  std::uint64_t allocate(std::string_view name, std::uint64_t count,
-                         boost::system::error_code& ec) override;
-  void raise_to(std::string_view name, std::uint64_t next, boost::system::error_code& ec) override;
-
-  /// redis_options::describe(): the URI without the password.
-  std::string describe() const override;
-  /// this: dead letters and settings live in keys of their own (below).
-  dead_letter_store* dead_letters() noexcept override { return this; }
-  delayq::settings_store* settings() noexcept override { return this; }
-  delayq::sequence_store* sequences() noexcept override { return this; }
-  /// this: recurring schedules, in `{PREFIX}:schedules` and three keys beside
-  /// it (docs/persistence.md, "Key layout"); in the sharded layout under the
-  /// tag of the shard of each schedule's id.
-  delayq::schedule_store* schedules() noexcept override { return this; }
-
-  /// One script per key space (per shard, sharded), each change a
-  /// compare-and-set on the schedule's revision.
-  void write_schedules(std::span<const schedule_write> changes,
-                       boost::system::error_code& ec) override;
-  std::vector<std::optional<schedule_record>> find_schedules(
-      std::span<const std::string> ids, boost::system::error_code& ec) override;
-  /// Sharded: a page of every shard, merged (shards x limit records read).
-  std::vector<schedule_record> list_schedules(std::string_view after, std::size_t limit,
-                                              boost::system::error_code& ec) override;
-  std::size_t count_schedules(boost::system::error_code& ec) override;
-  /// Each key space (each shard, sharded) on its own, a script per page:
-  /// every record read once.
-  void scan_schedules(std::size_t page,
-                      const std::function<void(std::vector<schedule_record>&)>& visit,
-                      boost::system::error_code& ec) override;
-  /// One script per shard: each task whose id has no record is stored and,
-  /// sharded, announced on the notice channel like a saved task.
-  void insert_absent(std::span<const task> tasks, boost::system::error_code& ec) override;
-  /// this when the store has the sharded layout (shards() > 0), else null.
-  shard_store* sharded() noexcept override;
-
-  // Dead letters live in `{PREFIX}:dead` (id -> record) and
-  // `{PREFIX}:dead:by_time` (id scored by died_at ms). bury, revive and
-  // purge are each one call of the write script; list_dead reads a page of ids with ZRANGE
-  // and their records with HMGET, and quarantines an undecodable record to
-  // `{PREFIX}:dead:quarantine` (find_dead too). Errors as above.
-  void bury(std::span<const dead_letter> letters, boost::system::error_code& ec) override;
-  std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,
-                                     boost::system::error_code& ec) override;
-  std::optional<dead_letter> find_dead(std::string_view id, boost::system::error_code& ec) override;
-  void revive(std::span<const task> tasks, boost::system::error_code& ec) override;
-  void purge(std::span<const std::string> ids, boost::system::error_code& ec) override;
-  std::size_t count_dead(boost::system::error_code& ec) override;
-
-  // ---- the sharded layout (redis_options::shards > 0; docs/scale-out.md) --
-  // Every per-task key is split into shards()'s key spaces `{PREFIX:s}:...`;
-  // write() sends one call of the write script per shard touched
-  // (pipelined on one server; one shard after another on a Redis Cluster),
-  // each atomic, and checks fencing tokens against `{PREFIX:s}:lease`
-  // (shard_store). When parts of a batch fail: any failure but a
-  // stale token, with some part landed (or unknown), is
-  // errc::outcome_unknown; otherwise that failure; a stale token with every
-  // other part landed is errc::lease_lost. async_write() runs write() on the
-  // calling thread (max_writes_in_flight() 1): the pipeline is per slot.
-
-  /// redis_options::shards: 0 for the unsharded layout, whose sharded()
-  /// answers null (the calls below then fail as documented).
-  std::uint32_t shards() const noexcept override;
-  /// make_redis_shard_leases() on this store's options; errc::shard_mismatch
-  /// when `cluster.shards` is not shards(), errc::unsupported unsharded.
-  std::unique_ptr<shard_leases> make_shard_leases(const cluster_options& cluster,
-                                                  boost::system::error_code& ec) override;
-  /// SUBSCRIBE `PREFIX:notify` on a connection of its own (on a Redis
-  /// Cluster, the first seed that answers). errc::unsupported unsharded.
-  std::unique_ptr<task_listener> listen(boost::system::error_code& ec) override;
-  /// list_due() on the shard's keys; errc::shard_mismatch when `shard` is not
-  /// below shards().
-  list_summary list_due_shard(std::uint32_t shard, due_cursor& after, std::int64_t until_ms,
-                              std::size_t limit, const std::function<void(task&&)>& sink,
-                              boost::system::error_code& ec) override;
 
   /// The options the store was opened with.
   const redis_options& options() const noexcept;
@@ -362,9 +248,11 @@ class redis_store final : public task_store,
   static constexpr int layout_version = 1;
 
  private:
-  struct impl;
-  std::unique_ptr<impl> impl_;
-  explicit redis_store(std::unique_ptr<impl> m);
+  explicit redis_store(std::shared_ptr<detail::redis::backend> backend);
+
+  // What the roles share; owned by role_store (its roles' `backend`), which
+  // outlives this pointer.
+  detail::redis::backend* backend_;
 };
 
 }  // namespace delayq

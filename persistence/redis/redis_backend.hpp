@@ -1,10 +1,13 @@
-// persistence/redis/redis_store_impl.hpp - what a redis_store holds: its
-// options, key names, its connection (under a mutex) and, from the first
-// async_write(), the write pipeline. Internal.
+// persistence/redis/redis_backend.hpp - what the role objects of one
+// redis_store share (delayq/role_store.hpp): its options, key names, its
+// connection (under a mutex), from the first async_write() the write
+// pipeline, and the calls more than one role makes (a write batch, a
+// quarantine, the parts of the sharded layout). Internal.
 #pragma once
 
 #include <utility>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,15 +24,24 @@
 #include "store_handshake.hpp"
 #include "write_pipeline.hpp"
 
-namespace delayq {
+namespace delayq::detail::redis {
 
-struct redis_store::impl {
-  explicit impl(redis_options o);
-  ~impl();
+/// What the roles share. Made by redis_store, which hands it to its roles
+/// by reference and to role_store as the roles' backend (destroyed after
+/// every role).
+///
+/// Thread safety: `conn` is used under `mutex`; the rest is set at
+/// construction and read-only after, but for the pipeline (created once,
+/// under pipeline_mutex).
+struct backend {
+  explicit backend(redis_options o);
+  ~backend();
+  backend(const backend&) = delete;
+  backend& operator=(const backend&) = delete;
 
   redis_options opts;
   std::string name;  // describe(), computed once
-  detail::redis::store_keys keys;
+  store_keys keys;
 
   // The hash slot of the store's `{PREFIX}` keys (all of them, unsharded;
   // meta and settings, sharded).
@@ -38,9 +50,9 @@ struct redis_store::impl {
   // Where a task's keys are: one part (the `{PREFIX}` keys) unsharded, or
   // one per shard (`{PREFIX:s}`), in shard order (redis_shards.cpp).
   struct part {
-    detail::redis::store_keys keys;
+    store_keys keys;
     unsigned slot;
-    detail::redis::shard_part shard;  // its number, lease key and the channel
+    shard_part shard;  // its number, lease key and the channel
   };
   std::vector<part> parts;
   std::uint32_t shards() const noexcept { return opts.shards; }
@@ -49,15 +61,26 @@ struct redis_store::impl {
 
   std::mutex mutex;  // guards conn
   // The store's connection: one, or one per cluster node, routed by slot.
-  detail::redis::cluster_router conn;
+  cluster_router conn;
 
   std::mutex pipeline_mutex;  // guards the creation of pipeline
   // Declared last: destroyed first, so it drains before the rest goes.
-  std::unique_ptr<detail::redis::write_pipeline> pipeline;
+  std::unique_ptr<write_pipeline> pipeline;
+
+  /// A batch of changes (task_store::write(), the dead letters' bury,
+  /// revive and purge too): one call of the write script, all or nothing
+  /// (write_sharded() in the sharded layout). On the store's connection.
+  void write(std::span<const store_change> changes, boost::system::error_code& ec);
+  /// The batch queued for the write pipeline; `done` runs on its thread, in
+  /// order, exactly once. Sharded: write() on the calling thread.
+  void async_write(std::span<const store_change> changes,
+                   std::function<void(boost::system::error_code)> done);
+  /// redis_store::writes_in_flight; 1 sharded (the pipeline is per slot).
+  std::size_t max_writes_in_flight() const noexcept;
 
   /// Sends one write batch on `c` and checks its reply (under mutex, in
   /// conn.run()).
-  void send(detail::redis::connection& c, const detail::redis::write_batch& batch);
+  void send(connection& c, const write_batch& batch);
 
   /// write() in the sharded layout (redis_shards.cpp).
   void write_sharded(std::span<const store_change> changes, boost::system::error_code& ec);
@@ -90,7 +113,7 @@ struct redis_store::impl {
   void connect();
 
   /// The pipeline, started on first use.
-  detail::redis::write_pipeline& writer();
+  write_pipeline& writer();
 
   /// A record that failed to decode, as read from a hash.
   struct bad_record {
@@ -105,15 +128,9 @@ struct redis_store::impl {
   /// read (another process may have written a good record since). Returns
   /// how many moved; logs each as "quarantined undecodable KIND 'ID'".
   /// On `c`, under mutex.
-  std::size_t quarantine(detail::redis::connection& c, const std::string& hash,
-                         const std::string& index, const std::string& q,
-                         const std::string& q_reason, const std::vector<bad_record>& bad,
-                         const char* kind);
-
-  /// Decodes a dead-letter record read under `id`; a record filed under
-  /// another id is as corrupt as one that does not decode.
-  static std::optional<dead_letter> decode_dead(std::string_view id, std::string_view raw,
-                                                std::string& why);
+  std::size_t quarantine(connection& c, const std::string& hash, const std::string& index,
+                         const std::string& q, const std::string& q_reason,
+                         const std::vector<bad_record>& bad, const char* kind);
 };
 
-}  // namespace delayq
+}  // namespace delayq::detail::redis
