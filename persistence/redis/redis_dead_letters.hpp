@@ -19,6 +19,9 @@ namespace delayq::detail::redis {
 /// serialized by the backend's mutex.
 class dead_letters_role final : public roles::dead_letter_writes<backend> {
  public:
+  using dead_letter_store::count_dead;
+  using dead_letter_store::find_dead;
+  using dead_letter_store::list_dead;
   using dead_letter_writes::dead_letter_writes;
 
   std::vector<dead_letter> list_dead(std::size_t offset, std::size_t limit,

@@ -79,7 +79,8 @@ class raw_cluster {
 
  private:
   redis_options opts_;
-  detail::redis::cluster_router router_{opts_, "test", ":raw",
+  detail::redis::cluster_router router_{opts_, "test",
+                                        detail::redis::client_name_for(opts_, ":raw"),
                                         detail::redis::store_handshake::reader(opts_)};
 };
 

@@ -44,13 +44,14 @@ TEST_CASE("redis connection: a plain one knows no key layout, the store's handsh
   raw.run({"HSET", "{" + prefix + "}:meta", "layout", "9"});
   const redis_options opts = redis_test_options(prefix);
 
-  dr::connection plain(opts, "test", ":plain");
+  dr::connection plain(opts, "test", dr::client_name_for(opts, ":plain"));
   const auto plain_failure = dial_connection(plain);
   CHECK_MESSAGE(!plain_failure, (plain_failure ? plain_failure->message : std::string()));
   CHECK(plain.script_sha(0).empty());
 
   SUBCASE("reader") {
-    dr::connection reader(opts, "test", ":reader", dr::store_handshake::reader(opts));
+    dr::connection reader(opts, "test", dr::client_name_for(opts, ":reader"),
+                          dr::store_handshake::reader(opts));
     const auto failure = dial_connection(reader);
     REQUIRE(failure);
     CHECK(failure->code == errc::store_error);
@@ -58,7 +59,8 @@ TEST_CASE("redis connection: a plain one knows no key layout, the store's handsh
     CHECK(!reader.connected());
   }
   SUBCASE("writer") {
-    dr::connection writer(opts, "test", ":writer", dr::store_handshake::writer(opts));
+    dr::connection writer(opts, "test", dr::client_name_for(opts, ":writer"),
+                          dr::store_handshake::writer(opts));
     const auto failure = dial_connection(writer);
     REQUIRE(failure);
     CHECK(failure->code == errc::store_error);
@@ -74,12 +76,14 @@ TEST_CASE(
   const redis_options opts = redis_test_options(prefix);
   const std::string meta = "{" + prefix + "}:meta";
 
-  dr::connection reader(opts, "test", ":reader", dr::store_handshake::reader(opts));
+  dr::connection reader(opts, "test", dr::client_name_for(opts, ":reader"),
+                        dr::store_handshake::reader(opts));
   REQUIRE(!dial_connection(reader));
   CHECK(dr::write_sha(reader).empty());
   CHECK(raw.get({"HGET", meta, "layout"}) == std::nullopt);  // a reader creates nothing
 
-  dr::connection writer(opts, "test", ":writer", dr::store_handshake::writer(opts));
+  dr::connection writer(opts, "test", dr::client_name_for(opts, ":writer"),
+                        dr::store_handshake::writer(opts));
   REQUIRE(!dial_connection(writer));
   CHECK(dr::write_sha(writer).size() == 40);
   CHECK(dr::due_sha(writer).size() == 40);

@@ -3,6 +3,7 @@
 // async_write() pipelines and completes in order only once the server
 // replied, a timeout is an unknown outcome, NOSCRIPT and lost connections
 // are survived; and quarantine() and the settings.
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -552,4 +553,41 @@ TEST_CASE("redis write: a user without INFO and CLIENT KILL rights can use the s
   REQUIRE(done.wait_for(1));
   CHECK_FALSE(done.errors()[0]);
   CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == 3);
+}
+
+TEST_CASE("redis write: the store names its connections in CLIENT LIST") {
+  // docs/persistence.md, "Key layout": delayq:PREFIX (calls),
+  // delayq:PREFIX:writer (the pipeline) and delayq:PREFIX:list (a list()).
+  raw_redis raw;
+  const std::string prefix = unique_prefix("names");
+  prefix_guard guard{raw, prefix};
+  redis_store store(redis_test_options(prefix));
+  const auto names = [&] {
+    auto list = raw.get({"CLIENT", "LIST", "TYPE", "normal"});
+    REQUIRE(list);
+    std::vector<std::string> out;
+    const std::string mark = " name=delayq:" + prefix;
+    for (std::size_t at = list->find(mark); at != std::string::npos;
+         at = list->find(mark, at + 1)) {
+      const std::size_t begin = at + 6;  // past " name="
+      std::string name = list->substr(begin, list->find(' ', begin) - begin);
+      // Another store's prefix may begin with this one.
+      if (name == "delayq:" + prefix || name.starts_with("delayq:" + prefix + ":"))
+        out.push_back(std::move(name));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::vector<task> one = numbered("n", 1);
+  store.save(one);  // the store's connection is dialled lazily
+  completions done;
+  const auto changes = saves(one);
+  store.async_write(changes, done.slot(0));
+  REQUIRE(done.wait_for(1));
+  CHECK_FALSE(done.errors()[0]);
+  const std::string base = "delayq:" + prefix;
+  CHECK(names() == std::vector<std::string>{base, base + ":writer"});
+  std::vector<std::string> during_list;
+  store.list([&](task&&) { during_list = names(); });
+  CHECK(during_list == std::vector<std::string>{base, base + ":list", base + ":writer"});
 }

@@ -269,6 +269,42 @@ TEST_CASE("schedules: a change applies from now, and no occurrence runs twice") 
   }
 }
 
+TEST_CASE("schedules: a change does not make again an occurrence whose task already ran") {
+  // An occurrence's task is an ordinary task: moved earlier, it runs before
+  // its time. A change that then finds it gone must not make it again (nor
+  // one whose attempt started since the change began: the same path).
+  io_thread io;
+  recorder runs, marks;
+  delayq::executor_factory ex;
+  ex.add("tick", std::ref(runs));
+  ex.add("mark", std::ref(marks));
+  delayq::engine_options o = keeper_options();
+  o.schedule_lookahead = 4s;
+  delayq::engine eng(io.io, ex, std::make_unique<delayq::memory_store>(), o);
+  eng.start();
+  eng.upsert_schedule(every_second("early", "old"));
+  // An occurrence two seconds or more ahead, made a task already (the
+  // lookahead): it runs now, and is gone.
+  std::string id;
+  for (std::int64_t t = (now_ms() / 1000 + 2) * 1000; id.empty() && t < now_ms() + 6000; t += 1000)
+    if (eng.find("early@" + std::to_string(t))) id = "early@" + std::to_string(t);
+  REQUIRE_FALSE(id.empty());
+  const auto before = runs.snapshot().size();
+  REQUIRE(eng.reschedule(id, std::chrono::system_clock::now()));
+  REQUIRE(eventually([&] {
+    const auto r = runs.snapshot();
+    return std::any_of(r.begin() + static_cast<std::ptrdiff_t>(before), r.end(),
+                       [&](const auto& x) { return x.t.id == id; }) &&
+           !eng.find(id);
+  }));
+
+  CHECK_FALSE(eng.upsert_schedule(every_second("early", "new")));
+  run_past(eng, marks, ms_of(id) + 100);
+  std::set<std::string> seen;
+  for (const auto& r : runs.snapshot()) CHECK_MESSAGE(seen.insert(r.t.id).second, r.t.id);
+  CHECK(seen.count(id) == 1);
+}
+
 TEST_CASE("schedules: a schedule survives a restart and goes on") {
   temp_dir dir;
   const std::string uri = "sqlite:" + dir.file("s.db");

@@ -155,6 +155,17 @@ struct redis_layout {
 /// A call returns (or `done` runs) once Redis replied, which with
 /// `appendfsync always` is after the batch was fsynced to the AOF.
 ///
+/// The sharded layout (redis_options::shards > 0; docs/scale-out.md). Every
+/// per-task key is split into `shards` key spaces `{PREFIX:s}:...`; write()
+/// sends one call of the write script per shard touched (pipelined on one
+/// server; one shard after another on a Redis Cluster), each atomic, and
+/// checks fencing tokens against `{PREFIX:s}:lease` (the shards role,
+/// sharded()). When parts of a batch fail: any failure but a stale token,
+/// with some part landed (or unknown), is errc::outcome_unknown; otherwise
+/// that failure; a stale token with every other part landed is
+/// errc::lease_lost. async_write() runs write() on the calling thread
+/// (max_writes_in_flight() 1): the pipeline is per slot.
+///
 /// Connections. When a connection is lost (EOF, reset, I/O error) the next
 /// call reconnects; a call that finds its connection had been closed by the
 /// server reconnects once and sends again, transparently (a batch run twice

@@ -70,7 +70,8 @@ class role_store : public task_store {
 
   /// Takes the roles; `roles.tasks` must not be null (std::invalid_argument).
   explicit role_store(store_roles roles);
-  /// Destroys the roles (shards first, tasks last), then the backend.
+  /// Destroys the roles (schedules and shards first, tasks last), then the
+  /// backend.
   ~role_store() override;
   role_store(const role_store&) = delete;
   role_store& operator=(const role_store&) = delete;

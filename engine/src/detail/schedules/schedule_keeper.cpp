@@ -532,13 +532,18 @@ std::int64_t schedule_keeper::cancel_made(const schedule& old, const schedule_st
   if (!w) return -1;
   std::int64_t remaining = -1;
   std::size_t n = 0;
-  for (auto t = w->next_after(std::max(now, st.doubt_ms - 1));
+  // From `now` itself: the new definition makes its occurrences from now
+  // on, so one at this very millisecond must be settled here too.
+  for (auto t = w->next_after(std::max(now - 1, st.doubt_ms - 1));
        t && *t < st.cursor_ms && ++n < most_iterations; t = w->next_after(*t)) {
     boost::system::error_code ec;
-    eng_.cancel(occurrence_of(old.id, *t), ec);
-    // Not ours to cancel (another instance's shard) or not known to be gone:
-    // it may run.
-    if (ec) remaining = *t;
+    const bool cancelled = eng_.cancel(occurrence_of(old.id, *t), ec);
+    // Not cancelled: its attempt has started (it runs now, or ran already,
+    // early by a reschedule or as it fell due since `now`), it is not ours
+    // to cancel (another instance's shard), or the store did not say. It
+    // may run, or has: an occurrence the old definition claimed and did not
+    // make counts so too (the id is made once).
+    if (ec || !cancelled) remaining = *t;
   }
   return remaining;
 }

@@ -160,8 +160,9 @@ class schedule_keeper {
   // Makes the occurrences tasks; returns those that could not be made yet.
   std::vector<std::pair<entry*, std::int64_t>> make_tasks(
       const std::vector<std::pair<entry*, std::int64_t>>& todo);
-  // Cancels the tasks of `old`'s occurrences in (now, st.cursor_ms); returns
-  // the latest one that could not be cancelled (it may run), or -1.
+  // Cancels the tasks of `old`'s occurrences in [now, st.cursor_ms); returns
+  // the latest one that could not be cancelled (it may run or have run), or
+  // -1.
   std::int64_t cancel_made(const schedule& old, const schedule_state& st, std::int64_t now);
   // Busy ids: one claim or call at a time per schedule.
   void acquire(const std::string& id);
