@@ -563,18 +563,8 @@ TEST_CASE("redis write: the store names its connections in CLIENT LIST") {
   prefix_guard guard{raw, prefix};
   redis_store store(redis_test_options(prefix));
   const auto names = [&] {
-    auto list = raw.get({"CLIENT", "LIST", "TYPE", "normal"});
-    REQUIRE(list);
     std::vector<std::string> out;
-    const std::string mark = " name=delayq:" + prefix;
-    for (std::size_t at = list->find(mark); at != std::string::npos;
-         at = list->find(mark, at + 1)) {
-      const std::size_t begin = at + 6;  // past " name="
-      std::string name = list->substr(begin, list->find(' ', begin) - begin);
-      // Another store's prefix may begin with this one.
-      if (name == "delayq:" + prefix || name.starts_with("delayq:" + prefix + ":"))
-        out.push_back(std::move(name));
-    }
+    for (auto& client : raw.store_clients(prefix)) out.push_back(std::move(client.second));
     std::sort(out.begin(), out.end());
     return out;
   };

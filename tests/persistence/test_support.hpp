@@ -135,22 +135,37 @@ class raw_redis {
          tag + "dead:quarantine:reason", tag + "settings"});
   }
 
-  /// Kills the connections a store with this prefix holds (the store names
-  /// its connection "delayq:PREFIX"). Returns how many were killed.
-  int kill_store_connections(const std::string& prefix) {
+  /// The connections of a store with this prefix, as CLIENT LIST shows
+  /// them: each one's id and name ("delayq:PREFIX", "delayq:PREFIX:writer",
+  /// ...; docs/persistence.md, "Key layout").
+  std::vector<std::pair<std::string, std::string>> store_clients(const std::string& prefix) {
     auto list = get({"CLIENT", "LIST", "TYPE", "normal"});
     REQUIRE(list);
-    int killed = 0;
+    const std::string base = "delayq:" + prefix;
+    std::vector<std::pair<std::string, std::string>> out;
     std::size_t pos = 0;
     while (pos < list->size()) {
       std::size_t end = list->find('\n', pos);
       if (end == std::string::npos) end = list->size();
       const std::string line = list->substr(pos, end - pos);
       pos = end + 1;
-      if (line.find(" name=delayq:" + prefix + " ") == std::string::npos) continue;
-      const std::string id = line.substr(3, line.find(' ') - 3);  // "id=N ..."
-      killed += static_cast<int>(integer({"CLIENT", "KILL", "ID", id}));
+      const std::size_t at = line.find(" name=");
+      if (at == std::string::npos) continue;
+      std::string name = line.substr(at + 6, line.find(' ', at + 6) - (at + 6));
+      // Another store's prefix may begin with this one.
+      if (name != base && !name.starts_with(base + ":")) continue;
+      out.emplace_back(line.substr(3, line.find(' ') - 3), std::move(name));  // "id=N ..."
     }
+    return out;
+  }
+
+  /// Kills the connections a store with this prefix holds for its calls
+  /// (named "delayq:PREFIX"). Returns how many were killed.
+  int kill_store_connections(const std::string& prefix) {
+    int killed = 0;
+    for (const auto& [id, name] : store_clients(prefix))
+      if (name == "delayq:" + prefix)
+        killed += static_cast<int>(integer({"CLIENT", "KILL", "ID", id}));
     return killed;
   }
 

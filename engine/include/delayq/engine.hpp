@@ -303,10 +303,11 @@ class engine {
   /// the same schedule twice writes once). Returns once the schedule is
   /// durable in the store and its occurrences due within the lookahead are
   /// tasks (claimed in the store, at least: one whose task could not be made
-  /// yet is made by the keeper, late if need be). A replaced schedule's occurrences made tasks
-  /// already (those due within the lookahead) are cancelled where this
-  /// instance can (in a cluster: those of the shards it holds), and the new
-  /// definition applies after the last one that could not be.
+  /// yet is made by the keeper, late if need be). A replaced schedule's
+  /// occurrences made tasks already (those due within the lookahead) are
+  /// cancelled where this instance can (in a cluster: those of the shards it
+  /// holds), and the new definition applies after the last one that could
+  /// not be (or had started or run already).
   /// Errors: not_running; invalid_schedule (check_schedule() says which
   /// field and why); payload_too_large (engine_options::max_payload);
   /// unknown_type (no executor for the type, see
