@@ -1380,3 +1380,40 @@ TEST_CASE("wheel: take_due_by takes the tick under way's records due by a time, 
   CHECK(out == std::vector<handle>{later});
   CHECK(w.next_due_tick() == no_tick);
 }
+
+TEST_CASE("wheel: take_tick hands over the next due tick's records ahead of it, now() unmoved") {
+  timer_wheel w(8);
+  w.insert(make_task("a"), 5);
+  const handle b = w.insert(make_task("b"), 5);
+  w.insert(make_task("c"), 5);
+  w.insert(make_task("next-revolution"), 13);  // the same slot, later
+  w.insert(make_task("later"), 6);
+  w.erase(b);  // its stale entry stays in the slot: never handed over
+  CHECK(w.slot_load(5) >= 3);
+  std::vector<std::string> taken;
+  const auto take = [&](std::uint64_t tick) {
+    return w.take_tick(tick, [&](handle h) {
+      CHECK_FALSE(w.is_armed(h));  // disarmed, still held, as advance() hands it over
+      taken.emplace_back(w.id(h));
+      w.erase(h);
+    });
+  };
+  SUBCASE("only the next due tick") {
+    CHECK(take(6) == 0);  // not the next due tick: nothing moves
+    CHECK(take(4) == 0);
+    CHECK(taken.empty());
+    CHECK(w.next_due_tick() == 5);
+  }
+  SUBCASE("in arming order, and the wheel goes on from there") {
+    CHECK(take(5) == 2);
+    CHECK(taken == std::vector<std::string>{"a", "c"});
+    CHECK(w.now() == 0);
+    CHECK(w.next_due_tick() == 6);
+    // A record armed for the taken tick afterwards waits for advance() to
+    // reach it, with the ticks after it.
+    w.insert(make_task("armed-after"), 5);
+    CHECK(w.next_due_tick() == 5);
+    CHECK(advance_erasing(w, 20) ==
+          std::vector<firing>{{5, "armed-after"}, {6, "later"}, {13, "next-revolution"}});
+  }
+}

@@ -18,7 +18,9 @@ namespace delayq {
 struct engine_stats {
   std::size_t pending = 0;      ///< Tasks held: waiting, retrying or running.
   std::size_t ready = 0;        ///< Due tasks waiting for a worker, a per-type slot
-                                ///< or a cancel's store write (task_state::ready).
+                                ///< or a cancel's store write (task_state::ready);
+                                ///< a tick of 256 tasks or more counts from up to
+                                ///< 5 ms before it (docs/design.md, "Time").
   std::size_t running = 0;      ///< Attempts started and not done.
   std::uint64_t scheduled = 0;  ///< Tasks accepted by schedule calls.
   std::uint64_t loaded = 0;     ///< Tasks loaded from the store by start().
@@ -48,7 +50,8 @@ struct engine_stats {
   /// failed.
   std::uint64_t released = 0;
   std::size_t dead = 0;           ///< Dead letters in the store now.
-  std::uint64_t wakeups = 0;      ///< Times the wheel's timer fired (0 while nothing is due).
+  std::uint64_t wakeups = 0;      ///< Times the wheel's timer fired (0 while nothing is due;
+                                  ///< twice for a tick of 256 tasks or more).
   std::size_t writes_queued = 0;  ///< Store writes queued and not yet sent.
   std::size_t writes_kept = 0;    ///< Store writes that failed and wait to be retried
                                   ///< (more than 0: the store is down or refusing).

@@ -306,6 +306,21 @@ class timer_wheel {
   template <class Sink>
   std::size_t advance(std::uint64_t to_tick, Sink&& sink);
 
+  /// Entries in the slot of `tick`: at least the records due at that tick
+  /// (more when the slot also holds later revolutions' or stale entries).
+  /// A cheap bound, to tell a heavy tick ahead of time.
+  std::size_t slot_load(std::uint64_t tick) const noexcept {
+    return slots_[slot_of(tick)].size() + arrivals_.size();
+  }
+
+  /// Hands the records due at `tick` to `sink(handle)` as advance(tick)
+  /// would, ahead of time: `tick` must be next_due_tick(), and now() does
+  /// not move, so a record armed for `tick` afterwards still waits for
+  /// advance() to reach it. For an owner that prepares a heavy tick before
+  /// it begins. Returns the number of records handed over.
+  template <class Sink>
+  std::size_t take_tick(std::uint64_t tick, Sink&& sink);
+
   /// Takes out of the tick under way (now() + 1) the armed records whose
   /// due time in milliseconds (due_ms()) is at most `due_ms`, disarmed and
   /// held as advance() hands them over, appending them to `out`; the rest of
@@ -573,6 +588,27 @@ template <class Fn>
 void timer_wheel::for_each(Fn&& fn) const {
   for (handle h = 0; h < fresh_; ++h)
     if ((rec(h).seq & state_mask) != free_state) fn(h);
+}
+
+template <class Sink>
+std::size_t timer_wheel::take_tick(std::uint64_t tick, Sink&& sink) {
+  if (!arrivals_.empty()) drain_arrivals();
+  if (tick <= now_ || tick == no_tick || next_due_tick() != tick) return 0;
+  std::vector<handle> batch;
+  batch.swap(scratch_);
+  batch.clear();
+  collect_due(slot_of(tick), tick, batch);
+  std::size_t fired = 0;
+  for (handle h : batch) {
+    record& r = rec(h);
+    if ((r.seq & state_mask) != pending) continue;  // erased, armed or disarmed by the sink
+    r.seq = (r.seq & ~state_mask) | detached;
+    ++fired;
+    sink(h);
+  }
+  batch.clear();
+  scratch_.swap(batch);
+  return fired;
 }
 
 template <class Sink>

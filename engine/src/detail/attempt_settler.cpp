@@ -23,14 +23,14 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
     if (replaced) return {verdict_kind::drop_replaced};
     if (o.result == outcome::what::buried) return {verdict_kind::bury, attempts_before + 1};
     ++released_;
-    type_counters::add(type.counters.released);
+    type_counters::add(type.counters.mine().released);
     return {verdict_kind::release, attempts_before, o.due_ms};
   }
   const bool ok = o.result == outcome::what::succeeded;
   const bool ran = o.result != outcome::what::abandoned && o.result != outcome::what::withheld;
   if (ran) {
     ok ? ++succeeded_ : ++failed_;
-    type_counters::add(ok ? type.counters.succeeded : type.counters.failed);
+    type_counters::add(ok ? type.counters.mine().succeeded : type.counters.mine().failed);
     std::lock_guard lock(mutex_);
     failures_.note_outcome(type.name, ok, alerts);
   }
@@ -47,7 +47,7 @@ attempt_settler::verdict attempt_settler::decide(const outcome& o,
     wait = failures_.backoff(policy, attempts);
   }
   ++retried_;
-  type_counters::add(type.counters.retried);
+  type_counters::add(type.counters.mine().retried);
   log(log_level::warning, describe_attempted(id, type.name) + " attempt " +
                               std::to_string(attempts) + " of " +
                               std::to_string(policy.max_attempts) + " failed: " + o.failure +
@@ -77,7 +77,7 @@ void attempt_settler::note_death(const task& t, const type_registry::type_info& 
                               "start(): " +
                               failure);
   ++died_;
-  type_counters::add(type.counters.died);
+  type_counters::add(type.counters.mine().died);
   std::lock_guard lock(mutex_);
   failures_.note_death(t, failure, alerts);
 }

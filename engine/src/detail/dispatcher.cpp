@@ -104,7 +104,8 @@ struct dispatcher::attempt {
               std::optional<std::uint32_t> priority = {}) {
     if (timer) boost::asio::post(d->strand_, [timer = timer] { timer->cancel(); });
     // An abandoned attempt is started again later: it has no end to time.
-    if (w != outcome::what::abandoned) counters->execution.record(micros_since(began));
+    if (w != outcome::what::abandoned)
+      counters->record(&type_counter_cells::execution, micros_since(began));
     outcome o{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)};
     o.due_ms = due_ms;
     o.priority = priority;
@@ -134,7 +135,11 @@ dispatcher::dispatcher(owner& o, const type_registry& types, std::size_t workers
                        lateness_histogram& lateness)
     : owner_(o), types_(types), strand_(std::move(strand)), lateness_(lateness) {
   threads_.reserve(workers);
-  for (std::size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  for (std::size_t i = 0; i < workers; ++i)
+    threads_.emplace_back([this, i] {
+      set_counter_stripe(i);  // no two workers count on one cache line
+      work();
+    });
 }
 
 dispatcher::~dispatcher() { join(); }
@@ -195,7 +200,7 @@ void dispatcher::start_now(const ready_ref& c) {
                                       std::memory_order_acq_rel, std::memory_order_acquire))
         continue;
       running_.fetch_add(1, std::memory_order_acq_rel);
-      type_counters::add(types_.at(c.kind).counters.running, 1);
+      type_counters::add(types_.at(c.kind).counters.mine().running, 1);
       count_ready(c.kind, -1);
       if (check_starts_.load(std::memory_order_acquire) && !owner_.may_start(c)) {
         report(
@@ -290,7 +295,7 @@ bool dispatcher::pop(ready_ref& r) {
         if (word.compare_exchange_weak(cur, tsw::with_state(cur, tsw::running),
                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
           running_.fetch_add(1, std::memory_order_acq_rel);
-          type_counters::add(types_.at(c.kind).counters.running, 1);
+          type_counters::add(types_.at(c.kind).counters.mine().running, 1);
           count_ready(c.kind, -1);
           if (check_starts_.load(std::memory_order_acquire) && !owner_.may_start(c)) {
             // Taken (so no cancel decides meanwhile) but not started: the
@@ -342,10 +347,11 @@ void dispatcher::run(const ready_ref& r, task& t) {
   const auto started = std::chrono::system_clock::now();
   const auto late = std::chrono::duration_cast<std::chrono::microseconds>(started - t.due);
   lateness_.record(late);
-  fired_.fetch_add(1, std::memory_order_relaxed);
+  fired_.add(1);
   type_counters& tc = ti.counters;
-  type_counters::add(tc.fired);
-  tc.lateness.record(late.count() > 0 ? static_cast<std::uint64_t>(late.count()) : 0);
+  type_counters::add(tc.mine().fired);
+  tc.record(&type_counter_cells::lateness,
+            late.count() > 0 ? static_cast<std::uint64_t>(late.count()) : 0);
 
   const bool sync = ti.exec.fn != nullptr || ti.exec.make != nullptr;
   if (!ti.exec) {
@@ -373,7 +379,7 @@ void dispatcher::run(const ready_ref& r, task& t) {
     failure = describe(std::current_exception());
   }
   current_attempt = nullptr;
-  tc.execution.record(micros_since(began));
+  tc.record(&type_counter_cells::execution, micros_since(began));
   report(outcome{failure.empty() ? outcome::what::succeeded : outcome::what::failed, r.h,
                  tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)});
 }
@@ -398,7 +404,7 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
         // must not find the attempt counted as timed out and still win.
         if (!a->claim()) return;
         a->d->timed_out_.fetch_add(1, std::memory_order_relaxed);
-        type_counters::add(a->counters->timed_out);
+        type_counters::add(a->counters->mine().timed_out);
         a->report(outcome::what::failed, std::move(why));
       });
     });
@@ -453,8 +459,18 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
 void dispatcher::report(outcome o) {
   std::unique_lock lock(mutex_);
   if (o.result != outcome::what::dead) release_gate(o.kind);
+  if (outcomes_.size() + 1 < settle_batch && ready_.size() >= burst_backlog && starting_.load()) {
+    if (outcomes_.capacity() == 0) outcomes_.reserve(settle_batch);
+    outcomes_.push_back(std::move(o));
+    return;
+  }
+  if (outcomes_.empty()) {
+    // The usual case outside bursts: this one alone, with no vector made.
+    lock.unlock();
+    owner_.settle(std::span(&o, 1));
+    return;
+  }
   outcomes_.push_back(std::move(o));
-  if (outcomes_.size() < settle_batch && ready_.size() >= burst_backlog && starting_.load()) return;
   std::vector<outcome> batch;
   batch.swap(outcomes_);
   lock.unlock();

@@ -30,6 +30,7 @@
 #include "delayq/timer_wheel.hpp"
 #include "detail/lateness_histogram.hpp"
 #include "detail/spin_mutex.hpp"
+#include "detail/striped.hpp"
 #include "detail/task_table.hpp"
 #include "detail/type_registry.hpp"
 
@@ -117,7 +118,7 @@ class dispatcher {
   /// Attempts started whose outcome has not been settled.
   std::size_t running() const noexcept { return running_.load(std::memory_order_acquire); }
   /// Attempts fired since construction.
-  std::uint64_t fired() const noexcept { return fired_.load(std::memory_order_relaxed); }
+  std::uint64_t fired() const noexcept { return fired_.load(); }
   /// Attempts that passed their type's timeout.
   std::uint64_t timed_out() const noexcept { return timed_out_.load(std::memory_order_relaxed); }
   /// References waiting in the ready queue or behind a gate (some may be stale).
@@ -130,7 +131,7 @@ class dispatcher {
   /// Called once an outcome of a task of `kind` was settled: the attempt no
   /// longer counts.
   void attempt_done(std::uint16_t kind) noexcept {
-    type_counters::add(types_.at(kind).counters.running, -1);
+    type_counters::add(types_.at(kind).counters.mine().running, -1);
     running_.fetch_sub(1, std::memory_order_acq_rel);
   }
 
@@ -138,11 +139,11 @@ class dispatcher {
   /// queues it and out when it takes it back (cancel, reschedule, replace); a
   /// worker counts it out when it starts it.
   void count_ready(std::uint16_t kind, std::ptrdiff_t delta) noexcept {
-    type_counters::add(types_.at(kind).counters.ready, delta);
-    ready_count_.fetch_add(delta, std::memory_order_relaxed);
+    type_counters::add(types_.at(kind).counters.mine().ready, delta);
+    ready_count_.add(delta);
   }
   std::size_t ready() const noexcept {
-    const std::ptrdiff_t n = ready_count_.load(std::memory_order_relaxed);
+    const std::ptrdiff_t n = ready_count_.load();
     return n > 0 ? static_cast<std::size_t>(n) : 0;
   }
 
@@ -184,8 +185,8 @@ class dispatcher {
   std::atomic<bool> starting_{true};
   std::atomic<bool> check_starts_{false};
   std::atomic<std::size_t> running_{0};
-  std::atomic<std::ptrdiff_t> ready_count_{0};
-  std::atomic<std::uint64_t> fired_{0};
+  striped_counter<std::ptrdiff_t> ready_count_;  // each worker adds to its own stripe
+  striped_counter<std::uint64_t> fired_;
   std::atomic<std::uint64_t> timed_out_{0};
   std::vector<std::thread> threads_;  // last: started once everything above is set
 };

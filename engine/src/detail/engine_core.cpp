@@ -306,9 +306,9 @@ std::optional<task_status> engine_core::status(std::string_view id,
   switch (tsw::state_of(w)) {
     case tsw::armed:
     case tsw::persisting:
+    case tsw::queued:  // a heavy tick's tasks are queued up to 5 ms before they are due
       st = t.wheel.due_ms(h) <= now_ms() ? task_state::ready : task_state::delayed;
       break;
-    case tsw::queued:
     case tsw::cancelling: st = task_state::ready; break;
     case tsw::running: st = task_state::running; break;
     case tsw::dead: return std::nullopt;
@@ -428,31 +428,29 @@ engine_metrics engine_core::metrics() const {
   m.quarantined = quarantined_.load(std::memory_order_relaxed);
   const std::int64_t dead = dead_.load(std::memory_order_relaxed);
   m.dead = dead > 0 ? static_cast<std::size_t>(dead) : 0;
-  const auto gauge = [](const std::atomic<std::int64_t>& g) {
-    const std::int64_t v = g.load(std::memory_order_relaxed);
-    return v > 0 ? static_cast<std::size_t>(v) : std::size_t{0};
-  };
-  const auto counter = [](const std::atomic<std::uint64_t>& c) {
-    return c.load(std::memory_order_relaxed);
-  };
+  using cells = type_counter_cells;
   for (std::size_t k = 0; k < n; ++k) {
     const type_registry::type_info& ti = types_.at(static_cast<type_registry::kind>(k));
     const type_counters& c = ti.counters;
+    const auto gauge = [&](type_counters::gauge g) {
+      const std::int64_t v = c.sum(g);
+      return v > 0 ? static_cast<std::size_t>(v) : std::size_t{0};
+    };
     type_metrics& t = m.types[k];
     t.type = ti.name;
-    t.ready = gauge(c.ready);
-    t.running = gauge(c.running);
-    t.scheduled = counter(c.scheduled);
-    t.fired = counter(c.fired);
-    t.succeeded = counter(c.succeeded);
-    t.failed = counter(c.failed);
-    t.retried = counter(c.retried);
-    t.died = counter(c.died);
-    t.cancelled = counter(c.cancelled);
-    t.timed_out = counter(c.timed_out);
-    t.released = counter(c.released);
-    c.lateness.snapshot(t.lateness_seconds, 1e-6);
-    c.execution.snapshot(t.execution_seconds, 1e-6);
+    t.ready = gauge(&cells::ready);
+    t.running = gauge(&cells::running);
+    t.scheduled = c.sum(&cells::scheduled);
+    t.fired = c.sum(&cells::fired);
+    t.succeeded = c.sum(&cells::succeeded);
+    t.failed = c.sum(&cells::failed);
+    t.retried = c.sum(&cells::retried);
+    t.died = c.sum(&cells::died);
+    t.cancelled = c.sum(&cells::cancelled);
+    t.timed_out = c.sum(&cells::timed_out);
+    t.released = c.sum(&cells::released);
+    c.snapshot(&cells::lateness, t.lateness_seconds, 1e-6);
+    c.snapshot(&cells::execution, t.execution_seconds, 1e-6);
   }
   writer_.metrics(m.store);
   m.wakeups = wakeups_.load(std::memory_order_relaxed);

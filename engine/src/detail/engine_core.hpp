@@ -155,17 +155,16 @@ class engine_core final : public dispatcher::owner,
     return types_.at(k).pending;
   }
   /// Counts one on the per-type counter `c` of record h's type.
-  void count(const task_table& t, timer_wheel::handle h,
-             std::atomic<std::uint64_t> type_counters::*c) const noexcept {
-    type_counters::add(types_.at(t.wheel.kind(h)).counters.*c);
+  void count(const task_table& t, timer_wheel::handle h, type_counters::counter c) const noexcept {
+    type_counters::add(types_.at(t.wheel.kind(h)).counters.mine().*c);
   }
   void note_scheduled(const task_table& t, timer_wheel::handle h) noexcept {
     scheduled_.fetch_add(1, std::memory_order_relaxed);
-    count(t, h, &type_counters::scheduled);
+    count(t, h, &type_counter_cells::scheduled);
   }
   void note_cancelled(const task_table& t, timer_wheel::handle h) noexcept {
     cancelled_.fetch_add(1, std::memory_order_relaxed);
-    count(t, h, &type_counters::cancelled);
+    count(t, h, &type_counter_cells::cancelled);
   }
   /// Dead letters counted: +1 once one is written, -1 once one left.
   void note_dead(std::int64_t delta) noexcept { dead_.fetch_add(delta, std::memory_order_relaxed); }
@@ -347,13 +346,18 @@ class engine_core final : public dispatcher::owner,
   void note_armed_locked(task_table& t, std::uint64_t tick);
   void rearm();
   void on_tick();
+  void on_early(std::uint64_t tick);
+  // Appends the early tasks to `due` if their tick is `to_tick` or before.
+  void take_early(std::uint64_t to_tick, std::vector<ready_ref>& due);
   // Advances every table to `to_tick` (and with `due_by_ms`, takes the
   // tasks of the tick under way due by then), putting what may fire into
-  // `due` in due order.
+  // `due` in due order (after what `due` holds, itself in due order).
   void advance(std::uint64_t to_tick, std::vector<ready_ref>& due,
                std::optional<std::int64_t> due_by_ms = std::nullopt);
+  // One table's part of advance(); with `ahead`, takes the tasks of tick
+  // `to_tick` before it begins instead (timer_wheel::take_tick()).
   void advance_locked(task_table& t, std::uint64_t to_tick, std::vector<ready_ref>& due,
-                      std::optional<std::int64_t> due_by_ms);
+                      std::optional<std::int64_t> due_by_ms, bool ahead = false);
   void release_overdue(std::vector<record_id>& overdue);
   // An attempt settled while the engine stops: stop() may be waiting.
   void attempts_ended();
@@ -375,6 +379,12 @@ class engine_core final : public dispatcher::owner,
   std::atomic<std::int64_t> pending_{0};  // records find() reaches, in every table
   // The earliest tick any table waits for; the timer is armed for it.
   std::atomic<std::uint64_t> armed_tick_{timer_wheel::no_tick};
+  // A heavy tick's tasks, taken from the wheel just before the tick begins
+  // (on_early()) and handed over when it does, in due order; early_tick_ is
+  // that tick (no_tick: none held). Under early_mutex_.
+  spin_mutex early_mutex_;
+  std::vector<ready_ref> early_;
+  std::uint64_t early_tick_ = timer_wheel::no_tick;
 
   std::atomic<std::uint64_t> scheduled_{0}, loaded_{0}, paged_{0}, cancelled_{0}, quarantined_{0};
   std::atomic<std::int64_t> dead_{0};

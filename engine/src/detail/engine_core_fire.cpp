@@ -15,7 +15,21 @@ namespace {
 namespace tsw = task_state_word;
 using std::chrono::steady_clock;
 
-// Puts `due` (of several tables and ticks) in due order.
+// A tick with at least this many entries is prepared ahead (rearm()), by
+// this much time an entry (twice what taking one costs here), at most this
+// much ahead.
+constexpr std::size_t early_load = 256;
+constexpr std::chrono::nanoseconds early_lead_per_task{500};
+constexpr std::chrono::milliseconds early_lead_max{5};
+
+// The order due tasks run in: by due millisecond, then by when they were
+// scheduled.
+bool runs_before(const ready_ref& a, const ready_ref& b) noexcept {
+  const std::int64_t da = a.v.due_ms(), db = b.v.due_ms();
+  return da != db ? da < db : a.order < b.order;
+}
+
+// Puts `due` (of several tables and ticks) in due order, by sorting.
 void sort_by_due(std::vector<ready_ref>& due) {
   if (due.size() < 2) return;
   std::int64_t lo = due.front().v.due_ms(), hi = lo;
@@ -24,7 +38,7 @@ void sort_by_due(std::vector<ready_ref>& due) {
     hi = std::max(hi, r.v.due_ms());
   }
   if (hi - lo < 4096) {
-    // The usual case: a tick's worth of milliseconds. Counting sort, stable.
+    // A tick's worth of milliseconds. Counting sort, stable.
     std::vector<std::uint32_t> count(static_cast<std::size_t>(hi - lo) + 2, 0);
     for (const ready_ref& r : due) ++count[static_cast<std::size_t>(r.v.due_ms() - lo) + 1];
     for (std::size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
@@ -53,6 +67,39 @@ void sort_by_due(std::vector<ready_ref>& due) {
   }
 }
 
+// Puts `due` in due order, where `ends` ends each table's run of it. A
+// table's run is in that order already when one tick, or several ticks in
+// turn, gave it, which is nearly always: then the runs are merged, a copy of
+// each reference and a few comparisons each (a burst of 2,000 tasks due in
+// one millisecond took 0.2 ms to sort, before its first task could start).
+void order_by_due(std::vector<ready_ref>& due, const std::vector<std::size_t>& ends) {
+  if (due.size() < 2) return;
+  struct run {
+    std::size_t at, end;
+  };
+  std::vector<run> runs;
+  std::size_t begin = 0;
+  for (std::size_t end : ends) {
+    const auto b = due.begin() + static_cast<std::ptrdiff_t>(begin);
+    const auto e = due.begin() + static_cast<std::ptrdiff_t>(end);
+    if (!std::is_sorted(b, e, runs_before)) return sort_by_due(due);
+    if (end > begin) runs.push_back({begin, end});
+    begin = end;
+  }
+  if (runs.size() < 2) return;
+  std::vector<ready_ref> merged;
+  merged.reserve(due.size());
+  while (!runs.empty()) {
+    std::size_t first = 0;
+    for (std::size_t k = 1; k < runs.size(); ++k)
+      if (runs_before(due[runs[k].at], due[runs[first].at])) first = k;
+    merged.push_back(due[runs[first].at]);
+    if (++runs[first].at == runs[first].end)
+      runs.erase(runs.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  due.swap(merged);
+}
+
 }  // namespace
 
 void engine_core::note_armed_locked(task_table& t, std::uint64_t tick) {
@@ -70,7 +117,12 @@ void engine_core::note_armed_locked(task_table& t, std::uint64_t tick) {
   }
 }
 
-// On the strand: points the timer at the earliest tick any table waits for.
+// On the strand: points the timer at the earliest tick any table waits for
+// (or the one whose tasks are held early). A heavy tick ahead is prepared:
+// the timer wakes a little before it, and on_early() takes its tasks from
+// the wheel, so that when it begins they are handed to the workers at once
+// rather than after the time taking them takes (about 0.2 us a task here:
+// the last of 2,000 due in one millisecond started 0.4 ms later).
 void engine_core::rearm() {
   if (state_.load() != run_state::running) return;
   std::uint64_t tick = timer_wheel::no_tick;
@@ -78,11 +130,71 @@ void engine_core::rearm() {
     std::lock_guard lock(t->mutex);
     tick = std::min(tick, t->armed_tick);
   }
-  armed_tick_.store(tick, std::memory_order_relaxed);
-  if (tick == timer_wheel::no_tick) return;
-  ticker_.wait_until(tick, [self = shared_from_this()](const boost::system::error_code& ec) {
+  std::uint64_t held;
+  {
+    std::lock_guard lock(early_mutex_);
+    held = early_tick_;
+  }
+  const std::uint64_t wake = std::min(tick, held);
+  armed_tick_.store(wake, std::memory_order_relaxed);
+  if (wake == timer_wheel::no_tick) return;
+  if (held == timer_wheel::no_tick) {
+    std::size_t load = 0;
+    for (const auto& t : tables_) {
+      std::lock_guard lock(t->mutex);
+      if (t->armed_tick == tick) load += t->wheel.slot_load(tick);
+    }
+    if (load >= early_load) {
+      const auto lead =
+          std::min<steady_clock::duration>(early_lead_per_task * load, early_lead_max);
+      const auto at = ticker_.boundary(tick) - lead;
+      if (at > steady_clock::now()) {
+        ticker_.wait_until_instant(
+            at, [self = shared_from_this(), tick](const boost::system::error_code& ec) {
+              if (!ec) self->on_early(tick);
+            });
+        return;
+      }
+    }
+  }
+  ticker_.wait_until(wake, [self = shared_from_this()](const boost::system::error_code& ec) {
     if (!ec) self->on_tick();
   });
+}
+
+// On the strand, shortly before heavy tick `tick` begins: its tasks are
+// taken from the wheel (queued, as a due task waiting for a worker is: a
+// cancel or reschedule meanwhile wins over them) and held until it begins.
+void engine_core::on_early(std::uint64_t tick) {
+  wakeups_.fetch_add(1, std::memory_order_relaxed);
+  if (state_.load() != run_state::running) return;
+  std::vector<ready_ref> due;
+  std::vector<std::size_t> ends;
+  for (const auto& t : tables_) {
+    std::lock_guard lock(t->mutex);
+    // A table with an earlier tick since rearm() is on_tick()'s to advance.
+    if (t->armed_tick != tick) continue;
+    advance_locked(*t, tick, due, std::nullopt, true);
+    ends.push_back(due.size());
+  }
+  order_by_due(due, ends);
+  {
+    std::lock_guard lock(early_mutex_);
+    early_ = std::move(due);
+    early_tick_ = early_.empty() ? timer_wheel::no_tick : tick;
+  }
+  rearm();  // for `tick`, or earlier if a table has an earlier one
+}
+
+void engine_core::take_early(std::uint64_t to_tick, std::vector<ready_ref>& due) {
+  std::lock_guard lock(early_mutex_);
+  if (early_tick_ > to_tick) return;
+  if (due.empty())
+    due.swap(early_);
+  else
+    due.insert(due.end(), early_.begin(), early_.end());
+  early_.clear();
+  early_tick_ = timer_wheel::no_tick;
 }
 
 // On the strand: everything due up to now (every missed tick, in order) goes
@@ -91,7 +203,9 @@ void engine_core::on_tick() {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   if (state_.load() != run_state::running) return;
   std::vector<ready_ref> due;
-  advance(ticker_.current_tick(), due);
+  const std::uint64_t now = ticker_.current_tick();
+  take_early(now, due);
+  advance(now, due);
   dispatcher_.push(due);
   rearm();
 }
@@ -104,6 +218,7 @@ std::size_t engine_core::fire_due() {
   // tick under way, the tasks due by now's millisecond: nothing fires
   // early, and nothing due waits for the boundary.
   const std::int64_t now = ticker_.now_ms();  // the clock the wheel fires by
+  take_early(ticker_.last_tick_by(now), due);
   advance(ticker_.last_tick_by(now), due, now);
   dispatcher_.push(due);
   // The timer may be armed for a tick just emptied: it then wakes once for
@@ -113,19 +228,22 @@ std::size_t engine_core::fire_due() {
 
 void engine_core::advance(std::uint64_t to_tick, std::vector<ready_ref>& due,
                           std::optional<std::int64_t> due_by_ms) {
+  std::vector<std::size_t> ends;  // of each run in `due`: what it held, then each table's
+  if (!due.empty()) ends.push_back(due.size());
   for (const auto& t : tables_) {
     std::lock_guard lock(t->mutex);
     if (t->armed_tick > to_tick && !due_by_ms) continue;  // nothing due here yet
     advance_locked(*t, to_tick, due, due_by_ms);
+    ends.push_back(due.size());
   }
   // One tick may hold tasks due at different milliseconds, a reload puts
   // many overdue tasks in one tick, and the tables interleave: hand them
   // over in due order.
-  sort_by_due(due);
+  order_by_due(due, ends);
 }
 
 void engine_core::advance_locked(task_table& t, std::uint64_t to_tick, std::vector<ready_ref>& due,
-                                 std::optional<std::int64_t> due_by_ms) {
+                                 std::optional<std::int64_t> due_by_ms, bool ahead) {
   std::vector<timer_wheel::handle> held_back;
   const auto now = steady_clock::now();
   const std::size_t first = due.size();
@@ -140,7 +258,10 @@ void engine_core::advance_locked(task_table& t, std::uint64_t to_tick, std::vect
     t.set_tag(h, w);
     due.push_back(ready_of(t, h, w));
   };
-  t.wheel.advance(to_tick, fire);
+  if (ahead)
+    t.wheel.take_tick(to_tick, fire);
+  else
+    t.wheel.advance(to_tick, fire);
   if (due_by_ms) {
     std::vector<timer_wheel::handle> taken;
     t.wheel.take_due_by(*due_by_ms, taken);
@@ -148,8 +269,7 @@ void engine_core::advance_locked(task_table& t, std::uint64_t to_tick, std::vect
   }
   if (!held_back.empty()) {
     // A round from now: renewed, they run; lost, apply_round let go of them.
-    const std::uint64_t later =
-        ticker_.tick_for(ticker_.now_ms() + owner_->hold_back().count());
+    const std::uint64_t later = ticker_.tick_for(ticker_.now_ms() + owner_->hold_back().count());
     for (timer_wheel::handle h : held_back) {
       t.wheel.arm(h, later);
       // Not held at all (lost while a write about it was in flight): let go.
@@ -157,7 +277,13 @@ void engine_core::advance_locked(task_table& t, std::uint64_t to_tick, std::vect
     }
   }
   t.armed_tick = t.wheel.next_due_tick();
-  for (std::size_t i = first; i < due.size(); ++i) dispatcher_.count_ready(due[i].kind, 1);
+  // Counted in runs of one type: two atomic adds a run, not a task.
+  for (std::size_t i = first; i < due.size();) {
+    std::size_t j = i + 1;
+    while (j < due.size() && due[j].kind == due[i].kind) ++j;
+    dispatcher_.count_ready(due[i].kind, static_cast<std::ptrdiff_t>(j - i));
+    i = j;
+  }
 }
 
 // start(), under every table's lock: tasks found overdue are released over

@@ -2,7 +2,8 @@
 //
 // Four buckets per power of two (so a bucket's upper edge is within 19% of
 // any value in it), 64 octaves: covers a microsecond to centuries in 256
-// relaxed atomic counters, recorded from worker threads without a lock.
+// relaxed atomic counters, recorded from worker threads without a lock, each
+// worker in a copy of its own.
 #pragma once
 
 #include <array>
@@ -12,13 +13,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "detail/striped.hpp"
+
 namespace delayq::detail {
 
 class lateness_histogram {
  public:
   void record(std::chrono::microseconds late) noexcept {
     const std::uint64_t us = late.count() > 0 ? static_cast<std::uint64_t>(late.count()) : 0;
-    buckets_[bucket_of(us)].fetch_add(1, std::memory_order_relaxed);
+    buckets_.mine()[bucket_of(us)].fetch_add(1, std::memory_order_relaxed);
     std::uint64_t seen = max_.load(std::memory_order_relaxed);
     while (us > seen && !max_.compare_exchange_weak(seen, us, std::memory_order_relaxed)) {
     }
@@ -28,10 +31,13 @@ class lateness_histogram {
   std::chrono::microseconds quantile(double q) const noexcept {
     std::array<std::uint64_t, bucket_count> snap{};
     std::uint64_t total = 0;
-    for (std::size_t i = 0; i < bucket_count; ++i) {
-      snap[i] = buckets_[i].load(std::memory_order_relaxed);
-      total += snap[i];
-    }
+    buckets_.each([&](const buckets& b) {
+      for (std::size_t i = 0; i < bucket_count; ++i) {
+        const std::uint64_t n = b[i].load(std::memory_order_relaxed);
+        snap[i] += n;
+        total += n;
+      }
+    });
     if (total == 0) return std::chrono::microseconds{0};
     // Nearest rank: the smallest value with at least q of the samples at or
     // below it.
@@ -76,7 +82,8 @@ class lateness_histogram {
     return ((std::uint64_t{sub} + frac + 1) << (octave - 2)) - 1;
   }
 
-  std::array<std::atomic<std::uint64_t>, bucket_count> buckets_{};
+  using buckets = std::array<std::atomic<std::uint64_t>, bucket_count>;
+  striped<buckets> buckets_;  // a worker's own (striped.hpp)
   std::atomic<std::uint64_t> max_{0};
 };
 

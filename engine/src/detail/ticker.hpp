@@ -1,7 +1,8 @@
 // The engine's clock: a steady_timer on a strand of the user's executor,
 // and the mapping between wall-clock due times and the wheel's ticks.
 //
-// Tick k is the instant anchor + k * tick on the steady clock. Due times are
+// Tick k is the instant anchor + k * tick on the steady clock, which is the
+// start of a wall-clock millisecond (anchor() aligns them). Due times are
 // wall-clock milliseconds; one is mapped to the first tick boundary at or
 // after it once, when its task is armed, so a later step of the wall clock
 // does not move tasks already waiting (docs/design.md). The timer is armed
@@ -33,12 +34,22 @@ class ticker {
 
   /// Starts the clock with tick 0 one tick in the past, so that a task
   /// already due (which the wheel files at tick 1) runs at once.
+  ///
+  /// Tick boundaries fall on the wall clock's millisecond boundaries: the
+  /// steady anchor is moved back by the part of a millisecond the wall
+  /// clock was into when read. Without that every task fired that fraction
+  /// late (0 to 1 ms, the same for the engine's life, drawn anew at each
+  /// start). The wall clock is read first: the steady read after it is a
+  /// few nanoseconds later, so the mapping lags the wall clock by that much
+  /// and a boundary is never before its millisecond begins.
   void anchor() noexcept {
-    anchor_steady_ = std::chrono::steady_clock::now() - tick_;
-    anchor_wall_ = std::chrono::system_clock::now() - tick_;
-    anchor_ms_ =
-        std::chrono::duration_cast<std::chrono::milliseconds>(anchor_wall_.time_since_epoch())
-            .count();
+    const auto wall = std::chrono::system_clock::now() - tick_;
+    const auto steady = std::chrono::steady_clock::now() - tick_;
+    const auto wall_ms = std::chrono::floor<std::chrono::milliseconds>(wall);
+    anchor_wall_ = wall_ms;
+    anchor_steady_ =
+        steady - std::chrono::duration_cast<std::chrono::steady_clock::duration>(wall - wall_ms);
+    anchor_ms_ = wall_ms.time_since_epoch().count();
     anchored_.store(true, std::memory_order_release);
   }
 
@@ -56,9 +67,23 @@ class ticker {
     // In the clocks' own resolution, floored to the millisecond once: read
     // right after anchor(), it is the system clock's millisecond, not one
     // or two before it.
-    const auto now = anchor_wall_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                        std::chrono::steady_clock::now() - anchor_steady_);
-    return std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    return std::chrono::floor<std::chrono::milliseconds>(
+               wall_at(std::chrono::steady_clock::now()).time_since_epoch())
+        .count();
+  }
+
+  /// The wall-clock instant, by the engine's clock, of steady instant `t`
+  /// (once anchor() returned).
+  std::chrono::system_clock::time_point wall_at(
+      std::chrono::steady_clock::time_point t) const noexcept {
+    return anchor_wall_ +
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(t - anchor_steady_);
+  }
+
+  /// The steady instant tick `tick` begins at.
+  std::chrono::steady_clock::time_point boundary(std::uint64_t tick) const noexcept {
+    return anchor_steady_ +
+           tick * std::chrono::duration_cast<std::chrono::steady_clock::duration>(tick_);
   }
 
   /// The first tick at or after wall-clock `due_ms` (0 for the past).
@@ -78,9 +103,7 @@ class ticker {
     const auto mono = std::chrono::steady_clock::time_point(
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec}));
-    const auto now = anchor_wall_ + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                        mono - anchor_steady_);
-    return std::chrono::floor<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    return std::chrono::floor<std::chrono::milliseconds>(wall_at(mono).time_since_epoch()).count();
   }
 
   /// The last tick whose boundary is at or before wall-clock `now_ms`:
@@ -100,9 +123,14 @@ class ticker {
   /// On the strand: calls `h(error_code)` when tick `tick` begins.
   template <class Handler>
   void wait_until(std::uint64_t tick, Handler&& h) {
-    timer_.expires_at(anchor_steady_ +
-                      tick *
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(tick_));
+    timer_.expires_at(boundary(tick));
+    timer_.async_wait(std::forward<Handler>(h));
+  }
+
+  /// On the strand: calls `h(error_code)` at steady instant `at`.
+  template <class Handler>
+  void wait_until_instant(std::chrono::steady_clock::time_point at, Handler&& h) {
+    timer_.expires_at(at);
     timer_.async_wait(std::forward<Handler>(h));
   }
 

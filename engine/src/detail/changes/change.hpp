@@ -123,13 +123,4 @@ class change : public op_context {
   std::size_t index = 0;
 };
 
-/// A change nobody needs to hear of (a success's removal): nothing to do
-/// either way.
-class no_change final : public change {
- public:
-  no_change() : change(nullptr, timer_wheel::npos) {}
-  void landed(settle_context&) override {}
-  void failed(settle_context&, const boost::system::error_code&) override {}
-};
-
 }  // namespace delayq::detail

@@ -13,7 +13,7 @@
 //   release_change   the same, with the attempt count unchanged
 //   bury_change      counted when the attempt died (stats show it at once);
 //                    uncounted if the fence refused it
-//   (a success's removal settles nothing: no_change)
+//   (a success's removal settles nothing: its write has no context)
 #include <algorithm>
 
 #include "delayq/log.hpp"
@@ -135,8 +135,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         case attempt_settler::verdict_kind::remove:
           // At-least-once: the task leaves the store only now. Nobody waits
           // for the removal; a crash before it lands runs the task once more.
-          op = make_op(change_kind::remove, t, h, false);
-          op.ctx = std::make_unique<no_change>();
+          op = make_op(change_kind::remove, t, h, false);  // no context: nothing to settle
           erase_locked(t, h);
           break;
         case attempt_settler::verdict_kind::bury: {

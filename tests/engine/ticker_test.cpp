@@ -1,0 +1,64 @@
+// The engine's clock (detail/ticker.hpp): where wall-clock due times fall on
+// the wheel's ticks. A tick must begin when its millisecond begins: later,
+// and every task is late by the difference; earlier, and tasks run early.
+#include <doctest/doctest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+
+#include "detail/ticker.hpp"
+
+namespace {
+
+using wall_clock = std::chrono::system_clock;
+
+std::int64_t wall_ms_of(wall_clock::time_point t) {
+  return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+wall_clock::time_point wall_at_ms(std::int64_t ms) {
+  return wall_clock::time_point(std::chrono::milliseconds{ms});
+}
+
+}  // namespace
+
+TEST_CASE("ticker: a tick of 1 ms begins exactly when its wall-clock millisecond begins") {
+  boost::asio::io_context io;
+  // Each anchor() reads the clocks somewhere inside a millisecond: before
+  // ticks were aligned, that fraction was every task's extra lateness.
+  for (int start = 0; start < 20; ++start) {
+    delayq::detail::ticker t(io.get_executor(), std::chrono::milliseconds{1});
+    t.anchor();
+    const std::int64_t now = t.now_ms();
+    for (std::int64_t due = now + 1; due < now + 60; due += 7) {
+      const auto begins = t.boundary(t.tick_for(due));
+      CHECK(t.wall_at(begins) == wall_at_ms(due));
+      CHECK(wall_ms_of(t.wall_at(begins - std::chrono::nanoseconds{1})) == due - 1);
+    }
+  }
+}
+
+TEST_CASE("ticker: a longer tick begins at the first of its boundaries at or after the due time") {
+  boost::asio::io_context io;
+  delayq::detail::ticker t(io.get_executor(), std::chrono::milliseconds{10});
+  t.anchor();
+  const std::int64_t now = t.now_ms();
+  for (std::int64_t due = now + 1; due < now + 100; ++due) {
+    const auto begins = t.wall_at(t.boundary(t.tick_for(due)));
+    CHECK(begins >= wall_at_ms(due));
+    CHECK(begins < wall_at_ms(due + 10));
+    // On a boundary of the wall clock's milliseconds, as with a 1 ms tick.
+    CHECK(begins == wall_at_ms(wall_ms_of(begins)));
+  }
+}
+
+TEST_CASE("ticker: the engine's clock is never ahead of the system clock") {
+  boost::asio::io_context io;
+  delayq::detail::ticker t(io.get_executor(), std::chrono::milliseconds{1});
+  t.anchor();
+  for (int i = 0; i < 1000; ++i) {
+    const auto steady = std::chrono::steady_clock::now();
+    const auto wall = wall_clock::now();  // read after: at or after the same instant
+    CHECK(t.wall_at(steady) <= wall);
+  }
+}
