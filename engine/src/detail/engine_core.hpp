@@ -347,8 +347,10 @@ class engine_core final : public dispatcher::owner,
   void rearm();
   void on_tick();
   void on_early(std::uint64_t tick);
-  // Appends the early tasks to `due` if their tick is `to_tick` or before.
-  void take_early(std::uint64_t to_tick, std::vector<ready_ref>& due);
+  // Appends the early tasks to `due` if their tick is `to_tick` or before
+  // (with `due_by_ms`, also those due by then).
+  void take_early_locked(std::uint64_t to_tick, std::vector<ready_ref>& due,
+                         std::optional<std::int64_t> due_by_ms);
   // Advances every table to `to_tick` (and with `due_by_ms`, takes the
   // tasks of the tick under way due by then), putting what may fire into
   // `due` in due order (after what `due` holds, itself in due order).
@@ -381,7 +383,8 @@ class engine_core final : public dispatcher::owner,
   std::atomic<std::uint64_t> armed_tick_{timer_wheel::no_tick};
   // A heavy tick's tasks, taken from the wheel just before the tick begins
   // (on_early()) and handed over when it does, in due order; early_tick_ is
-  // that tick (no_tick: none held). Under early_mutex_.
+  // that tick (no_tick: none held). Under early_mutex_, which a collector
+  // (on_early, on_tick, fire_due) holds while it takes from the tables.
   spin_mutex early_mutex_;
   std::vector<ready_ref> early_;
   std::uint64_t early_tick_ = timer_wheel::no_tick;

@@ -165,34 +165,50 @@ void engine_core::rearm() {
 // On the strand, shortly before heavy tick `tick` begins: its tasks are
 // taken from the wheel (queued, as a due task waiting for a worker is: a
 // cancel or reschedule meanwhile wins over them) and held until it begins.
+//
+// early_mutex_ is held from taking to holding, as on_tick() and fire_due()
+// hold it from take_early() through their advance(): what two collectors
+// take, they take one after the other, in due order. It is taken before a
+// table's mutex, never after one.
 void engine_core::on_early(std::uint64_t tick) {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   if (state_.load() != run_state::running) return;
-  std::vector<ready_ref> due;
-  std::vector<std::size_t> ends;
-  for (const auto& t : tables_) {
-    std::lock_guard lock(t->mutex);
-    // A table with an earlier tick since rearm() is on_tick()'s to advance.
-    if (t->armed_tick != tick) continue;
-    advance_locked(*t, tick, due, std::nullopt, true);
-    ends.push_back(due.size());
-  }
-  order_by_due(due, ends);
   {
-    std::lock_guard lock(early_mutex_);
-    early_ = std::move(due);
+    std::lock_guard hold(early_mutex_);
+    // A wake already under way when rearm() chose another (a handler the
+    // timer had queued cannot be cancelled): one tick's tasks are held at
+    // a time, the others go at their tick as usual.
+    if (early_tick_ != timer_wheel::no_tick) return;
+    std::vector<std::size_t> ends;
+    for (const auto& t : tables_) {
+      std::lock_guard lock(t->mutex);
+      // A table with an earlier tick since rearm() is on_tick()'s to advance.
+      if (t->armed_tick != tick) continue;
+      advance_locked(*t, tick, early_, std::nullopt, true);
+      ends.push_back(early_.size());
+    }
+    order_by_due(early_, ends);
     early_tick_ = early_.empty() ? timer_wheel::no_tick : tick;
   }
   rearm();  // for `tick`, or earlier if a table has an earlier one
 }
 
-void engine_core::take_early(std::uint64_t to_tick, std::vector<ready_ref>& due) {
-  std::lock_guard lock(early_mutex_);
-  if (early_tick_ > to_tick) return;
-  if (due.empty())
-    due.swap(early_);
-  else
-    due.insert(due.end(), early_.begin(), early_.end());
+// Under early_mutex_.
+void engine_core::take_early_locked(std::uint64_t to_tick, std::vector<ready_ref>& due,
+                                    std::optional<std::int64_t> due_by_ms) {
+  if (early_tick_ == timer_wheel::no_tick) return;
+  if (early_tick_ > to_tick) {
+    // A tick longer than a millisecond holds tasks due before its boundary:
+    // fire_due() hands over those due by now (early_ is in due order).
+    if (!due_by_ms) return;
+    const auto past = std::find_if(early_.begin(), early_.end(),
+                                   [&](const ready_ref& r) { return r.v.due_ms() > *due_by_ms; });
+    due.insert(due.end(), early_.begin(), past);
+    early_.erase(early_.begin(), past);
+    if (early_.empty()) early_tick_ = timer_wheel::no_tick;
+    return;
+  }
+  due.insert(due.end(), early_.begin(), early_.end());
   early_.clear();
   early_tick_ = timer_wheel::no_tick;
 }
@@ -203,9 +219,12 @@ void engine_core::on_tick() {
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   if (state_.load() != run_state::running) return;
   std::vector<ready_ref> due;
-  const std::uint64_t now = ticker_.current_tick();
-  take_early(now, due);
-  advance(now, due);
+  {
+    std::lock_guard hold(early_mutex_);
+    const std::uint64_t now = ticker_.current_tick();
+    take_early_locked(now, due, std::nullopt);
+    advance(now, due);
+  }
   dispatcher_.push(due);
   rearm();
 }
@@ -213,13 +232,16 @@ void engine_core::on_tick() {
 std::size_t engine_core::fire_due() {
   if (state_.load() != run_state::running) return 0;
   std::vector<ready_ref> due;
-  // Every tick whose boundary is at or before the wall clock's now (a task
-  // is filed at the first boundary at or after its due time), then, of the
-  // tick under way, the tasks due by now's millisecond: nothing fires
-  // early, and nothing due waits for the boundary.
-  const std::int64_t now = ticker_.now_ms();  // the clock the wheel fires by
-  take_early(ticker_.last_tick_by(now), due);
-  advance(ticker_.last_tick_by(now), due, now);
+  {
+    std::lock_guard hold(early_mutex_);
+    // Every tick whose boundary is at or before the wall clock's now (a
+    // task is filed at the first boundary at or after its due time), then,
+    // of the tick under way, the tasks due by now's millisecond: nothing
+    // fires early, and nothing due waits for the boundary.
+    const std::int64_t now = ticker_.now_ms();  // the clock the wheel fires by
+    take_early_locked(ticker_.last_tick_by(now), due, now);
+    advance(ticker_.last_tick_by(now), due, now);
+  }
   dispatcher_.push(due);
   // The timer may be armed for a tick just emptied: it then wakes once for
   // nothing, and sleeps until the next due tick.
