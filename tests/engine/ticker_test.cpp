@@ -52,13 +52,33 @@ TEST_CASE("ticker: a longer tick begins at the first of its boundaries at or aft
   }
 }
 
-TEST_CASE("ticker: the engine's clock is never ahead of the system clock") {
+TEST_CASE(
+    "ticker: the engine's clock is never behind the system clock, and ahead by lead() at most") {
+  // Never behind: a due time made from "now + delay" is never before the
+  // system clock's now + delay. Ahead by lead() at most, which every firing
+  // decision allows for (the next case).
+  boost::asio::io_context io;
+  delayq::detail::ticker t(io.get_executor(), std::chrono::milliseconds{1});
+  t.anchor();
+  CHECK(t.lead() >= std::chrono::steady_clock::duration::zero());
+  for (int i = 0; i < 1000; ++i) {
+    const auto wall_before = wall_clock::now();
+    const auto steady = std::chrono::steady_clock::now();
+    const auto wall_after = wall_clock::now();
+    CHECK(t.wall_at(steady) >= wall_before);
+    CHECK(t.wall_at(steady) <= wall_after + t.lead());
+  }
+}
+
+TEST_CASE("ticker: what it says has begun has begun by the system clock") {
   boost::asio::io_context io;
   delayq::detail::ticker t(io.get_executor(), std::chrono::milliseconds{1});
   t.anchor();
   for (int i = 0; i < 1000; ++i) {
-    const auto steady = std::chrono::steady_clock::now();
-    const auto wall = wall_clock::now();  // read after: at or after the same instant
-    CHECK(t.wall_at(steady) <= wall);
+    const std::int64_t begun = t.begun_ms();
+    const auto begins = t.wall_at(t.boundary(t.current_tick()));
+    const auto wall = wall_clock::now();  // read after
+    CHECK(begun <= wall_ms_of(wall));
+    CHECK(begins <= wall);
   }
 }

@@ -238,7 +238,7 @@ std::size_t engine_core::fire_due() {
     // task is filed at the first boundary at or after its due time), then,
     // of the tick under way, the tasks due by now's millisecond: nothing
     // fires early, and nothing due waits for the boundary.
-    const std::int64_t now = ticker_.now_ms();  // the clock the wheel fires by
+    const std::int64_t now = ticker_.begun_ms();  // the clock the wheel fires by
     take_early_locked(ticker_.last_tick_by(now), due, now);
     advance(ticker_.last_tick_by(now), due, now);
   }

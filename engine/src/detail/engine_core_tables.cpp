@@ -21,12 +21,12 @@ void engine_core::arm_locked(task_table& t, timer_wheel::handle h, std::int64_t 
   // dispatcher at once. Through the wheel it would wait for the next tick
   // boundary: the ticker files a due time at the first boundary at or after
   // it, and the boundary of the tick now running is the wheel's past.
-  // Due by the wheel's own clock (ticker::now_ms()), not the system clock:
+  // Due by the wheel's own clock (ticker::begun_ms()), not the system clock:
   // a system clock stepped ahead would send tasks that are seconds away to
   // the workers now. The precise clock is read only when the coarse one (a
   // few nanoseconds, a few milliseconds behind at most) cannot tell: most
   // tasks are armed for later, and a schedule arms one each.
-  if (after != nullptr && due_ms <= ticker_.coarse_now_ms() + 50 && due_ms <= ticker_.now_ms() &&
+  if (after != nullptr && due_ms <= ticker_.coarse_now_ms() + 50 && due_ms <= ticker_.begun_ms() &&
       state_.load(std::memory_order_relaxed) == run_state::running &&
       owner_->may_fire_locked(t.ref(h), t.wheel.id(h), std::chrono::steady_clock::now()) != 0) {
     if (t.wheel.is_armed(h)) t.wheel.disarm(h);

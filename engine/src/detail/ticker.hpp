@@ -39,18 +39,47 @@ class ticker {
   /// steady anchor is moved back by the part of a millisecond the wall
   /// clock was into when read. Without that every task fired that fraction
   /// late (0 to 1 ms, the same for the engine's life, drawn anew at each
-  /// start). The wall clock is read first: the steady read after it is a
-  /// few nanoseconds later, so the mapping lags the wall clock by that much
-  /// and a boundary is never before its millisecond begins.
+  /// start).
+  ///
+  /// The wall clock is read between two steady reads, so the mapping is
+  /// ahead of it by at most their distance, lead(): read again while that
+  /// is over a microsecond (a preemption between the reads). Ahead, so that
+  /// a due time made from "now + delay" is never before the system clock's
+  /// now + delay; and every firing decision allows for it (the timer waits
+  /// lead() past a boundary, begun_ms() is behind the wall clock), so that
+  /// no task starts before its due time by the system clock.
   void anchor() noexcept {
-    const auto wall = std::chrono::system_clock::now() - tick_;
-    const auto steady = std::chrono::steady_clock::now() - tick_;
+    std::chrono::steady_clock::time_point first, second;
+    std::chrono::system_clock::time_point read;
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      first = std::chrono::steady_clock::now();
+      read = std::chrono::system_clock::now();
+      second = std::chrono::steady_clock::now();
+      if (second - first < std::chrono::microseconds{1}) break;
+    }
+    lead_ = second - first;
+    const auto wall = read - tick_;
+    const auto steady = first - tick_;
     const auto wall_ms = std::chrono::floor<std::chrono::milliseconds>(wall);
     anchor_wall_ = wall_ms;
     anchor_steady_ =
         steady - std::chrono::duration_cast<std::chrono::steady_clock::duration>(wall - wall_ms);
     anchor_ms_ = wall_ms.time_since_epoch().count();
     anchored_.store(true, std::memory_order_release);
+  }
+
+  /// How far the engine's clock may be ahead of the wall clock (a few tens
+  /// of nanoseconds; under a microsecond unless anchor() was preempted
+  /// sixteen times).
+  std::chrono::steady_clock::duration lead() const noexcept { return lead_; }
+
+  /// The last millisecond surely begun by the wall clock (now_ms(), less
+  /// lead()): what firing decisions read, so that nothing starts early.
+  std::int64_t begun_ms() const noexcept {
+    if (!anchored_.load(std::memory_order_acquire)) return now_ms();
+    return std::chrono::floor<std::chrono::milliseconds>(
+               wall_at(std::chrono::steady_clock::now() - lead_).time_since_epoch())
+        .count();
   }
 
   /// Wall-clock milliseconds by the engine's own clock: the system clock as
@@ -115,15 +144,18 @@ class ticker {
            static_cast<std::uint64_t>(tick_.count());
   }
 
-  /// The tick the steady clock is in now.
+  /// The last tick surely begun by the wall clock (its boundary plus
+  /// lead() is past).
   std::uint64_t current_tick() const noexcept {
-    return static_cast<std::uint64_t>((std::chrono::steady_clock::now() - anchor_steady_) / tick_);
+    const auto since = std::chrono::steady_clock::now() - lead_ - anchor_steady_;
+    return since.count() < 0 ? 0 : static_cast<std::uint64_t>(since / tick_);
   }
 
-  /// On the strand: calls `h(error_code)` when tick `tick` begins.
+  /// On the strand: calls `h(error_code)` when tick `tick` has surely
+  /// begun by the wall clock (its boundary, plus lead()).
   template <class Handler>
   void wait_until(std::uint64_t tick, Handler&& h) {
-    timer_.expires_at(boundary(tick));
+    timer_.expires_at(boundary(tick) + lead_);
     timer_.async_wait(std::forward<Handler>(h));
   }
 
@@ -150,6 +182,7 @@ class ticker {
   std::chrono::steady_clock::time_point anchor_steady_{};
   std::int64_t anchor_ms_ = 0;
   std::chrono::system_clock::time_point anchor_wall_{};
+  std::chrono::steady_clock::duration lead_{};
   std::atomic<bool> anchored_{false};
 };
 
