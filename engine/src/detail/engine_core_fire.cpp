@@ -125,10 +125,18 @@ void engine_core::note_armed_locked(task_table& t, std::uint64_t tick) {
 // the last of 2,000 due in one millisecond started 0.4 ms later).
 void engine_core::rearm() {
   if (state_.load() != run_state::running) return;
+  // The earliest tick, and the entries its tables' slots hold for it: one
+  // pass, one hold of each table's lock.
   std::uint64_t tick = timer_wheel::no_tick;
+  std::size_t load = 0;
   for (const auto& t : tables_) {
     std::lock_guard lock(t->mutex);
-    tick = std::min(tick, t->armed_tick);
+    if (t->armed_tick == timer_wheel::no_tick || t->armed_tick > tick) continue;
+    if (t->armed_tick < tick) {
+      tick = t->armed_tick;
+      load = 0;
+    }
+    load += t->wheel.slot_load(tick);
   }
   std::uint64_t held;
   {
@@ -138,23 +146,15 @@ void engine_core::rearm() {
   const std::uint64_t wake = std::min(tick, held);
   armed_tick_.store(wake, std::memory_order_relaxed);
   if (wake == timer_wheel::no_tick) return;
-  if (held == timer_wheel::no_tick) {
-    std::size_t load = 0;
-    for (const auto& t : tables_) {
-      std::lock_guard lock(t->mutex);
-      if (t->armed_tick == tick) load += t->wheel.slot_load(tick);
-    }
-    if (load >= early_load) {
-      const auto lead =
-          std::min<steady_clock::duration>(early_lead_per_task * load, early_lead_max);
-      const auto at = ticker_.boundary(tick) - lead;
-      if (at > steady_clock::now()) {
-        ticker_.wait_until_instant(
-            at, [self = shared_from_this(), tick](const boost::system::error_code& ec) {
-              if (!ec) self->on_early(tick);
-            });
-        return;
-      }
+  if (held == timer_wheel::no_tick && load >= early_load) {
+    const auto lead = std::min<steady_clock::duration>(early_lead_per_task * load, early_lead_max);
+    const auto at = ticker_.boundary(tick) - lead;
+    if (at > steady_clock::now()) {
+      ticker_.wait_until_instant(
+          at, [self = shared_from_this(), tick](const boost::system::error_code& ec) {
+            if (!ec) self->on_early(tick);
+          });
+      return;
     }
   }
   ticker_.wait_until(wake, [self = shared_from_this()](const boost::system::error_code& ec) {

@@ -45,7 +45,7 @@ template <class Cell, std::size_t N = counter_stripes>
 class striped {
  public:
   /// The calling thread's.
-  Cell& mine() noexcept { return cells_[N == 1 ? 0 : counter_stripe() % N].cell; }
+  Cell& mine() noexcept { return cells_[counter_stripe() % N].cell; }
   /// Every stripe's, to sum.
   template <class Fn>
   void each(Fn&& fn) const {
@@ -61,7 +61,7 @@ class striped {
 
 /// An integer counter or gauge. Thread safety: add() and load() are safe
 /// from any thread.
-template <class T, std::size_t N = counter_stripes>
+template <class T>
 class striped_counter {
  public:
   void add(T d) noexcept { s_.mine().fetch_add(d, std::memory_order_relaxed); }
@@ -72,7 +72,7 @@ class striped_counter {
   }
 
  private:
-  striped<std::atomic<T>, N> s_;
+  striped<std::atomic<T>> s_;
 };
 
 }  // namespace delayq::detail
