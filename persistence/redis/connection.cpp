@@ -4,6 +4,7 @@
 
 #include <hiredis/sds.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
@@ -13,6 +14,7 @@
 #include <ctime>
 
 #include "delayq/log.hpp"
+#include "link_probe.hpp"
 
 namespace delayq::detail::redis {
 namespace {
@@ -190,22 +192,91 @@ redis_failure connection::lost(int saved_errno, bool write) {
                          "connection to " + opts_.address() + " lost: " + why +
                              " after the write was sent; it may or may not be applied",
                          true, false};
-  if (timed_out && write)
+  if (timed_out) return gave_up(why, write);
+  return redis_failure{errc::store_unavailable,
+                       "connection to " + opts_.address() + " lost: " + why, true, retryable};
+}
+
+redis_failure connection::gave_up(const std::string& why, bool write) {
+  drop(true);
+  if (write)
     return redis_failure{errc::outcome_unknown,
                          "connection to " + opts_.address() + " dropped: " + why +
                              "; the write may or may not be applied",
                          true, false};
   return redis_failure{errc::store_unavailable,
-                       "connection to " + opts_.address() + " lost: " + why, true, retryable};
+                       "connection to " + opts_.address() + " dropped: " + why, true, false};
+}
+
+// Waits until the socket has something to read (or an error to report),
+// at most command_timeout, checking the link once the reply is late by
+// link_check (link_probe.hpp). Throws gave_up() when either says stop.
+void connection::await_readable(bool write) {
+  using steady = std::chrono::steady_clock;
+  const auto start = steady::now();
+  const auto deadline = start + opts_.command_timeout;
+  auto next_check = start + opts_.link_check;
+  link_probe probe;
+  for (;;) {
+    auto now = steady::now();
+    if (probe.running()) {
+      switch (probe.check(now)) {
+        case link_probe::result::unreachable:
+          throw gave_up(
+              "no answer for " +
+                  std::to_string(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+                  " ms, and a new connection failed: " + probe.why(),
+              write);
+        case link_probe::result::reachable: next_check = now + opts_.link_check; break;
+        case link_probe::result::pending: break;
+      }
+    } else if (link_check_due(opts_, now - start) && now >= next_check) {
+      probe.start(opts_);
+      continue;  // a dial that failed at once is decided above
+    }
+    if (now >= deadline)
+      throw gave_up("no answer within " + std::to_string(opts_.command_timeout.count()) + " ms",
+                    write);
+    auto wake = deadline;
+    if (probe.running()) {
+      wake = std::min(wake, probe.deadline());
+    } else if (opts_.link_check.count() > 0) {
+      wake = std::min(wake, next_check);
+    }
+    pollfd fds[2] = {{ctx_->fd, POLLIN, 0}, {probe.fd(), POLLOUT, 0}};
+    const int ms = static_cast<int>(
+        std::chrono::ceil<std::chrono::milliseconds>(std::max(wake - now, steady::duration{}))
+            .count());
+    const int n = ::poll(fds, probe.fd() >= 0 ? 2 : 1, ms);
+    if (n < 0 && errno != EINTR) throw lost(errno, write);
+    if (n > 0 && fds[0].revents != 0) return;  // the read says what came
+  }
 }
 
 std::vector<reply_ptr> connection::read_replies(std::size_t n, bool write) {
   std::vector<reply_ptr> replies;
   replies.reserve(n);
+  // redisGetReply()'s blocking loop, with a wait that checks the link
+  // before each read.
   const auto read_one = [&] {
+    redisContext* c = ctx_.get();
     void* raw = nullptr;
     errno = 0;
-    if (redisGetReply(ctx_.get(), &raw) != REDIS_OK || raw == nullptr) throw lost(errno, write);
+    if (redisGetReplyFromReader(c, &raw) != REDIS_OK) throw lost(errno, write);
+    if (raw == nullptr) {
+      int done = 0;
+      do {
+        errno = 0;
+        if (redisBufferWrite(c, &done) != REDIS_OK) throw lost(errno, write);
+      } while (!done);
+      do {
+        await_readable(write);
+        errno = 0;
+        if (redisBufferRead(c) != REDIS_OK) throw lost(errno, write);
+        if (redisGetReplyFromReader(c, &raw) != REDIS_OK) throw lost(errno, write);
+      } while (raw == nullptr);
+    }
     return reply_ptr(static_cast<redisReply*>(raw));
   };
   for (std::size_t i = 0; i < n; ++i) {

@@ -13,9 +13,10 @@
 // - the server closed the connection (EOF, reset, broken pipe): `retryable`,
 //   the call may be run once more on a fresh connection (every write of the
 //   store is idempotent, see scripts.hpp);
-// - no reply within command_timeout: for a read, errc::store_unavailable;
-//   for a write, errc::outcome_unknown (the script may still run when the
-//   server wakes up). The connection is dropped either way, and the next
+// - no reply within command_timeout, or a reply late by link_check and a
+//   side dial of the server that fails (link_probe.hpp): for a read,
+//   errc::store_unavailable; for a write, errc::outcome_unknown (the script
+//   may still run when the server wakes up). The connection is dropped either way, and the next
 //   dial asks the server to kill the old one (`CLIENT KILL ID`, when the
 //   server is still the same run), so a write still queued there is dropped
 //   if the kill comes first; a late reply can never be taken for the answer
@@ -189,6 +190,10 @@ class connection {
   /// Describes a lost connection as a failure and drops it. `write`: a
   /// timeout leaves the outcome unknown (errc::outcome_unknown).
   redis_failure lost(int saved_errno, bool write);
+  /// A call given up while the server may still run it (no answer within
+  /// command_timeout, or the link found cut): drops the connection, to be
+  /// killed on the server at the next dial; a write's outcome is unknown.
+  redis_failure gave_up(const std::string& why, bool write);
 
   /// Sends everything appended and reads `n` replies; error replies are
   /// returned like any other, a lost connection throws.
@@ -212,6 +217,7 @@ class connection {
 
  private:
   void connect();
+  void await_readable(bool write);
 
   const redis_connection_options& opts_;
   std::string name_;

@@ -93,6 +93,9 @@ void parse_query(std::string_view query, redis_options& o, bool allow_db) {
     } else if (key == "command_timeout_ms") {
       o.command_timeout = std::chrono::milliseconds{
           parse_number<std::int64_t>(value, 1, 3'600'000, "command_timeout_ms")};
+    } else if (key == "link_check_ms") {
+      o.link_check = std::chrono::milliseconds{
+          parse_number<std::int64_t>(value, 0, 3'600'000, "link_check_ms")};
     } else if (key == "shards") {
       o.shards = parse_number<std::uint32_t>(value, 1, 16384, "shards");
     } else if (key == "db" && allow_db) {

@@ -66,6 +66,7 @@ void write_pipeline::run() {
     }
     if (!fresh_.empty()) start_fresh();
     if (open_.empty()) {
+      probe_.reset();
       if (stop) return;
       wait(-1);
       continue;
@@ -75,24 +76,61 @@ void write_pipeline::run() {
     const auto deadline = last_progress_ + opts_.command_timeout;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
+      probe_.reset();
       on_lost(0, false, true,
               "no answer within " + std::to_string(opts_.command_timeout.count()) + " ms");
       continue;
     }
-    wait(static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
+    if (!link_holds(now)) continue;
+    auto wake = deadline;
+    if (probe_.running()) {
+      wake = std::min(wake, probe_.deadline());
+    } else if (opts_.link_check.count() > 0) {
+      wake = std::min(wake, std::max(last_progress_, checked_at_) + opts_.link_check);
+    }
+    wait(static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(
+                              std::max(wake - now, std::chrono::steady_clock::duration::zero()))
+                              .count()));
   }
+}
+
+// With batches open and nothing moving for link_check, dials the server on
+// the side (link_probe.hpp); false when that dial failed and the open
+// batches were failed as after command_timeout.
+bool write_pipeline::link_holds(std::chrono::steady_clock::time_point now) {
+  if (!probe_.running()) {
+    if (!link_check_due(opts_, now - std::max(last_progress_, checked_at_))) return true;
+    probe_.start(cur_->options());
+    probe_started_ = now;
+  }
+  switch (probe_.check(now)) {
+    case link_probe::result::pending: return true;
+    case link_probe::result::reachable: checked_at_ = now; return true;
+    case link_probe::result::unreachable: break;
+  }
+  checked_at_ = now;
+  // A reply that came while the dial was out shows the link works.
+  if (last_progress_ >= probe_started_) return true;
+  on_lost(
+      0, false, true,
+      "no answer for " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_).count()) +
+          " ms, and a new connection failed: " + probe_.why());
+  return false;
 }
 
 // Waits for a submission, or for the socket when batches are open.
 void write_pipeline::wait(int timeout_ms) {
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}};
+  // The probe's socket last, so that its place never shifts the others'.
+  pollfd fds[3] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}, {probe_.fd(), POLLOUT, 0}};
   nfds_t n = 1;
   if (!open_.empty() && connected()) {
     fds[1].fd = conn().get()->fd;
     fds[1].events = static_cast<short>(POLLIN | (out_sent_ < out_.size() ? POLLOUT : 0));
     n = 2;
   }
-  if (::poll(fds, n, timeout_ms) <= 0) return;
+  if (::poll(fds, fds[2].fd >= 0 ? 3 : n, timeout_ms) <= 0) return;
   if (fds[0].revents & POLLIN) {
     std::uint64_t count = 0;
     [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof count);

@@ -25,7 +25,9 @@
 //   have acted on its first run meanwhile (issue 33: a task saved, run and
 //   removed by its owner came back). A connection the server closed while
 //   idle is noticed (a peek) and dialled anew before a batch goes out;
-// - no reply and no progress for command_timeout: each open batch fails
+// - no reply and no progress for link_check, and a side dial of the server
+//   that fails (link_probe.hpp: the server cannot be reached), or no reply
+//   and no progress for command_timeout: each open batch fails
 //   with errc::outcome_unknown when all its bytes had reached the socket
 //   (the server may still run it) and errc::store_unavailable when not (an
 //   incomplete command never runs); the connection is dropped, and the next
@@ -69,6 +71,7 @@
 
 #include "cluster_router.hpp"
 #include "connection.hpp"
+#include "link_probe.hpp"
 #include "scripts.hpp"
 
 namespace delayq::detail::redis {
@@ -118,6 +121,7 @@ class write_pipeline {
   void fail_open(const std::string& why, bool timed_out);
   void complete(boost::system::error_code ec);
   void wait(int timeout_ms);
+  bool link_holds(std::chrono::steady_clock::time_point now);
 
   const redis_options& opts_;
   std::string name_;
@@ -142,6 +146,8 @@ class write_pipeline {
   std::size_t out_sent_ = 0;       // bytes of out_ already written
   std::uint64_t stream_base_ = 0;  // stream offset of out_[0]
   std::chrono::steady_clock::time_point last_progress_{};
+  link_probe probe_;  // the side dial of a late reply
+  std::chrono::steady_clock::time_point probe_started_{}, checked_at_{};
 
   std::thread thread_;
 };

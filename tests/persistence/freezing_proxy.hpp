@@ -50,7 +50,7 @@ class freezing_proxy {
       ::close(p.client);
       ::close(p.server);
     }
-    ::close(listen_fd_);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
   }
   freezing_proxy(const freezing_proxy&) = delete;
   freezing_proxy& operator=(const freezing_proxy&) = delete;
@@ -71,6 +71,14 @@ class freezing_proxy {
   void thaw() {
     frozen_below_ = 0;
     frozen_ = false;
+  }
+  /// Freezes every connection, and from now on refuses new ones (the
+  /// listening socket is closed): a server whose network path is gone, as
+  /// a client sees it when a fresh dial fails.
+  void unplug() {
+    frozen_ = true;
+    unplugged_ = true;
+    settle();
   }
   /// Closes every connection, as a server that went away would (what the
   /// client sent since a freeze is dropped unforwarded), and from now on
@@ -162,6 +170,10 @@ class freezing_proxy {
         }
         pairs_.clear();
       }
+      if (unplugged_ && listen_fd_ >= 0) {
+        ::close(listen_fd_);
+        listen_fd_ = -1;
+      }
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
       const bool frozen = frozen_;
       const std::uint64_t below = frozen_below_;
@@ -228,6 +240,7 @@ class freezing_proxy {
   std::atomic<bool> severed_{false};
   std::atomic<bool> drop_down_{false};
   std::atomic<bool> close_now_{false};
+  std::atomic<bool> unplugged_{false};
   std::atomic<std::size_t> up_{0};
   std::atomic<std::size_t> queued_up_{0};
   std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join

@@ -418,7 +418,11 @@ TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
   store.async_write(saves(w), warm.slot(0));
   REQUIRE(warm.wait_for(1));
 
+  // The server only hangs: a fresh dial still connects (the kernel accepts
+  // it), so the link check (every 250 ms by default) lets the call wait
+  // its whole command_timeout, as it must for a busy or paused server.
   proxy.freeze();
+  log_capture logs;
   boost::system::error_code ec;
   SUBCASE("write") {
     store.save(std::vector{make_task("frozen")}, ec);
@@ -437,6 +441,8 @@ TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
     CHECK(done.order() == std::vector{0, 1, 2});
     for (const auto& e : done.errors()) CHECK(e == errc::outcome_unknown);
   }
+  CHECK(logs.contains("no answer within 300 ms"));
+  CHECK_FALSE(logs.contains("a new connection failed"));
   proxy.thaw();
   // The store dials again and works, once its reconnect backoff (a span of
   // time: nothing to wait on but the clock) has passed.
@@ -447,6 +453,62 @@ TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
   }
   CHECK_FALSE(after);
   CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "after"}) == 1);
+}
+
+TEST_CASE(
+    "redis write: a server that can no longer be reached fails a waiting call at once, not after "
+    "command_timeout") {
+  // The link check (link_probe.hpp): a reply late by link_check makes the
+  // connection dial the server on the side; that dial is refused here, so
+  // the call gives up long before its command_timeout of two minutes (had
+  // the check not run, the call would end after it, and the log would say
+  // "no answer within").
+  raw_redis raw;
+  const std::string prefix = unique_prefix("unplugged");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port());
+  redis_options o = proxied(proxy, prefix, 120'000);
+  o.link_check = std::chrono::milliseconds{20};
+  redis_store store(o);
+  store.save(std::vector{make_task("before")});
+  completions warm;
+  const auto w = numbered("w", 1);
+  store.async_write(saves(w), warm.slot(0));
+  REQUIRE(warm.wait_for(1));
+
+  proxy.unplug();
+  log_capture logs;
+  boost::system::error_code ec;
+  SUBCASE("a write: its outcome is unknown") {
+    store.save(std::vector{make_task("cut")}, ec);
+    CHECK(ec == errc::outcome_unknown);
+  }
+  SUBCASE("a read: unavailable") {
+    store.dead_letters()->count_dead(ec);
+    CHECK(ec == errc::store_unavailable);
+  }
+  SUBCASE("pipelined writes: each outcome unknown, in order") {
+    const auto cut = numbered("cut", 3);
+    std::vector<std::vector<store_change>> changes;
+    for (const task& t : cut) changes.push_back({{change_kind::save, &t}});
+    completions done;
+    for (int k = 0; k < 3; ++k) store.async_write(changes[k], done.slot(k));
+    REQUIRE(done.wait_for(3));
+    CHECK(done.order() == std::vector{0, 1, 2});
+    for (const auto& e : done.errors()) CHECK(e == errc::outcome_unknown);
+  }
+  CHECK(logs.contains("a new connection failed"));
+  CHECK_FALSE(logs.contains("no answer within"));
+}
+
+TEST_CASE("redis write: link_check_ms=0 turns the link check off") {
+  CHECK(redis_options::parse("redis://127.0.0.1:6379").link_check ==
+        std::chrono::milliseconds{250});
+  CHECK(redis_options::parse("redis://127.0.0.1:6379?link_check_ms=0").link_check.count() == 0);
+  CHECK(redis_options::parse("redis://127.0.0.1:6379?link_check_ms=40").link_check ==
+        std::chrono::milliseconds{40});
+  CHECK_THROWS_AS(redis_options::parse("redis://127.0.0.1:6379?link_check_ms=-1"),
+                  boost::system::system_error);
 }
 
 TEST_CASE("redis write: after a timeout the next connection kills the old one first") {

@@ -42,6 +42,15 @@ struct redis_connection_options {
   std::chrono::milliseconds connect_timeout{2000};
   /// Bounds each read or write on the socket during a call.
   std::chrono::milliseconds command_timeout{5000};
+  /// A reply late by this much makes the connection dial the server once
+  /// more on the side (bounded by connect_timeout), and again after each
+  /// further link_check: when that dial fails, the server cannot be
+  /// reached, and the call fails at once as if command_timeout had passed
+  /// (a write errc::outcome_unknown, a read errc::store_unavailable), so an
+  /// instance cut off from Redis does not hang its callers for
+  /// command_timeout. A server that is only slow or paused still accepts
+  /// the dial, and the call waits on. Zero: never check.
+  std::chrono::milliseconds link_check{250};
 
   /// The server's address without credentials: "HOST:PORT", the socket
   /// path, or for a cluster the seeds joined with ','.
@@ -87,6 +96,7 @@ struct redis_key_layout {
 /// defaults to 6379 and DB to 0. USER and PASSWORD may be percent-encoded.
 /// OPTIONS, joined with '&': `prefix=NAME` (key prefix, default "delayq",
 /// characters [A-Za-z0-9._-]), `connect_timeout_ms=N`, `command_timeout_ms=N`,
+/// `link_check_ms=N` (0 turns the check off),
 /// `shards=N` (1-16384, redis_options::shards), and for unix:// also `db=N`. Anything else is
 /// errc::invalid_store_uri.
 ///
