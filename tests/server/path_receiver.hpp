@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,18 @@ class path_receiver {
   bool wait_held_total(std::size_t total) {
     std::unique_lock lock{mutex_};
     return cv_.wait_for(lock, wait_bound, [&] { return held_total_ >= total; });
+  }
+  // Closes the listening socket; open connections stay. A fresh dial is
+  // refused from now on, as one to a peer cut off from the network fails.
+  void stop_listening() {
+    std::promise<void> closed;
+    auto f = closed.get_future();
+    asio::post(io_, [&] {
+      beast::error_code ignored;
+      acceptor_.close(ignored);
+      closed.set_value();
+    });
+    f.wait();
   }
   // Answers every held request 200.
   void release_held() {

@@ -206,6 +206,56 @@ TEST_CASE("peer forwarder: whether a failed call may have reached the peer") {
     CHECK(r.ec == boost::asio::error::timed_out);
     CHECK(r.sent);
   }
+  SUBCASE("the peer can no longer be reached while the answer is due: sent, ended at once") {
+    // The link check: the answer is late, a side dial of the peer is
+    // refused, so the call ends then, long before its deadline of two
+    // minutes (without the check, it would outlast wait_bound and fail).
+    path_receiver rx;
+    const std::string base = base_of(rx);
+    http_request req{bhttp::verb::post, "/hold", 11};
+    req.body() = "{}";
+    req.prepare_payload();
+    // Shared: a failed REQUIRE leaves the test while the call is out.
+    auto done = std::make_shared<std::promise<result>>();
+    auto got = done->get_future();
+    f.fwd->async_forward(base, req, peer_forwarder::clock::now() + 120s,
+                         [done](http_answer a, bool sent, boost::system::error_code ec) {
+                           done->set_value(result{std::move(a), sent, ec});
+                         });
+    REQUIRE(rx.wait_held_total(1));
+    rx.stop_listening();
+    REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
+    auto r = got.get();
+    CHECK(r.ec == boost::asio::error::connection_refused);
+    CHECK(r.sent);
+    rx.release_held();
+  }
+  SUBCASE("a peer that only answers late is waited for") {
+    path_receiver rx;
+    const std::string base = base_of(rx);
+    http_request req{bhttp::verb::post, "/hold", 11};
+    req.body() = "{}";
+    req.prepare_payload();
+    // Shared: a failed REQUIRE leaves the test while the call is out.
+    auto done = std::make_shared<std::promise<result>>();
+    auto got = done->get_future();
+    f.fwd->async_forward(base, req, peer_forwarder::clock::now() + 120s,
+                         [done](http_answer a, bool sent, boost::system::error_code ec) {
+                           done->set_value(result{std::move(a), sent, ec});
+                         });
+    REQUIRE(rx.wait_held_total(1));
+    // Two link checks (their dials are connections the receiver accepts,
+    // besides the call's own), each dial taken: the call waits on.
+    const auto until = std::chrono::steady_clock::now() + wait_bound;
+    while (rx.connections() < 3 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(10ms);
+    REQUIRE(rx.connections() >= 3);
+    rx.release_held();
+    REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
+    auto r = got.get();
+    REQUIRE_FALSE(r.ec);
+    CHECK(r.answer.status == 200);
+  }
   SUBCASE("a URL it cannot use") {
     auto r = f.call("ftp://h", bhttp::verb::get, "/x");
     CHECK(r.ec == boost::system::errc::invalid_argument);

@@ -30,6 +30,18 @@ constexpr std::size_t max_answer_body = 16 << 20;
 constexpr std::size_t max_idle_per_peer = 64;
 constexpr std::chrono::milliseconds max_idle{5000};
 
+// An answer late by link_check makes the forward dial the peer on the side,
+// bounded by link_check_timeout, and again after each further link_check
+// while the answer is due. A dial that fails means the peer cannot be
+// reached (its link is down, its address gone): the call ends at once with
+// that error (the caller answers 503 outcome_unknown, since the request
+// went), instead of holding its caller until the deadline (issue 33: 5 s
+// under a partition). A peer that is only slow or paused still takes the
+// dial (its kernel completes the handshake), and the call waits on. The
+// same rule as the Redis store's link_check_ms (docs/persistence.md).
+constexpr std::chrono::milliseconds link_check{250};
+constexpr std::chrono::milliseconds link_check_timeout{1000};
+
 // One forward: on a pooled connection, write and read; on a fresh one,
 // resolve and connect first. Each step's handler starts the next, on the
 // connection's strand; the object lives as long as a step is pending.
@@ -42,6 +54,8 @@ struct exchange : std::enable_shared_from_this<exchange> {
         reused(conn != nullptr),
         resolver(asio::any_io_executor{strand}),
         resolve_timer(asio::any_io_executor{strand}),
+        check_timer(asio::any_io_executor{strand}),
+        probe(asio::any_io_executor{strand}),
         done(std::move(h)) {}
 
   void start() {
@@ -102,6 +116,41 @@ struct exchange : std::enable_shared_from_this<exchange> {
                       [self = shared_from_this()](boost::system::error_code e, std::size_t) {
                         self->on_read(e);
                       });
+    arm_link_check();
+  }
+
+  // See link_check above.
+  void arm_link_check() {
+    check_timer.expires_after(link_check);
+    check_timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
+      if (e || !self->done) return;
+      self->check_link();
+    });
+  }
+
+  void check_link() {
+    boost::system::error_code e;
+    const auto peer = conn->stream.socket().remote_endpoint(e);
+    if (e) return;  // the socket failed: the read reports it
+    probe_timed_out = false;
+    probe.open(peer.protocol(), e);
+    if (e) return arm_link_check();  // out of sockets: no verdict, look again later
+    check_timer.expires_after(link_check_timeout);
+    check_timer.async_wait([self = shared_from_this()](boost::system::error_code e) {
+      if (e || !self->done) return;
+      self->probe_timed_out = true;
+      boost::system::error_code ignored;
+      self->probe.close(ignored);  // its handler runs with operation_aborted
+    });
+    probe.async_connect(peer, [self = shared_from_this()](boost::system::error_code e) {
+      if (!self->done) return;
+      boost::system::error_code ignored;
+      self->probe.close(ignored);
+      if (self->probe_timed_out) e = asio::error::timed_out;
+      if (e) return self->finish(e);  // cannot be reached: the answer cannot come
+      self->check_timer.cancel();
+      self->arm_link_check();
+    });
   }
 
   void on_read(boost::system::error_code e) {
@@ -121,7 +170,9 @@ struct exchange : std::enable_shared_from_this<exchange> {
   void retry() {
     reused = false;
     sent = false;
+    check_timer.cancel();
     boost::system::error_code ignored;
+    probe.close(ignored);
     conn->stream.socket().close(ignored);
     conn.reset();
     if (peer_forwarder::clock::now() >= deadline) return finish(asio::error::timed_out);
@@ -131,6 +182,9 @@ struct exchange : std::enable_shared_from_this<exchange> {
   void finish(boost::system::error_code e) {
     if (!done) return;
     if (e == beast::error::timeout) e = asio::error::timed_out;
+    check_timer.cancel();
+    boost::system::error_code ignored;
+    probe.close(ignored);
     http_answer a;
     bool keep = false;
     if (!e) {
@@ -163,7 +217,10 @@ struct exchange : std::enable_shared_from_this<exchange> {
   peer_forwarder::clock::time_point deadline{};
   tcp::resolver resolver;
   asio::steady_timer resolve_timer;
-  bool resolved = false;  // on the strand, as everything here
+  bool resolved = false;           // on the strand, as everything here
+  asio::steady_timer check_timer;  // the next link check, or a probe's bound
+  tcp::socket probe;               // the link check's side dial
+  bool probe_timed_out = false;
   bhttp::request<bhttp::string_body> out;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser;
   bool sent = false;

@@ -26,7 +26,11 @@ class connection_pool;
 /// when a pooled one fails in a way that leaves it without effect: the peer
 /// closed it before the request was written whole, or, for a GET, before any
 /// byte of an answer. Any other call that gets no answer is reported with
-/// `sent` set: it may have been carried out, and is not sent twice.
+/// `sent` set: it may have been carried out, and is not sent twice. An
+/// answer late by 250 ms makes the call dial the peer on the side (and
+/// again every 250 ms): when that dial fails within 1 s, the peer cannot be
+/// reached, and the call ends at once with the dial's error rather than at
+/// its deadline; a peer that is only slow still takes the dial.
 ///
 /// The call goes once: a forwarded request carries `X-Delayq-Forwarded-By`,
 /// a marker of this instance that only a member can make
