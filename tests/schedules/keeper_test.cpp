@@ -6,7 +6,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "detail/schedules/schedule_codec.hpp"
 #include "engine_test_support.hpp"
@@ -82,7 +86,69 @@ std::vector<store_kind> stores() {
   };
 }
 
+// A memory store whose count_schedules() waits until opened: a store round
+// trip that takes as long as the test likes (a slow Redis link).
+class gated_schedules final : public borrowed_store, public delayq::schedule_store {
+ public:
+  explicit gated_schedules(delayq::memory_store& inner) : borrowed_store(inner), inner_(inner) {}
+  delayq::schedule_store* schedules() noexcept override { return this; }
+  void write_schedules(std::span<const delayq::schedule_write> c,
+                       boost::system::error_code& ec) override {
+    inner_.write_schedules(c, ec);
+  }
+  std::vector<std::optional<delayq::schedule_record>> find_schedules(
+      std::span<const std::string> ids, boost::system::error_code& ec) override {
+    return inner_.find_schedules(ids, ec);
+  }
+  std::vector<delayq::schedule_record> list_schedules(std::string_view after, std::size_t limit,
+                                                      boost::system::error_code& ec) override {
+    return inner_.list_schedules(after, limit, ec);
+  }
+  std::size_t count_schedules(boost::system::error_code& ec) override {
+    std::unique_lock lock(m_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    return inner_.count_schedules(ec);
+  }
+  bool wait_entered() {
+    std::unique_lock lock(m_);
+    return cv_.wait_for(lock, patience, [&] { return entered_; });
+  }
+  void open() {
+    std::lock_guard lock(m_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  delayq::memory_store& inner_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool entered_ = false, open_ = false;
+};
+
 }  // namespace
+
+TEST_CASE("schedules: the engine's stats never wait for a store call of the keeper") {
+  // The server answers GET /v1/stats on an I/O thread: had the keeper held
+  // its lock across count_schedules() (it did), stats() would wait for the
+  // store, and so would every connection of that thread.
+  delayq::memory_store inner;
+  auto store = std::make_unique<gated_schedules>(inner);
+  gated_schedules& gate = *store;
+  io_thread io;
+  delayq::executor_factory ex;
+  delayq::engine eng(io.io, ex, std::move(store), keeper_options());
+  std::thread starter([&] { eng.start(); });  // the keeper counts at start
+  REQUIRE(gate.wait_entered());
+  auto stats = std::async(std::launch::async, [&] { return eng.stats(); });
+  const bool answered = stats.wait_for(patience) == std::future_status::ready;
+  gate.open();
+  starter.join();
+  CHECK(answered);
+  eng.stop();
+}
 
 TEST_CASE("schedules: each occurrence runs once, as the task ID@MS") {
   delayq::set_log_function([](delayq::log_level, std::string_view m) { MESSAGE(std::string(m)); });

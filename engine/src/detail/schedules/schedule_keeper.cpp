@@ -118,14 +118,21 @@ std::unique_ptr<schedule_keeper::entry> schedule_keeper::entry_of(const schedule
 void schedule_keeper::load_owned(boost::system::error_code& ec) {
   ec = {};
   const std::int64_t now = now_ms();
+  bool first = false;
   {
     std::lock_guard lock(mutex_);
     for (auto& [id, e] : entries_) e.seen = false;
-    if (entries_.empty()) {
-      const std::size_t n = schedules_->count_schedules(ec);
-      if (ec) return;
-      entries_.reserve(n);
-    }
+    first = entries_.empty();
+  }
+  if (first) {
+    // Outside the lock, as every store call here: add_stats() takes it on
+    // an I/O thread of the server (GET /v1/stats), which must never wait
+    // for a round trip to a slow store (issue 33: a Redis link slowed to
+    // 100-300 ms a chunk held one instance's HTTP for 6 s this way).
+    const std::size_t n = schedules_->count_schedules(ec);
+    if (ec) return;
+    std::lock_guard lock(mutex_);
+    entries_.reserve(n);
   }
   // In no set order, each record read once (a sharded store's shards one
   // after the other, not merged into id order as list_schedules() would).
