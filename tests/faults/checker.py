@@ -20,6 +20,23 @@ DEFINITE_FAILURES = {"store_unavailable", "store_error", "busy", "queue_full", "
                      "type_full", "unreachable", "invalid_id", "invalid_delay"}
 EPS = 0.0015  # due times travel as whole milliseconds
 REDIS_RECONNECT_S = 5.0  # the Redis store's longest reconnect backoff
+# A slowed Redis link (driver.py's LinkSlow and LinkLossy modes: the proxy
+# holds every chunk ms + up to jitter_ms, each way) makes each round trip of
+# the instance behind it up to twice that. What that instance does for a
+# task costs about LINK_TRIPS of them: for a takeover, the lease round that
+# takes the shards, the flush of its writes before the read (the batch in
+# flight and the next) and the read of every shard taken (one round trip
+# for all, list_due_shards()); for a task another instance saved into its
+# shards, the notice, the flush and the find. So a task run by an instance
+# whose link was slowed meanwhile is held to the bound plus LINK_TRIPS of
+# its worst round trips (docs/faults.md, "The bounds").
+LINK_TRIPS = 4
+LINK_RTT_S = {"link-slow": 2 * (100 + 200) / 1000.0, "link-lossy": 2 * (20 + 300) / 1000.0}
+
+
+def link_allowance(name):
+    """What a slowed link adds to the bound of the tasks its instance runs."""
+    return LINK_TRIPS * LINK_RTT_S.get(name, 0.0)
 
 
 def load(run_dir):
@@ -330,7 +347,10 @@ def analyse(evs, meta):
                     # each connection tries again 100 ms, 200 ms ... 5 s
                     # after its last failure; docs/persistence.md).
                     ref = max(ref, w_off)
-                    limit = bound + REDIS_RECONNECT_S
+                    limit = max(limit, bound + REDIS_RECONNECT_S)
+                if (name in LINK_RTT_S and target == first.get("inst") and w_on <= first["t"]
+                        and w_off >= lr):
+                    limit = max(limit, bound + link_allowance(name))
             late = max(0.0, first["t"] - ref)
             lates[ph].append(late)
             bounds[ph] = max(bounds[ph], limit)

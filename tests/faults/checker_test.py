@@ -74,5 +74,41 @@ class early_rule(unittest.TestCase):
         self.assertEqual(early_count(evs), 0)
 
 
+def fault(name, target, t_on, t_off):
+    return [{"ev": "fault", "t": t_on, "name": name, "kind": "instance", "target": target,
+             "on": True},
+            {"ev": "fault_done", "t": t_off, "name": name, "target": target, "on": False}]
+
+
+def over_count(evs):
+    rows, _ = checker.analyse([{"ev": "phase", "t": 0.0, "name": "run"}] + evs, META)
+    return sum(r["over_bound"] for r in rows)
+
+
+class link_bound(unittest.TestCase):
+    # 2 leases + 1 tick = 4.001 s; a slowed link adds LINK_TRIPS round trips
+    # of up to 0.6 s (2.4 s) for the instance behind it only.
+    def test_a_task_run_behind_a_slowed_link_gets_its_round_trips(self):
+        evs = [add("k", "a", 10.0, 1.0, 1.1)] + fault("link-slow", "s1", 9.0, 20.0) + \
+              [deliver("k", "a", 16.0)]
+        self.assertEqual(over_count(evs), 0)
+
+    def test_no_more_than_its_round_trips(self):
+        evs = [add("k", "a", 10.0, 1.0, 1.1)] + fault("link-slow", "s1", 9.0, 20.0) + \
+              [deliver("k", "a", 16.5)]
+        self.assertEqual(over_count(evs), 1)
+
+    def test_a_slowed_link_elsewhere_changes_nothing(self):
+        evs = [add("k", "a", 10.0, 1.0, 1.1)] + fault("link-slow", "s2", 9.0, 20.0) + \
+              [deliver("k", "a", 14.5)]
+        self.assertEqual(over_count(evs), 1)
+
+    def test_the_allowance_follows_the_driver_modes(self):
+        import driver
+        for cls in (driver.LinkSlow, driver.LinkLossy):
+            worst = 2 * (cls.mode["ms"] + cls.mode["jitter_ms"]) / 1000.0
+            self.assertAlmostEqual(checker.LINK_RTT_S[cls.name], worst)
+
+
 if __name__ == "__main__":
     unittest.main()
