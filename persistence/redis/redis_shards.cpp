@@ -86,12 +86,6 @@ void detail::redis::backend::write_sharded(std::span<const store_change> changes
   bool sent = false;            // bytes of some group reached a connection
   bool maybe_landed = false;    // groups whose outcome is not known
 
-  // On the store's connection, in order with its reads. (A connection of
-  // the writes' own, so that a write never waits behind a read on a slow
-  // link, was tried for issue 33 and taken out: with it, pushes made under
-  // a lapsed fence token reached receivers after the new owner's, 4-6 in
-  // each run of redis-pause, redis-kill and instance-pause, and none
-  // without it; the cause was not found.)
   std::lock_guard lock(mutex);
   if (!opts.cluster) {
     conn.run(slot, "write", ec, [&](connection& c) {
