@@ -22,14 +22,15 @@ EPS = 0.0015  # due times travel as whole milliseconds
 REDIS_RECONNECT_S = 5.0  # the Redis store's longest reconnect backoff
 # A slowed Redis link (driver.py's LinkSlow and LinkLossy modes: the proxy
 # holds every chunk ms + up to jitter_ms, each way) makes each round trip of
-# the instance behind it up to twice that. What that instance does for a
-# task costs about LINK_TRIPS of them: for a takeover, the lease round that
-# takes the shards, the flush of its writes before the read (the batch in
-# flight and the next) and the read of every shard taken (one round trip
-# for all, list_due_shards()); for a task another instance saved into its
-# shards, the notice, the flush and the find. So a task run by an instance
-# whose link was slowed meanwhile is held to the bound plus LINK_TRIPS of
-# its worst round trips (docs/faults.md, "The bounds").
+# the instance behind it up to twice that. What that instance must do for a
+# task costs at least LINK_TRIPS of them: for a takeover, the lease round
+# that takes the shards, the flush of its writes before the read (the batch
+# in flight and the next) and one read of the shards taken; for a task
+# another instance saved into its shards, the notice, the flush and the
+# find. So a task run by an instance whose link was slowed meanwhile is held
+# to the bound plus LINK_TRIPS of its worst round trips (docs/faults.md,
+# "The bounds"). delayq reads taken-over shards one by one, each after a
+# flush of its own, so it can need more: that is counted over the bound.
 LINK_TRIPS = 4
 LINK_RTT_S = {"link-slow": 2 * (100 + 200) / 1000.0, "link-lossy": 2 * (20 + 300) / 1000.0}
 
