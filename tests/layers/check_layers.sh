@@ -91,10 +91,13 @@ declare -A ALLOWED=(
 
 # Files that may include only these files of their own layer: the Redis
 # connection is plain RESP and knows none of the store's keys, scripts or
-# routing (docs/persistence.md, "Connections, timeouts, reconnects").
+# routing (docs/persistence.md, "Connections, timeouts, reconnects"); its
+# link check (a side dial of a late call's server) is as plain.
 declare -A OWN_LAYER_ONLY=(
   [persistence/redis/connection.hpp]=""
-  [persistence/redis/connection.cpp]="persistence/redis/connection.hpp"
+  [persistence/redis/connection.cpp]="persistence/redis/connection.hpp persistence/redis/link_probe.hpp"
+  [persistence/redis/link_probe.hpp]="persistence/redis/connection.hpp"
+  [persistence/redis/link_probe.cpp]="persistence/redis/link_probe.hpp"
 )
 
 # Third-party headers (angle includes) a layer must not name.
