@@ -97,6 +97,10 @@ TEST_CASE("engine: a worker runs its next task while the last removal is still b
   REQUIRE(eventually([&] { return eng.stats().succeeded == n; }));
   CHECK(store.removes() == std::vector<std::size_t>{1});  // still the blocked one
   CHECK(stored(inner).size() == n);  // nothing removed yet: at-least-once holds
+  // A success is counted before its removal is queued: wait for the queue
+  // itself (a TSan run of CI once opened the store between the two, and the
+  // last removal went out on its own).
+  REQUIRE(eventually([&] { return eng.stats().writes_queued == n - 1; }));
 
   // Released, the removals queued meanwhile go out together in one call.
   store.open();
