@@ -231,7 +231,7 @@ void connection::await_readable(bool write) {
         case link_probe::result::reachable: next_check = now + opts_.link_check; break;
         case link_probe::result::pending: break;
       }
-    } else if (link_check_due(opts_, now - start) && now >= next_check) {
+    } else if (opts_.link_check.count() > 0 && now >= next_check) {
       probe.start(opts_);
       continue;  // a dial that failed at once is decided above
     }

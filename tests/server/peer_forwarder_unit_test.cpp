@@ -72,6 +72,23 @@ struct forwarder_fixture {
     return got.get();
   }
 
+  // Forwards `method target` to `base` and returns the outcome to come,
+  // without waiting. The promise is shared: a failed REQUIRE may leave the
+  // test while the call is still out.
+  std::future<result> start(const std::string& base, bhttp::verb method, const std::string& target,
+                            std::chrono::milliseconds timeout) {
+    http_request req{method, target, 11};
+    req.body() = "{}";
+    req.prepare_payload();
+    auto done = std::make_shared<std::promise<result>>();
+    auto got = done->get_future();
+    fwd->async_forward(base, req, peer_forwarder::clock::now() + timeout,
+                       [done](http_answer a, bool sent, boost::system::error_code ec) {
+                         done->set_value(result{std::move(a), sent, ec});
+                       });
+    return got;
+  }
+
   delayq::server::forward_marker marker{"forwarder-test-key"};
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work;
@@ -211,17 +228,7 @@ TEST_CASE("peer forwarder: whether a failed call may have reached the peer") {
     // refused, so the call ends then, long before its deadline of two
     // minutes (without the check, it would outlast wait_bound and fail).
     path_receiver rx;
-    const std::string base = base_of(rx);
-    http_request req{bhttp::verb::post, "/hold", 11};
-    req.body() = "{}";
-    req.prepare_payload();
-    // Shared: a failed REQUIRE leaves the test while the call is out.
-    auto done = std::make_shared<std::promise<result>>();
-    auto got = done->get_future();
-    f.fwd->async_forward(base, req, peer_forwarder::clock::now() + 120s,
-                         [done](http_answer a, bool sent, boost::system::error_code ec) {
-                           done->set_value(result{std::move(a), sent, ec});
-                         });
+    auto got = f.start(base_of(rx), bhttp::verb::post, "/hold", 120s);
     REQUIRE(rx.wait_held_total(1));
     rx.stop_listening();
     REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
@@ -232,17 +239,7 @@ TEST_CASE("peer forwarder: whether a failed call may have reached the peer") {
   }
   SUBCASE("a peer that only answers late is waited for") {
     path_receiver rx;
-    const std::string base = base_of(rx);
-    http_request req{bhttp::verb::post, "/hold", 11};
-    req.body() = "{}";
-    req.prepare_payload();
-    // Shared: a failed REQUIRE leaves the test while the call is out.
-    auto done = std::make_shared<std::promise<result>>();
-    auto got = done->get_future();
-    f.fwd->async_forward(base, req, peer_forwarder::clock::now() + 120s,
-                         [done](http_answer a, bool sent, boost::system::error_code ec) {
-                           done->set_value(result{std::move(a), sent, ec});
-                         });
+    auto got = f.start(base_of(rx), bhttp::verb::post, "/hold", 120s);
     REQUIRE(rx.wait_held_total(1));
     // Two link checks (their dials are connections the receiver accepts,
     // besides the call's own), each dial taken: the call waits on.
