@@ -371,6 +371,51 @@ TEST_CASE("schedules: a change does not make again an occurrence whose task alre
   CHECK(seen.count(id) == 1);
 }
 
+TEST_CASE("schedules: a change settles the occurrences of every earlier claim, not only the last") {
+  // With a lookahead longer than the period, a claim is made while the one
+  // before it still has occurrences ahead: the stored state's doubt_ms (where
+  // the last claim began) is then in the future. A change must settle those
+  // earlier claims' occurrences too: cancelled, so they run with the new
+  // definition, or, having run (moved earlier here), never made again.
+  io_thread io;
+  recorder runs, marks;
+  delayq::executor_factory ex;
+  ex.add("tick", std::ref(runs));
+  ex.add("mark", std::ref(marks));
+  delayq::engine_options o = keeper_options();
+  o.schedule_lookahead = 4s;
+  delayq::engine eng(io.io, ex, std::make_unique<delayq::memory_store>(), o);
+  eng.start();
+  const std::int64_t put = now_ms();
+  eng.upsert_schedule(every_second("claims", "old"));
+  // The first claim made up to put + 6 s; wait for the second one.
+  const std::int64_t beyond = (put / 1000 + 7) * 1000;
+  REQUIRE(eventually([&] { return eng.find("claims@" + std::to_string(beyond)).has_value(); }));
+  // An occurrence of the first claim, still ahead: it runs now, and is gone.
+  std::string id;
+  for (std::int64_t t = (now_ms() / 1000 + 1) * 1000; id.empty() && t < beyond; t += 1000)
+    if (eng.find("claims@" + std::to_string(t))) id = "claims@" + std::to_string(t);
+  REQUIRE_FALSE(id.empty());
+  const auto before = runs.snapshot().size();
+  REQUIRE(eng.reschedule(id, std::chrono::system_clock::now()));
+  REQUIRE(eventually([&] {
+    const auto r = runs.snapshot();
+    return std::any_of(r.begin() + static_cast<std::ptrdiff_t>(before), r.end(),
+                       [&](const auto& x) { return x.t.id == id; }) &&
+           !eng.find(id);
+  }));
+
+  CHECK_FALSE(eng.upsert_schedule(every_second("claims", "new")));
+  const std::int64_t changed = now_ms();
+  run_past(eng, marks, beyond + 100);
+  std::set<std::string> seen;
+  for (const auto& r : runs.snapshot()) {
+    CHECK_MESSAGE(seen.insert(r.t.id).second, r.t.id);
+    if (r.t.id != id && ms_of(r.t.id) > changed) CHECK_MESSAGE(r.t.payload == "new", r.t.id);
+  }
+  CHECK(seen.count(id) == 1);
+}
+
 TEST_CASE("schedules: a schedule survives a restart and goes on") {
   temp_dir dir;
   const std::string uri = "sqlite:" + dir.file("s.db");

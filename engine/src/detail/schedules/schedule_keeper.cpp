@@ -540,9 +540,14 @@ std::int64_t schedule_keeper::cancel_made(const schedule& old, const schedule_st
   std::int64_t remaining = -1;
   std::size_t n = 0;
   // From `now` itself: the new definition makes its occurrences from now
-  // on, so one at this very millisecond must be settled here too.
-  for (auto t = w->next_after(std::max(now - 1, st.doubt_ms - 1));
-       t && *t < st.cursor_ms && ++n < most_iterations; t = w->next_after(*t)) {
+  // on, so one at this very millisecond must be settled here too. Not from
+  // doubt_ms: every claim up to the cursor made tasks, and with a lookahead
+  // longer than the period the last claim began after `now`, with earlier
+  // claims' occurrences still ahead (a peer's clock ahead of ours does the
+  // same). Left alone, those ran with the old definition, or, if one had
+  // run already, the new one made its id again and it ran twice.
+  for (auto t = w->next_after(now - 1); t && *t < st.cursor_ms && ++n < most_iterations;
+       t = w->next_after(*t)) {
     boost::system::error_code ec;
     const bool cancelled = eng_.cancel(occurrence_of(old.id, *t), ec);
     // Not cancelled: its attempt has started (it runs now, or ran already,
