@@ -53,6 +53,9 @@
 #   --systems LIST     some of delayq,pg-boss,graphile-worker (default all)
 #   --spread-ms MS     spread the lateness row's jobs over MS (default 5000:
 #                      4,000 jobs a second); a diagnostic, e.g. 20000
+#   --delayq-store URI delayq's side on another store, e.g. memory:; a
+#                      diagnostic: the floor of the client and the HTTP path
+#                      (the bytes row then reads an empty schema)
 #   --only-report      no run: the table and the plot from <out>/pg-peers.json
 set -euo pipefail
 
@@ -65,6 +68,7 @@ build_it=1
 report_only=0
 build=build
 out=""
+delayq_store=""
 pass=()
 while (($#)); do
   case "$1" in
@@ -72,7 +76,8 @@ while (($#)); do
     --no-build) build_it=0 ;;
     --build) build="${2:?--build needs a directory}"; shift ;;
     --out) out="${2:?--out needs a directory}"; shift ;;
-    --rounds | --worker-mode | --pgboss | --graphile | --systems | --spread-ms)
+    --rounds | --worker-mode | --pgboss | --graphile | --systems | --spread-ms | --delayq-store)
+      [[ "$1" == --delayq-store ]] && delayq_store="${2:-}"
       pass+=("$1" "${2:?$1 needs a value}"); shift ;;
     --only-report) report_only=1 ;;
     -h | --help) sed -n '2,/^set -euo pipefail$/p' "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -142,7 +147,7 @@ pkg() { node -p "require('$node_dir/node_modules/$1/package.json').version" 2>/d
   echo "postgres:   $("$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version); fsync $pg_fsync, synchronous_commit on (scripts/with-postgres.sh)"
   echo "node:       $(node --version); pg-boss $(pkg pg-boss), graphile-worker $(pkg graphile-worker), pg $(pkg pg)"
   echo "python:     $(python3 --version 2>&1)"
-  echo "delayq:     delayq-server defaults (--tick 1 --workers 2 --io-threads 2), store postgres://.../peers_delayq?schema=delayq"
+  echo "delayq:     delayq-server defaults (--tick 1 --workers 2 --io-threads 2), store ${delayq_store:-postgres://.../peers_delayq?schema=delayq}"
   echo "command:    $command"
 } >"$machine"
 cat "$machine"

@@ -79,6 +79,20 @@ function usage(probes = {}) {
   };
 }
 
+// The CPU of a span that begins at the instant `at` (ms, now()'s clock):
+// make() is started then. For a lateness row, whose adds come first: what
+// the systems spend while the jobs fall due, with the keys suffixed
+// `_after_due` (none when the span never began).
+function usageFrom(make, at) {
+  let span = null;
+  const timer = setTimeout(() => (span = make()), Math.max(0, at - now()));
+  return () => {
+    clearTimeout(timer);
+    if (!span) return {};
+    return Object.fromEntries(Object.entries(span()).map(([k, v]) => [`${k}_after_due`, v]));
+  };
+}
+
 // --- statistics --------------------------------------------------------------------
 
 function percentile(sorted, p) {
@@ -364,13 +378,14 @@ class delayq_http {
     // A worker that fails (an unexpected answer) fails the run at once.
     const failed = Promise.all(workers).then(() => null, (e) => e);
     const u = this.usage();
+    const ud = usageFrom(() => this.usage(), firstDue);
     await pool(this.cfg.inFlight, n, (k) => this.addTask(this.agent32, type, { due_ms: dueOf(k) }));
     const addsDone = now();
     const err = await withTimeout(Promise.race([st.finished.then(() => null), failed]), 120000, `delayq ${tag}`);
     st.stop = true;
     st.abort.abort();
     if (err) throw err;
-    const extra = u();
+    const extra = { ...u(), ...ud() };
     await Promise.allSettled(workers);
     return summary(st, firstDue, addsDone, { ...extra, worker_mode: mode });
   }
@@ -388,6 +403,7 @@ module.exports = {
   cpuSeconds,
   treeCpuSeconds,
   usage,
+  usageFrom,
   percentile,
   median,
   withMedians,

@@ -225,6 +225,7 @@ const pgboss = {
       if (handled >= n) allHandled();
     });
     const u = peerUsage();
+    const ud = kit.usageFrom(peerUsage, firstDue);
     await pool(CFG.inFlight, n, (k) => this.send(q, { due: dueOf(k) }, new Date(dueOf(k))));
     const addsDone = now();
     const done = (async () => {
@@ -236,7 +237,7 @@ const pgboss = {
       );
     })();
     await withTimeout(done, 120000, `pg-boss ${tag}`);
-    const extra = u();
+    const extra = { ...u(), ...ud() };
     await this.boss.offWork(q, { wait: true });
     await this.boss.deleteQueue(q);
     if (this.failure) throw this.failure;
@@ -324,6 +325,7 @@ const gw = {
     });
     runner.events.on('job:error', ({ error }) => (failure = failure || error));
     const u = peerUsage();
+    const ud = kit.usageFrom(peerUsage, firstDue);
     await pool(CFG.inFlight, n, (k) => this.add(task, { due: dueOf(k) }, new Date(dueOf(k))));
     const addsDone = now();
     const done = (async () => {
@@ -331,7 +333,7 @@ const gw = {
       st.last = await drained(this.db, `SELECT count(*) AS n FROM ${GRAPHILE.run.schema}.jobs WHERE task_identifier = $1`, [task]);
     })();
     await withTimeout(done, 120000, `graphile-worker ${tag}`);
-    const extra = u();
+    const extra = { ...u(), ...ud() };
     await runner.stop();
     if (failure) throw failure;
     return summary(st, firstDue, addsDone, extra);

@@ -82,6 +82,9 @@ def main():
     ap.add_argument("--graphile", default="", help="JSON overriding graphile-worker's settings (pg_peers.js)")
     ap.add_argument("--systems", default="", help="some of delayq,pg-boss,graphile-worker (default all)")
     ap.add_argument("--spread-ms", type=int, default=0, help="the lateness row's spread (default 5000)")
+    ap.add_argument("--delayq-store", default="",
+                    help="a diagnostic: delayq's side on this store instead (e.g. memory:, the floor "
+                         "of the client and the HTTP path); its bytes row then reads an empty schema")
     ap.add_argument("--command", default="", help="the command line to record")
     args = ap.parse_args()
 
@@ -105,7 +108,7 @@ def main():
             psql(base, f"CREATE DATABASE {db}")
             urls[sys_name] = with_database(base, db)
         store = urls["delayq"] + "?schema=delayq"
-        s = f.start_delayq("delayq-pg", args.server, store, beanstalk=False)
+        s = f.start_delayq("delayq-pg", args.server, args.delayq_store or store, beanstalk=False)
         # The command as recorded: the password masked.
         shown = [c.replace(urllib.parse.urlsplit(base).password or "\0", "***") for c in s.cmd]
         say(f"delayq-server: {' '.join(shown)} (pid {s.pid}); PostgreSQL pid {pg_pid}")

@@ -143,6 +143,29 @@ def table(res):
             cells.append(" / ".join(f"{statistics.median(x[k] / n * 1e6 for x in rs):.0f}" for k in keys))
         label = f"{row} ({mode_of(res, dcol)})" if row == "burst" else row
         out.append(f"| {label} | " + " | ".join(cells) + " |")
+    # The lateness row again, from its first due instant on (its adds left
+    # out): the share of a core each process takes while the jobs fall due.
+    # A client near 100% of its one thread delays what it measures.
+    shares = []
+    for s in tuple(delayq_cols(res)) + PEERS:
+        rs = [x for x in res["rows"].get("late", {}).get(s, {}).get("rounds", []) if "client_cpu_s_after_due" in x]
+        if not rs:
+            shares.append("-")
+            continue
+        keys = ("server_cpu_s", "postgres_cpu_s", "client_cpu_s") if s.startswith("delayq") else \
+            ("postgres_cpu_s", "client_cpu_s")
+        shares.append(" / ".join(f"{statistics.median(x[k + '_after_due'] / x['seconds'] * 100 for x in rs):.0f}%"
+                                 for k in keys))
+    if any(c != "-" for c in shares):
+        out.append("")
+        out.append("While the lateness row's jobs fall due (from the first due instant to the last job; its adds "
+                   "left out), the share of one core each process takes (median over the rounds). The machine "
+                   "has two; a client near 100% of its one thread delays what it measures.")
+        out.append("")
+        out.append("| " + " | ".join(f"{c}: {'server / postgres / client' if c.startswith('delayq') else 'postgres / client'}"
+                                     for c in tuple(delayq_cols(res)) + PEERS) + " |")
+        out.append("|" + "---:|" * len(shares))
+        out.append("| " + " | ".join(shares) + " |")
     over = [f"{s} {row} round {i + 1} ({x['adds_done_before_due_ms']:.0f} ms)"
             for row in ("burst", "late") for s, v in res["rows"].get(row, {}).items()
             for i, x in enumerate(v["rounds"]) if x.get("adds_done_before_due_ms", 0) < 0]
