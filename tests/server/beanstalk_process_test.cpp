@@ -150,23 +150,23 @@ using bs_client = basic_bs_client<>;
 
 /// delayq-server with a beanstalk listener on a free loopback port.
 struct bs_server {
-  std::uint16_t port = unused_port();
+  // The server binds port 0 and says which port it got: a port picked here
+  // and bound there could be taken in between by another test's server
+  // (CI saw "Address already in use").
+  std::uint16_t port = 0;
   std::unique_ptr<server_process> p;
 
   explicit bs_server(const std::string& store, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"--listen",
-                                  "127.0.0.1:0",
-                                  "--store",
-                                  store,
-                                  "--token",
-                                  test_token,
-                                  "--beanstalk-listen",
-                                  "127.0.0.1:" + std::to_string(port)};
+    std::vector<std::string> args{"--listen", "127.0.0.1:0",        "--store",    store, "--token",
+                                  test_token, "--beanstalk-listen", "127.0.0.1:0"};
     if (std::find(extra.begin(), extra.end(), "--tick") == extra.end())
       args.insert(args.end(), {"--tick", "10"});
     args.insert(args.end(), extra.begin(), extra.end());
     p = std::make_unique<server_process>(std::move(args));
     p->wait_listening();
+    const std::string at =
+        p->wait_for_stdout_line("delayq-server beanstalk listening on 127.0.0.1:");
+    port = static_cast<std::uint16_t>(std::stoul(at));
   }
   tcp::endpoint endpoint() const { return {asio::ip::make_address("127.0.0.1"), port}; }
   bs_client client() const { return bs_client(endpoint()); }
@@ -511,12 +511,14 @@ TEST_CASE("beanstalk: jobs are durable: ids, priorities and reserved jobs surviv
   for (const store_kind kind : {store_kind::sqlite, store_kind::redis}) {
     CAPTURE(to_string(kind));
     test_store store(kind);
-    std::uint16_t port = unused_port();
+    std::uint16_t port = 0;  // each start's own: bs_server says why
     const auto start = [&] {
-      auto p = std::make_unique<server_process>(std::vector<std::string>{
-          "--listen", "127.0.0.1:0", "--store", store.uri(), "--tick", "10", "--beanstalk-listen",
-          "127.0.0.1:" + std::to_string(port)});
+      auto p = std::make_unique<server_process>(
+          std::vector<std::string>{"--listen", "127.0.0.1:0", "--store", store.uri(), "--tick",
+                                   "10", "--beanstalk-listen", "127.0.0.1:0"});
       p->wait_listening();
+      port = static_cast<std::uint16_t>(
+          std::stoul(p->wait_for_stdout_line("delayq-server beanstalk listening on 127.0.0.1:")));
       return p;
     };
     auto p = start();
@@ -639,14 +641,17 @@ TEST_CASE(
     "beanstalk: under --cluster, jobs are put on any instance, reserved where they live, and "
     "deleted or kicked from any") {
   const std::string uri = cluster_store_uri(test_redis_uri());
-  const std::uint16_t pa = unused_port(), pb = unused_port();
   const auto at = [](std::uint16_t port) {
     return tcp::endpoint(asio::ip::make_address("127.0.0.1"), port);
   };
-  auto a =
-      start_instance(uri, "a", "2s", {"--beanstalk-listen", "127.0.0.1:" + std::to_string(pa)});
-  auto b =
-      start_instance(uri, "b", "2s", {"--beanstalk-listen", "127.0.0.1:" + std::to_string(pb)});
+  // Port 0, and the port each got (bs_server says why).
+  const auto bs_port = [](server_process& p) {
+    return static_cast<std::uint16_t>(
+        std::stoul(p.wait_for_stdout_line("delayq-server beanstalk listening on 127.0.0.1:")));
+  };
+  auto a = start_instance(uri, "a", "2s", {"--beanstalk-listen", "127.0.0.1:0"});
+  auto b = start_instance(uri, "b", "2s", {"--beanstalk-listen", "127.0.0.1:0"});
+  const std::uint16_t pa = bs_port(*a), pb = bs_port(*b);
   INFO(a->output_tail());
   INFO(b->output_tail());
   http_client ca(a->port());

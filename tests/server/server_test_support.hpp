@@ -353,6 +353,29 @@ class server_process {
                                "\" nor exited; output:\n" + output_locked());
     return seen();
   }
+  /// Waits for a whole stdout line that begins with `prefix` and returns
+  /// the rest of it. Throws, with the output, when the child exits first or
+  /// the guard passes.
+  std::string wait_for_stdout_line(std::string_view prefix) {
+    std::unique_lock lock(mu_);
+    std::string rest;
+    const auto found = [&] {
+      for (std::size_t at = out_.find(prefix); at != std::string::npos;
+           at = out_.find(prefix, at + 1)) {
+        if (at != 0 && out_[at - 1] != '\n') continue;
+        const auto end = out_.find('\n', at);
+        if (end == std::string::npos) return false;  // not whole yet
+        rest = out_.substr(at + prefix.size(), end - at - prefix.size());
+        return true;
+      }
+      return false;
+    };
+    const bool done = cv_.wait_for(lock, hang_guard, [&] { return found() || pipes_open_ == 0; });
+    if (!done || !found())
+      throw std::runtime_error("delayq-server did not print \"" + std::string(prefix) +
+                               "...\"; output:\n" + output_locked());
+    return rest;
+  }
   /// Waits until both pipes are closed (the child exited), then returns stderr.
   std::string stderr_after_exit() {
     std::unique_lock lock(mu_);
@@ -758,6 +781,13 @@ inline std::optional<double> find_number(const json& j, const std::string& key) 
     if (v.is_object())
       if (auto n = find_number(v, key)) return n;
   return std::nullopt;
+}
+
+/// The consumers whose reserve waits now (GET /v1/stats), or -1.
+inline double waiting_consumers(http_client& c) {
+  auto s = c.get("/v1/stats");
+  if (s.status != 200) return -1;
+  return find_number(s.body_json, "waiting_consumers").value_or(-1);
 }
 
 }  // namespace delayq::server_test
