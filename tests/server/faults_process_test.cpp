@@ -13,12 +13,6 @@ namespace {
 
 using namespace delayq::server_test;
 
-double waiting_consumers(http_client& c) {
-  auto s = c.get("/v1/stats");
-  if (s.status != 200) return -1;
-  return find_number(s.body_json, "waiting_consumers").value_or(-1);
-}
-
 // Tasks acknowledged before a crash, to be found again after it.
 struct acked_task {
   std::string id;

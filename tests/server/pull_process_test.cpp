@@ -109,6 +109,74 @@ TEST_CASE("server: reserve answers an empty list after wait_ms") {
   CHECK(res.body_json["tasks"] == json::array());
 }
 
+TEST_CASE("server: requests pipelined behind a long poll are answered after it, in order") {
+  // A long poll's connection is watched for a hang-up while it waits; the
+  // answer is written beside that watch, and the next request is read once
+  // both are done. Each way the watch can end: with the next request's
+  // bytes (sent while the poll waits), or cancelled after the answer (the
+  // next request came with the poll, or comes after its answer).
+  DELAYQ_FOR_EACH_STORE(kind);
+  pull_fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("piped");
+  raw_connection conn(f.server->port());
+  const auto poll = [&](int wait_ms) {
+    return raw_request("POST", "/v1/reserve", json{{"types", {type}}, {"wait_ms", wait_ms}}.dump());
+  };
+
+  // 1. Nothing ready: the poll waits 300 ms; a health check comes with it.
+  conn.send(poll(300) + raw_request("GET", "/healthz", ""));
+  auto a = conn.read_response();
+  REQUIRE(a.has_value());
+  CHECK_MESSAGE(a->status == 200, a->describe());
+  REQUIRE(a->body_json.contains("tasks"));
+  CHECK(a->body_json["tasks"].empty());
+  auto b = conn.read_response();
+  REQUIRE(b.has_value());
+  CHECK_MESSAGE(b->status == 200, b->describe());
+  CHECK_FALSE(b->body_json.contains("tasks"));
+
+  // 2. A task ready: the poll is answered at once, while its watch reads;
+  // the task's own GET comes with it and sees it reserved.
+  auto r = add_task(c, type, "p", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  const std::string id = id_of(r);
+  conn.send(poll(5000) + raw_request("GET", task_path(id), ""));
+  a = conn.read_response();
+  REQUIRE(a.has_value());
+  REQUIRE_MESSAGE(a->status == 200, a->describe());
+  REQUIRE(a->body_json["tasks"].size() == 1);
+  CHECK(a->body_json["tasks"][0]["id"] == id);
+  const std::string lease = str(a->body_json["tasks"][0], "lease");
+  b = conn.read_response();
+  REQUIRE(b.has_value());
+  CHECK_MESSAGE(b->status == 200, b->describe());
+  CHECK(b->body_json["state"] == "reserved");
+
+  // 3. A poll that waits, and the next request sent while it does: the
+  // watch ends with those bytes. The task added then answers the poll.
+  conn.send(poll(30000));
+  REQUIRE(eventually([&] { return waiting_consumers(c) >= 1; }));
+  conn.send(raw_request("POST", task_path(id) + "/finish", json{{"lease", lease}}.dump()));
+  r = add_task(c, type, "q", 0);
+  REQUIRE_MESSAGE(r.status == 201, r.describe());
+  a = conn.read_response();
+  REQUIRE(a.has_value());
+  REQUIRE_MESSAGE(a->status == 200, a->describe());
+  REQUIRE(a->body_json["tasks"].size() == 1);
+  CHECK(a->body_json["tasks"][0]["id"] == id_of(r));
+  b = conn.read_response();
+  REQUIRE(b.has_value());
+  CHECK_MESSAGE(b->status == 204, b->describe());
+
+  // And the connection goes on serving.
+  conn.send(raw_request("GET", "/healthz", ""));
+  b = conn.read_response();
+  REQUIRE(b.has_value());
+  CHECK(b->status == 200);
+}
+
 TEST_CASE("server: reserve hands out at most max tasks, of the types asked") {
   DELAYQ_FOR_EACH_STORE(kind);
   pull_fixture f(kind);
