@@ -110,11 +110,11 @@ TEST_CASE("server: reserve answers an empty list after wait_ms") {
 }
 
 TEST_CASE("server: requests pipelined behind a long poll are answered after it, in order") {
-  // A long poll's connection is watched for a hang-up while it waits; the
-  // answer is written beside that watch, and the next request is read once
-  // both are done. Each way the watch can end: with the next request's
-  // bytes (sent while the poll waits), or cancelled after the answer (the
-  // next request came with the poll, or comes after its answer).
+  // A long poll's connection is watched for a hang-up while it waits (a
+  // read of its own); the answer ends the watch, and the next request is
+  // read once both are done. Each way the watch can end: with the next
+  // request's bytes (sent while the poll waits), or cancelled by the answer
+  // (the next request came with the poll, or comes after its answer).
   DELAYQ_FOR_EACH_STORE(kind);
   pull_fixture f(kind);
   INFO(f.server->output_tail());

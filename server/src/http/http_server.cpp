@@ -79,10 +79,7 @@ struct http_server::session : std::enable_shared_from_this<session> {
   // Watching the socket while a long poll is handled.
   bool watching = false;
   bool peer_gone = false;
-  // The answer was written while the watch still read: on_write's rest runs
-  // when the watch ends (with the write's outcome), so reads never overlap.
-  bool resume_after_watch = false;
-  beast::error_code written_ec;
+  std::optional<http_answer> pending;  // an answer that waits for the watch to end
   // Refused by check_header with its body unread: drain it after the answer.
   bool linger = false;
   std::unique_ptr<std::array<char, 4096>> discard;  // what a lingering read drops
@@ -188,19 +185,22 @@ struct http_server::session : std::enable_shared_from_this<session> {
           }
           // Data and no answer yet (a pipelined request) ends the watch too:
           // the data is parsed after the answer.
-          if (self->resume_after_watch) {
-            self->resume_after_watch = false;
-            self->after_written(self->written_ec);
+          if (self->pending) {
+            http_answer a = std::move(*self->pending);
+            self->pending.reset();
+            self->answered(std::move(a));
           }
         });
   }
 
   void answered(http_answer a) {
-    // A watch still reading does not hold the answer back: the answer is
-    // written beside it (a socket takes a read and a write at once), and the
-    // watch is ended once it is written (on_write). Ending the watch first
-    // put a trip through the reactor, behind whatever else that thread had
-    // queued, in front of every long-poll answer.
+    if (watching) {
+      // Let the watch end first: a read and the next read() must not overlap.
+      pending = std::move(a);
+      beast::error_code ignored;
+      stream.socket().cancel(ignored);
+      return;
+    }
     if (peer_gone) {
       if (a.after_write) a.after_write(false);
       done_with_request();
@@ -232,19 +232,6 @@ struct http_server::session : std::enable_shared_from_this<session> {
   void on_write(beast::error_code ec) {
     if (after_write) std::exchange(after_write, nullptr)(!ec);
     done_with_request();
-    if (watching) {
-      // The next read() must not overlap the watch's read: end the watch,
-      // and go on from its handler.
-      written_ec = ec;
-      resume_after_watch = true;
-      beast::error_code ignored;
-      stream.socket().cancel(ignored);
-      return;
-    }
-    after_written(ec);
-  }
-
-  void after_written(beast::error_code ec) {
     if (!ec && linger) return linger_close();
     if (ec || !keep_alive) return close();
     read();
