@@ -125,6 +125,7 @@ node_dir="$build/bench/peers/node"
 
 build_arg=""
 [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"
+((build_it)) || build_arg=" --no-build$build_arg"
 command="bash scripts/bench-peers.sh${build_arg}${pass[*]:+ ${pass[*]}}"
 machine="$out/peers.machine.txt"
 {
