@@ -62,6 +62,18 @@ void plant(delayq::task_store& store, const delayq::schedule& s,
 // Waits until a plain task due at `at_ms` ran: every occurrence due before
 // it has had its turn by then (one worker would run them in due order; two
 // workers: both are past it).
+// Moves the task `id` to now and waits until it ran and is gone.
+void run_now(delayq::engine& eng, recorder& runs, const std::string& id) {
+  const auto before = runs.snapshot().size();
+  REQUIRE(eng.reschedule(id, std::chrono::system_clock::now()));
+  REQUIRE(eventually([&] {
+    const auto r = runs.snapshot();
+    return std::any_of(r.begin() + static_cast<std::ptrdiff_t>(before), r.end(),
+                       [&](const auto& x) { return x.t.id == id; }) &&
+           !eng.find(id);
+  }));
+}
+
 void run_past(delayq::engine& eng, recorder& marks, std::int64_t at_ms) {
   const auto before = marks.snapshot().size();
   eng.schedule_at("mark", "", delayq::from_epoch_ms(at_ms));
@@ -355,14 +367,7 @@ TEST_CASE("schedules: a change does not make again an occurrence whose task alre
   for (std::int64_t t = (now_ms() / 1000 + 2) * 1000; id.empty() && t < now_ms() + 6000; t += 1000)
     if (eng.find("early@" + std::to_string(t))) id = "early@" + std::to_string(t);
   REQUIRE_FALSE(id.empty());
-  const auto before = runs.snapshot().size();
-  REQUIRE(eng.reschedule(id, std::chrono::system_clock::now()));
-  REQUIRE(eventually([&] {
-    const auto r = runs.snapshot();
-    return std::any_of(r.begin() + static_cast<std::ptrdiff_t>(before), r.end(),
-                       [&](const auto& x) { return x.t.id == id; }) &&
-           !eng.find(id);
-  }));
+  run_now(eng, runs, id);
 
   CHECK_FALSE(eng.upsert_schedule(every_second("early", "new")));
   run_past(eng, marks, ms_of(id) + 100);
@@ -396,14 +401,7 @@ TEST_CASE("schedules: a change settles the occurrences of every earlier claim, n
   for (std::int64_t t = (now_ms() / 1000 + 1) * 1000; id.empty() && t < beyond; t += 1000)
     if (eng.find("claims@" + std::to_string(t))) id = "claims@" + std::to_string(t);
   REQUIRE_FALSE(id.empty());
-  const auto before = runs.snapshot().size();
-  REQUIRE(eng.reschedule(id, std::chrono::system_clock::now()));
-  REQUIRE(eventually([&] {
-    const auto r = runs.snapshot();
-    return std::any_of(r.begin() + static_cast<std::ptrdiff_t>(before), r.end(),
-                       [&](const auto& x) { return x.t.id == id; }) &&
-           !eng.find(id);
-  }));
+  run_now(eng, runs, id);
 
   CHECK_FALSE(eng.upsert_schedule(every_second("claims", "new")));
   const std::int64_t changed = now_ms();
