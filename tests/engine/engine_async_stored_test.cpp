@@ -7,6 +7,7 @@
 #include <delayq/delayq.hpp>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "engine_test_support.hpp"
 
@@ -79,6 +80,34 @@ TEST_CASE("engine: on_stored of a success comes once the removal is durable, not
   CHECK(stored(inner).count("x") == 1);
   store.release();
   CHECK_FALSE(probe.get());
+  CHECK(stored(inner).count("x") == 0);
+  eng.stop();
+}
+
+TEST_CASE("engine: on a pipelining store, an outcome's write crosses one thread and back") {
+  // The reporting thread hands the removal to the store's async_write()
+  // itself, and the store's completion thread reports it: no detour through
+  // the engine's writer thread either way (store_writer, "Hand-offs").
+  // delayq-server's finish is answered from there.
+  io_thread io;
+  delayq::memory_store inner;
+  auto owned = std::make_unique<pipelined_store>(inner);
+  pipelined_store& store = *owned;
+  held_attempt h;
+  delayq::engine eng(io.io, holding(h), std::move(owned), fast_options());
+  eng.start();
+  eng.schedule("t", "", 0ms, {"x"});
+  REQUIRE(h.wait_started(1));
+
+  std::promise<std::thread::id> reported_on;
+  h.take()("", [&](boost::system::error_code ec) {
+    CHECK_FALSE(ec);
+    reported_on.set_value(std::this_thread::get_id());
+  });
+  auto f = reported_on.get_future();
+  REQUIRE(f.wait_for(patience) == std::future_status::ready);
+  CHECK(f.get() == store.thread_id());
+  CHECK(store.last_caller() == std::this_thread::get_id());
   CHECK(stored(inner).count("x") == 0);
   eng.stop();
 }

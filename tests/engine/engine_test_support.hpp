@@ -348,8 +348,16 @@ class pipelined_store final : public controlled_store {
   void async_write(std::span<const delayq::store_change> changes,
                    std::function<void(boost::system::error_code)> done) override {
     std::lock_guard lock(m_);
+    last_caller_ = std::this_thread::get_id();
     queue_.push_back({{changes.begin(), changes.end()}, std::move(done)});
     cv_.notify_all();
+  }
+  /// The thread that applies the batches and completes them.
+  std::thread::id thread_id() const { return thread_.get_id(); }
+  /// The thread that called async_write() last.
+  std::thread::id last_caller() {
+    std::lock_guard lock(m_);
+    return last_caller_;
   }
 
  private:
@@ -375,6 +383,7 @@ class pipelined_store final : public controlled_store {
   std::condition_variable cv_;
   std::deque<pending> queue_;
   bool stop_ = false;
+  std::thread::id last_caller_;
   std::thread thread_{[this] { run(); }};
 };
 

@@ -161,6 +161,11 @@ struct engine_options {
   /// goes out together in the writer thread's next write (group commit). For a program
   /// whose threads answer a request where they stand (delayq-server's I/O
   /// threads). Off by default: async_schedule() never blocks its caller.
+  /// Without it, on a store that pipelines (max_writes_in_flight() > 1:
+  /// Redis, PostgreSQL, SQLite with its write thread) the calling thread
+  /// still hands the change to the store's async_write() itself, which only
+  /// queues it, and the store's thread reports it: one hand-off each way,
+  /// none through the writer thread.
   bool caller_writes = false;
   /// Run as one instance of a cluster sharing a sharded store (opt-in; see
   /// docs/scale-out.md, "The engine in a cluster"). The store must split

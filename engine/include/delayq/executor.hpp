@@ -60,8 +60,10 @@ struct attempt_end {
 /// keeps the change and writes it again until it lands, and a crash before
 /// then runs the task once more; or with errc::attempt_ended when the
 /// attempt had ended already (its timeout passed first) and the report was
-/// ignored. It runs on the engine's writer thread or on the caller's, with
-/// no lock of the engine held; it must not block. delayq-server answers a
+/// ignored. It runs on the engine's writer thread, on the caller's, or (a
+/// store that pipelines: max_writes_in_flight() > 1, as Redis and
+/// PostgreSQL do) on the store's own thread, with no lock of the engine
+/// held; it must not block. delayq-server answers a
 /// consumer's finish only from it, so a 204 means the task is gone for good.
 /// An attempt on a task that was replaced or cancelled while it ran changes
 /// nothing in the store (the new version owns the id): its on_stored gets an

@@ -134,15 +134,20 @@ class task_store {
   /// the outcome, from any thread (a store with an I/O thread of its own calls
   /// it there). `changes` and what they point at stay valid until then.
   /// Batches are applied in the order they were given; at most
-  /// max_writes_in_flight() are outstanding at once. `done` must not call
-  /// back into the store. The default calls write() on the calling thread,
-  /// then `done`.
+  /// max_writes_in_flight() are outstanding at once. `done` may call
+  /// async_write() again (the engine hands its next batch on from there) and
+  /// nothing else of the store. The default calls write() on the calling
+  /// thread, then `done`.
   virtual void async_write(std::span<const store_change> changes,
                            std::function<void(boost::system::error_code)> done);
 
   /// How many async_write() batches may be outstanding at once: more than
   /// one lets batch k+1 travel while batch k is being made durable
-  /// (pipelining). Default 1.
+  /// (pipelining). Default 1. A store that answers more than one must only
+  /// queue the batch in async_write() and return, and call `done` from a
+  /// thread of its own: the engine then calls async_write() from the threads
+  /// that made the changes (an application's, delayq-server's I/O threads)
+  /// and reports each batch from `done`, with no thread of its own between.
   virtual std::size_t max_writes_in_flight() const noexcept { return 1; }
 
   /// Upserts `tasks` as one atomic, durable batch.

@@ -33,6 +33,9 @@ bool engine_core::submit_locked(std::span<write_op> ops, const std::shared_ptr<c
     case store_writer::result::send:
       after.send = true;  // written by this thread once the locks are let go
       return true;
+    case store_writer::result::kick:
+      after.kick = true;  // handed to the store by this thread once the locks are let go
+      return true;
     case store_writer::result::busy:
       for (write_op& op : ops) op.ec = errc::busy;
       break;
@@ -103,6 +106,12 @@ void engine_core::run_after(after_lock& after) {
     // and its outcome is settled here (on_written) before the call waits.
     after.send = false;
     writer_.send();
+  }
+  if (after.kick) {
+    // Handed to the store's own thread from here, which reports it (store
+    // writer, "Hand-offs"): no detour through the writer thread.
+    after.kick = false;
+    writer_.kick();
   }
   // Due tasks first: those of immediate types (async_start::immediate) are
   // started before the calls that made them due are answered, so an answer

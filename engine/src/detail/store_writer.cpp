@@ -34,7 +34,8 @@ store_writer::store_writer(task_store& store, options opts, done_fn on_done)
       opts_(opts),
       on_done_(std::move(on_done)),
       in_process_(store.in_process()),
-      max_in_flight_(std::max<std::size_t>(store.max_writes_in_flight(), 1)) {
+      max_in_flight_(std::max<std::size_t>(store.max_writes_in_flight(), 1)),
+      direct_(!in_process_ && max_in_flight_ > 1) {
   if (!in_process_) thread_ = std::thread([this] { run(); });
 }
 
@@ -73,13 +74,116 @@ store_writer::result store_writer::submit(std::span<write_op> group, bool may_se
   outstanding_[epoch_] += group.size();
   // Nothing in flight, nobody sending, nothing waiting before this group
   // (kept writes go first, and the thread sends them): the caller sends.
-  if (may_send && !sending_ && in_flight_.empty() && kept_.empty() &&
+  if (may_send && !sending_ && !pumping_ && in_flight_.empty() && kept_.empty() &&
       queue_.size() == group.size()) {
     sending_ = true;
     return result::send;
   }
+  if (direct_) {
+    // The caller hands the batch to the store (kick()) when it may go now;
+    // a batch in flight sends what gathers when it lands (landed()); only a
+    // linger needs the writer thread's timed wait.
+    if (!pumping_ && may_send_now(std::chrono::steady_clock::now())) return result::kick;
+    // The first change of a linger: the writer thread arms its deadline.
+    if (in_flight_.empty() && !sending_ && !pumping_ && queue_.size() == group.size())
+      cv_.notify_one();
+    return result::queued;
+  }
   if (!sending_) cv_.notify_one();
   return result::queued;
+}
+
+void store_writer::kick() {
+  std::unique_lock lock(mutex_);
+  pump(lock, false);
+  // What is left with nothing in flight lingers: the writer thread's.
+  if (stopping_ || (in_flight_.empty() && !queue_.empty())) cv_.notify_one();
+}
+
+// Whether a batch may go out now, for a thread that sends (pump()): nobody
+// sends as the sender meanwhile.
+bool store_writer::may_send_now(std::chrono::steady_clock::time_point now) const {
+  if (sending_ || blocked_ || queue_.empty() || in_flight_.size() >= max_in_flight_) return false;
+  // With nothing in flight a batch goes at once (a lone caller pays one
+  // round trip, no wait), unless the last batch was several changes and
+  // fewer are queued yet: it lingers for them (see options::linger). With
+  // batches in flight, another goes only once enough is queued to fill it: a
+  // few callers are better served by one batch gathering while the last is
+  // made durable (group commit: one fsync for all of them) than by a batch
+  // each; a backlog fills the pipeline.
+  if (in_flight_.empty())
+    return last_batch_ < 2 || queue_.size() >= last_batch_ || now >= linger_until_ || stopping_;
+  return queue_.size() >= opts_.pipeline_threshold;
+}
+
+void store_writer::pump(std::unique_lock<std::mutex>& lock, bool writer) {
+  if (pumping_) return;  // that thread sends what is queued, in order
+  pumping_ = true;
+  const auto now = std::chrono::steady_clock::now();
+  while (may_send_now(now)) {
+    std::unique_ptr<batch> b = form_batch();
+    settled_.notify_all();  // room in the queue
+    if (b->ops.empty()) {
+      blocked_ = true;
+      break;
+    }
+    batch* raw = b.get();
+    const bool lone = writer && in_flight_.empty() && raw->ops.size() == 1;
+    in_flight_.push_back(std::move(b));
+    lock.unlock();
+    if (lone) {
+      // A lone change with nothing in flight is written from the writer
+      // thread: the store's own I/O thread would add two thread hand-offs
+      // to the one round trip a lone caller pays. Nothing is in flight, so
+      // the order of batches holds; what arrives meanwhile gathers.
+      boost::system::error_code ec;
+      const auto sent = std::chrono::steady_clock::now();
+      store_.write(raw->changes, ec);
+      note_write(raw->changes.size(), sent, ec);
+      lock.lock();
+      raw->ec = ec;
+      raw->done = true;
+      break;
+    }
+    store_.async_write(raw->changes, [this, raw, sent = std::chrono::steady_clock::now()](
+                                         boost::system::error_code ec) {
+      note_write(raw->changes.size(), sent, ec);
+      landed(raw, ec);
+    });
+    lock.lock();
+  }
+  pumping_ = false;
+}
+
+void store_writer::landed(batch* raw, boost::system::error_code ec) {
+  std::unique_lock lock(mutex_);
+  raw->ec = ec;
+  raw->done = true;
+  if (!direct_) {
+    cv_.notify_one();
+    return;
+  }
+  // Reported, and the next batch handed on, from this thread (see
+  // "Hand-offs"); the writer thread is woken only for what needs waiting.
+  ++helpers_;
+  report(lock);
+  pump(lock, false);
+  --helpers_;
+  // Notified under the lock: once helpers_ is 0 the writer may end, and
+  // the writer with it.
+  if (stopping_ || retry_now_ || !kept_.empty() || (in_flight_.empty() && !queue_.empty()))
+    cv_.notify_one();
+}
+
+void store_writer::report(std::unique_lock<std::mutex>& lock) {
+  if (reporting_) return;  // that thread reports what is done, in order
+  reporting_ = true;
+  while (!in_flight_.empty() && in_flight_.front()->done) {
+    std::unique_ptr<batch> b = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    finish(std::move(b), lock);  // unlocked while reporting
+  }
+  reporting_ = false;
 }
 
 void store_writer::send() {
@@ -103,14 +207,13 @@ void store_writer::send() {
     lock.lock();
     raw->ec = ec;
     raw->done = true;
-    // Only ours is in flight (nobody else sends meanwhile): it is the front.
-    while (!in_flight_.empty() && in_flight_.front()->done) {
-      std::unique_ptr<batch> done = std::move(in_flight_.front());
-      in_flight_.pop_front();
-      finish(std::move(done), lock);  // reports on this thread, unlocked meanwhile
-    }
+    // Only ours is in flight (nobody else sent meanwhile): it is the front.
+    // Reported here, unless a thread still reports an earlier batch: that
+    // one reports ours next.
+    report(lock);
   }
   sending_ = false;
+  if (direct_) pump(lock, false);  // what gathered meanwhile goes from here
   // What is left (and the kept writes' retries) is the thread's again.
   if (!queue_.empty() || !kept_.empty() || stopping_) cv_.notify_one();
 }
@@ -203,86 +306,44 @@ void store_writer::stop() {
 
 void store_writer::run() {
   std::unique_lock lock(mutex_);
-  bool blocked = false;  // everything queued waits for an id in flight
   for (;;) {
-    while (!in_flight_.empty() && in_flight_.front()->done) {
-      std::unique_ptr<batch> b = std::move(in_flight_.front());
-      in_flight_.pop_front();
-      blocked = false;
-      finish(std::move(b), lock);
-    }
+    report(lock);
     if (!kept_.empty() && (retry_now_ || std::chrono::steady_clock::now() >= next_retry_)) {
       // Oldest first, ahead of everything queued: all of it is newer.
       for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) queue_.push_front(std::move(*it));
       kept_.clear();
       kept_ids_.clear();
       retry_now_ = false;
-      blocked = false;
+      blocked_ = false;
     }
-    // With nothing in flight a batch goes at once (a lone caller pays one
-    // round trip, no wait). With batches in flight, another goes only once
-    // enough is queued to fill it: a few callers are better served by one
-    // batch gathering while the last is made durable (group commit: one
-    // fsync for all of them) than by a batch each; a backlog fills the
-    // pipeline.
-    const auto now = std::chrono::steady_clock::now();
-    const auto may_send = [&] {
-      if (in_flight_.empty())
-        return last_batch_ < 2 || queue_.size() >= last_batch_ || now >= linger_until_ || stopping_;
-      return queue_.size() >= opts_.pipeline_threshold;
+    pump(lock, true);
+    const auto ended = [&] {
+      return stopping_ && queue_.empty() && in_flight_.empty() && !retry_now_ && helpers_ == 0 &&
+             !reporting_ && !pumping_ && !sending_;
     };
-    while (!sending_ && !blocked && in_flight_.size() < max_in_flight_ && !queue_.empty() &&
-           may_send()) {
-      std::unique_ptr<batch> b = form_batch();
-      settled_.notify_all();  // room in the queue
-      if (b->ops.empty()) {
-        blocked = true;
-        break;
-      }
-      batch* raw = b.get();
-      const bool lone = in_flight_.empty() && raw->ops.size() == 1;
-      in_flight_.push_back(std::move(b));
-      lock.unlock();
-      if (lone) {
-        // A lone change with nothing in flight is written from this thread:
-        // the store's own I/O thread would add two thread hand-offs to the
-        // one round trip a lone caller pays. Nothing is in flight, so the
-        // order of batches holds; what arrives meanwhile gathers.
-        boost::system::error_code ec;
-        const auto sent = std::chrono::steady_clock::now();
-        store_.write(raw->changes, ec);
-        note_write(raw->changes.size(), sent, ec);
-        lock.lock();
-        raw->ec = ec;
-        raw->done = true;
-        break;
-      }
-      store_.async_write(raw->changes, [this, raw, sent = std::chrono::steady_clock::now()](
-                                           boost::system::error_code ec) {
-        note_write(raw->changes.size(), sent, ec);
-        std::lock_guard g(mutex_);
-        raw->ec = ec;
-        raw->done = true;
-        cv_.notify_one();
-      });
-      lock.lock();
-    }
-    if (stopping_ && queue_.empty() && in_flight_.empty() && !retry_now_) return;
-    const bool lingering = in_flight_.empty() && !queue_.empty() && !blocked;
+    if (ended()) return;
+    // When the thread must look again with nothing arriving: a kept write's
+    // retry, the end of a linger (nothing in flight, changes queued, nobody
+    // else sending them).
+    const auto deadline = [&] {
+      auto at = std::chrono::steady_clock::time_point::max();
+      if (!kept_.empty()) at = next_retry_;
+      if (in_flight_.empty() && !queue_.empty() && !blocked_ && !sending_ && !pumping_)
+        at = std::min(at, linger_until_);
+      return at;
+    };
+    const auto wake = deadline();
     const auto ready = [&] {
       const bool room =
-          !sending_ && !blocked && !queue_.empty() && in_flight_.size() < max_in_flight_ &&
-          (in_flight_.empty()
-               // Not lingering yet (the queue was empty): the first arrival
-               // wakes the thread, which then lingers with a deadline.
-               ? !lingering || last_batch_ < 2 || queue_.size() >= last_batch_ || stopping_
-               : queue_.size() >= opts_.pipeline_threshold);
-      return (!in_flight_.empty() && in_flight_.front()->done) || room || retry_now_ ||
-             (stopping_ && queue_.empty() && in_flight_.empty());
+          !sending_ && !pumping_ && !blocked_ && !queue_.empty() &&
+          in_flight_.size() < max_in_flight_ &&
+          (in_flight_.empty() ? last_batch_ < 2 || queue_.size() >= last_batch_ || stopping_
+                              : queue_.size() >= opts_.pipeline_threshold);
+      // An earlier deadline than the one slept for: the first change of a
+      // linger, a write kept by another thread (direct_).
+      return (!reporting_ && !in_flight_.empty() && in_flight_.front()->done) || room ||
+             retry_now_ || ended() || deadline() < wake;
     };
-    auto wake = std::chrono::steady_clock::time_point::max();
-    if (!kept_.empty()) wake = next_retry_;
-    if (lingering) wake = std::min(wake, linger_until_);
     if (wake == std::chrono::steady_clock::time_point::max())
       cv_.wait(lock, ready);
     else
@@ -343,6 +404,7 @@ std::unique_ptr<store_writer::batch> store_writer::form_batch() {
 }
 
 void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock) {
+  blocked_ = false;  // its ids are free again
   last_batch_ = b->ops.size();
   linger_until_ = std::chrono::steady_clock::now() + opts_.linger;
   for (const write_op& op : b->ops) {

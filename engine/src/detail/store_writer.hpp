@@ -15,6 +15,16 @@
 // batch's outcome is known the writer reports each of its ops to the engine
 // (on_done, on the writer thread), exactly once.
 //
+// Hand-offs. A store that pipelines (max_writes_in_flight() > 1: its
+// async_write() queues the batch for a thread of its own) is driven without
+// the writer thread in the way: a change submitted while the writer may send
+// (nothing in flight, no linger pending) is handed to async_write() by the
+// submitting thread itself once it let go of the engine's locks (kick()),
+// and a batch's completion reports it, and hands the next batch on, from the
+// store's thread. A durable change then crosses one thread and comes back:
+// the caller's, the store's. The writer thread keeps what needs waiting:
+// lingers, kept writes' retries, and the stop.
+//
 // Order per id. At most one batch holding a change to a given id is in
 // flight at a time: a change to an id whose earlier change is still in flight
 // waits for the next batch. So a batch that fails can never be overtaken by a
@@ -104,8 +114,10 @@ struct write_op {
 };
 
 /// Thread safety: every member is safe to call from any thread; on_done runs
-/// on the writer thread (or, in_process(), on the caller's) with no lock of
-/// the writer held, and may call submit().
+/// with no lock of the writer held, one batch at a time and in the order the
+/// batches were sent, on the writer thread, the store's completion thread (a
+/// pipelining store), or the caller's (send(), kick(), in_process()), and may
+/// call submit().
 class store_writer {
  public:
   struct options {
@@ -139,6 +151,7 @@ class store_writer {
     done,    ///< Written (or nothing to write) on this thread: op.ec is the outcome.
     busy,    ///< Refused: max_queued ops are waiting and nobody would keep this one.
     send,    ///< Taken, and the caller is the sender now: it must call send().
+    kick,    ///< Taken; the caller must call kick() once it holds no lock of the engine.
   };
   /// Hands `group` to the writer, to be written in one batch (atomically);
   /// its ops are moved from when queued. Call it in the order the changes
@@ -157,6 +170,12 @@ class store_writer {
   /// (on_done, here); the writer thread takes whatever is queued meanwhile.
   /// Call it holding no lock.
   void send();
+
+  /// After result::kick: hands what is queued to the store's async_write()
+  /// from this thread, as the writer thread would (a pipelining store only:
+  /// it returns at once, and the outcome is reported from the store's
+  /// thread). Call it holding no lock.
+  void kick();
 
   /// Blocks until fewer than max_queued ops wait (for callers that chose to
   /// wait rather than get errc::busy). Never call it under the engine's lock.
@@ -191,6 +210,17 @@ class store_writer {
   static std::uint64_t hash_id(const std::string& id) noexcept;
   static bool covers(change_kind newer, change_kind older) noexcept;
   void run();
+  // Under mutex_: whether a batch may go out now (no sender, no id in flight
+  // in the way, room in flight, no linger pending). pump() alone sends.
+  bool may_send_now(std::chrono::steady_clock::time_point now) const;
+  // Under mutex_ (released while sending): sends batches while may_send_now();
+  // `writer`: the writer thread, which writes a lone change itself.
+  void pump(std::unique_lock<std::mutex>& lock, bool writer);
+  // Under mutex_ (released while reporting): reports the batches at the
+  // front of in_flight_ that are done, unless another thread is at it.
+  void report(std::unique_lock<std::mutex>& lock);
+  // An async_write() completion, on the store's thread.
+  void landed(batch* raw, boost::system::error_code ec);
   // Under mutex_: moves queued ops into a new batch (see "Order per id").
   std::unique_ptr<batch> form_batch();
   // Under mutex_ (released while reporting): a batch's outcome came back.
@@ -206,6 +236,7 @@ class store_writer {
   const done_fn on_done_;
   const bool in_process_;
   const std::size_t max_in_flight_;
+  const bool direct_;  // a pipelining store: see "Hand-offs"
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;       // wakes the writer thread
@@ -226,7 +257,13 @@ class store_writer {
   // flush(): ops are counted per epoch until reported.
   std::uint64_t epoch_ = 0;
   std::map<std::uint64_t, std::size_t> outstanding_;
-  bool sending_ = false;  // a caller is the sender (send()): the thread sends nothing
+  bool sending_ = false;    // a caller is the sender (send()): nobody else sends
+  bool pumping_ = false;    // a thread is in pump(): batches go out in one order
+  bool reporting_ = false;  // a thread is in report(): batches are reported in one order
+  bool blocked_ = false;    // everything queued waits for an id in flight
+  // Threads other than the writer's in landed(): the writer thread ends only
+  // once none is left.
+  std::size_t helpers_ = 0;
   bool stopping_ = false;
   bool stopped_ = false;
   bool retry_now_ = false;

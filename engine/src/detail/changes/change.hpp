@@ -74,10 +74,11 @@ struct after_lock {
   std::vector<task_table*> notify;  // tables whose waiters to wake
   std::vector<std::string> reread;  // ids to read from the store again (clusters)
   bool send = false;                // this thread is the store writer's sender now
+  bool kick = false;                // this thread hands the queued batch to the store
 
   bool empty() const noexcept {
     return calls.empty() && async.empty() && requeue.empty() && alerts.empty() &&
-           deferred.empty() && stored.empty() && notify.empty() && reread.empty() && !send;
+           deferred.empty() && stored.empty() && notify.empty() && reread.empty() && !send && !kick;
   }
 };
 
