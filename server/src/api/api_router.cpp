@@ -69,13 +69,45 @@ api_router::~api_router() { join(); }
 
 void api_router::join() { pool_.join(); }
 
+namespace {
+
+// Whether a JSON body may set "wait_ms" to anything but 0 (absent: 0, answer
+// at once). A scan, not a parse (the handler parses): every "wait_ms"
+// followed by a colon must hold exactly 0 for a no. Unsure is a yes, which
+// only costs a watch that was not needed.
+bool may_wait(std::string_view body) {
+  constexpr std::string_view key = "\"wait_ms\"";
+  const auto space = [&](std::size_t i) {
+    while (i < body.size() &&
+           (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+      ++i;
+    return i;
+  };
+  for (std::size_t at = body.find(key); at != std::string_view::npos;
+       at = body.find(key, at + key.size())) {
+    std::size_t i = space(at + key.size());
+    if (i >= body.size() || body[i] != ':') continue;  // a string value, not the key
+    i = space(i + 1);
+    if (i >= body.size() || body[i] != '0') return true;
+    i = space(i + 1);
+    if (i < body.size() && body[i] != ',' && body[i] != '}') return true;  // 0.5, 01, 0e3
+  }
+  return false;
+}
+
+}  // namespace
+
 bool api_router::is_long_poll(const http_request& req) {
   const std::string_view target(req.target().data(), req.target().size());
   if (req.method() != bhttp::verb::post) return false;
-  if (target.starts_with("/v1/reserve")) return true;
-  // A finish or fail that reserves next may wait as a reserve does.
+  // A reserve, or a finish or fail that reserves next, waits only when its
+  // wait_ms says so; one that answers at once needs no watch for a client
+  // going away (an answer that cannot be written gives its tasks back, as
+  // any answer does), and a watch costs a read and its cancel per request.
+  const std::string_view body = req.body();
+  if (target.starts_with("/v1/reserve")) return may_wait(body);
   return (target.ends_with("/finish") || target.ends_with("/fail")) &&
-         req.body().find("\"next\"") != std::string::npos;
+         body.find("\"next\"") != std::string_view::npos && may_wait(body);
 }
 
 namespace {

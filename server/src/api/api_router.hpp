@@ -69,7 +69,9 @@ class api_router {
   /// Waits for the calls running on the pool to end (after a drain).
   void join();
 
-  /// Whether a request is a long poll (the HTTP layer watches its socket).
+  /// Whether a request may wait for tasks (a long poll: a reserve, or a
+  /// finish or fail with "next", whose wait_ms is not 0), so the HTTP layer
+  /// watches its socket for the client going away meanwhile.
   static bool is_long_poll(const http_request& req);
 
   /// Every route: its method and its path, a `{name}` segment standing for
