@@ -235,18 +235,26 @@ configure_and_build() {
 delayq_machine() {
   local build="$1" cxx flags
   [[ "$build" = /* ]] || build="$DELAYQ_ROOT/$build"
-  cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
-  local type upper
-  type="$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")"
-  upper="$(tr '[:lower:]' '[:upper:]' <<<"${type:-Release}")"
-  flags="$(sed -n "s/^CMAKE_CXX_FLAGS_${upper}:[A-Z]*=//p" "$build/CMakeCache.txt")"
+  local type upper compiler
+  if [[ -s "$build/CMakeCache.txt" ]]; then
+    cxx="$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")"
+    type="$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")"
+    upper="$(tr '[:lower:]' '[:upper:]' <<<"${type:-Release}")"
+    flags="$(sed -n "s/^CMAKE_CXX_FLAGS_${upper}:[A-Z]*=//p" "$build/CMakeCache.txt")"
+    compiler="$("$cxx" --version | head -n 1)"
+    flags="$flags -std=c++20 (CMAKE_BUILD_TYPE=${type:-Release})"
+  else
+    # --build DIR with binaries built elsewhere (a copy of another commit's).
+    compiler="? ($build has no CMakeCache.txt: the binaries were built elsewhere)"
+    flags="?"
+  fi
   echo "date:       $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "cpu:        $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
   echo "cores:      $(nproc) (nproc)"
   echo "memory:     $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "kernel:     $(uname -sr)"
-  echo "compiler:   $("$cxx" --version | head -n 1)"
-  echo "flags:      $flags -std=c++20 (CMAKE_BUILD_TYPE=${type:-Release})"
+  echo "compiler:   $compiler"
+  echo "flags:      $flags"
   echo "boost:      $(dpkg-query -W -f='${Version}' libboost-dev 2>/dev/null || echo '?')"
   echo "benchmark:  $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
   echo "commit:     $(git -C "$DELAYQ_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$DELAYQ_ROOT" diff --quiet HEAD -- engine persistence 2>/dev/null || echo ' + uncommitted changes in engine/ or persistence/')"

@@ -182,6 +182,9 @@ function summary(st, due0, addsDone, extra) {
     late_p99_ms: +percentile(late, 99).toFixed(3),
     late_max_ms: +late[late.length - 1].toFixed(3),
     early: late.filter((x) => x < 0).length,
+    // The earliest: how far before its due time (by this client's clock) a
+    // job came, when one did.
+    late_min_ms: +late[0].toFixed(3),
     ...extra,
   };
 }
