@@ -13,7 +13,7 @@
 // to be queued again, so that callers who each wait for their write keep
 // sharing one durable write (MySQL's group commit delay, bounded). When a
 // batch's outcome is known the writer reports each of its ops to the engine
-// (on_done, on the writer thread), exactly once.
+// (on_done: on the writer thread, or as "Hand-offs" says), exactly once.
 //
 // Hand-offs. A store that pipelines (max_writes_in_flight() > 1: its
 // async_write() queues the batch for a thread of its own) is driven without
