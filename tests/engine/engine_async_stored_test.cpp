@@ -59,18 +59,37 @@ delayq::executor_factory holding(held_attempt& h) {
   return f;
 }
 
+// An engine on a `Store` over `inner` whose executor holds the one attempt
+// of task "x" (type "t"): started, and waiting in `h` for its completion.
+template <class Store>
+struct one_attempt {
+  explicit one_attempt(delayq::engine_options opts = fast_options())
+      : eng(io.io, holding(h), own(), std::move(opts)) {
+    eng.start();
+    eng.schedule("t", "", 0ms, {"x"});
+    REQUIRE(h.wait_started(1));
+  }
+
+  io_thread io;
+  delayq::memory_store inner;
+  held_attempt h;
+  Store* store = nullptr;  // owned by eng
+  delayq::engine eng;
+
+ private:
+  std::unique_ptr<Store> own() {
+    auto s = std::make_unique<Store>(inner);
+    store = s.get();
+    return s;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("engine: on_stored of a success comes once the removal is durable, not before") {
-  io_thread io;
-  delayq::memory_store inner;
-  auto owned = std::make_unique<controlled_store>(inner);
-  controlled_store& store = *owned;
-  held_attempt h;
-  delayq::engine eng(io.io, holding(h), std::move(owned), fast_options());
-  eng.start();
-  eng.schedule("t", "", 0ms, {"x"});
-  REQUIRE(h.wait_started(1));
+  one_attempt<controlled_store> a;
+  auto& [io, inner, h, store_ptr, eng] = a;
+  controlled_store& store = *store_ptr;
 
   store.hold_next_write();
   stored_probe probe;
@@ -89,15 +108,9 @@ TEST_CASE("engine: on a pipelining store, an outcome's write crosses one thread 
   // itself, and the store's completion thread reports it: no detour through
   // the engine's writer thread either way (store_writer, "Hand-offs").
   // delayq-server's finish is answered from there.
-  io_thread io;
-  delayq::memory_store inner;
-  auto owned = std::make_unique<pipelined_store>(inner);
-  pipelined_store& store = *owned;
-  held_attempt h;
-  delayq::engine eng(io.io, holding(h), std::move(owned), fast_options());
-  eng.start();
-  eng.schedule("t", "", 0ms, {"x"});
-  REQUIRE(h.wait_started(1));
+  one_attempt<pipelined_store> a;
+  auto& [io, inner, h, store_ptr, eng] = a;
+  pipelined_store& store = *store_ptr;
 
   std::promise<std::thread::id> reported_on;
   h.take()("", [&](boost::system::error_code ec) {
@@ -113,18 +126,12 @@ TEST_CASE("engine: on a pipelining store, an outcome's write crosses one thread 
 }
 
 TEST_CASE("engine: on_stored of a failure comes once the retry is durable") {
-  io_thread io;
-  delayq::memory_store inner;
-  auto owned = std::make_unique<controlled_store>(inner);
-  controlled_store& store = *owned;
-  held_attempt h;
   auto opts = fast_options();
   opts.retry.base = 1h;  // the retry must not run during the test
   opts.retry.cap = 1h;
-  delayq::engine eng(io.io, holding(h), std::move(owned), opts);
-  eng.start();
-  eng.schedule("t", "", 0ms, {"x"});
-  REQUIRE(h.wait_started(1));
+  one_attempt<controlled_store> a(opts);
+  auto& [io, inner, h, store_ptr, eng] = a;
+  controlled_store& store = *store_ptr;
 
   store.hold_next_write();
   stored_probe probe;
@@ -139,15 +146,10 @@ TEST_CASE("engine: on_stored of a failure comes once the retry is durable") {
 }
 
 TEST_CASE("engine: on_stored of the last failure comes once the dead letter is durable") {
-  io_thread io;
-  delayq::memory_store inner;
-  held_attempt h;
   auto opts = fast_options();
   opts.retry.max_attempts = 1;
-  delayq::engine eng(io.io, holding(h), std::make_unique<borrowed_store>(inner), opts);
-  eng.start();
-  eng.schedule("t", "", 0ms, {"x"});
-  REQUIRE(h.wait_started(1));
+  one_attempt<borrowed_store> a(opts);
+  auto& [io, inner, h, store_ptr, eng] = a;
   stored_probe probe;
   h.take()("no", probe.handler());
   CHECK_FALSE(probe.get());
@@ -160,15 +162,9 @@ TEST_CASE("engine: on_stored of the last failure comes once the dead letter is d
 }
 
 TEST_CASE("engine: on_stored reports a failed write, and the change still lands later") {
-  io_thread io;
-  delayq::memory_store inner;
-  auto owned = std::make_unique<controlled_store>(inner);
-  controlled_store& store = *owned;
-  held_attempt h;
-  delayq::engine eng(io.io, holding(h), std::move(owned), fast_options());
-  eng.start();
-  eng.schedule("t", "", 0ms, {"x"});
-  REQUIRE(h.wait_started(1));
+  one_attempt<controlled_store> a;
+  auto& [io, inner, h, store_ptr, eng] = a;
+  controlled_store& store = *store_ptr;
   store.fail_writes = 1;
   stored_probe probe;
   h.take()("", probe.handler());
@@ -179,17 +175,12 @@ TEST_CASE("engine: on_stored reports a failed write, and the change still lands 
 }
 
 TEST_CASE("engine: on_stored says attempt_ended when the timeout ended the attempt first") {
-  io_thread io;
-  delayq::memory_store inner;
-  held_attempt h;
   auto opts = fast_options();
   opts.timeout_per_type["t"] = 10ms;
   opts.retry.base = 1h;
   opts.retry.cap = 1h;
-  delayq::engine eng(io.io, holding(h), std::make_unique<borrowed_store>(inner), opts);
-  eng.start();
-  eng.schedule("t", "", 0ms, {"x"});
-  REQUIRE(h.wait_started(1));
+  one_attempt<borrowed_store> a(opts);
+  auto& [io, inner, h, store_ptr, eng] = a;
   REQUIRE(eventually([&] { return eng.stats().timed_out == 1; }));
   stored_probe probe;
   h.take()("", probe.handler());

@@ -130,21 +130,15 @@ void store_writer::pump(std::unique_lock<std::mutex>& lock, bool writer) {
     batch* raw = b.get();
     const bool lone = writer && in_flight_.empty() && raw->ops.size() == 1;
     in_flight_.push_back(std::move(b));
-    lock.unlock();
     if (lone) {
       // A lone change with nothing in flight is written from the writer
       // thread: the store's own I/O thread would add two thread hand-offs
       // to the one round trip a lone caller pays. Nothing is in flight, so
       // the order of batches holds; what arrives meanwhile gathers.
-      boost::system::error_code ec;
-      const auto sent = std::chrono::steady_clock::now();
-      store_.write(raw->changes, ec);
-      note_write(raw->changes.size(), sent, ec);
-      lock.lock();
-      raw->ec = ec;
-      raw->done = true;
+      write_here(*raw, lock);
       break;
     }
+    lock.unlock();
     store_.async_write(raw->changes, [this, raw, sent = std::chrono::steady_clock::now()](
                                          boost::system::error_code ec) {
       note_write(raw->changes.size(), sent, ec);
@@ -153,6 +147,17 @@ void store_writer::pump(std::unique_lock<std::mutex>& lock, bool writer) {
     lock.lock();
   }
   pumping_ = false;
+}
+
+void store_writer::write_here(batch& b, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  boost::system::error_code ec;
+  const auto sent = std::chrono::steady_clock::now();
+  store_.write(b.changes, ec);
+  note_write(b.changes.size(), sent, ec);
+  lock.lock();
+  b.ec = ec;
+  b.done = true;
 }
 
 void store_writer::landed(batch* raw, boost::system::error_code ec) {
@@ -199,14 +204,7 @@ void store_writer::send() {
     if (b->ops.empty()) break;  // what is queued waits for an id in flight: the thread's
     batch* raw = b.get();
     in_flight_.push_back(std::move(b));
-    lock.unlock();
-    boost::system::error_code ec;
-    const auto sent = std::chrono::steady_clock::now();
-    store_.write(raw->changes, ec);
-    note_write(raw->changes.size(), sent, ec);
-    lock.lock();
-    raw->ec = ec;
-    raw->done = true;
+    write_here(*raw, lock);
     // Only ours is in flight (nobody else sent meanwhile): it is the front.
     // Reported here, unless a thread still reports an earlier batch: that
     // one reports ours next.

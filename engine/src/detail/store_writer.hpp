@@ -219,6 +219,9 @@ class store_writer {
   // Under mutex_ (released while reporting): reports the batches at the
   // front of in_flight_ that are done, unless another thread is at it.
   void report(std::unique_lock<std::mutex>& lock);
+  // Under mutex_ (released while writing): writes `b`, in flight already,
+  // with store_.write() on this thread, and marks it done.
+  void write_here(batch& b, std::unique_lock<std::mutex>& lock);
   // An async_write() completion, on the store's thread.
   void landed(batch* raw, boost::system::error_code ec);
   // Under mutex_: moves queued ops into a new batch (see "Order per id").
