@@ -371,6 +371,13 @@ tcp::endpoint server_app::start() {
     push_options.shards = options_.shards;
   }
   push_options.policy = p.push_allow;
+  // A push whose attempt lost its shard's lease while it waited (for a
+  // slot, a connection, an I/O thread) is withdrawn unsent, not delivered
+  // after the new owner's; read through `p`, since the engine is made later.
+  push_options.attempt_current = [&p](const task& t) {
+    const delayq::engine* e = p.engine.get();
+    return e == nullptr || e->attempt_current(t);
+  };
   p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
   try {
     bring_up();

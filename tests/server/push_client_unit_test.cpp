@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,8 +123,9 @@ class outcomes {
 
 // A push client on an io_context run by two threads.
 struct client_fixture {
-  client_fixture() : work(io.get_executor()) {
-    client.emplace(io.get_executor());
+  explicit client_fixture(delayq::server::push_client_options options = {})
+      : work(io.get_executor()) {
+    client.emplace(io.get_executor(), std::move(options));
     for (int i = 0; i < 2; ++i) threads.emplace_back([this] { io.run(); });
   }
   ~client_fixture() { shutdown(); }
@@ -399,6 +401,46 @@ TEST_CASE("push client: drain() drops queued deliveries, and those in flight sti
   CHECK(f.client->in_flight() == 0);
   // Nothing queued was started once the slot was free.
   CHECK(rx.requests().size() == 1);
+}
+
+TEST_CASE("push client: a delivery whose attempt is no longer current is withdrawn unsent") {
+  // Stands for engine::attempt_current(): the ids whose shard lease lapsed.
+  std::mutex stale_mutex;
+  std::set<std::string> stale;
+  delayq::server::push_client_options options;
+  options.attempt_current = [&](const delayq::task& t) {
+    std::lock_guard lock{stale_mutex};
+    return stale.count(t.id) == 0;
+  };
+  receiver rx;
+  client_fixture f{std::move(options)};
+  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
+  f.deliver(held, "a");
+  f.deliver(held, "b");
+  f.deliver(held, "c");
+  REQUIRE(rx.wait_held_total(1));
+  // "b" waits for the slot while its lease lapses: when its turn comes it
+  // is not written, and its completion is destroyed uncalled (the engine
+  // gives the task back); "c" goes next.
+  {
+    std::lock_guard lock{stale_mutex};
+    stale.insert("b");
+  }
+  rx.release_held();
+  REQUIRE(rx.wait_held_total(2));
+  rx.release_held();
+  REQUIRE(f.results.wait_ended(3));
+  CHECK(f.results.only("a") == "");
+  CHECK(f.results.only("c") == "");
+  CHECK(f.results.calls("b").empty());
+  CHECK(f.results.drop_count() == 1);
+  CHECK(f.client->withdrawn() == 1);
+  CHECK(f.client->sent() == 2);
+  CHECK(f.client->failed() == 0);
+  std::vector<std::string> got;
+  for (const auto& r : rx.requests()) got.push_back(r.headers.at("X-Delayq-Task-Id"));
+  CHECK(got == std::vector<std::string>{"a", "c"});
+  CHECK(f.client->in_flight() == 0);
 }
 
 TEST_CASE("push client: done is called exactly once for every delivery") {

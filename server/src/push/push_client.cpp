@@ -66,7 +66,8 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
 
   void deliver(pending_delivery p);
   void start(pending_delivery p);
-  void complete(request& r, std::string result);
+  // `withdrawn`: the delivery ends unsent and `done` is destroyed uncalled.
+  void complete(request& r, std::string result, bool withdrawn = false);
   void drain();
   void stop();
 
@@ -79,6 +80,7 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   std::atomic<bool> stopped_flag{false};
   std::atomic<std::uint64_t> sent{0};
   std::atomic<std::uint64_t> failed{0};
+  std::atomic<std::uint64_t> withdrawn{0};
 
   mutable std::mutex mutex;
   bool stopped = false;
@@ -183,6 +185,11 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
   }
 
   void send() {
+    // Asked here, as late as can be: the delivery may have waited for a
+    // slot, a strand, a resolve or a connect since its attempt started, and
+    // its shard's lease may have lapsed meanwhile.
+    const auto& current = owner->options.attempt_current;
+    if (current && !current(delivery.task)) return withdraw();
     conn->stream.expires_at(deadline);
     http::async_write(conn->stream, req,
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
@@ -269,6 +276,15 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     return fail("timed out after " + std::to_string(delivery.target.timeout.count()) + " ms");
   }
 
+  // Nothing was written on `conn`: a connection that was fine stays so.
+  void withdraw() {
+    if (finished) return;
+    finished = true;
+    if (conn && conn->stream.socket().is_open())
+      owner->idle.put(url->host + ":" + url->port, std::move(conn));
+    owner->complete(*this, {}, true);
+  }
+
   void finish(std::string result) {
     if (finished) return;
     finished = true;
@@ -338,7 +354,7 @@ void push_client::impl::start(pending_delivery p) {
   asio::post(strand, [r = std::move(r)] { r->run(); });
 }
 
-void push_client::impl::complete(request& r, std::string result) {
+void push_client::impl::complete(request& r, std::string result, bool withdrawn_unsent) {
   std::vector<pending_delivery> next;
   bool drop = false;
   {
@@ -363,7 +379,9 @@ void push_client::impl::complete(request& r, std::string result) {
   // Callbacks and starts run outside the lock: `done` may well call
   // deliver() again (the engine's next attempt).
   auto done = std::move(r.delivery.done);
-  if (!drop && done) {
+  if (withdrawn_unsent) {
+    withdrawn.fetch_add(1, std::memory_order_relaxed);
+  } else if (!drop && done) {
     (result.empty() ? sent : failed).fetch_add(1, std::memory_order_relaxed);
     try {
       done(std::move(result));
@@ -465,5 +483,9 @@ std::size_t push_client::queued() const {
 std::uint64_t push_client::sent() const { return impl_->sent.load(std::memory_order_relaxed); }
 
 std::uint64_t push_client::failed() const { return impl_->failed.load(std::memory_order_relaxed); }
+
+std::uint64_t push_client::withdrawn() const {
+  return impl_->withdrawn.load(std::memory_order_relaxed);
+}
 
 }  // namespace delayq::server

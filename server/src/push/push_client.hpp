@@ -56,6 +56,17 @@ struct push_client_options {
   /// The addresses pushes may connect to, checked after every resolve.
   /// Null: any (a test's client).
   std::shared_ptr<const push_policy> policy;
+  /// Asked just before a request's bytes are written (after any wait for a
+  /// slot, a resolve or a connect): false withdraws the delivery unsent,
+  /// uncounted, by destroying its `done` without calling it (an engine's
+  /// async_executor completion then gives the task back, unattempted).
+  /// Under --cluster, engine::attempt_current(): a delivery whose shard
+  /// lease lapsed since its attempt started (the instance stalled, or its
+  /// I/O threads were held up) would otherwise reach the receiver after the
+  /// new owner's pushes, as the work of an instance that no longer owns the
+  /// task. Null: always current. Called on the request's strand; must not
+  /// block.
+  std::function<bool(const delayq::task&)> attempt_current;
 };
 
 /// HTTP/1.1 client that delivers tasks to push targets.
@@ -133,6 +144,9 @@ class push_client {
   std::uint64_t sent() const;
   /// Deliveries that ended with a failure reported to `done`.
   std::uint64_t failed() const;
+  /// Deliveries withdrawn unsent: push_client_options::attempt_current said
+  /// no just before their request was written.
+  std::uint64_t withdrawn() const;
 
  private:
   struct impl;  // Shared with the requests in flight, which may outlive the client.
