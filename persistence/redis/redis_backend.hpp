@@ -30,7 +30,8 @@ namespace delayq::detail::redis {
 /// by reference and to role_store as the roles' backend (destroyed after
 /// every role).
 ///
-/// Thread safety: `conn` is used under `mutex`; the rest is set at
+/// Thread safety: `conn` is used under `mutex`, `shard_writes` under
+/// `shard_write_mutex`; the rest is set at
 /// construction and read-only after, but for the pipeline (created once,
 /// under pipeline_mutex).
 struct backend {
@@ -62,6 +63,12 @@ struct backend {
   std::mutex mutex;  // guards conn
   // The store's connection: one, or one per cluster node, routed by slot.
   cluster_router conn;
+
+  // The sharded layout's writes (write_sharded()), on a connection of their
+  // own ("PREFIX:writer"), so that a write, and every caller flushing the
+  // engine's writes, never waits behind a read on `conn`.
+  std::mutex shard_write_mutex;  // guards shard_writes
+  cluster_router shard_writes;
 
   std::mutex pipeline_mutex;  // guards the creation of pipeline
   // Declared last: destroyed first, so it drains before the rest goes.

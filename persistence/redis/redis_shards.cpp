@@ -86,9 +86,12 @@ void detail::redis::backend::write_sharded(std::span<const store_change> changes
   bool sent = false;            // bytes of some group reached a connection
   bool maybe_landed = false;    // groups whose outcome is not known
 
-  std::lock_guard lock(mutex);
+  // Its own connection: a write never waits behind the reads of the
+  // store's connection (a shard read, a notice's find, the schedules'
+  // scan), each a round trip that a slow link makes long (issue 33).
+  std::lock_guard lock(shard_write_mutex);
   if (!opts.cluster) {
-    conn.run(slot, "write", ec, [&](connection& c) {
+    shard_writes.run(slot, "write", ec, [&](connection& c) {
       for (const bool eval : {false, true}) {
         for (const auto& b : batches) {
           c.append_formatted(eval ? b.eval_head() : b.head(detail::redis::write_sha(c)));
@@ -117,7 +120,7 @@ void detail::redis::backend::write_sharded(std::span<const store_change> changes
   } else {
     for (std::size_t k = 0; k < n; ++k) {
       boost::system::error_code one;
-      conn.run(where[k]->slot, "write", one, [&](connection& c) {
+      shard_writes.run(where[k]->slot, "write", one, [&](connection& c) {
         for (const bool eval : {false, true}) {
           const auto& b = batches[k];
           c.append_formatted(eval ? b.eval_head() : b.head(detail::redis::write_sha(c)));

@@ -35,7 +35,9 @@ backend::backend(redis_options o)
       keys(opts.prefix),
       slot(detail::redis::key_slot(keys.tasks)),
       conn(opts, name, detail::redis::client_name_for(opts, ""),
-           detail::redis::store_handshake::writer(opts)) {
+           detail::redis::store_handshake::writer(opts)),
+      shard_writes(opts, name, detail::redis::client_name_for(opts, ":writer"),
+                   detail::redis::store_handshake::writer(opts)) {
   if (opts.shards == 0) {
     parts.push_back({keys, slot, {}});
     return;
