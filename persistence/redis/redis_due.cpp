@@ -36,6 +36,7 @@ using detail::redis::command;
 using detail::redis::connection;
 using detail::redis::redis_failure;
 using detail::redis::throw_server_error;
+using due_item = backend::due_item;
 
 // The live record read under `id`, or nothing (and why) when it is corrupt.
 std::optional<task> decode_live(std::string_view id, std::string_view raw, std::string& why) {
@@ -59,6 +60,75 @@ std::int64_t score_ms(const redisReply* r) {
   return static_cast<std::int64_t>(d);
 }
 
+// The arguments of one call of the page script after `after`, kept alive
+// while its command refers to them.
+struct due_call_args {
+  std::string from, until, count;
+  due_call_args(const due_cursor& after, std::int64_t until_ms, std::size_t limit)
+      : from(after.id.empty() && after.due_ms == INT64_MIN ? std::string("-inf")
+                                                           : std::to_string(after.due_ms)),
+        until(std::to_string(until_ms)),
+        count(std::to_string(limit)) {}
+};
+
+// One call of the page script over `keys` (EVAL, or EVALSHA of the script
+// the server loaded on `c`).
+command due_call(connection& c, bool eval, const detail::redis::store_keys& keys,
+                 const due_cursor& after, const due_call_args& a) {
+  command call;
+  if (eval)
+    call.arg("EVAL").arg(detail::redis::due_script);
+  else
+    call.arg("EVALSHA").arg(detail::redis::due_sha(c));
+  call.arg("2").arg(keys.tasks).arg(keys.due).arg(a.from).arg(after.id).arg(a.until).arg(a.count);
+  return call;
+}
+
+// The page script's reply: (id, score, record) triples in order, each as a
+// due_item (a record that does not decode keeps its bytes and why); `last`
+// is the page's last (score, id), the next page's cursor.
+void parse_due_reply(const redisReply* r, std::vector<backend::due_item>& items,
+                     std::optional<due_cursor>& last) {
+  if (r->type == REDIS_REPLY_ERROR) throw_server_error("list_due", r);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements % 3 != 0)
+    throw redis_failure{errc::store_error, "unexpected list_due reply"};
+  for (std::size_t i = 0; i < r->elements; i += 3) {
+    const redisReply* id_r = r->element[i];
+    const redisReply* rec = r->element[i + 2];
+    if (id_r->type != REDIS_REPLY_STRING)
+      throw redis_failure{errc::store_error, "unexpected id in a list_due reply"};
+    const std::string_view id(id_r->str, id_r->len);
+    if (i + 3 == r->elements) last = due_cursor{score_ms(r->element[i + 1]), std::string(id)};
+    if (rec->type == REDIS_REPLY_NIL) continue;  // an index entry without a record
+    if (rec->type != REDIS_REPLY_STRING)
+      throw redis_failure{errc::store_error, "unexpected record in a list_due reply"};
+    const std::string_view raw(rec->str, rec->len);
+    std::string why;
+    auto t = decode_live(id, raw, why);
+    backend::due_item item{score_ms(r->element[i + 1]), std::string(id), std::move(t), {}, {}};
+    if (!item.t) {
+      item.raw = std::string(raw);
+      item.why = std::move(why);
+    }
+    items.push_back(std::move(item));
+  }
+}
+
+// Quarantines the items of `items` that did not decode (on `c`, under the
+// backend's mutex): how many there were. Counted whether or not the script
+// moved each (it does not when another writer replaced the record since
+// the page was read): tasks + quarantined is what a caller compares with
+// its limit to know the range is done.
+std::size_t quarantine_bad(backend& m, connection& c, const detail::redis::store_keys& keys,
+                           const std::vector<backend::due_item>& items) {
+  std::vector<backend::bad_record> bad;
+  for (const backend::due_item& item : items)
+    if (!item.t) bad.push_back({item.id, item.raw, item.why});
+  m.quarantine(c, keys.tasks, keys.due, keys.quarantine, keys.quarantine_reason, bad,
+               "record of task");
+  return bad.size();
+}
+
 }  // namespace
 
 list_summary detail::redis::backend::list_due_part(const part& p, due_cursor& after,
@@ -71,96 +141,41 @@ list_summary detail::redis::backend::list_due_part(const part& p, due_cursor& af
   list_summary summary;
   out.clear();
   if (limit == 0) return summary;
-  // '-inf' keeps the default cursor before every score; with an id, the
-  // cursor names a (score, id) and must be the number.
-  const std::string from = after.id.empty() && after.due_ms == INT64_MIN
-                               ? std::string("-inf")
-                               : std::to_string(after.due_ms);
-  const std::string until = std::to_string(until_ms);
-  const std::string count = std::to_string(limit);
-  std::vector<task> page;
+  const due_call_args args(after, until_ms, limit);
+  std::vector<due_item> items;
   std::optional<due_cursor> last;
   {
     std::lock_guard lock(m.mutex);
     m.conn.run(p.slot, "list_due", ec, [&](connection& c) {
       // The body may run again after a redirect: start from nothing.
-      page.clear();
+      items.clear();
       last.reset();
       summary = {};
-      if (read) read->clear();
-      detail::redis::reply_ptr reply;
       for (const bool eval : {false, true}) {
-        command call;
-        if (eval)
-          call.arg("EVAL").arg(detail::redis::due_script);
-        else
-          call.arg("EVALSHA").arg(detail::redis::due_sha(c));
-        call.arg("2")
-            .arg(p.keys.tasks)
-            .arg(p.keys.due)
-            .arg(from)
-            .arg(after.id)
-            .arg(until)
-            .arg(count);
-        auto replies = c.exchange({std::move(call)});
+        auto replies = c.exchange({due_call(c, eval, p.keys, after, args)});
         if (!eval && detail::redis::is_noscript(replies[0].get())) {
           log(log_level::warning,
               m.name + ": the server lost the list_due script (NOSCRIPT); using EVAL");
           continue;
         }
-        reply = std::move(replies[0]);
+        parse_due_reply(replies[0].get(), items, last);
         break;
       }
-      const redisReply* r = reply.get();
-      if (r->type == REDIS_REPLY_ERROR) throw_server_error("list_due", r);
-      if (r->type != REDIS_REPLY_ARRAY || r->elements % 3 != 0)
-        throw redis_failure{errc::store_error, "unexpected list_due reply"};
-      std::vector<backend::bad_record> bad;
-      for (std::size_t i = 0; i < r->elements; i += 3) {
-        const redisReply* id_r = r->element[i];
-        const redisReply* rec = r->element[i + 2];
-        if (id_r->type != REDIS_REPLY_STRING)
-          throw redis_failure{errc::store_error, "unexpected id in a list_due reply"};
-        const std::string_view id(id_r->str, id_r->len);
-        if (i + 3 == r->elements) last = due_cursor{score_ms(r->element[i + 1]), std::string(id)};
-        if (rec->type == REDIS_REPLY_NIL) continue;  // an index entry without a record
-        if (rec->type != REDIS_REPLY_STRING)
-          throw redis_failure{errc::store_error, "unexpected record in a list_due reply"};
-        const std::string_view raw(rec->str, rec->len);
-        std::string why;
-        auto t = decode_live(id, raw, why);
-        if (read) {
-          // The caller decides what to quarantine (list_due_merged()).
-          due_item item{score_ms(r->element[i + 1]), std::string(id), std::move(t), {}, {}};
-          if (!item.t) {
-            item.raw = std::string(raw);
-            item.why = std::move(why);
-          }
-          read->push_back(std::move(item));
-        } else if (t) {
-          page.push_back(std::move(*t));
-        } else {
-          bad.push_back({id, raw, std::move(why)});
-        }
-      }
-      if (read) return;
-      // Quarantined before any task of the page reaches the sink. Counted
-      // whether or not the script moved it (it does not when another writer
-      // replaced the record since the page was read): tasks + quarantined
-      // is what the caller compares with `limit` to know the range is done.
-      m.quarantine(c, p.keys.tasks, p.keys.due, p.keys.quarantine, p.keys.quarantine_reason, bad,
-                   "record of task");
-      summary.quarantined = bad.size();
+      // The caller decides what to quarantine (list_due_merged()). Else
+      // quarantined before any task of the page reaches the sink.
+      if (!read) summary.quarantined = quarantine_bad(m, c, p.keys, items);
     });
   }
   if (ec) return {};
   if (last) after = std::move(*last);
   if (read) {
-    for (const due_item& item : *read) ++(item.t ? summary.tasks : summary.quarantined);
+    for (const due_item& item : items) ++(item.t ? summary.tasks : summary.quarantined);
+    *read = std::move(items);
     return summary;
   }
-  summary.tasks = page.size();
-  out = std::move(page);
+  for (due_item& item : items)
+    if (item.t) out.push_back(std::move(*item.t));
+  summary.tasks = out.size();
   return summary;
 }
 
@@ -192,6 +207,68 @@ list_summary detail::redis::shards_role::list_due_shard(std::uint32_t shard, due
   if (ec) return {};
   for (task& t : page) sink(std::move(t));
   return summary;
+}
+
+std::vector<list_summary> detail::redis::shards_role::list_due_shards(
+    std::span<const std::uint32_t> shards, std::span<due_cursor> after, std::int64_t until_ms,
+    std::size_t limit, const std::function<void(std::size_t, task&&)>& sink,
+    boost::system::error_code& ec) {
+  ec = {};
+  backend& m = b_;
+  const std::size_t n = std::min(shards.size(), after.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (shards[i] >= m.shards()) {
+      ec = errc::shard_mismatch;
+      return {};
+    }
+  // A Redis Cluster spreads the shards' slots over its nodes: one at a time.
+  if (m.opts.cluster || n <= 1 || limit == 0)
+    return shard_store::list_due_shards(shards, after, until_ms, limit, sink, ec);
+  std::vector<due_call_args> args;
+  args.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) args.emplace_back(after[i], until_ms, limit);
+  std::vector<std::vector<due_item>> items(n);
+  std::vector<std::optional<due_cursor>> last(n);
+  std::vector<list_summary> out(n);
+  {
+    std::lock_guard lock(m.mutex);
+    // Every shard's page in one round trip: the calls are pipelined.
+    m.conn.run(m.slot, "list_due", ec, [&](connection& c) {
+      for (std::size_t i = 0; i < n; ++i) {
+        items[i].clear();
+        last[i].reset();
+        out[i] = {};
+      }
+      for (const bool eval : {false, true}) {
+        std::vector<command> calls;
+        calls.reserve(n);
+        for (std::size_t i = 0; i < n; ++i)
+          calls.push_back(due_call(c, eval, m.parts[shards[i]].keys, after[i], args[i]));
+        auto replies = c.exchange(calls);
+        if (!eval && std::any_of(replies.begin(), replies.end(), [](const auto& r) {
+              return detail::redis::is_noscript(r.get());
+            })) {
+          log(log_level::warning,
+              m.name + ": the server lost the list_due script (NOSCRIPT); using EVAL");
+          continue;
+        }
+        for (std::size_t i = 0; i < n; ++i) parse_due_reply(replies[i].get(), items[i], last[i]);
+        break;
+      }
+      for (std::size_t i = 0; i < n; ++i)
+        out[i].quarantined = quarantine_bad(m, c, m.parts[shards[i]].keys, items[i]);
+    });
+  }
+  if (ec) return {};
+  for (std::size_t i = 0; i < n; ++i) {
+    if (last[i]) after[i] = std::move(*last[i]);
+    for (due_item& item : items[i]) {
+      if (!item.t) continue;
+      ++out[i].tasks;
+      sink(i, std::move(*item.t));
+    }
+  }
+  return out;
 }
 
 std::vector<std::optional<task>> detail::redis::tasks_role::find(std::span<const std::string> ids,

@@ -22,6 +22,14 @@ class shards_role final : public shard_store {
   /// when `cluster.shards` is not shards().
   std::unique_ptr<shard_leases> make_shard_leases(const cluster_options& cluster,
                                                   boost::system::error_code& ec) override;
+  /// The pages of several shards in one round trip (the calls pipelined on
+  /// the store's connection); one shard after the other on a Redis Cluster,
+  /// whose nodes hold different shards.
+  std::vector<list_summary> list_due_shards(std::span<const std::uint32_t> shards,
+                                            std::span<due_cursor> after, std::int64_t until_ms,
+                                            std::size_t limit,
+                                            const std::function<void(std::size_t, task&&)>& sink,
+                                            boost::system::error_code& ec) override;
   /// SUBSCRIBE `PREFIX:notify` on a connection of its own (on a Redis
   /// Cluster, the first seed that answers).
   std::unique_ptr<task_listener> listen(boost::system::error_code& ec) override;

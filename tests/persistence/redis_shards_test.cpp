@@ -475,6 +475,71 @@ TEST_CASE("redis shards: list_due_shard reads one shard, in order, list_due merg
   CHECK(got == want);
 }
 
+TEST_CASE("redis shards: list_due_shards reads several shards at once, each as list_due_shard") {
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shm");
+  cleanup clean{raw, prefix};
+  redis_store store(sharded(prefix));
+  std::vector<task> tasks;
+  for (int i = 0; i < 90; ++i)
+    tasks.push_back(make_task("m" + std::to_string(i), "p", (i * 5) % 11));
+  store.save(tasks);
+  // An undecodable record in shard 2: quarantined, counted, read past.
+  const std::string bad_id = [&] {
+    for (int i = 0;; ++i) {
+      std::string id = "bad" + std::to_string(i);
+      if (shard_of(id, shard_count) == 2) return id;
+    }
+  }();
+  raw.run({"HSET", "{" + prefix + ":2}:tasks", bad_id, "not a record"});
+  raw.run({"ZADD", "{" + prefix + ":2}:due", "3", bad_id});
+  const auto key = [](const task& t) { return std::make_pair(to_epoch_ms(t.due), t.id); };
+  const std::vector<std::uint32_t> which{0, 2, 5, 7};
+  std::vector<std::vector<std::pair<std::int64_t, std::string>>> want(which.size()),
+      got(which.size());
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    for (const task& t : tasks)
+      if (shard_of(t.id, shard_count) == which[k] && to_epoch_ms(t.due) <= 8)
+        want[k].push_back(key(t));
+    std::sort(want[k].begin(), want[k].end());
+  }
+  std::vector<due_cursor> after(which.size());
+  std::vector<std::uint32_t> open = which;
+  std::vector<std::size_t> index{0, 1, 2, 3};
+  std::size_t quarantined = 0;
+  while (!open.empty()) {
+    std::vector<due_cursor> at;
+    for (std::size_t k : index) at.push_back(after[k]);
+    boost::system::error_code ec;
+    const auto pages = store.sharded()->list_due_shards(
+        open, at, 8, 3, [&](std::size_t i, task&& t) { got[index[i]].push_back(key(t)); }, ec);
+    REQUIRE_FALSE(ec);
+    REQUIRE(pages.size() == open.size());
+    std::vector<std::uint32_t> next;
+    std::vector<std::size_t> next_index;
+    for (std::size_t i = 0; i < open.size(); ++i) {
+      after[index[i]] = at[i];
+      quarantined += pages[i].quarantined;
+      if (pages[i].tasks + pages[i].quarantined == 3) {
+        next.push_back(open[i]);
+        next_index.push_back(index[i]);
+      }
+    }
+    open = std::move(next);
+    index = std::move(next_index);
+  }
+  for (std::size_t k = 0; k < which.size(); ++k) CHECK(got[k] == want[k]);
+  CHECK(quarantined == 1);
+  CHECK(raw.integer({"HEXISTS", "{" + prefix + ":2}:tasks", bad_id}) == 0);
+
+  boost::system::error_code ec;
+  std::vector<std::uint32_t> beyond{1, shard_count};
+  std::vector<due_cursor> cursors(2);
+  store.sharded()->list_due_shards(
+      beyond, cursors, INT64_MAX, 3, [](std::size_t, task&&) {}, ec);
+  CHECK(ec == errc::shard_mismatch);
+}
+
 TEST_CASE("redis shards: list_dead merges the shards by died_at, then id") {
   raw_redis raw;
   const std::string prefix = unique_prefix("shx");

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "delayq/shard_leases.hpp"
 #include "delayq/task.hpp"
@@ -63,6 +65,29 @@ class shard_store {
   virtual list_summary list_due_shard(std::uint32_t shard, due_cursor& after, std::int64_t until_ms,
                                       std::size_t limit, const std::function<void(task&&)>& sink,
                                       boost::system::error_code& ec) = 0;
+
+  /// list_due_shard() for several shards at once, in one round trip where
+  /// the store can: what an engine reads when it takes over shards, so
+  /// that a slow store link costs one round trip for all of them, not one
+  /// each. `after[i]` is `shards[i]`'s cursor, advanced as list_due_shard()
+  /// advances it; `sink(i, t)` gets `shards[i]`'s tasks; element i of the
+  /// result is `shards[i]`'s summary. An error fails the whole call (`ec`
+  /// set, an empty result; the cursors and what the sink got are then not
+  /// to be relied on). Default: list_due_shard() for each shard in turn.
+  virtual std::vector<list_summary> list_due_shards(
+      std::span<const std::uint32_t> shards, std::span<due_cursor> after, std::int64_t until_ms,
+      std::size_t limit, const std::function<void(std::size_t, task&&)>& sink,
+      boost::system::error_code& ec) {
+    ec = {};
+    std::vector<list_summary> out;
+    out.reserve(shards.size());
+    for (std::size_t i = 0; i < shards.size() && i < after.size(); ++i) {
+      out.push_back(list_due_shard(
+          shards[i], after[i], until_ms, limit, [&](task&& t) { sink(i, std::move(t)); }, ec));
+      if (ec) return {};
+    }
+    return out;
+  }
 
   /// A listener for the notices of saved tasks and changed settings
   /// (task_listener), on a connection of its own. Optional even here: the

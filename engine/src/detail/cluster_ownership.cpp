@@ -311,66 +311,91 @@ void cluster_ownership::queue_held_shard_reads() {
 
 void cluster_ownership::reader_loop() {
   for (;;) {
-    std::uint32_t s = 0;
+    std::vector<std::uint32_t> batch;
     {
       std::unique_lock lock(lease_mutex_);
       reader_cv_.wait(lock, [&] { return lease_stop_ || !to_read_.empty(); });
       if (lease_stop_) return;
-      s = to_read_.front();
-      to_read_.pop_front();
+      batch.assign(to_read_.begin(), to_read_.end());
+      to_read_.clear();
     }
     // Lost meanwhile: its new owner reads it.
-    if (!shards_->held(s) || page_in_shard(s)) continue;
+    std::erase_if(batch, [&](std::uint32_t s) { return !shards_->held(s); });
+    if (batch.empty()) continue;
+    const std::vector<std::uint32_t> failed = page_in_shards(batch);
     std::lock_guard lock(lease_mutex_);
-    if (std::find(unread_shards_.begin(), unread_shards_.end(), s) == unread_shards_.end())
-      unread_shards_.push_back(s);
+    for (std::uint32_t s : failed)
+      if (std::find(unread_shards_.begin(), unread_shards_.end(), s) == unread_shards_.end())
+        unread_shards_.push_back(s);
   }
 }
 
-bool cluster_ownership::page_in_shard(std::uint32_t s) {
+std::vector<std::uint32_t> cluster_ownership::page_in_shards(
+    const std::vector<std::uint32_t>& shards) {
+  const std::size_t n = shards.size();
   std::int64_t until = 0;
   std::uint64_t seq = 0;
-  std::uint64_t token = 0;
+  std::vector<std::uint64_t> tokens(n);
   {
     std::lock_guard lock(host_.mutex());
-    if (!host_.running()) return true;
+    if (!host_.running()) return {};
     until = host_.watermark_locked();
     seq = host_.begin_read_locked();
-    token = shards_->token(s);
+    for (std::size_t k = 0; k < n; ++k) tokens[k] = shards_->token(shards[k]);
   }
-  // Writes queued before the read began (a schedule of this shard that was
-  // let go while another instance held it) land first.
+  // Writes queued before the read began (a schedule of one of these shards
+  // that was let go while another instance held it) land first: one flush
+  // for every shard read together.
   host_.flush_writes();
-  due_cursor cursor;
-  std::vector<task> page;
+  std::vector<due_cursor> cursors(n);
+  std::vector<std::vector<task>> pages(n);
+  std::vector<std::size_t> open(n);  // the shards with more to read, by index
+  for (std::size_t k = 0; k < n; ++k) open[k] = k;
   host::rejected_tasks rejected;
+  std::vector<std::uint32_t> failed;
   boost::system::error_code ec;
-  for (;;) {
-    page.clear();
-    list_summary got;
+  while (!open.empty()) {
+    // A page of every shard still open, in one round trip where the store
+    // can (list_due_shards()): a takeover of many shards over a slow link
+    // costs one round trip, not one a shard (issue 33).
+    std::vector<std::uint32_t> which;
+    std::vector<due_cursor> at;
+    for (std::size_t k : open) {
+      which.push_back(shards[k]);
+      at.push_back(cursors[k]);
+      pages[k].clear();
+    }
+    std::vector<list_summary> got;
     try {
-      got = store_.sharded()->list_due_shard(
-          s, cursor, until, shard_page, [&](task&& t) { page.push_back(std::move(t)); }, ec);
+      got = store_.sharded()->list_due_shards(
+          which, at, until, shard_page,
+          [&](std::size_t i, task&& t) { pages[open[i]].push_back(std::move(t)); }, ec);
     } catch (const std::exception&) {
       ec = errc::store_error;
     }
-    if (ec) break;
-    bool stale = false;
+    if (!ec && got.size() != open.size()) ec = errc::store_error;
+    if (ec) {
+      for (std::size_t k : open) failed.push_back(shards[k]);
+      break;
+    }
+    std::vector<std::size_t> more;
     {
       std::lock_guard lock(host_.mutex());
-      // Lost and taken again since the read began (this thread reads while
-      // the lease thread runs rounds): the page may hold tasks another
-      // instance ran or cancelled meanwhile, and the regain queued a fresh
-      // read of the shard. Nothing of this one is held.
-      stale = shards_->token(s) != token;
-      if (!stale) {
-        host_.count_quarantined_locked(got.quarantined);
-        const std::int64_t now = now_ms();
-        for (const task& t : page) host_.hold_read_locked(t, seq, now, rejected);
+      const std::int64_t now = now_ms();
+      for (std::size_t i = 0; i < open.size(); ++i) {
+        const std::size_t k = open[i];
+        cursors[k] = at[i];
+        // Lost and taken again since the read began (this thread reads
+        // while the lease thread runs rounds): the page may hold tasks
+        // another instance ran or cancelled meanwhile, and the regain
+        // queued a fresh read of the shard. Nothing of this one is held.
+        if (shards_->token(shards[k]) != tokens[k]) continue;
+        host_.count_quarantined_locked(got[i].quarantined);
+        for (const task& t : pages[k]) host_.hold_read_locked(t, seq, now, rejected);
+        if (got[i].tasks + got[i].quarantined >= shard_page) more.push_back(k);
       }
     }
-    if (stale) break;
-    if (got.tasks + got.quarantined < shard_page) break;
+    open = std::move(more);
     if (!host_.running()) break;  // stopping: no use reading on
   }
   {
@@ -378,13 +403,13 @@ bool cluster_ownership::page_in_shard(std::uint32_t s) {
     host_.end_read_locked(seq);
   }
   host_.quarantine_rejected(rejected);
-  if (ec) {
-    log(log_level::warning, "cluster: reading shard " + std::to_string(s) + " from " +
-                                store_.describe() + " failed: " + ec.message() +
-                                "; retrying next round");
-    return false;
+  if (!failed.empty()) {
+    std::string list;
+    for (std::uint32_t s : failed) list += (list.empty() ? "" : " ") + std::to_string(s);
+    log(log_level::warning, "cluster: reading shards " + list + " from " + store_.describe() +
+                                " failed: " + ec.message() + "; retrying next round");
   }
-  return true;
+  return failed;
 }
 
 void cluster_ownership::lease_loop() {

@@ -9,7 +9,7 @@
 // - a schedule of a task of another shard writes it, then lets go of it
 //   (evict_if_far_locked), as of a far task;
 // - a shard gained is read in like a page (begin a read, flush the writer,
-//   list_due_shard up to the watermark, hold each task unless held or erased
+//   list_due_shards up to the watermark, hold each task unless held or erased
 //   meanwhile), so a cancel racing with it stays truthful;
 // - a shard lost: its idle records are let go (the new owner reads them from
 //   the store); records a write or an attempt is busy with are let go when
@@ -98,16 +98,17 @@ class cluster_ownership final : public ownership {
   // Whether a shard in `leaving` (ascending) is still leaving and no attempt
   // runs on it: it can be handed over now. Takes the lock.
   bool idle_leaving(const std::vector<std::uint32_t>& leaving) const;
-  // Reads the tasks of shard `s` due at or before the watermark into the
-  // wheel (as the pager does); false if the store could not be read.
-  bool page_in_shard(std::uint32_t s);
+  // Reads the tasks of `shards` due at or before the watermark into the
+  // wheel (as the pager does), all of them together; returns the shards
+  // whose read failed (the store could not be read).
+  std::vector<std::uint32_t> page_in_shards(const std::vector<std::uint32_t>& shards);
   void lease_loop();
   // The listener thread: holds the tasks other instances save into the
   // held shards (task_store::listen()), as fault_in() would.
   void listen_loop();
-  // The shard reader thread: reads the shards queued by queue_shard_reads()
-  // one after the other (page_in_shard). A failed read is queued again at
-  // the next lease round (unread_shards_).
+  // The shard reader thread: reads the shards queued by queue_shard_reads(),
+  // all those queued at once together (page_in_shards). A failed read is
+  // queued again at the next lease round (unread_shards_).
   void reader_loop();
   void queue_shard_reads(const std::vector<std::uint32_t>& shards);
   void queue_held_shard_reads();
