@@ -102,6 +102,16 @@ class freezing_proxy {
   }
   /// Bytes forwarded from clients to the server so far.
   std::size_t forwarded_up() const { return up_; }
+  /// Round trips begun since the last reset_turns(): times bytes went up to
+  /// the server after bytes came down (or for the first time). A client
+  /// that pipelines N commands makes one; one that waits for each reply
+  /// before it sends the next makes N.
+  std::size_t up_turns() const { return turns_; }
+  void reset_turns() {
+    settle();
+    turns_ = 0;
+    last_up_ = false;
+  }
   /// While frozen: the bytes clients sent that wait unread in the proxy's
   /// sockets (as of the proxy thread's last pass), so a test can wait until
   /// a client's write has left it.
@@ -146,7 +156,11 @@ class freezing_proxy {
       if (w <= 0) return false;
       off += w;
     }
-    if (up) up_ += static_cast<std::size_t>(n);
+    if (up) {
+      up_ += static_cast<std::size_t>(n);
+      if (!last_up_) ++turns_;
+    }
+    last_up_ = up;
     return true;
   }
 
@@ -243,6 +257,8 @@ class freezing_proxy {
   std::atomic<bool> unplugged_{false};
   std::atomic<std::size_t> up_{0};
   std::atomic<std::size_t> queued_up_{0};
+  std::atomic<std::size_t> turns_{0};
+  std::atomic<bool> last_up_{false};
   std::vector<pair> pairs_;  // the proxy thread's, and the destructor's after join
   std::thread thread_;
 };

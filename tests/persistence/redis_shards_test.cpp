@@ -15,6 +15,7 @@
 #include "delayq/open_store.hpp"
 #include "delayq/redis_shard_leases.hpp"
 #include "delayq/redis_store.hpp"
+#include "delayq/schedule_store.hpp"
 #include "freezing_proxy.hpp"
 #include "store_fixtures.hpp"
 #include "test_support.hpp"
@@ -303,6 +304,75 @@ TEST_CASE(
   // The next write goes on a new connection.
   store.save(std::vector{t}, ec);
   CHECK_FALSE(ec);
+}
+
+TEST_CASE("redis shards: a takeover's reads cost one round trip for every shard on one server") {
+  // Found by the fault harness (issue 33): an instance whose Redis link was
+  // slowed took over a cut-off instance's shards and read them one by one,
+  // while the schedule keeper counted and scanned the schedules a round
+  // trip a shard, holding the store's connection for 32 of them (13 s on
+  // that link). Each is one round trip for all the shards now.
+  raw_redis raw;
+  const std::string prefix = unique_prefix("shrt");
+  cleanup clean{raw, prefix};
+  freezing_proxy proxy(redis_options::parse(redis_test_uri()).port);
+  redis_options o = sharded(prefix);
+  o.host = "127.0.0.1";
+  o.port = proxy.port();
+  redis_store store(o);
+  schedule_store* schedules = store.schedules();
+  REQUIRE(schedules != nullptr);
+  // A task and a schedule in every shard; the writes warm the connection.
+  std::vector<task> tasks;
+  std::vector<std::string> ids;
+  for (std::uint32_t s = 0; s < shard_count; ++s) {
+    ids.push_back(ids_in_shard(s, 1, "rt")[0]);
+    tasks.push_back(make_task(ids.back(), "p", s));
+  }
+  boost::system::error_code ec;
+  store.save(tasks, ec);
+  REQUIRE_FALSE(ec);
+  for (const std::string& id : ids) {
+    schedule_write w;
+    w.what = schedule_write::kind::put;
+    w.id = id;
+    w.definition = "def";
+    w.state = "st";
+    schedules->write_schedules(std::span<const schedule_write>(&w, 1), ec);
+    REQUIRE_FALSE(ec);
+  }
+  // At most 2: a pipeline written in two pieces is still one wait. One
+  // call a shard would be 8.
+  proxy.reset_turns();
+  CHECK(schedules->count_schedules(ec) == shard_count);
+  REQUIRE_FALSE(ec);
+  CHECK(proxy.up_turns() <= 2);
+
+  proxy.reset_turns();
+  std::size_t seen = 0;
+  schedules->scan_schedules(
+      100, [&](std::vector<schedule_record>& page) { seen += page.size(); }, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(seen == shard_count);
+  CHECK(proxy.up_turns() <= 2);
+
+  std::vector<std::uint32_t> all(shard_count);
+  for (std::uint32_t s = 0; s < shard_count; ++s) all[s] = s;
+  std::vector<due_cursor> after(shard_count);
+  std::size_t read = 0;
+  // Once so that the server has the page script (a NOSCRIPT reply costs
+  // the EVAL's round trip on a fresh connection), then counted.
+  store.sharded()->list_due_shards(all, after, INT64_MAX, 100,
+                                   [&](std::size_t, task&&) { ++read; }, ec);
+  REQUIRE_FALSE(ec);
+  std::vector<due_cursor> again(shard_count);
+  read = 0;
+  proxy.reset_turns();
+  store.sharded()->list_due_shards(all, again, INT64_MAX, 100,
+                                   [&](std::size_t, task&&) { ++read; }, ec);
+  REQUIRE_FALSE(ec);
+  CHECK(read == shard_count);
+  CHECK(proxy.up_turns() <= 2);
 }
 
 TEST_CASE("redis shards: make_shard_leases checks the shard count") {
