@@ -443,6 +443,33 @@ TEST_CASE("push client: a delivery whose attempt is no longer current is withdra
   CHECK(f.client->in_flight() == 0);
 }
 
+TEST_CASE("push client: withdraw(id) ends that task's unwritten deliveries, not those written") {
+  receiver rx;
+  client_fixture f;
+  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
+  f.deliver(held, "a");
+  f.deliver(held, "b");
+  f.deliver(held, "c");
+  REQUIRE(rx.wait_held_total(1));
+  // "a" is written and held by the receiver: it goes on. "b" waits for
+  // the slot: it ends at once, its completion destroyed uncalled.
+  CHECK(f.client->withdraw("a") == 0);
+  CHECK(f.client->withdraw("b") == 1);
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.drop_count() == 1);
+  CHECK(f.client->queued() == 1);
+  rx.release_held();
+  REQUIRE(rx.wait_held_total(2));
+  rx.release_held();
+  REQUIRE(f.results.wait_ended(3));
+  CHECK(f.results.only("a") == "");
+  CHECK(f.results.only("c") == "");
+  CHECK(f.results.calls("b").empty());
+  std::vector<std::string> got;
+  for (const auto& r : rx.requests()) got.push_back(r.headers.at("X-Delayq-Task-Id"));
+  CHECK(got == std::vector<std::string>{"a", "c"});
+}
+
 TEST_CASE("push client: done is called exactly once for every delivery") {
   receiver rx;
   client_fixture f;

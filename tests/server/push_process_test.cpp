@@ -75,6 +75,54 @@ TEST_CASE("server: push retries a failing receiver until it answers 2xx") {
   CHECK(reserved_tasks(none).empty());
 }
 
+TEST_CASE("server: a replaced push task waiting for its push slot is never pushed") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  // Found by the fault harness (redis-kill): the old version of a replaced
+  // task, queued behind its type's `concurrency`, was pushed after the
+  // replace had been answered.
+  push_receiver receiver(
+      [](const push_call&, std::size_t index) { return index == 0 ? push_receiver::hold : 200u; });
+  test_store store(kind);
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  const std::string type = unique_name("replaced");
+  auto p = c.put(type_path(type),
+                 json{{"push_url", receiver.url()}, {"timeout_ms", 600000}, {"concurrency", 1}});
+  REQUIRE_MESSAGE(p.status == 204, p.describe());
+  auto first = add_task(c, type, "holds the slot", 0);
+  REQUIRE_MESSAGE(first.status == 201, first.describe());
+  REQUIRE(receiver.wait_for_task(id_of(first)));
+  // Due now: it fires and waits for the slot.
+  auto old = add_task(c, type, "old", 0, "x");
+  REQUIRE_MESSAGE(old.status == 201, old.describe());
+  REQUIRE(eventually([&] {
+    auto st = c.get("/v1/stats");
+    return st.status == 200 && st.body_json["server"]["pushes_queued"] == 1;
+  }));
+  auto replaced = c.post("/v1/tasks", json{{"type", type},
+                                           {"payload", "new"},
+                                           {"delay_ms", 3600000},
+                                           {"id", "x"},
+                                           {"conflict", "replace"}});
+  REQUIRE_MESSAGE(replaced.status == 201, replaced.describe());
+  // Queued after "old": with one slot, "old" would be pushed before it.
+  auto marker = add_task(c, type, "marker", 0);
+  REQUIRE_MESSAGE(marker.status == 201, marker.describe());
+  receiver.answer_held(200);
+  REQUIRE(receiver.wait_for_task(id_of(marker)));
+  for (const auto& call : receiver.calls())
+    CHECK_MESSAGE(call.body["payload"] != "old", "the replaced version was pushed");
+  CHECK(receiver.calls_for("x") == 0);
+  auto st = c.get("/v1/stats");
+  REQUIRE(st.status == 200);
+  CHECK(st.body_json["server"]["pushes_withdrawn"] == 1);
+  // The new version waits for its time.
+  auto g = c.get(task_path("x"));
+  REQUIRE_MESSAGE(g.status == 200, g.describe());
+  CHECK(g.body_json["payload"] == "new");
+}
+
 TEST_CASE("server: push to a receiver that always fails makes a dead letter") {
   DELAYQ_FOR_EACH_STORE(kind);
   push_receiver receiver([](const push_call&, std::size_t) { return 503u; });

@@ -318,12 +318,16 @@ void api_router::add_task(call& c) {
   // durable, and a task due now is in the broker's ready order by then.
   parts_.engine->async_schedule_at(
       std::move(r.type), std::move(r.payload), r.when.due(parts_.engine->now()), std::move(opts),
-      direct([respond = std::move(c.respond), broker = parts_.broker,
+      direct([respond = std::move(c.respond), broker = parts_.broker, pusher = parts_.pusher,
               replace = r.conflict == on_conflict::replace](boost::system::error_code ec,
                                                             std::string id) {
-        // A replaced task that was due and waiting for a consumer is the old
-        // version: take it back so only the new one is delivered.
-        if (!ec && replace) broker->release_ready(id);
+        // A replaced task that was due and waiting for a consumer, or for
+        // its push to be written, is the old version: take it back so only
+        // the new one is delivered.
+        if (!ec && replace) {
+          broker->release_ready(id);
+          if (pusher) pusher->withdraw(id);
+        }
         respond(ec ? error_answer(from_error_code(ec)) : json_answer(201, json{{"id", id}}));
       }));
 }
@@ -428,7 +432,10 @@ http_answer api_router::store_batch(std::vector<add_request> rs) {
     if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
     return error_answer(e);
   }
-  for (const std::string& id : replaced) parts_.broker->release_ready(id);
+  for (const std::string& id : replaced) {
+    parts_.broker->release_ready(id);
+    if (parts_.pusher) parts_.pusher->withdraw(id);
+  }
   return json_answer(201, json{{"ids", ids}});
 }
 
@@ -485,9 +492,10 @@ void api_router::cancel_task(call& c, const std::string& id) {
   blocking(std::move(c.respond), [this, id] {
     return chase(id, "cancelled", [&](boost::system::error_code& ec) {
       if (!parts_.engine->cancel(id, ec)) return false;
-      // A replaced older version may still wait for a consumer: it must not
-      // be delivered either.
+      // A replaced older version may still wait for a consumer, or for its
+      // push to be written: it must not be delivered either.
       parts_.broker->release_ready(id);
+      if (parts_.pusher) parts_.pusher->withdraw(id);
       return true;
     });
   });

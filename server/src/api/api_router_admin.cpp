@@ -187,7 +187,8 @@ void api_router::stats(call& c) {
         {"pushes_in_flight", parts_.pusher->in_flight()},
         {"pushes_queued", parts_.pusher->queued()},
         {"pushes_sent", parts_.pusher->sent()},
-        {"pushes_failed", parts_.pusher->failed()}}},
+        {"pushes_failed", parts_.pusher->failed()},
+        {"pushes_withdrawn", parts_.pusher->withdrawn()}}},
       {"types", std::move(types)},
   };
   c.answer(json_answer(200, j));

@@ -189,7 +189,9 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     // slot, a strand, a resolve or a connect since its attempt started, and
     // its shard's lease may have lapsed meanwhile.
     const auto& current = owner->options.attempt_current;
-    if (current && !current(delivery.task)) return withdraw();
+    if (withdraw_asked.load(std::memory_order_acquire) ||
+        (current && !current(delivery.task)))
+      return withdraw();
     conn->stream.expires_at(deadline);
     http::async_write(conn->stream, req,
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
@@ -305,6 +307,8 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
   bool reused;
   bool finished = false;
   bool resolve_timed_out = false;
+  // Set by push_client::withdraw(): not to be written (checked in send()).
+  std::atomic<bool> withdraw_asked{false};
   clock_type::time_point deadline{};
   tcp::resolver resolver;
   asio::steady_timer timer;
@@ -465,6 +469,35 @@ std::size_t push_client::release_queued(const std::function<bool(const delayq::t
       }
     }
   }
+  impl_->withdrawn.fetch_add(dropped.size(), std::memory_order_relaxed);
+  return dropped.size();
+}
+
+std::size_t push_client::withdraw(std::string_view id) {
+  // Both destroyed on return, outside the lock: a completion runs the
+  // engine's code, and a request held here may be the last reference.
+  std::vector<pending_delivery> dropped;
+  std::vector<std::shared_ptr<impl::request>> held;
+  std::lock_guard lock(impl_->mutex);
+  for (auto& [type, st] : impl_->types) {
+    for (auto it = st.queue.begin(); it != st.queue.end();) {
+      if (it->task.id == id) {
+        dropped.push_back(std::move(*it));
+        it = st.queue.erase(it);
+        --impl_->queued;
+      } else {
+        ++it;
+      }
+    }
+  }
+  // A request's delivery is fixed at its birth; only the flag is shared.
+  for (auto& [n, weak] : impl_->live) {
+    if (auto r = weak.lock()) {
+      if (r->delivery.task.id == id) r->withdraw_asked.store(true, std::memory_order_release);
+      held.push_back(std::move(r));
+    }
+  }
+  impl_->withdrawn.fetch_add(dropped.size(), std::memory_order_relaxed);
   return dropped.size();
 }
 

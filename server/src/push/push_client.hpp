@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -121,6 +122,16 @@ class push_client {
   /// engine_options::on_attempts_stale.
   std::size_t release_queued(const std::function<bool(const delayq::task&)>& stale);
 
+  /// Withdraws the deliveries of task `id` whose request is not written
+  /// yet: queued ones at once, started ones when they would write (a
+  /// request being written or answered goes on). Each ends uncounted, by
+  /// destroying its `done` without calling it. For a replace or a cancel of
+  /// `id`: an older version whose push waits for a slot must not reach the
+  /// receiver after the call is answered. A newer version's delivery caught
+  /// as well is given back, and the engine makes it ready again a tick
+  /// later. Returns how many were queued.
+  std::size_t withdraw(std::string_view id);
+
   /// Starts no more requests, for a drain: the deliveries queued for a
   /// free slot, and every deliver() from now on, end by destroying their
   /// `done` without calling it (an engine's async_executor completion then
@@ -144,8 +155,9 @@ class push_client {
   std::uint64_t sent() const;
   /// Deliveries that ended with a failure reported to `done`.
   std::uint64_t failed() const;
-  /// Deliveries withdrawn unsent: push_client_options::attempt_current said
-  /// no just before their request was written.
+  /// Deliveries withdrawn unsent: by release_queued() or withdraw(), or
+  /// because push_client_options::attempt_current said no just before
+  /// their request was written.
   std::uint64_t withdrawn() const;
 
  private:
