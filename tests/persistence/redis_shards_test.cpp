@@ -362,14 +362,14 @@ TEST_CASE("redis shards: a takeover's reads cost one round trip for every shard 
   std::size_t read = 0;
   // Once so that the server has the page script (a NOSCRIPT reply costs
   // the EVAL's round trip on a fresh connection), then counted.
-  store.sharded()->list_due_shards(all, after, INT64_MAX, 100,
-                                   [&](std::size_t, task&&) { ++read; }, ec);
+  store.sharded()->list_due_shards(
+      all, after, INT64_MAX, 100, [&](std::size_t, task&&) { ++read; }, ec);
   REQUIRE_FALSE(ec);
   std::vector<due_cursor> again(shard_count);
   read = 0;
   proxy.reset_turns();
-  store.sharded()->list_due_shards(all, again, INT64_MAX, 100,
-                                   [&](std::size_t, task&&) { ++read; }, ec);
+  store.sharded()->list_due_shards(
+      all, again, INT64_MAX, 100, [&](std::size_t, task&&) { ++read; }, ec);
   REQUIRE_FALSE(ec);
   CHECK(read == shard_count);
   CHECK(proxy.up_turns() <= 2);

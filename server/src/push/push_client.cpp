@@ -187,10 +187,10 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
   void send() {
     // Asked here, as late as can be: the delivery may have waited for a
     // slot, a strand, a resolve or a connect since its attempt started, and
-    // its shard's lease may have lapsed meanwhile.
+    // meanwhile its shard's lease may have lapsed, or its task been
+    // replaced (withdraw()).
     const auto& current = owner->options.attempt_current;
-    if (withdraw_asked.load(std::memory_order_acquire) ||
-        (current && !current(delivery.task)))
+    if (withdraw_asked.load(std::memory_order_acquire) || (current && !current(delivery.task)))
       return withdraw();
     conn->stream.expires_at(deadline);
     http::async_write(conn->stream, req,
