@@ -465,9 +465,69 @@ TEST_CASE("push client: withdraw(id) ends that task's unwritten deliveries, not 
   CHECK(f.results.only("a") == "");
   CHECK(f.results.only("c") == "");
   CHECK(f.results.calls("b").empty());
+  CHECK(f.client->withdrawn() == 1);
   std::vector<std::string> got;
   for (const auto& r : rx.requests()) got.push_back(r.headers.at("X-Delayq-Task-Id"));
   CHECK(got == std::vector<std::string>{"a", "c"});
+}
+
+TEST_CASE("push client: withdraw(id) reaches a delivery on its way to be written, but the spared") {
+  // attempt_current() is asked in send(), just before the write: here it
+  // holds the delivery of "x" there until the test lets it go.
+  std::mutex m;
+  std::condition_variable cv;
+  bool entered = false, go = false;
+  delayq::server::push_client_options options;
+  options.attempt_current = [&](const delayq::task& t) {
+    if (t.id != "x") return true;
+    std::unique_lock lock{m};
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return go; });
+    return true;
+  };
+  receiver rx;
+  client_fixture f{std::move(options)};
+  const auto target = target_of(rx.url("/ok"));
+  const auto hold_at_send = [&](const std::string& payload, const std::string& key) {
+    delayq::task t = f.make_task("x");
+    t.payload = payload;
+    {
+      std::lock_guard lock{m};
+      entered = go = false;
+    }
+    f.client->deliver("hook", target, t, f.results.completion_for(key));
+    std::unique_lock lock{m};
+    return cv.wait_for(lock, wait_bound, [&] { return entered; });
+  };
+  const auto let_go = [&] {
+    {
+      std::lock_guard lock{m};
+      go = true;
+    }
+    cv.notify_all();
+  };
+  delayq::task spared = f.make_task("x");
+  spared.payload = "new";
+
+  // An older version, started: it is not written.
+  REQUIRE(hold_at_send("old", "old"));
+  CHECK(f.client->withdraw("x", &spared) == 0);
+  let_go();
+  REQUIRE(f.results.wait_ended(1));
+  CHECK(f.results.drop_count() == 1);
+  CHECK(f.client->withdrawn() == 1);
+
+  // The version spared goes on.
+  REQUIRE(hold_at_send("new", "new"));
+  CHECK(f.client->withdraw("x", &spared) == 0);
+  let_go();
+  REQUIRE(f.results.wait_ended(2));
+  CHECK(f.results.only("new") == "");
+  CHECK(f.client->withdrawn() == 1);
+  const auto got = rx.requests();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].body.find("\"new\"") != std::string::npos);
 }
 
 TEST_CASE("push client: done is called exactly once for every delivery") {

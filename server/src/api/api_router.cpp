@@ -316,17 +316,20 @@ void api_router::add_task(call& c) {
   // Answered where the outcome is learnt (delayq::direct): here for an
   // in-process store, else from the store write's completion; 201 only once
   // durable, and a task due now is in the broker's ready order by then.
+  const auto due = r.when.due(parts_.engine->now());
+  // A replace's new version, which its pushes are not withdrawn for.
+  std::optional<task> spare;
+  if (r.conflict == on_conflict::replace) spare = task{{}, r.type, r.payload, due};
   parts_.engine->async_schedule_at(
-      std::move(r.type), std::move(r.payload), r.when.due(parts_.engine->now()), std::move(opts),
+      std::move(r.type), std::move(r.payload), due, std::move(opts),
       direct([respond = std::move(c.respond), broker = parts_.broker, pusher = parts_.pusher,
-              replace = r.conflict == on_conflict::replace](boost::system::error_code ec,
-                                                            std::string id) {
+              spare = std::move(spare)](boost::system::error_code ec, std::string id) {
         // A replaced task that was due and waiting for a consumer, or for
         // its push to be written, is the old version: take it back so only
         // the new one is delivered.
-        if (!ec && replace) {
+        if (!ec && spare) {
           broker->release_ready(id);
-          if (pusher) pusher->withdraw(id);
+          if (pusher) pusher->withdraw(id, &*spare);
         }
         respond(ec ? error_answer(from_error_code(ec)) : json_answer(201, json{{"id", id}}));
       }));
@@ -409,9 +412,10 @@ http_answer api_router::store_batch(std::vector<add_request> rs) {
   std::vector<task_spec> specs;
   specs.reserve(rs.size());
   const auto now = parts_.engine->now();
-  std::vector<std::string> replaced;
+  std::vector<task> replaced;  // the new versions of the ids replaced
   for (add_request& r : rs) {
-    if (r.conflict == on_conflict::replace && !r.id.empty()) replaced.push_back(r.id);
+    if (r.conflict == on_conflict::replace && !r.id.empty())
+      replaced.push_back(task{r.id, r.type, r.payload, r.when.due(now)});
     task_spec t;
     t.type = std::move(r.type);
     t.payload = std::move(r.payload);
@@ -432,9 +436,9 @@ http_answer api_router::store_batch(std::vector<add_request> rs) {
     if (e.status < 500) e.message = "tasks[" + std::to_string(bad) + "]: " + e.message;
     return error_answer(e);
   }
-  for (const std::string& id : replaced) {
-    parts_.broker->release_ready(id);
-    if (parts_.pusher) parts_.pusher->withdraw(id);
+  for (const task& t : replaced) {
+    parts_.broker->release_ready(t.id);
+    if (parts_.pusher) parts_.pusher->withdraw(t.id, &t);
   }
   return json_answer(201, json{{"ids", ids}});
 }

@@ -58,8 +58,9 @@ std::string render_metrics(const server_metrics& m, const push_client& pusher,
   single(out, "delayq_push_failures_total", "counter", "Push requests that failed.",
          pusher.failed());
   single(out, "delayq_pushes_withdrawn_total", "counter",
-         "Pushes withdrawn unsent: their attempt had lost its shard's lease by the time the "
-         "request could be written (--cluster); the shard's new owner runs the task.",
+         "Pushes withdrawn before their request was written, the task given back: their "
+         "attempt had lost its shard's lease meanwhile (--cluster), or their task was replaced "
+         "or cancelled while this older version waited for a slot.",
          pusher.withdrawn());
   single(out, "delayq_pushes_in_flight", "gauge", "Push requests sent and not answered.",
          pusher.in_flight());

@@ -49,6 +49,23 @@ struct pending_delivery {
   push_target target;
   delayq::task task;
   push_client::completion done;
+  std::uint64_t seq = 0;  // set by deliver(): the order deliveries came in
+};
+
+// What withdraw() asked of one task id: its deliveries numbered below
+// `before` are not to be written, but for those of the version spared.
+struct withdrawal {
+  std::uint64_t before = 0;
+  bool spare = false;
+  std::string type;
+  std::string payload;
+  std::int64_t due_ms = 0;
+
+  bool covers(const pending_delivery& d) const {
+    if (d.seq >= before) return false;
+    return !(spare && d.task.type == type && d.task.payload == payload &&
+             delayq::to_epoch_ms(d.task.due) == due_ms);
+  }
 };
 
 }  // namespace
@@ -66,6 +83,10 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
 
   void deliver(pending_delivery p);
   void start(pending_delivery p);
+  // A delivery accepted by deliver() has ended (done, dropped, withdrawn).
+  void ended_locked(const std::string& id);
+  // Whether withdraw() asked that `d` not be written. Takes the lock.
+  bool withdrawn_since(const pending_delivery& d) const;
   // `withdrawn`: the delivery ends unsent and `done` is destroyed uncalled.
   void complete(request& r, std::string result, bool withdrawn = false);
   void drain();
@@ -90,6 +111,11 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   std::size_t queued = 0;
   std::uint64_t next_id = 0;
   std::map<std::uint64_t, std::weak_ptr<request>> live;
+  std::uint64_t next_seq = 0;
+  // Per task id, the deliveries accepted and not ended yet, and what
+  // withdraw() asked of them: kept only while some are outstanding.
+  std::map<std::string, std::size_t, std::less<>> outstanding;
+  std::map<std::string, withdrawal, std::less<>> withdrawals;
 };
 
 // One delivery in flight. Everything it does runs on its strand.
@@ -190,8 +216,7 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     // meanwhile its shard's lease may have lapsed, or its task been
     // replaced (withdraw()).
     const auto& current = owner->options.attempt_current;
-    if (withdraw_asked.load(std::memory_order_acquire) || (current && !current(delivery.task)))
-      return withdraw();
+    if ((current && !current(delivery.task)) || owner->withdrawn_since(delivery)) return withdraw();
     conn->stream.expires_at(deadline);
     http::async_write(conn->stream, req,
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
@@ -307,8 +332,6 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
   bool reused;
   bool finished = false;
   bool resolve_timed_out = false;
-  // Set by push_client::withdraw(): not to be written (checked in send()).
-  std::atomic<bool> withdraw_asked{false};
   clock_type::time_point deadline{};
   tcp::resolver resolver;
   asio::steady_timer timer;
@@ -321,6 +344,8 @@ void push_client::impl::deliver(pending_delivery p) {
   {
     std::unique_lock lock{mutex};
     if (!stopped && !draining) {
+      p.seq = next_seq++;
+      ++outstanding[p.task.id];
       auto& st = types[p.type];
       st.limit = std::max<std::size_t>(1, p.target.concurrency);
       if (st.in_flight < st.limit) {
@@ -364,6 +389,7 @@ void push_client::impl::complete(request& r, std::string result, bool withdrawn_
   {
     std::lock_guard lock{mutex};
     live.erase(r.id);
+    ended_locked(r.delivery.task.id);
     drop = stopped;
     --in_flight;
     const auto it = types.find(r.delivery.type);
@@ -407,7 +433,10 @@ void push_client::impl::drain() {
     if (stopped || draining) return;
     draining = true;
     for (auto& [type, st] : types) {
-      for (auto& p : st.queue) dropped.push_back(std::move(p));
+      for (auto& p : st.queue) {
+        ended_locked(p.task.id);
+        dropped.push_back(std::move(p));
+      }
       st.queue.clear();
     }
     queued = 0;
@@ -424,7 +453,10 @@ void push_client::impl::stop() {
     stopped = true;
     stopped_flag = true;
     for (auto& [type, st] : types) {
-      for (auto& p : st.queue) dropped.push_back(std::move(p));
+      for (auto& p : st.queue) {
+        ended_locked(p.task.id);
+        dropped.push_back(std::move(p));
+      }
       st.queue.clear();
     }
     queued = 0;
@@ -439,6 +471,19 @@ void push_client::impl::stop() {
   }
   // `dropped` goes out of scope here, outside the lock: its completions are
   // destroyed without a call.
+}
+
+void push_client::impl::ended_locked(const std::string& id) {
+  const auto it = outstanding.find(id);
+  if (it == outstanding.end() || --it->second > 0) return;
+  outstanding.erase(it);
+  withdrawals.erase(id);
+}
+
+bool push_client::impl::withdrawn_since(const pending_delivery& d) const {
+  std::lock_guard lock{mutex};
+  const auto it = withdrawals.find(d.task.id);
+  return it != withdrawals.end() && it->second.covers(d);
 }
 
 push_client::push_client(boost::asio::any_io_executor ex, push_client_options options)
@@ -460,6 +505,7 @@ std::size_t push_client::release_queued(const std::function<bool(const delayq::t
     for (auto& [type, st] : impl_->types) {
       for (auto it = st.queue.begin(); it != st.queue.end();) {
         if (stale(it->task)) {
+          impl_->ended_locked(it->task.id);
           dropped.push_back(std::move(*it));
           it = st.queue.erase(it);
           --impl_->queued;
@@ -473,29 +519,38 @@ std::size_t push_client::release_queued(const std::function<bool(const delayq::t
   return dropped.size();
 }
 
-std::size_t push_client::withdraw(std::string_view id) {
-  // Both destroyed on return, outside the lock: a completion runs the
-  // engine's code, and a request held here may be the last reference.
-  std::vector<pending_delivery> dropped;
-  std::vector<std::shared_ptr<impl::request>> held;
-  std::lock_guard lock(impl_->mutex);
-  for (auto& [type, st] : impl_->types) {
-    for (auto it = st.queue.begin(); it != st.queue.end();) {
-      if (it->task.id == id) {
-        dropped.push_back(std::move(*it));
-        it = st.queue.erase(it);
-        --impl_->queued;
-      } else {
-        ++it;
+std::size_t push_client::withdraw(std::string_view id, const delayq::task* spare) {
+  std::vector<pending_delivery> dropped;  // destroyed on return, outside the lock
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->outstanding.find(id) == impl_->outstanding.end()) return 0;
+    // The deliveries accepted so far; those to come are the engine's next
+    // attempts, of whatever version holds the id then.
+    withdrawal w;
+    w.before = impl_->next_seq;
+    if (spare) {
+      w.spare = true;
+      w.type = spare->type;
+      w.payload = spare->payload;
+      w.due_ms = delayq::to_epoch_ms(spare->due);
+    }
+    for (auto& [type, st] : impl_->types) {
+      for (auto it = st.queue.begin(); it != st.queue.end();) {
+        if (it->task.id == id && w.covers(*it)) {
+          impl_->ended_locked(it->task.id);
+          dropped.push_back(std::move(*it));
+          it = st.queue.erase(it);
+          --impl_->queued;
+        } else {
+          ++it;
+        }
       }
     }
-  }
-  // A request's delivery is fixed at its birth; only the flag is shared.
-  for (auto& [n, weak] : impl_->live) {
-    if (auto r = weak.lock()) {
-      if (r->delivery.task.id == id) r->withdraw_asked.store(true, std::memory_order_release);
-      held.push_back(std::move(r));
-    }
+    // Those started and not yet written see it in send(); also those
+    // between the queue and their request (complete() and deliver() start
+    // them after letting go of the lock).
+    if (impl_->outstanding.find(id) != impl_->outstanding.end())
+      impl_->withdrawals.insert_or_assign(std::string(id), std::move(w));
   }
   impl_->withdrawn.fetch_add(dropped.size(), std::memory_order_relaxed);
   return dropped.size();

@@ -58,8 +58,8 @@ struct push_client_options {
   /// Null: any (a test's client).
   std::shared_ptr<const push_policy> policy;
   /// Asked just before a request's bytes are written (after any wait for a
-  /// slot, a resolve or a connect): false withdraws the delivery unsent,
-  /// uncounted, by destroying its `done` without calling it (an engine's
+  /// slot, a resolve or a connect): false withdraws the delivery unsent
+  /// (counted in withdrawn()), by destroying its `done` without calling it (an engine's
   /// async_executor completion then gives the task back, unattempted).
   /// Under --cluster, engine::attempt_current(): a delivery whose shard
   /// lease lapsed since its attempt started (the instance stalled, or its
@@ -111,26 +111,29 @@ class push_client {
   /// read), counted from when it leaves the type's queue. When the type has
   /// `target.concurrency` requests in flight, the delivery waits in the
   /// type's FIFO queue; the limit is the one of the latest deliver() for the
-  /// type. After drain() or stop(), `done` is destroyed without being called.
+  /// type. After drain() or stop(), or when the delivery is withdrawn
+  /// (release_queued(), withdraw(), push_client_options::attempt_current),
+  /// `done` is destroyed without being called.
   void deliver(const std::string& type, const push_target& target, const delayq::task& t,
                completion done);
 
-  /// Ends, uncounted, the deliveries waiting for a free slot for which
+  /// Ends, unsent (counted in withdrawn()), the deliveries waiting for a free slot for which
   /// `stale(task)` is true, by destroying their `done` without calling it
   /// (an engine's async_executor completion then gives the task back,
   /// unattempted); requests in flight go on. Returns how many. For
   /// engine_options::on_attempts_stale.
   std::size_t release_queued(const std::function<bool(const delayq::task&)>& stale);
 
-  /// Withdraws the deliveries of task `id` whose request is not written
-  /// yet: queued ones at once, started ones when they would write (a
-  /// request being written or answered goes on). Each ends uncounted, by
-  /// destroying its `done` without calling it. For a replace or a cancel of
-  /// `id`: an older version whose push waits for a slot must not reach the
-  /// receiver after the call is answered. A newer version's delivery caught
-  /// as well is given back, and the engine makes it ready again a tick
-  /// later. Returns how many were queued.
-  std::size_t withdraw(std::string_view id);
+  /// Withdraws the deliveries of task `id` accepted so far whose request
+  /// is not written yet: queued ones at once, the others when they would
+  /// write (a request being written or answered goes on). Each ends
+  /// unsent, counted in withdrawn(), by destroying its `done` without
+  /// calling it. `spare`, when given, names a version not to withdraw (its
+  /// type, payload and due time, to the millisecond). For a replace (the
+  /// new version spared) or a cancel of `id`: an older version whose push
+  /// waits for a slot must not reach the receiver after the call is
+  /// answered. Returns how many were queued.
+  std::size_t withdraw(std::string_view id, const delayq::task* spare = nullptr);
 
   /// Starts no more requests, for a drain: the deliveries queued for a
   /// free slot, and every deliver() from now on, end by destroying their
