@@ -76,7 +76,8 @@ struct backend {
 
   /// A batch of changes (task_store::write(), the dead letters' bury,
   /// revive and purge too): one call of the write script, all or nothing
-  /// (write_sharded() in the sharded layout). On the store's connection.
+  /// (write_sharded() in the sharded layout, on `shard_writes`). On the
+  /// store's connection otherwise.
   void write(std::span<const store_change> changes, boost::system::error_code& ec);
   /// The batch queued for the write pipeline; `done` runs on its thread, in
   /// order, exactly once. Sharded: write() on the calling thread.

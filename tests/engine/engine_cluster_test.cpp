@@ -47,6 +47,9 @@ class sharded_view final : public delayq::task_store,
   std::atomic<bool> gate_reads{false}, gate_finds{false};
   latch reads, finds;
 
+  // A shard whose reads fail (a key of the wrong type in it): -1 for none.
+  std::atomic<int> broken_shard{-1};
+
   // While set, a write holding a fenced change (an attempt's outcome) fails
   // whole as an unreachable store's would: nothing lands, the writer keeps it.
   std::atomic<bool> unreachable_fenced{false};
@@ -94,6 +97,10 @@ class sharded_view final : public delayq::task_store,
                                       const std::function<void(delayq::task&&)>& sink,
                                       boost::system::error_code& ec) override {
     if (gate_reads) reads.enter_and_wait();
+    if (static_cast<int>(shard) == broken_shard) {
+      ec = delayq::errc::store_error;
+      return {};
+    }
     return inner_->sharded()->list_due_shard(shard, after, until_ms, limit, sink, ec);
   }
   void save(std::span<const delayq::task> tasks, boost::system::error_code& ec) override {
@@ -895,6 +902,41 @@ TEST_CASE("cluster: a slow shard read does not hold up the lease rounds") {
   CHECK(st->task.id == asked);
   CHECK(st->state == delayq::task_state::delayed);
   CHECK(eventually([&] { return a.eng->stats().pending == probes.size() - on_b; }));
+  a.eng->stop(patience);
+  b.eng->stop(patience);
+}
+
+TEST_CASE("cluster: a shard the store cannot read does not hold up the others gained with it") {
+  // The shards gained together are read together (one call for all of
+  // them); one that fails must not keep the others unread round after round.
+  const std::string uri = sharded_uri("cluster-bad-shard");
+  io_thread io;
+  member a{"a"}, b{"b"};
+  start_member(a, io, uri);
+  const std::vector<std::string> probes = probe_ids();  // one in every shard
+  for (const std::string& id : probes) {
+    delayq::schedule_options o;
+    o.id = id;
+    a.eng->schedule_at("t", "p", clock_type::now() + 1h, o);
+  }
+  const std::vector<std::string> names{"a", "b"};
+  std::uint32_t broken = 0;
+  while (desired_owner(broken, names) != "b") ++broken;
+  auto view = std::make_unique<sharded_view>(uri);
+  sharded_view& v = *view;
+  v.broken_shard = static_cast<int>(broken);
+  start_member(b, io, std::move(view));
+  REQUIRE(wait_balanced({&a, &b}));
+  const auto on_b = static_cast<std::size_t>(
+      std::count_if(probes.begin(), probes.end(), [&](const std::string& id) {
+        return desired_owner(delayq::shard_of(id, test_shards), names) == "b";
+      }));
+  REQUIRE(on_b > 1);
+  // Every shard of b's is read but the broken one...
+  CHECK(eventually([&] { return b.eng->stats().pending == on_b - 1; }));
+  // ... which is read once it can be.
+  v.broken_shard = -1;
+  CHECK(eventually([&] { return b.eng->stats().pending == on_b; }));
   a.eng->stop(patience);
   b.eng->stop(patience);
 }

@@ -322,7 +322,12 @@ void cluster_ownership::reader_loop() {
     // Lost meanwhile: its new owner reads it.
     std::erase_if(batch, [&](std::uint32_t s) { return !shards_->held(s); });
     if (batch.empty()) continue;
-    const std::vector<std::uint32_t> failed = page_in_shards(batch);
+    std::vector<std::uint32_t> failed = page_in_shards(batch);
+    // One shard the store cannot read (a key of the wrong type, a corrupt
+    // reply) fails the call that reads them together: those are read once
+    // more each on its own, so the others are not held up with it.
+    if (batch.size() > 1 && failed.size() > 1)
+      std::erase_if(failed, [&](std::uint32_t s) { return page_in_shards({s}).empty(); });
     std::lock_guard lock(lease_mutex_);
     for (std::uint32_t s : failed)
       if (std::find(unread_shards_.begin(), unread_shards_.end(), s) == unread_shards_.end())
@@ -349,8 +354,10 @@ std::vector<std::uint32_t> cluster_ownership::page_in_shards(
   host_.flush_writes();
   std::vector<due_cursor> cursors(n);
   std::vector<std::vector<task>> pages(n);
-  std::vector<std::size_t> open(n);  // the shards with more to read, by index
-  for (std::size_t k = 0; k < n; ++k) open[k] = k;
+  std::vector<std::size_t> open;  // the shards with more to read, by index
+  // Token 0: lost since the reader looked; its new owner reads it.
+  for (std::size_t k = 0; k < n; ++k)
+    if (tokens[k] != 0) open.push_back(k);
   host::rejected_tasks rejected;
   std::vector<std::uint32_t> failed;
   boost::system::error_code ec;
