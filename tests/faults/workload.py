@@ -552,7 +552,15 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        class Server(ThreadingHTTPServer):
+            # Python's default listen backlog is 5: a burst of new push
+            # connections (an instance firing its backlog after Redis came
+            # back) overflowed it, and a request whose push had timed out
+            # and been retried was read 34 s later, a "stale push" of the
+            # receiver's own making. A real server's backlog is hundreds.
+            request_queue_size = 1024
+
+        self.server = Server((host, port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
