@@ -151,6 +151,14 @@ struct schedule_keys {
         ids(k.schedules + ":ids") {}
 };
 
+// The keys of every key space of the store, in the order of its parts.
+std::vector<schedule_keys> keys_of(const backend& m) {
+  std::vector<schedule_keys> keys;
+  keys.reserve(m.parts.size());
+  for (const backend::part& p : m.parts) keys.emplace_back(p.keys);
+  return keys;
+}
+
 command eval_on(const char* script, const schedule_keys& k) {
   command c;
   c.arg("EVAL").arg(script).arg("4").arg(k.def).arg(k.state).arg(k.rev).arg(k.ids);
@@ -318,9 +326,7 @@ void detail::redis::schedules_role::scan_schedules(
   const bool together = !m.opts.cluster && m.parts.size() > 1;
   std::vector<std::vector<schedule_record>> firsts(m.parts.size());
   if (together) {
-    std::vector<schedule_keys> keys;
-    keys.reserve(m.parts.size());
-    for (const backend::part& p : m.parts) keys.emplace_back(p.keys);
+    const std::vector<schedule_keys> keys = keys_of(m);
     const std::string cap = std::to_string(page);
     std::vector<command> cmds;
     for (const schedule_keys& k : keys) {
@@ -365,9 +371,7 @@ void detail::redis::schedules_role::scan_schedules(
 std::size_t detail::redis::schedules_role::count_schedules(boost::system::error_code& ec) {
   backend& m = b_;
   ec = {};
-  std::vector<schedule_keys> keys;
-  keys.reserve(m.parts.size());
-  for (const backend::part& p : m.parts) keys.emplace_back(p.keys);
+  const std::vector<schedule_keys> keys = keys_of(m);
   std::size_t total = 0;
   std::lock_guard lock(m.mutex);
   // On one server, every key space's ZCARD in one round trip: a round trip

@@ -88,6 +88,12 @@ struct server_app::parts {
   std::unique_ptr<push_client> pusher;
   std::unique_ptr<lease_broker> broker;
   std::unique_ptr<delayq::engine> engine;
+  // engine::attempt_current(), for those that hold an attempt before they
+  // hand it on (the broker, the push client); true before the engine is made.
+  bool attempt_current(const task& t) const {
+    const delayq::engine* e = engine.get();
+    return e == nullptr || e->attempt_current(t);
+  }
   // --beanstalk-listen: the commands' service (once the store answered)
   // and the sockets (from start(), so clients connect at once).
   // --cluster: the beanstalk commands on another instance's job, forwarded
@@ -374,10 +380,7 @@ tcp::endpoint server_app::start() {
   // A push whose attempt lost its shard's lease while it waited (for a
   // slot, a connection, an I/O thread) is withdrawn unsent, not delivered
   // after the new owner's; read through `p`, since the engine is made later.
-  push_options.attempt_current = [&p](const task& t) {
-    const delayq::engine* e = p.engine.get();
-    return e == nullptr || e->attempt_current(t);
-  };
+  push_options.attempt_current = [&p](const task& t) { return p.attempt_current(t); };
   p.pusher = std::make_unique<push_client>(io_.get_executor(), std::move(push_options));
   try {
     bring_up();
@@ -578,10 +581,7 @@ void server_app::bring_up() {
   // A ready task waits in the broker until a consumer comes, maybe after
   // this instance stalled or was cut off and its shard moved on: such an
   // attempt is given back, not handed out (the shard's owner runs it).
-  p.broker->set_attempt_check([&p](const task& t) {
-    const delayq::engine* e = p.engine.get();
-    return e == nullptr || e->attempt_current(t);
-  });
+  p.broker->set_attempt_check([&p](const task& t) { return p.attempt_current(t); });
   p.engine->start(ec);
   if (ec) fail(ec, "starting the engine: ");
 

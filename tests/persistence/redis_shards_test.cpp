@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "delayq/open_store.hpp"
 #include "delayq/redis_shard_leases.hpp"
@@ -29,6 +30,30 @@ redis_options sharded(const std::string& prefix, std::uint32_t shards = shard_co
   redis_options o = redis_test_options(prefix);
   o.shards = shards;
   return o;
+}
+
+// sharded(prefix), reached through `proxy`.
+redis_options sharded_through(const freezing_proxy& proxy, const std::string& prefix) {
+  redis_options o = sharded(prefix);
+  o.host = "127.0.0.1";
+  o.port = proxy.port();
+  return o;
+}
+
+// `n` tasks "STEM0", "STEM1", ... of payload "p", task i due at
+// (i * step) % mod ms, saved in `store`.
+std::vector<task> save_spread(redis_store& store, const std::string& stem, int n, int step,
+                              int mod) {
+  std::vector<task> tasks;
+  for (int i = 0; i < n; ++i)
+    tasks.push_back(make_task(stem + std::to_string(i), "p", (i * step) % mod));
+  store.save(tasks);
+  return tasks;
+}
+
+// A task's place in due order: (due ms, id).
+std::pair<std::int64_t, std::string> due_key(const task& t) {
+  return std::make_pair(to_epoch_ms(t.due), t.id);
 }
 
 // The first ids "PREFIX-0", "PREFIX-1", ... that fall in shard `s`.
@@ -272,10 +297,7 @@ TEST_CASE(
   const std::string prefix = unique_prefix("shlost");
   cleanup clean{raw, prefix};
   freezing_proxy proxy(redis_options::parse(redis_test_uri()).port);
-  redis_options o = sharded(prefix);
-  o.host = "127.0.0.1";
-  o.port = proxy.port();
-  redis_store store(o);
+  redis_store store(sharded_through(proxy, prefix));
   const auto ids = ids_in_shard(3, 2);
   const task warm = make_task(ids[0]), t = make_task(ids[1]);
   boost::system::error_code ec;
@@ -316,10 +338,7 @@ TEST_CASE("redis shards: a takeover's reads cost one round trip for every shard 
   const std::string prefix = unique_prefix("shrt");
   cleanup clean{raw, prefix};
   freezing_proxy proxy(redis_options::parse(redis_test_uri()).port);
-  redis_options o = sharded(prefix);
-  o.host = "127.0.0.1";
-  o.port = proxy.port();
-  redis_store store(o);
+  redis_store store(sharded_through(proxy, prefix));
   schedule_store* schedules = store.schedules();
   REQUIRE(schedules != nullptr);
   // A task and a schedule in every shard; the writes warm the connection.
@@ -502,11 +521,8 @@ TEST_CASE("redis shards: list_due_shard reads one shard, in order, list_due merg
   const std::string prefix = unique_prefix("shd");
   cleanup clean{raw, prefix};
   redis_store store(sharded(prefix));
-  std::vector<task> tasks;
-  for (int i = 0; i < 60; ++i)
-    tasks.push_back(make_task("t" + std::to_string(i), "p", (i * 7) % 13));
-  store.save(tasks);
-  const auto key = [](const task& t) { return std::make_pair(to_epoch_ms(t.due), t.id); };
+  const std::vector<task> tasks = save_spread(store, "t", 60, 7, 13);
+  const auto key = due_key;
   for (std::uint32_t s : {0u, 5u}) {
     std::vector<std::pair<std::int64_t, std::string>> want, got;
     for (const task& t : tasks)
@@ -550,10 +566,7 @@ TEST_CASE("redis shards: list_due_shards reads several shards at once, each as l
   const std::string prefix = unique_prefix("shm");
   cleanup clean{raw, prefix};
   redis_store store(sharded(prefix));
-  std::vector<task> tasks;
-  for (int i = 0; i < 90; ++i)
-    tasks.push_back(make_task("m" + std::to_string(i), "p", (i * 5) % 11));
-  store.save(tasks);
+  const std::vector<task> tasks = save_spread(store, "m", 90, 5, 11);
   // An undecodable record in shard 2: quarantined, counted, read past.
   const std::string bad_id = [&] {
     for (int i = 0;; ++i) {
@@ -563,7 +576,7 @@ TEST_CASE("redis shards: list_due_shards reads several shards at once, each as l
   }();
   raw.run({"HSET", "{" + prefix + ":2}:tasks", bad_id, "not a record"});
   raw.run({"ZADD", "{" + prefix + ":2}:due", "3", bad_id});
-  const auto key = [](const task& t) { return std::make_pair(to_epoch_ms(t.due), t.id); };
+  const auto key = due_key;
   const std::vector<std::uint32_t> which{0, 2, 5, 7};
   std::vector<std::vector<std::pair<std::int64_t, std::string>>> want(which.size()),
       got(which.size());

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -163,6 +164,22 @@ struct client_fixture {
 push_target target_of(std::string url, std::chrono::milliseconds timeout = 10s,
                       std::size_t concurrency = 64) {
   return push_target{std::move(url), timeout, concurrency};
+}
+
+// Delivers `ids` in order to a type with one slot, at a receiver that holds
+// every call: the first is written and held, the others wait in the queue.
+void deliver_one_at_a_time(client_fixture& f, receiver& rx,
+                           std::initializer_list<const char*> ids) {
+  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
+  for (const char* id : ids) f.deliver(held, id);
+  REQUIRE(rx.wait_held_total(1));
+}
+
+// The X-Delayq-Task-Id of every request the receiver got, in order.
+std::vector<std::string> received_ids(const receiver& rx) {
+  std::vector<std::string> got;
+  for (const auto& r : rx.requests()) got.push_back(r.headers.at("X-Delayq-Task-Id"));
+  return got;
 }
 
 }  // namespace
@@ -349,11 +366,7 @@ TEST_CASE("push client: at most `concurrency` requests per type in flight, FIFO"
 TEST_CASE("push client: stop() drops queued and in-flight deliveries without calling them") {
   receiver rx;
   client_fixture f;
-  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
-  f.deliver(held, "in-flight");
-  f.deliver(held, "queued-1");
-  f.deliver(held, "queued-2");
-  REQUIRE(rx.wait_held_total(1));
+  deliver_one_at_a_time(f, rx, {"in-flight", "queued-1", "queued-2"});
   CHECK(f.client->in_flight() == 1);
   CHECK(f.client->queued() == 2);
 
@@ -376,11 +389,7 @@ TEST_CASE("push client: stop() drops queued and in-flight deliveries without cal
 TEST_CASE("push client: drain() drops queued deliveries, and those in flight still report") {
   receiver rx;
   client_fixture f;
-  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
-  f.deliver(held, "in-flight");
-  f.deliver(held, "queued-1");
-  f.deliver(held, "queued-2");
-  REQUIRE(rx.wait_held_total(1));
+  deliver_one_at_a_time(f, rx, {"in-flight", "queued-1", "queued-2"});
 
   f.client->drain();
   REQUIRE(f.results.wait_ended(2));
@@ -414,11 +423,7 @@ TEST_CASE("push client: a delivery whose attempt is no longer current is withdra
   };
   receiver rx;
   client_fixture f{std::move(options)};
-  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
-  f.deliver(held, "a");
-  f.deliver(held, "b");
-  f.deliver(held, "c");
-  REQUIRE(rx.wait_held_total(1));
+  deliver_one_at_a_time(f, rx, {"a", "b", "c"});
   // "b" waits for the slot while its lease lapses: when its turn comes it
   // is not written, and its completion is destroyed uncalled (the engine
   // gives the task back); "c" goes next.
@@ -437,20 +442,14 @@ TEST_CASE("push client: a delivery whose attempt is no longer current is withdra
   CHECK(f.client->withdrawn() == 1);
   CHECK(f.client->sent() == 2);
   CHECK(f.client->failed() == 0);
-  std::vector<std::string> got;
-  for (const auto& r : rx.requests()) got.push_back(r.headers.at("X-Delayq-Task-Id"));
-  CHECK(got == std::vector<std::string>{"a", "c"});
+  CHECK(received_ids(rx) == std::vector<std::string>{"a", "c"});
   CHECK(f.client->in_flight() == 0);
 }
 
 TEST_CASE("push client: withdraw(id) ends that task's unwritten deliveries, not those written") {
   receiver rx;
   client_fixture f;
-  const auto held = target_of(rx.url("/hold"), 600000ms, 1);
-  f.deliver(held, "a");
-  f.deliver(held, "b");
-  f.deliver(held, "c");
-  REQUIRE(rx.wait_held_total(1));
+  deliver_one_at_a_time(f, rx, {"a", "b", "c"});
   // "a" is written and held by the receiver: it goes on. "b" waits for
   // the slot: it ends at once, its completion destroyed uncalled.
   CHECK(f.client->withdraw("a") == 0);
@@ -466,9 +465,7 @@ TEST_CASE("push client: withdraw(id) ends that task's unwritten deliveries, not 
   CHECK(f.results.only("c") == "");
   CHECK(f.results.calls("b").empty());
   CHECK(f.client->withdrawn() == 1);
-  std::vector<std::string> got;
-  for (const auto& r : rx.requests()) got.push_back(r.headers.at("X-Delayq-Task-Id"));
-  CHECK(got == std::vector<std::string>{"a", "c"});
+  CHECK(received_ids(rx) == std::vector<std::string>{"a", "c"});
 }
 
 TEST_CASE("push client: withdraw(id) reaches a delivery on its way to be written, but the spared") {

@@ -85,6 +85,26 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   void start(pending_delivery p);
   // A delivery accepted by deliver() has ended (done, dropped, withdrawn).
   void ended_locked(const std::string& id);
+  // Takes the queued deliveries for which `pred` is true out of their
+  // queues into `out` (whose completions the caller destroys outside the
+  // lock), as ended. Returns how many.
+  template <class Pred>
+  std::size_t drop_queued_locked(Pred&& pred, std::vector<pending_delivery>& out) {
+    const std::size_t before = out.size();
+    for (auto& [type, st] : types) {
+      for (auto it = st.queue.begin(); it != st.queue.end();) {
+        if (pred(*it)) {
+          ended_locked(it->task.id);
+          out.push_back(std::move(*it));
+          it = st.queue.erase(it);
+          --queued;
+        } else {
+          ++it;
+        }
+      }
+    }
+    return out.size() - before;
+  }
   // Whether withdraw() asked that `d` not be written. Takes the lock.
   bool withdrawn_since(const pending_delivery& d) const;
   // `withdrawn`: the delivery ends unsent and `done` is destroyed uncalled.
@@ -116,6 +136,9 @@ struct push_client::impl : std::enable_shared_from_this<push_client::impl> {
   // withdraw() asked of them: kept only while some are outstanding.
   std::map<std::string, std::size_t, std::less<>> outstanding;
   std::map<std::string, withdrawal, std::less<>> withdrawals;
+  // withdrawals.size(), read without the lock: a send() with nothing
+  // withdrawn (nearly every one) takes no lock to learn it.
+  std::atomic<std::size_t> withdrawals_held{0};
 };
 
 // One delivery in flight. Everything it does runs on its strand.
@@ -432,14 +455,7 @@ void push_client::impl::drain() {
     std::lock_guard lock{mutex};
     if (stopped || draining) return;
     draining = true;
-    for (auto& [type, st] : types) {
-      for (auto& p : st.queue) {
-        ended_locked(p.task.id);
-        dropped.push_back(std::move(p));
-      }
-      st.queue.clear();
-    }
-    queued = 0;
+    drop_queued_locked([](const pending_delivery&) { return true; }, dropped);
   }
   // As in stop(): the completions are destroyed here, outside the lock.
 }
@@ -452,14 +468,7 @@ void push_client::impl::stop() {
     if (stopped) return;
     stopped = true;
     stopped_flag = true;
-    for (auto& [type, st] : types) {
-      for (auto& p : st.queue) {
-        ended_locked(p.task.id);
-        dropped.push_back(std::move(p));
-      }
-      st.queue.clear();
-    }
-    queued = 0;
+    drop_queued_locked([](const pending_delivery&) { return true; }, dropped);
     for (auto& [id, weak] : live) {
       if (auto r = weak.lock()) cancelling.push_back(std::move(r));
     }
@@ -477,10 +486,11 @@ void push_client::impl::ended_locked(const std::string& id) {
   const auto it = outstanding.find(id);
   if (it == outstanding.end() || --it->second > 0) return;
   outstanding.erase(it);
-  withdrawals.erase(id);
+  if (withdrawals.erase(id) != 0) withdrawals_held.store(withdrawals.size());
 }
 
 bool push_client::impl::withdrawn_since(const pending_delivery& d) const {
+  if (withdrawals_held.load() == 0) return false;
   std::lock_guard lock{mutex};
   const auto it = withdrawals.find(d.task.id);
   return it != withdrawals.end() && it->second.covers(d);
@@ -502,18 +512,7 @@ std::size_t push_client::release_queued(const std::function<bool(const delayq::t
   std::vector<pending_delivery> dropped;  // destroyed on return, outside the lock
   {
     std::lock_guard lock(impl_->mutex);
-    for (auto& [type, st] : impl_->types) {
-      for (auto it = st.queue.begin(); it != st.queue.end();) {
-        if (stale(it->task)) {
-          impl_->ended_locked(it->task.id);
-          dropped.push_back(std::move(*it));
-          it = st.queue.erase(it);
-          --impl_->queued;
-        } else {
-          ++it;
-        }
-      }
-    }
+    impl_->drop_queued_locked([&](const pending_delivery& d) { return stale(d.task); }, dropped);
   }
   impl_->withdrawn.fetch_add(dropped.size(), std::memory_order_relaxed);
   return dropped.size();
@@ -534,23 +533,15 @@ std::size_t push_client::withdraw(std::string_view id, const delayq::task* spare
       w.payload = spare->payload;
       w.due_ms = delayq::to_epoch_ms(spare->due);
     }
-    for (auto& [type, st] : impl_->types) {
-      for (auto it = st.queue.begin(); it != st.queue.end();) {
-        if (it->task.id == id && w.covers(*it)) {
-          impl_->ended_locked(it->task.id);
-          dropped.push_back(std::move(*it));
-          it = st.queue.erase(it);
-          --impl_->queued;
-        } else {
-          ++it;
-        }
-      }
-    }
+    impl_->drop_queued_locked(
+        [&](const pending_delivery& d) { return d.task.id == id && w.covers(d); }, dropped);
     // Those started and not yet written see it in send(); also those
     // between the queue and their request (complete() and deliver() start
     // them after letting go of the lock).
-    if (impl_->outstanding.find(id) != impl_->outstanding.end())
+    if (impl_->outstanding.find(id) != impl_->outstanding.end()) {
       impl_->withdrawals.insert_or_assign(std::string(id), std::move(w));
+      impl_->withdrawals_held.store(impl_->withdrawals.size());
+    }
   }
   impl_->withdrawn.fetch_add(dropped.size(), std::memory_order_relaxed);
   return dropped.size();
