@@ -3,7 +3,7 @@
 // Google Benchmark), because memory must be measured in fresh processes.
 //
 //   delayq-bench-engine [--quick | --full] [--sizes=1e3,1e6] [--rounds N]
-//                       [--scenarios ops,threads,memory,wheel,fire,precision]
+//                       [--scenarios ops,fill,threads,memory,wheel,fire,precision]
 //                       [--out engine.json] [--tsv engine.tsv] [--tables engine.md]
 //
 // Every scenario runs in child processes (this binary again, with the hidden
@@ -29,6 +29,11 @@
 //            delay. Each batch runs on both sides, the side going first
 //            alternating by round; ids are formatted before the clock starts.
 //            Reported: ns per op, median of the rounds; asio ÷ engine.
+//   fill     Issue 32's shape: a fresh engine takes N = 1e6 tasks from one
+//            user thread (ids "order-N", delays uniform over [120 s, 3600 s],
+//            no warm-up) through schedule(), or schedule_many() of 1,000 a
+//            call; Asio makes a steady_timer per task and arms it. A fresh
+//            process per side and round. Reported: ns per task.
 //   threads  P = 1e6 pending (1e3 with --quick). T user threads (1, then 4)
 //            each own a slice of the ids and repeat, for `seconds`, a pair:
 //            cancel a random id of their slice, then schedule it again with a
@@ -206,6 +211,8 @@ struct config {
   int thread_rounds = 0;
   double thread_seconds = 0;
   std::size_t memory_n = 0;
+  std::size_t fill_n = 0;
+  int fill_rounds = 0;
   std::size_t wheel_n = 0;
   int wheel_rounds = 0;
   std::size_t fire_n = 0;
@@ -214,7 +221,8 @@ struct config {
   std::size_t precision_n = 0;
   int precision_rounds = 0;
   std::int64_t precision_max_ms = 0;
-  std::vector<std::string> scenarios = {"ops", "threads", "memory", "wheel", "fire", "precision"};
+  std::vector<std::string> scenarios = {"ops",   "fill", "threads",  "memory",
+                                        "wheel", "fire", "precision"};
   std::string out_json, out_tsv, out_tables;
   bool wants(const std::string& s) const {
     return std::find(scenarios.begin(), scenarios.end(), s) != scenarios.end();
@@ -314,6 +322,32 @@ std::string tables(const config& c, const results& res, std::vector<target>& tar
                    fmt(b) + " ns vs " + fmt(a) + " ns = " + ratio(b, a)});
         }
       }
+  }
+  if (c.wants("fill")) {
+    const std::size_t n = c.fill_n;
+    const summary one = res.get("fill", "ns_per_task", "schedule", n, 1);
+    const summary many = res.get("fill", "ns_per_task", "schedule_many", n, 1);
+    const summary asio = res.get("fill", "ns_per_task", "asio", n, 1);
+    o << "\n#### a fresh engine takes " << fmtn(n)
+      << " tasks, issue 32's shape: ns per task (median of " << c.fill_rounds
+      << " rounds, a fresh process each, min–max)\n\n"
+      << "One user thread, ids `order-N`, delays uniform over [120 s, 3600 s], no warm-up. "
+         "Asio: a `steady_timer` made, `expires_after` + `async_wait` per task.\n\n"
+      << "| call | ns per task | asio ns per task | asio ÷ engine |\n|---|---:|---:|---:|\n"
+      << "| `schedule`, one call a task | " << fmt(one.median) << spread(one) << " | "
+      << fmt(asio.median) << spread(asio) << " | " << ratio(asio.median, one.median) << " |\n"
+      << "| `schedule_many`, 1,000 a call | " << fmt(many.median) << spread(many) << " | "
+      << fmt(asio.median) << spread(asio) << " | " << ratio(asio.median, many.median) << " |\n";
+    targets.push_back({!std::isnan(one.median) && !std::isnan(asio.median),
+                       asio.median >= one.median,
+                       "engine schedule ≥ 1.0x an Asio timer per task, a fresh engine taking " +
+                           fmtn(n) + " (issue 32): " + fmt(one.median) + " ns vs " +
+                           fmt(asio.median) + " ns = " + ratio(asio.median, one.median)});
+    targets.push_back({!std::isnan(many.median) && !std::isnan(asio.median),
+                       asio.median >= 3 * many.median,
+                       "engine schedule_many ≥ 3x an Asio timer per task, a fresh engine taking " +
+                           fmtn(n) + " (issue 32): " + fmt(many.median) + " ns vs " +
+                           fmt(asio.median) + " ns = " + ratio(asio.median, many.median)});
   }
   if (c.wants("threads")) {
     const std::size_t p = c.thread_pending;
@@ -415,7 +449,7 @@ std::string tables(const config& c, const results& res, std::vector<target>& tar
                        "engine p99 lateness ≤ 2 ms with default options, " + fmtn(n) +
                            " tasks at random delays: " + fmt(p99) + " ms"});
   }
-  o << "\n#### targets (issues 10 and 25)\n\n";
+  o << "\n#### targets (issues 10, 25 and 32)\n\n";
   for (const auto& t : targets) o << "- **" << status(t) << "** " << t.text << "\n";
   return o.str();
 }
@@ -481,6 +515,8 @@ void write_files(const config& c, const results& res, const std::vector<target>&
                         {"thread_rounds", c.thread_rounds},
                         {"thread_seconds", json_num(c.thread_seconds)},
                         {"memory_n", c.memory_n},
+                        {"fill_n", c.fill_n},
+                        {"fill_rounds", c.fill_rounds},
                         {"wheel_n", c.wheel_n},
                         {"wheel_rounds", c.wheel_rounds},
                         {"fire_n", c.fire_n},
@@ -512,6 +548,8 @@ int child_main(const std::vector<std::string>& a) {
     child_threads(z(1), i32(2), std::stod(a.at(3)));
   else if (kind == "memory")
     child_memory(a.at(1), z(2));
+  else if (kind == "fill")
+    child_fill(a.at(1), z(2), i32(3));
   else if (kind == "wheel")
     child_wheel(z(1), i32(2));
   else if (kind == "fire")
@@ -544,7 +582,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--scenarios", c.scenarios, "the scenarios to run")
       ->delimiter(',')
-      ->check(CLI::IsMember({"ops", "threads", "memory", "wheel", "fire", "precision"}))
+      ->check(CLI::IsMember({"ops", "fill", "threads", "memory", "wheel", "fire", "precision"}))
       ->allow_extra_args(false)
       ->capture_default_str();
   app.add_option("--out", c.out_json, "write config, rounds, medians and targets as JSON")
@@ -570,6 +608,8 @@ int main(int argc, char** argv) {
     c.thread_rounds = 1;
     c.thread_seconds = 0.05;
     c.memory_n = 10000;
+    c.fill_n = 10000;
+    c.fill_rounds = 1;
     c.wheel_n = 10000;
     c.wheel_rounds = 1;
     c.fire_n = 10000;
@@ -587,6 +627,8 @@ int main(int argc, char** argv) {
     c.thread_rounds = 5;
     c.thread_seconds = 1.0;
     c.memory_n = 1'000'000;
+    c.fill_n = 1'000'000;
+    c.fill_rounds = 5;
     c.wheel_n = 1'000'000;
     c.wheel_rounds = 5;
     c.fire_n = 1'000'000;
@@ -609,6 +651,16 @@ int main(int argc, char** argv) {
       run_child(
           {"ops", std::to_string(p), std::to_string(c.rounds), std::to_string(c.ops_per_round)},
           res);
+  if (c.wants("fill")) {
+    std::fprintf(stderr, "  fill: a fresh engine takes %zu tasks, %d rounds per side\n", c.fill_n,
+                 c.fill_rounds);
+    for (int r = 0; r < c.fill_rounds; ++r)
+      for (int k = 0; k < 3; ++k) {
+        // The side going first turns with the round.
+        static const char* const sides[3] = {"schedule", "schedule_many", "asio"};
+        run_child({"fill", sides[(k + r) % 3], std::to_string(c.fill_n), std::to_string(r)}, res);
+      }
+  }
   if (c.wants("threads"))
     run_child({"threads", std::to_string(c.thread_pending), std::to_string(c.thread_rounds),
                std::to_string(c.thread_seconds)},

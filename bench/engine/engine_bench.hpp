@@ -45,6 +45,7 @@ constexpr std::size_t thread_ids = 16384;  // random ids each thread cycles thro
 void child_ops(std::size_t pending, int rounds, std::size_t ops_per_round);
 void child_threads(std::size_t pending, int rounds, double seconds);
 void child_memory(const std::string& impl, std::size_t n);
+void child_fill(const std::string& how, std::size_t n, int round);
 void child_wheel(std::size_t n, int rounds);
 void child_fire(std::size_t n, int round, double lead_s);
 void child_precision(std::size_t n, int round, std::int64_t max_delay_ms);

@@ -401,6 +401,64 @@ void child_memory(const std::string& impl, std::size_t n) {
   std::_Exit(0);
 }
 
+// ------------------------------------------------------------------ child: fill
+
+// Issue 32's shape: a fresh engine (or a fresh io_context) takes n tasks
+// from one user thread, ids "order-N" formatted before the clock, delays
+// uniform over [120 s, 3600 s], no warm-up. `how`: "schedule" (one call a
+// task), "schedule_many" (1,000 a call, the task_spec values built inside
+// the clock: a caller builds them too) or "asio" (a steady_timer made,
+// expires_after and async_wait per task, into a vector reserved ahead).
+void child_fill(const std::string& how, std::size_t n, int round) {
+  const id_list ids = first_ids(n);
+  rng r(29 + static_cast<std::uint64_t>(round));
+  std::vector<milliseconds> delay(n);
+  for (auto& d : delay) d = milliseconds(static_cast<std::int64_t>(r.between(120'000, 3'600'000)));
+  double s = 0;
+  if (how == "asio") {
+    io_thread io;
+    std::vector<boost::asio::steady_timer> timers;
+    timers.reserve(n);
+    const auto t0 = clock_type::now();
+    for (std::size_t i = 0; i < n; ++i) {
+      timers.emplace_back(io.io());
+      timers.back().expires_after(delay[i]);
+      timers.back().async_wait([](const boost::system::error_code&) {});
+    }
+    s = seconds_since(t0);
+  } else {
+    engine_side eng;
+    if (how == "schedule") {
+      const auto t0 = clock_type::now();
+      for (std::size_t i = 0; i < n; ++i) eng.schedule(ids[i], delay[i]);
+      s = seconds_since(t0);
+    } else if (how == "schedule_many") {
+      constexpr std::size_t per_call = 1000;
+      boost::system::error_code ec;
+      const auto t0 = clock_type::now();
+      for (std::size_t i = 0; i < n; i += per_call) {
+        const std::size_t k = std::min(per_call, n - i);
+        const auto now = std::chrono::system_clock::now();
+        std::vector<task_spec> batch(k);
+        for (std::size_t j = 0; j < k; ++j) {
+          batch[j].type = task_type;
+          batch[j].due = now + delay[i + j];
+          batch[j].options.id = ids[i + j];
+        }
+        eng.get().schedule_many(std::move(batch), ec);
+        if (ec) die("engine.schedule_many failed (fill)");
+      }
+      s = seconds_since(t0);
+    } else {
+      die("unknown fill side");
+    }
+    if (eng.get().stats().pending != n) die("the engine does not hold every task (fill)");
+  }
+  emit("fill", "ns_per_task", how.c_str(), n, 1, round, s * 1e9 / static_cast<double>(n));
+  std::fflush(stdout);
+  std::_Exit(0);  // a fresh process per round: skip the teardown
+}
+
 // ------------------------------------------------------------------ child: wheel
 
 void child_wheel(std::size_t n, int rounds) {

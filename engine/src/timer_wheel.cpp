@@ -476,6 +476,10 @@ timer_wheel::handle timer_wheel::insert(const item& it, std::uint32_t hash,
 
 timer_wheel::handle timer_wheel::insert_detached(const item& it, std::uint32_t hash) {
   if (index_find(it.id, hash) != no_slot) return npos;
+  return insert_absent(it, hash);
+}
+
+timer_wheel::handle timer_wheel::insert_absent(const item& it, std::uint32_t hash) {
   if ((size_ + 1) * 4 > index_size_ * 3) index_grow();
   const handle h = allocate_record();
   record& r = rec(h);

@@ -97,6 +97,22 @@ TEST_CASE("engine: schedule_many stores a whole batch or nothing") {
     eng.schedule_many({spec("t", "a", soon, "x"), spec("t", "b", soon, "x")}, ec);
     CHECK(ec == errc::duplicate_id);
     CHECK(stored(store).empty());
+    // The error names the earliest task whose id came before in the batch.
+    std::size_t bad = 99;
+    eng.schedule_many({spec("t", "", soon, "x"), spec("t", "", soon, "y"), spec("t", "", soon, "z"),
+                       spec("t", "", soon, "y"), spec("t", "", soon, "x")},
+                      ec, bad);
+    CHECK(ec == errc::duplicate_id);
+    CHECK(bad == 3);
+    // Many ids, one repeat near the end (the lookup is by hash, not pairs).
+    std::vector<delayq::task_spec> many;
+    for (int i = 0; i < 3000; ++i) many.push_back(spec("t", "", soon, "m" + std::to_string(i)));
+    many.push_back(spec("t", "", soon, "m1234"));
+    many.push_back(spec("t", "", soon, "m7"));
+    eng.schedule_many(many, ec, bad);
+    CHECK(ec == errc::duplicate_id);
+    CHECK(bad == 3000);
+    CHECK(stored(store).empty());
   }
   SUBCASE("a conflict with a pending task follows each task's policy") {
     eng.schedule("t", "old", 1h, {"p", delayq::on_conflict::reject});

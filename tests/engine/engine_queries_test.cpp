@@ -3,8 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <delayq/delayq.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_test_support.hpp"
@@ -114,5 +116,54 @@ TEST_CASE("capacity: a batch that overfills a type names the first task past the
             .size() == 3);
   CHECK_FALSE(ec);
   CHECK(eng.pending() == 4);
+  CHECK(eng.stop());
+}
+
+// The pending counts are striped by thread when uncapped and one atomic when
+// capped (detail/striped.hpp, pending_count): both must come out exact after
+// threads that schedule and cancel at once.
+TEST_CASE("counts: four threads scheduling and cancelling at once leave exact counts") {
+  io_thread io;
+  delayq::executor_factory f;
+  f.add("free", [](const delayq::task&) {});
+  f.add("capped", [](const delayq::task&) {});
+  auto opts = fast_options();
+  opts.type_capacity["capped"] = 100;
+  delayq::memory_store inner;
+  delayq::engine eng(io.io, f, std::make_unique<borrowed_store>(inner), opts);
+  eng.start();
+  constexpr int threads = 4, each = 500;
+  std::atomic<int> capped_taken{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) {
+        const std::string id = "f" + std::to_string(t) + "-" + std::to_string(i);
+        eng.schedule("free", "", 1h, {id});
+        if (i % 2 == 1) CHECK(eng.cancel(id));  // every other one leaves again
+        boost::system::error_code ec;
+        eng.schedule("capped", "", 1h, {"c" + std::to_string(t) + "-" + std::to_string(i)}, ec);
+        if (!ec)
+          capped_taken.fetch_add(1);
+        else
+          CHECK(ec == delayq::errc::type_full);
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(capped_taken.load() == 100);  // the cap, exactly: no more, no fewer
+  const std::size_t free_left = threads * each / 2;
+  CHECK(eng.pending() == free_left + 100);
+  const auto st = eng.stats();
+  CHECK(st.pending == free_left + 100);
+  CHECK(st.scheduled == threads * each + 100);
+  CHECK(st.cancelled == threads * each / 2);
+  std::size_t free_pending = 0, capped_pending = 0;
+  for (const auto& t : eng.metrics().types) {
+    if (t.type == "free") free_pending = t.pending;
+    if (t.type == "capped") capped_pending = t.pending;
+  }
+  CHECK(free_pending == free_left);
+  CHECK(capped_pending == 100);
+  CHECK(stored(inner).size() == free_left + 100);
   CHECK(eng.stop());
 }

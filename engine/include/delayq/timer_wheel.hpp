@@ -229,6 +229,11 @@ class timer_wheel {
   /// slot until arm() is called. Returns npos when the id is held already.
   handle insert_detached(const item& it) { return insert_detached(it, hash(it.id)); }
   handle insert_detached(const item& it, std::uint32_t hash);
+  /// insert_detached() of an id the caller has just looked up (find() gave
+  /// npos, and nothing was inserted since): it skips the second lookup,
+  /// which misses the cache again in a batch. An id that is held breaks
+  /// the index: find() may then return either record.
+  handle insert_absent(const item& it, std::uint32_t hash);
 
   /// Puts record `h` in the slot of `due_tick`, moving it if it was armed.
   void arm(handle h, std::uint64_t due_tick) noexcept;

@@ -37,6 +37,7 @@ engine_core::engine_core(boost::asio::any_io_executor ex, executor_factory execu
               [this](std::span<write_op> ops) { on_written(ops); }),
       dispatcher_(*this, types_, options_.workers, ticker_.strand(), lateness_),
       owner_(make_ownership(options_, *store_, *this)) {
+  pending_.cap(options_.max_pending);
   std::vector<task_table*> all;
   for (std::size_t i = 0; i < options_.tables; ++i) {
     tables_.push_back(std::make_unique<task_table>(static_cast<std::uint32_t>(i), options_.slots,
@@ -381,19 +382,19 @@ std::vector<task> engine_core::upcoming(std::size_t limit, std::string_view type
 }
 
 std::size_t engine_core::pending() const {
-  const std::int64_t n = pending_.load(std::memory_order_relaxed);
+  const std::int64_t n = pending_.load();
   return n > 0 ? static_cast<std::size_t>(n) : 0;
 }
 
 engine_stats engine_core::stats() const {
   engine_stats s;
   s.pending = pending();
-  s.scheduled = scheduled_.load(std::memory_order_relaxed);
+  s.scheduled = scheduled_.load();
   s.loaded = loaded_.load(std::memory_order_relaxed);
   s.paged = paged_.load(std::memory_order_relaxed);
   s.succeeded = settler_.succeeded();
   s.failed = settler_.failed();
-  s.cancelled = cancelled_.load(std::memory_order_relaxed);
+  s.cancelled = cancelled_.load();
   s.quarantined = quarantined_.load(std::memory_order_relaxed);
   s.retried = settler_.retried();
   s.died = settler_.died();

@@ -149,21 +149,19 @@ class engine_core final : public dispatcher::owner,
                                    after_lock& after);
   task task_of(const task_table& t, timer_wheel::handle h) const;
   ready_ref ready_of(const task_table& t, timer_wheel::handle h, std::uint32_t word) const;
-  /// The pending count of tasks of `kind` (capacity), an atomic: changes
-  /// move it with their records.
-  std::atomic<std::int64_t>& kind_pending(type_registry::kind k) const {
-    return types_.at(k).pending;
-  }
+  /// The pending count of tasks of `kind` (capacity): changes move it with
+  /// their records.
+  pending_count& kind_pending(type_registry::kind k) const { return types_.at(k).pending; }
   /// Counts one on the per-type counter `c` of record h's type.
   void count(const task_table& t, timer_wheel::handle h, type_counters::counter c) const noexcept {
     type_counters::add(types_.at(t.wheel.kind(h)).counters.mine().*c);
   }
   void note_scheduled(const task_table& t, timer_wheel::handle h) noexcept {
-    scheduled_.fetch_add(1, std::memory_order_relaxed);
+    scheduled_.add(1);
     count(t, h, &type_counter_cells::scheduled);
   }
   void note_cancelled(const task_table& t, timer_wheel::handle h) noexcept {
-    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    cancelled_.add(1);
     count(t, h, &type_counter_cells::cancelled);
   }
   /// Dead letters counted: +1 once one is written, -1 once one left.
@@ -192,6 +190,9 @@ class engine_core final : public dispatcher::owner,
     std::uint32_t priority = 0, ttr_ms = 0;
     task_table* table = nullptr;
     bool generated = false;  // the engine drew the id
+    // The call's schedule_order() stamp when it has already read the steady
+    // clock (for a delay); 0: read it when deciding.
+    std::uint64_t order = 0;
   };
 
   // ---- tables ------------------------------------------------------------------
@@ -377,8 +378,8 @@ class engine_core final : public dispatcher::owner,
 
   std::atomic<run_state> state_{run_state::idle};
   std::vector<std::unique_ptr<task_table>> tables_;
-  mutable table_set_lock all_;            // every table, in order
-  std::atomic<std::int64_t> pending_{0};  // records find() reaches, in every table
+  mutable table_set_lock all_;  // every table, in order
+  pending_count pending_;       // records find() reaches, in every table
   // The earliest tick any table waits for; the timer is armed for it.
   std::atomic<std::uint64_t> armed_tick_{timer_wheel::no_tick};
   // A heavy tick's tasks, taken from the wheel just before the tick begins
@@ -389,7 +390,9 @@ class engine_core final : public dispatcher::owner,
   std::vector<ready_ref> early_;
   std::uint64_t early_tick_ = timer_wheel::no_tick;
 
-  std::atomic<std::uint64_t> scheduled_{0}, loaded_{0}, paged_{0}, cancelled_{0}, quarantined_{0};
+  // Every schedule and cancel counts one: striped (see pending_count).
+  striped_counter<std::uint64_t> scheduled_, cancelled_;
+  std::atomic<std::uint64_t> loaded_{0}, paged_{0}, quarantined_{0};
   std::atomic<std::int64_t> dead_{0};
   std::atomic<std::uint64_t> wakeups_{0};
   std::mutex stop_mutex_;  // stop() waits on stop_cv_ for the attempts to end

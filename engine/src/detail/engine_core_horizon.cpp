@@ -50,8 +50,8 @@ timer_wheel::handle engine_core::hold_locked(task_table& tb, const task& t,
   if (t.trigger_count > 0) tb.set_trigger(h, t.trigger_count, t.signals);
   if (t.priority != 0 || t.ttr.count() > 0) tb.set_attrs(h, {t.priority, clamped_ttr_ms(t.ttr)});
   // Held as the store has it: counted, never refused (a capacity counts it).
-  type.pending.fetch_add(1, std::memory_order_relaxed);
-  pending_.fetch_add(1, std::memory_order_relaxed);
+  type.pending.add(1);
+  pending_.add(1);
   if (overdue && due <= now && options_.catch_up_rate > 0) {
     overdue->push_back(tb.ref(h));
   } else if (overdue) {

@@ -43,8 +43,8 @@ void engine_core::arm_locked(task_table& t, timer_wheel::handle h, std::int64_t 
 
 void engine_core::erase_locked(task_table& t, timer_wheel::handle h) {
   if (t.wheel.is_indexed(h)) {
-    kind_pending(t.wheel.kind(h)).fetch_sub(1, std::memory_order_relaxed);
-    pending_.fetch_sub(1, std::memory_order_relaxed);
+    kind_pending(t.wheel.kind(h)).add(-1);
+    pending_.add(-1);
     note_gone_locked(t, h);  // see the horizon
   } else {
     --t.unindexed;
@@ -53,8 +53,8 @@ void engine_core::erase_locked(task_table& t, timer_wheel::handle h) {
 }
 
 void engine_core::unindex_locked(task_table& t, timer_wheel::handle h) {
-  kind_pending(t.wheel.kind(h)).fetch_sub(1, std::memory_order_relaxed);
-  pending_.fetch_sub(1, std::memory_order_relaxed);
+  kind_pending(t.wheel.kind(h)).add(-1);
+  pending_.add(-1);
   note_gone_locked(t, h);
   t.wheel.unindex(h);
   ++t.unindexed;
@@ -63,8 +63,8 @@ void engine_core::unindex_locked(task_table& t, timer_wheel::handle h) {
 bool engine_core::reindex_locked(task_table& t, timer_wheel::handle h) {
   if (t.wheel.is_indexed(h) || !t.wheel.reindex(h)) return false;
   --t.unindexed;
-  kind_pending(t.wheel.kind(h)).fetch_add(1, std::memory_order_relaxed);
-  pending_.fetch_add(1, std::memory_order_relaxed);
+  kind_pending(t.wheel.kind(h)).add(1);
+  pending_.add(1);
   return true;
 }
 

@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 namespace delayq::detail {
 
@@ -73,6 +74,56 @@ class striped_counter {
 
  private:
   striped<std::atomic<T>> s_;
+};
+
+/// A count of held tasks that many threads move at once, which a cap may
+/// bound (engine_options::max_pending, a type's capacity). Uncapped (the
+/// default) each thread moves a stripe of its own: one atomic that every
+/// schedule and cancel moved took its cache line from core to core, and four
+/// threads on two cores did less than one (docs/benchmarks.md, "Four
+/// threads"). Capped, every move is on one atomic, so that reserve() keeps
+/// the cap exactly. The cap is set once, before the count is shared.
+///
+/// Thread safety: reserve(), add() and load() are safe from any thread;
+/// cap() only before any of them.
+class pending_count {
+ public:
+  static constexpr std::size_t uncapped = static_cast<std::size_t>(-1);
+
+  void cap(std::size_t limit) noexcept { limit_ = limit; }
+
+  /// Adds n unless that takes the count past the cap; true if added.
+  bool reserve(std::size_t n) noexcept {
+    const auto d = static_cast<std::int64_t>(n);
+    if (limit_ == uncapped) {
+      stripes_.mine().fetch_add(d, std::memory_order_relaxed);
+      return true;
+    }
+    const std::int64_t after = one_.fetch_add(d, std::memory_order_relaxed) + d;
+    if (after <= 0 || static_cast<std::uint64_t>(after) <= limit_) return true;
+    one_.fetch_sub(d, std::memory_order_relaxed);
+    return false;
+  }
+  void add(std::int64_t d) noexcept {
+    if (limit_ == uncapped)
+      stripes_.mine().fetch_add(d, std::memory_order_relaxed);
+    else
+      one_.fetch_add(d, std::memory_order_relaxed);
+  }
+  /// The count; with moves in flight on other threads it may miss them, as
+  /// a read of one atomic may.
+  std::int64_t load() const noexcept {
+    if (limit_ != uncapped) return one_.load(std::memory_order_relaxed);
+    std::int64_t sum = 0;
+    stripes_.each(
+        [&](const std::atomic<std::int64_t>& c) { sum += c.load(std::memory_order_relaxed); });
+    return sum;
+  }
+
+ private:
+  std::size_t limit_ = uncapped;
+  alignas(64) std::atomic<std::int64_t> one_{0};
+  striped<std::atomic<std::int64_t>> stripes_;
 };
 
 }  // namespace delayq::detail

@@ -73,6 +73,7 @@ const type_registry::type_info* type_registry::intern(std::string_view name, std
     info->concurrency = c->second;
   if (auto c = options_.type_capacity.find(name); c != options_.type_capacity.end())
     info->capacity = c->second;
+  if (info->capacity != 0) info->pending.cap(info->capacity);
   const type_info* raw = info.get();
   infos_.push_back(std::move(info));
   publish(raw, h);

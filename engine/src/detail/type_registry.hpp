@@ -24,6 +24,7 @@
 
 #include "delayq/engine_options.hpp"
 #include "delayq/executor.hpp"
+#include "detail/striped.hpp"
 #include "detail/type_counters.hpp"
 
 namespace delayq::detail {
@@ -48,7 +49,7 @@ class type_registry {
     mutable type_counters counters;
     // Tasks of this type the engine holds (find() reaches them), over every
     // table: reserved before an insert when the type has a capacity.
-    mutable std::atomic<std::int64_t> pending{0};
+    mutable pending_count pending;
   };
 
   /// `executors` and `options` must outlive the registry.

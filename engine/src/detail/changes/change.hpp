@@ -82,17 +82,6 @@ struct after_lock {
   }
 };
 
-/// Reserves `n` of `count` unless that passes `limit`: false, with nothing
-/// reserved, then. Counts shared by every table (pending tasks, a type's
-/// capacity) are reserved so, before a record is made.
-inline bool reserve_within(std::atomic<std::int64_t>& count, std::size_t n, std::size_t limit) {
-  const auto add = static_cast<std::int64_t>(n);
-  const std::int64_t after = count.fetch_add(add, std::memory_order_relaxed) + add;
-  if (after <= 0 || static_cast<std::uint64_t>(after) <= limit) return true;
-  count.fetch_sub(add, std::memory_order_relaxed);
-  return false;
-}
-
 class change;
 
 /// What a change settles with, under `table`'s lock.

@@ -86,14 +86,14 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
           return false;
         }
         // The counts are reserved before the record is made (as a schedule's).
-        if (!reserve_within(pending_, 1, options_.max_pending)) {
+        if (!pending_.reserve(1)) {
           dec = errc::queue_full;
           return false;
         }
         if (type->capacity == 0) {
-          type->pending.fetch_add(1, std::memory_order_relaxed);
-        } else if (!reserve_within(type->pending, 1, type->capacity)) {
-          pending_.fetch_sub(1, std::memory_order_relaxed);
+          type->pending.add(1);
+        } else if (!type->pending.reserve(1)) {
+          pending_.add(-1);
           dec = errc::type_full;
           return false;
         }

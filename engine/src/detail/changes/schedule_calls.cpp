@@ -5,6 +5,8 @@
 // one that finds its id's write in flight is deferred behind it, and one
 // whose id may wait past the horizon is looked up on the pager's thread.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 
 #include "detail/engine_core.hpp"
 #include "detail/engine_core_id_call.hpp"
@@ -62,8 +64,10 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
   spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
   if (ec) return {};
   // By the engine's clock: "in 2 s" is 2 s away however the system clock
-  // is set meanwhile.
-  spec.due_ms = due_after(delay, ticker_.now_ms(), options_.max_delay, ec);
+  // is set meanwhile. The same reading stamps the task's order.
+  const auto now = std::chrono::steady_clock::now();
+  spec.order = schedule_order(now);
+  spec.due_ms = due_after(delay, ticker_.now_ms(now), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
   std::size_t bad = 0;
@@ -184,11 +188,13 @@ void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::str
       std::unique_lock lock(specs[0].table->mutex);
       decided = decide(lock);
     } else {
+      // The tables the batch touches, in index order (at most 64: a mask,
+      // where sorting a pointer a task cost more than the lookups).
+      std::uint64_t touched = 0;
+      for (const spec_ref& s : specs) touched |= std::uint64_t{1} << s.table->index;
       std::vector<task_table*> tables;
-      for (const spec_ref& s : specs) tables.push_back(s.table);
-      std::sort(tables.begin(), tables.end(),
-                [](const task_table* a, const task_table* b) { return a->index < b->index; });
-      tables.erase(std::unique(tables.begin(), tables.end()), tables.end());
+      for (; touched != 0; touched &= touched - 1)
+        tables.push_back(tables_[static_cast<std::size_t>(std::countr_zero(touched))].get());
       table_set_lock set(std::move(tables));
       std::unique_lock lock(set);
       decided = decide(lock);

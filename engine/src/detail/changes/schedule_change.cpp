@@ -17,6 +17,7 @@
 // schedule_calls.cpp.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <unordered_map>
 
 #include "detail/engine_core.hpp"
@@ -51,11 +52,11 @@ class replace_change final : public change {
   }
   void failed(settle_context& c, const boost::system::error_code&) override {
     timer_wheel& w = c.table.wheel;
-    c.engine.kind_pending(w.kind(h)).fetch_sub(1, std::memory_order_relaxed);
+    c.engine.kind_pending(w.kind(h)).add(-1);
     w.assign(h, {{}, old_payload, old_kind, old_due_ms, old_attempts});
     c.table.set_trigger(h, old_trigger, old_signals);
     c.table.set_attrs(h, old_attrs);
-    c.engine.kind_pending(old_kind).fetch_add(1, std::memory_order_relaxed);
+    c.engine.kind_pending(old_kind).add(1);
     // After a failed write the store may hold either version: keep it held.
     c.engine.arm_locked(c.table, h, w.due_ms(h), &c.after);
   }
@@ -103,6 +104,31 @@ class scratch {
   std::vector<T> heap_;
 };
 
+// The index of the first task of `specs` whose id an earlier one has, or
+// specs.size(). By a hash set of the ids' hashes, in call order, so the
+// first repeat met is the earliest (a batch holds up to 10,000 tasks:
+// comparing each with every earlier one cost more than the rest of the
+// call, and sorting the hashes a third of it).
+template <class Specs>
+std::size_t first_repeat(const Specs& specs) {
+  const std::size_t n = specs.size();
+  if (n < 2) return n;
+  const std::size_t size = std::bit_ceil(2 * n);
+  // Each bucket: index + 1 of a task (0: empty), probed by the hash's bits.
+  std::vector<std::uint32_t> bucket(size, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t b = specs[i].hash & (size - 1);; b = (b + 1) & (size - 1)) {
+      if (bucket[b] == 0) {
+        bucket[b] = static_cast<std::uint32_t>(i + 1);
+        break;
+      }
+      const auto& earlier = specs[bucket[b] - 1];
+      if (earlier.hash == specs[i].hash && earlier.id == specs[i].id) return i;
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::string> ids,
@@ -115,7 +141,12 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     timer_wheel::handle h = timer_wheel::npos;
   };
   scratch<step, 4> plan(n);
+  // A batch's index lookups each miss the cache: asked for `ahead` tasks
+  // early, several are in flight at once (schedule_checked's prefetches of
+  // a whole batch are long evicted or still queued by the time they count).
+  constexpr std::size_t ahead = 8;
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + ahead < n) specs[i + ahead].table->wheel.prefetch(specs[i + ahead].hash);
     task_table& t = *specs[i].table;
     plan[i].h = t.wheel.find(specs[i].id, specs[i].hash);
     if (specs[i].generated && plan[i].h != timer_wheel::npos) {
@@ -135,24 +166,8 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     out.bad = i;
     return true;
   };
-  // Two tasks of one call with one id: the later one is the error. Found by
-  // sorting the ids' hashes (a batch holds up to 10,000 tasks: comparing
-  // each with every earlier one cost more than the rest of the call).
-  std::size_t first_dup = n;
-  if (n > 1) {
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> by_hash(n);
-    for (std::size_t i = 0; i < n; ++i) by_hash[i] = {specs[i].hash, static_cast<std::uint32_t>(i)};
-    std::sort(by_hash.begin(), by_hash.end());
-    for (std::size_t k = 0; k < n;) {
-      std::size_t e = k + 1;
-      while (e < n && by_hash[e].first == by_hash[k].first) ++e;
-      for (std::size_t a = k; a < e; ++a)
-        for (std::size_t b = a + 1; b < e; ++b)
-          if (specs[by_hash[a].second].id == specs[by_hash[b].second].id)
-            first_dup = std::min<std::size_t>(first_dup, by_hash[b].second);
-      k = e;
-    }
-  }
+  // Two tasks of one call with one id: the later one is the error.
+  const std::size_t first_dup = first_repeat(specs);
   for (std::size_t i = 0; i < n; ++i) {
     spec_ref& spec = specs[i];
     if (i == first_dup) {
@@ -174,24 +189,22 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   }
   // Pending counts are the engine's, over every table: reserved here, with
   // atomics, before anything is inserted, and given back if the call fails.
-  if (added > 0 && !reserve_within(pending_, added, options_.max_pending))
-    return fail(errc::queue_full, n - 1);
+  if (added > 0 && !pending_.reserve(added)) return fail(errc::queue_full, n - 1);
   // Per-type capacity: what the call adds to each capped type, counted in
   // one pass (a batch may hold 10,000 tasks). The first task that takes its
   // type past the cap is the one the error names.
   std::unordered_map<type_registry::kind, std::size_t> adding;
   std::vector<std::pair<type_registry::kind, std::size_t>> reserved;
   const auto give_back = [&] {
-    if (added > 0) pending_.fetch_sub(static_cast<std::int64_t>(added));
-    for (const auto& [k, m] : reserved)
-      kind_pending(k).fetch_sub(static_cast<std::int64_t>(m), std::memory_order_relaxed);
+    if (added > 0) pending_.add(-static_cast<std::int64_t>(added));
+    for (const auto& [k, m] : reserved) kind_pending(k).add(-static_cast<std::int64_t>(m));
   };
   for (std::size_t i = 0; i < n; ++i) {
     const auto* type = specs[i].type;
     if (type->capacity == 0 || plan[i].what == action::keep) continue;
     if (plan[i].what == action::insert ||
         (plan[i].what == action::replace && specs[i].table->wheel.kind(plan[i].h) != type->k)) {
-      if (!reserve_within(type->pending, 1, type->capacity)) {
+      if (!type->pending.reserve(1)) {
         give_back();
         return fail(errc::type_full, i);
       }
@@ -206,8 +219,11 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   const bool durable = writes(change_kind::save);
   std::vector<write_op> ops;
   if (durable) ops.reserve(n);
-  const std::uint64_t order = schedule_order();
+  const std::uint64_t order = specs[0].order != 0 ? specs[0].order : schedule_order();
   for (std::size_t i = 0; i < n; ++i) {
+    // The lookups above brought the index's lines in, but a batch's own
+    // writes since may have pushed them out: asked for again, ahead.
+    if (i + ahead < n) specs[i + ahead].table->wheel.prefetch(specs[i + ahead].hash);
     if (plan[i].what == action::keep) continue;
     const spec_ref& spec = specs[i];
     task_table& t = *spec.table;
@@ -240,12 +256,12 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
         c->old_trigger = old.count;
         c->old_signals = old.signals;
         c->old_attrs = t.attrs_of(h);
-        kind_pending(w.kind(h)).fetch_sub(1, std::memory_order_relaxed);
+        kind_pending(w.kind(h)).add(-1);
         w.disarm(h);
         w.assign(h, it);
         t.set_trigger(h, spec.trigger_count, 0);
         t.set_attrs(h, {spec.priority, spec.ttr_ms});
-        if (!kind_reserved) kind_pending(it.kind).fetch_add(1, std::memory_order_relaxed);
+        if (!kind_reserved) kind_pending(it.kind).add(1);
         made = std::move(c);
       } else {
         // Its attempt is running: let it finish, but its outcome must neither
@@ -258,20 +274,21 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
         t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
         if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
         if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
-        pending_.fetch_add(1, std::memory_order_relaxed);
-        if (!kind_reserved) kind_pending(it.kind).fetch_add(1, std::memory_order_relaxed);
+        pending_.add(1);
+        if (!kind_reserved) kind_pending(it.kind).add(1);
         auto c = std::make_unique<replace_running_change>(&t, h);
         c->old = old;
         c->old_running_tag = old_word;
         made = std::move(c);
       }
     } else {
-      // A new record: its pending count was reserved above.
-      h = w.insert_detached(it, spec.hash);
+      // A new record: its pending count was reserved above, and its id was
+      // looked up above, under this lock.
+      h = w.insert_absent(it, spec.hash);
       t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
       if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
       if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
-      if (!capped) kind_pending(it.kind).fetch_add(1, std::memory_order_relaxed);
+      if (!capped) kind_pending(it.kind).add(1);
       if (durable) made = std::make_unique<insert_change>(&t, h);
     }
     t.stamp(h, order + i);
