@@ -370,6 +370,40 @@ TEST_CASE("failure: asynchronous executors complete through a callback") {
   for (auto& t : threads) t.join();
 }
 
+// async_executor's promise: the task start() was given stays valid while any
+// copy of `done` lives, even after the attempt has ended (delayq-server's
+// lease broker keeps a pointer to it beside `done` instead of a copy).
+// Under AddressSanitizer a task freed early is a use-after-free here.
+TEST_CASE("failure: an async executor's task lives as long as a copy of its completion") {
+  io_thread io;
+  std::mutex m;
+  const delayq::task* kept = nullptr;
+  std::vector<delayq::async_executor::completion> parked;
+  delayq::executor_factory f;
+  f.add_async("keeps", [&](const delayq::task& t, delayq::async_executor::completion done) {
+    std::lock_guard lock(m);
+    kept = &t;
+    parked.push_back(std::move(done));
+  });
+  delayq::engine eng(io.io, f, std::make_unique<delayq::memory_store>(), failure_options());
+  eng.start();
+  const std::string payload(200, 'p');  // past the short-string buffer: on the heap
+  eng.schedule("keeps", payload, 0ms, {"kept-1"});
+  REQUIRE(eventually([&] {
+    std::lock_guard lock(m);
+    return kept != nullptr;
+  }));
+  std::lock_guard lock(m);
+  const delayq::async_executor::completion copy = parked.front();
+  parked.front()("");  // the attempt ends: the task leaves the engine
+  REQUIRE(eventually([&] { return eng.stats().succeeded == 1 && eng.pending() == 0; }));
+  parked.clear();  // one copy is left
+  CHECK(kept->id == "kept-1");
+  CHECK(kept->payload == payload);
+  CHECK(kept->type == "keeps");
+  CHECK(eng.stop());
+}
+
 TEST_CASE("failure: while the store is down, schedules fail fast and nothing is lost") {
   io_thread io;
   recorder rec;

@@ -139,7 +139,10 @@ class attempt_completion {
 /// start() begins the attempt and returns; the executor then calls `done`
 /// exactly once, from any thread: with an empty string for success, or with
 /// the reason it failed. Throwing from start() fails the attempt. The task
-/// passed to start() stays valid until `done` has been called.
+/// passed to start() stays valid until `done` has been called, and for as
+/// long as any copy of `done` exists: an executor that keeps `done` may keep
+/// a reference to the task beside it instead of a copy (delayq-server's
+/// lease broker does, for every job waiting for a consumer).
 ///
 /// The executor object lives until the attempt ends; pass `done` on to the
 /// operation that completes, and do not keep it inside the executor itself

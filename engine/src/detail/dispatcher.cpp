@@ -54,8 +54,15 @@ std::string describe(std::exception_ptr e) {
 struct dispatcher::attempt {
   dispatcher* d = nullptr;
   std::shared_ptr<void> keep;  // the engine, and so this dispatcher
-  ready_ref r;
-  task t;  // the executor's copy: it may outlive the record's turn
+  // What the outcome names of its reference (not the whole ready_ref: one
+  // attempt lives per task waiting in delayq-server's broker, a backlog).
+  record_id h = 0;
+  std::uint32_t tag = 0;
+  std::uint16_t kind = 0;
+  // The executor's copy: it may outlive the record's turn. It lives as long
+  // as the attempt, which every copy of the completion holds, as
+  // async_executor promises.
+  task t;
   std::atomic<bool> settled{false};
   // Whether start() is still running: a completion dropped meanwhile may be
   // the unwinding of a start() that throws, which is a failure, not an
@@ -106,7 +113,7 @@ struct dispatcher::attempt {
     // An abandoned attempt is started again later: it has no end to time.
     if (w != outcome::what::abandoned)
       counters->record(&type_counter_cells::execution, micros_since(began));
-    outcome o{w, r.h, tsw::with_state(r.tag, tsw::running), r.kind, std::move(failure)};
+    outcome o{w, h, tsw::with_state(tag, tsw::running), kind, std::move(failure)};
     o.due_ms = due_ms;
     o.priority = priority;
     o.on_stored = std::move(on_stored);
@@ -388,7 +395,9 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
   auto a = std::make_shared<attempt>();
   a->d = this;
   a->keep = owner_.keep_alive();
-  a->r = r;
+  a->h = r.h;
+  a->tag = r.tag;
+  a->kind = r.kind;
   a->t = t;
   a->counters = &ti.counters;
   a->began = std::chrono::steady_clock::now();

@@ -8,6 +8,18 @@
 #include "security/secure_random.hpp"
 
 namespace delayq::server {
+namespace {
+
+// Orders a ready heap: std::push_heap keeps the largest in front, so the
+// comparison is turned around to keep in front the key handed out first.
+struct ready_after {
+  template <class Key>
+  bool operator()(const Key& a, const Key& b) const {
+    return b < a;
+  }
+};
+
+}  // namespace
 
 lease_broker::lease_broker(boost::asio::any_io_executor ex, std::string instance)
     : ex_(boost::asio::make_strand(ex)),
@@ -43,31 +55,33 @@ void lease_broker::offer(const task& t, attempt_completion done) {
     lock.unlock();
     return;  // `done` is dropped on return: the engine keeps the task
   }
-  entry e;
-  e.t = t;
-  e.done = std::move(done);
-  e.seq = ++seq_;
-  e.per_type = &per_type_[t.type];
-  const std::string id = t.id;
   // Replaced ids: the engine ended the old attempt before it offers a new one,
   // but a late offer must never orphan a held completion.
   std::optional<entry> old;  // dropped after the lock, like every completion
-  if (auto it = held_.find(id); it != held_.end()) {
-    old = std::move(it->second);
-    if (old->lease.empty()) {
-      unready_locked(*old);
+  if (const auto s = find_locked(t.id)) {
+    entry& o = at(*s);
+    if (!o.lease) {
+      unready_locked(o);
     } else {
-      deadlines_.erase({old->deadline, id});
+      deadlines_.erase({o.lease->deadline, t.id});
       --counters_.reserved;
-      --old->per_type->reserved;
+      --o.per_type->reserved;
     }
-    held_.erase(it);
+    old = remove_locked(*s);
   }
+  const std::uint32_t slot = new_slot_locked();
+  entry& e = at(slot);
+  e.t = &t;  // the attempt's task: valid while `done` lives (async_executor)
+  e.done = std::move(done);
+  e.seq = ++seq_;
+  e.per_type = &per_type_[t.type];
   ++e.per_type->ready;
   if (t.priority < urgent_below) ++e.per_type->urgent;
-  held_.emplace(id, std::move(e));
+  held_.insert(t.id, slot);
   ++counters_.ready;
-  ready_[t.type].insert(key_of(t, seq_));
+  ready_heap& q = ready_[t.type];
+  q.push_back(key_of(t, seq_, slot));
+  std::push_heap(q.begin(), q.end(), ready_after{});
   // The oldest waiting consumer that asked for this type gets it (and
   // whatever else is ready for it).
   serve_waiters_locked(answers, stale);
@@ -96,7 +110,44 @@ void lease_broker::serve_waiters_locked(
 void lease_broker::unready_locked(entry& e) {
   --counters_.ready;
   --e.per_type->ready;
-  if (e.t.priority < urgent_below) --e.per_type->urgent;
+  if (e.t->priority < urgent_below) --e.per_type->urgent;
+}
+
+std::optional<std::uint32_t> lease_broker::find_locked(std::string_view id) const {
+  return held_.find(id, [this](std::uint32_t s) { return std::string_view(at(s).t->id); });
+}
+
+template <class F>
+void lease_broker::for_each_held_locked(F&& f) {
+  for (std::uint32_t slot = 0; slot < blocks_.size() * block_size; ++slot)
+    if (at(slot).seq != 0) f(slot);
+}
+
+std::uint32_t lease_broker::new_slot_locked() {
+  if (free_slots_.empty()) {
+    const auto first = static_cast<std::uint32_t>(blocks_.size() * block_size);
+    blocks_.push_back(std::make_unique<entry[]>(block_size));
+    // Handed out lowest first, so a small backlog stays in one block.
+    for (std::uint32_t i = block_size; i-- > 0;) free_slots_.push_back(first + i);
+  }
+  const std::uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  return slot;
+}
+
+lease_broker::entry lease_broker::remove_locked(std::uint32_t slot) {
+  entry& e = at(slot);
+  // Before the task may go, with `done`.
+  held_.erase(e.t->id, [this](std::uint32_t s) { return std::string_view(at(s).t->id); });
+  entry out = std::move(e);
+  e = entry{};  // seq 0: the slot's old ready keys are invalid from now on
+  free_slots_.push_back(slot);
+  return out;
+}
+
+bool lease_broker::valid_locked(const ready_key& k) const {
+  const entry& e = at(k.slot);
+  return e.seq == k.seq && !e.lease;
 }
 
 std::uint64_t lease_broker::reserve(const reserve_request& r, reserve_handler handler,
@@ -161,7 +212,7 @@ void lease_broker::cancel_wait(std::uint64_t n) {
   if (h) answer(std::move(h), {});
 }
 
-lease_broker::ready_key lease_broker::key_of(const task& t, std::uint64_t seq) {
+lease_broker::ready_key lease_broker::key_of(const task& t, std::uint64_t seq, std::uint32_t slot) {
   std::uint64_t number = 0;
   bool numeric = !t.id.empty() && t.id.size() <= 19 && t.id[0] != '0';
   for (const char c : t.id) {
@@ -171,30 +222,28 @@ lease_broker::ready_key lease_broker::key_of(const task& t, std::uint64_t seq) {
     }
     number = number * 10 + static_cast<std::uint64_t>(c - '0');
   }
-  return {t.priority, to_epoch_ms(t.due), numeric ? number : ~std::uint64_t{0}, seq, t.id};
+  return {t.priority, slot, to_epoch_ms(t.due), numeric ? number : ~std::uint64_t{0}, seq};
 }
 
 const lease_broker::ready_key* lease_broker::best_ready_locked(const std::string& type) {
   auto q = ready_.find(type);
   if (q == ready_.end()) return nullptr;
-  // The first key is valid when its entry is still held, ready, and the
-  // same offer (seq); anything else is dropped on the way.
-  auto& keys = q->second;
+  // The front key is valid when its slot still holds the same offer (seq),
+  // ready; anything else is dropped on the way.
+  ready_heap& keys = q->second;
   while (!keys.empty()) {
-    const ready_key& k = *keys.begin();
-    auto it = held_.find(k.id);
-    if (it != held_.end() && it->second.seq == k.seq && it->second.lease.empty()) return &k;
-    keys.erase(keys.begin());
+    if (valid_locked(keys.front())) return &keys.front();
+    std::pop_heap(keys.begin(), keys.end(), ready_after{});
+    keys.pop_back();
   }
   return nullptr;
 }
 
-bool lease_broker::current_locked(const std::string& id, std::vector<attempt_completion>& stale) {
-  auto it = held_.find(id);
-  if (it == held_.end() || !attempt_check_ || attempt_check_(it->second.t)) return true;
-  stale.push_back(std::move(it->second.done));
-  unready_locked(it->second);
-  held_.erase(it);
+bool lease_broker::current_locked(std::uint32_t slot, std::vector<attempt_completion>& stale) {
+  entry& e = at(slot);
+  if (!attempt_check_ || attempt_check_(*e.t)) return true;
+  unready_locked(e);
+  stale.push_back(std::move(remove_locked(slot).done));
   ++counters_.given_back;
   ++counters_.stale;
   return false;
@@ -226,36 +275,37 @@ std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string
       for (const std::string& type : types) consider(type);
     }
     if (!best) break;
-    const std::string id = best->id;
-    ready_.find(*best_type)->second.erase(*best);
-    if (!current_locked(id, stale)) continue;
-    lease_locked(id, ttr, terms, now, out);
+    const std::uint32_t slot = best->slot;
+    ready_heap& q = ready_.find(*best_type)->second;
+    std::pop_heap(q.begin(), q.end(), ready_after{});
+    q.pop_back();
+    if (!current_locked(slot, stale)) continue;
+    lease_locked(slot, ttr, terms, now, out);
   }
   std::erase_if(ready_, [](const auto& kv) { return kv.second.empty(); });
   return out;
 }
 
-bool lease_broker::lease_locked(const std::string& id, std::chrono::milliseconds ttr,
+void lease_broker::lease_locked(std::uint32_t slot, std::chrono::milliseconds ttr,
                                 lease_terms terms, clock::time_point now,
                                 std::vector<leased_task>& out) {
-  auto it = held_.find(id);
-  if (it == held_.end()) return false;
-  entry& e = it->second;
+  entry& e = at(slot);
   unready_locked(e);
-  e.lease = new_lease();
+  e.lease = std::make_unique<lease_state>();
+  lease_state& l = *e.lease;
+  l.token = new_lease();
   // A task that names its time-to-run (a beanstalk job's TTR) gets it,
   // whatever the consumer asked.
-  e.ttr = e.t.ttr.count() > 0 ? e.t.ttr : ttr;
-  e.deadline = now + e.ttr;
-  e.expiry_abandons = terms.expiry_abandons;
-  deadlines_.emplace(e.deadline, id);
+  l.ttr = e.t->ttr.count() > 0 ? e.t->ttr : ttr;
+  l.deadline = now + l.ttr;
+  l.expiry_abandons = terms.expiry_abandons;
+  deadlines_.emplace(l.deadline, e.t->id);
   ++counters_.reserved;
   ++counters_.reserved_total;
   ++e.per_type->reserved;
   ++e.per_type->leased;
-  out.push_back({e.t, e.lease, e.deadline});
-  arm_sweep_locked(e.deadline);
-  return true;
+  out.push_back({*e.t, l.token, l.deadline});
+  arm_sweep_locked(l.deadline);
 }
 
 std::optional<leased_task> lease_broker::reserve_id(const std::string& id,
@@ -264,25 +314,21 @@ std::optional<leased_task> lease_broker::reserve_id(const std::string& id,
   std::vector<attempt_completion> stale;  // dropped after the lock, on return
   std::lock_guard lock(mutex_);
   if (closed_) return std::nullopt;
-  auto it = held_.find(id);
-  if (it == held_.end() || !it->second.lease.empty()) return std::nullopt;
-  if (!current_locked(id, stale)) return std::nullopt;
+  const auto slot = find_locked(id);
+  if (!slot || at(*slot).lease) return std::nullopt;
+  const std::uint32_t s = *slot;
+  if (!current_locked(s, stale)) return std::nullopt;
   // Its ready key stays behind and is dropped lazily (the entry is leased).
   std::vector<leased_task> out;
-  lease_locked(id, ttr, terms, clock::now(), out);
+  lease_locked(s, ttr, terms, clock::now(), out);
   return std::move(out.front());
 }
 
-std::optional<task> lease_broker::peek_ready(const std::string& type) const {
+std::optional<task> lease_broker::peek_ready(const std::string& type) {
   // A paused type's ready tasks are shown too, as beanstalkd's peek-ready does.
   std::lock_guard lock(mutex_);
-  auto q = ready_.find(type);
-  if (q == ready_.end()) return std::nullopt;
-  for (const ready_key& k : q->second) {
-    auto it = held_.find(k.id);
-    if (it != held_.end() && it->second.seq == k.seq && it->second.lease.empty())
-      return it->second.t;
-  }
+  if (const ready_key* k = best_ready_locked(type)) return *at(k->slot).t;
+  ready_.erase(type);  // none left ready: as trim_locked() does
   return std::nullopt;
 }
 
@@ -353,19 +399,18 @@ void lease_broker::sweep() {
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       const std::string id = deadlines_.begin()->second;
       deadlines_.erase(deadlines_.begin());
-      auto it = held_.find(id);
-      if (it == held_.end() || it->second.lease.empty()) continue;
+      const auto slot = find_locked(id);
+      if (!slot || !at(*slot).lease) continue;
+      entry e = remove_locked(*slot);
       // Dropped (given back uncounted, ready again at once) when the lease
       // said so: a beanstalk job whose time-to-run ended.
-      if (it->second.expiry_abandons)
-        abandoned.push_back(std::move(it->second.done));
+      if (e.lease->expiry_abandons)
+        abandoned.push_back(std::move(e.done));
       else
-        expired.emplace_back(
-            std::move(it->second.done),
-            "lease expired after " + std::to_string(it->second.ttr.count()) + " ms");
-      --it->second.per_type->reserved;
-      ++it->second.per_type->expired;
-      held_.erase(it);
+        expired.emplace_back(std::move(e.done),
+                             "lease expired after " + std::to_string(e.lease->ttr.count()) + " ms");
+      --e.per_type->reserved;
+      ++e.per_type->expired;
       --counters_.reserved;
       ++counters_.expired;
     }
@@ -398,12 +443,10 @@ void lease_broker::give_back(const std::vector<leased_task>& tasks) {
 
 std::optional<lease_broker::entry> lease_broker::end_lease_locked(const std::string& id,
                                                                   const std::string& lease) {
-  auto it = held_.find(id);
-  if (it == held_.end() || it->second.lease.empty() || it->second.lease != lease)
-    return std::nullopt;
-  entry e = std::move(it->second);
-  held_.erase(it);
-  deadlines_.erase({e.deadline, id});
+  const auto slot = find_locked(id);
+  if (!slot || !at(*slot).lease || at(*slot).lease->token != lease) return std::nullopt;
+  entry e = remove_locked(*slot);
+  deadlines_.erase({e.lease->deadline, id});
   --counters_.reserved;
   --e.per_type->reserved;
   return e;
@@ -444,15 +487,14 @@ lease_broker::lease_result lease_broker::fail(const std::string& id, const std::
 lease_broker::lease_result lease_broker::touch(const std::string& id, const std::string& lease,
                                                std::optional<std::chrono::milliseconds> ttr) {
   std::lock_guard lock(mutex_);
-  auto it = held_.find(id);
-  if (it == held_.end() || it->second.lease.empty() || it->second.lease != lease)
-    return lease_result::stale;
-  entry& e = it->second;
-  deadlines_.erase({e.deadline, id});
-  if (ttr) e.ttr = *ttr;
-  e.deadline = clock::now() + e.ttr;
-  deadlines_.emplace(e.deadline, id);
-  arm_sweep_locked(e.deadline);
+  const auto slot = find_locked(id);
+  if (!slot || !at(*slot).lease || at(*slot).lease->token != lease) return lease_result::stale;
+  lease_state& l = *at(*slot).lease;
+  deadlines_.erase({l.deadline, id});
+  if (ttr) l.ttr = *ttr;
+  l.deadline = clock::now() + l.ttr;
+  deadlines_.emplace(l.deadline, id);
+  arm_sweep_locked(l.deadline);
   return lease_result::ok;
 }
 
@@ -477,28 +519,28 @@ lease_broker::lease_result lease_broker::bury(const std::string& id, const std::
 
 std::optional<leased_task> lease_broker::lease_of(const std::string& id) const {
   std::lock_guard lock(mutex_);
-  auto it = held_.find(id);
-  if (it == held_.end() || it->second.lease.empty()) return std::nullopt;
-  return leased_task{it->second.t, it->second.lease, it->second.deadline};
+  const auto slot = find_locked(id);
+  if (!slot || !at(*slot).lease) return std::nullopt;
+  const entry& e = at(*slot);
+  return leased_task{*e.t, e.lease->token, e.lease->deadline};
 }
 
 lease_broker::held lease_broker::state_of(const std::string& id) const {
   std::lock_guard lock(mutex_);
-  auto it = held_.find(id);
-  if (it == held_.end()) return held::none;
-  return it->second.lease.empty() ? held::ready : held::reserved;
+  const auto slot = find_locked(id);
+  if (!slot) return held::none;
+  return at(*slot).lease ? held::reserved : held::ready;
 }
 
 bool lease_broker::release_ready(const std::string& id) {
   attempt_completion dropped;
   {
     std::lock_guard lock(mutex_);
-    auto it = held_.find(id);
-    if (it == held_.end() || !it->second.lease.empty()) return false;
-    dropped = std::move(it->second.done);
-    const std::string type = it->second.t.type;
-    unready_locked(it->second);
-    held_.erase(it);
+    const auto slot = find_locked(id);
+    if (!slot || at(*slot).lease) return false;
+    const std::string type = at(*slot).t->type;
+    unready_locked(at(*slot));
+    dropped = std::move(remove_locked(*slot).done);
     ++counters_.given_back;
     trim_locked(type);
   }
@@ -510,11 +552,12 @@ std::size_t lease_broker::release_stale() {
   {
     std::lock_guard lock(mutex_);
     if (!attempt_check_) return 0;
-    std::vector<std::string> ids;
-    for (const auto& [id, e] : held_)
-      if (e.lease.empty() && !attempt_check_(e.t)) ids.push_back(id);
+    std::vector<std::uint32_t> slots;
+    for_each_held_locked([&](std::uint32_t slot) {
+      if (!at(slot).lease) slots.push_back(slot);
+    });
     // Their ready keys stay behind and are dropped lazily.
-    for (const std::string& id : ids) current_locked(id, stale);
+    for (const std::uint32_t slot : slots) current_locked(slot, stale);
   }
   return stale.size();
 }
@@ -525,12 +568,12 @@ std::size_t lease_broker::release_type(const std::string& type) {
     std::lock_guard lock(mutex_);
     auto q = ready_.find(type);
     if (q == ready_.end()) return 0;
+    // In the order a reserve would have taken them, as they are given back.
+    std::sort(q->second.begin(), q->second.end());
     for (const ready_key& k : q->second) {
-      auto it = held_.find(k.id);
-      if (it == held_.end() || it->second.seq != k.seq || !it->second.lease.empty()) continue;
-      dropped.push_back(std::move(it->second.done));
-      unready_locked(it->second);
-      held_.erase(it);
+      if (!valid_locked(k)) continue;
+      unready_locked(at(k.slot));
+      dropped.push_back(std::move(remove_locked(k.slot).done));
       ++counters_.given_back;
     }
     ready_.erase(q);
@@ -564,9 +607,13 @@ void lease_broker::close() {
   {
     std::lock_guard lock(mutex_);
     closed_ = true;
-    for (auto& [id, e] : held_) dropped.push_back(std::move(e.done));
+    for_each_held_locked([&](std::uint32_t slot) { dropped.push_back(std::move(at(slot).done)); });
     counters_.given_back += held_.size();
     held_.clear();
+    // The tasks go with their completions, after the lock: no entry may
+    // point at them from now on.
+    blocks_.clear();
+    free_slots_.clear();
     ready_.clear();
     deadlines_.clear();
     counters_.ready = counters_.reserved = 0;

@@ -40,11 +40,13 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "delayq/executor.hpp"
 #include "delayq/task.hpp"
+#include "pull/slot_index.hpp"
 #include "wire/request_codec.hpp"
 
 namespace delayq::server {
@@ -134,7 +136,7 @@ class lease_broker {
                                         lease_terms terms = {});
 
   /// The ready task a reserve of `type` would get next, without leasing it.
-  std::optional<task> peek_ready(const std::string& type) const;
+  std::optional<task> peek_ready(const std::string& type);
 
   /// Holds back every reserve of `type` until now + `pause` (0 ends a
   /// pause); waiting consumers are served when it ends.
@@ -221,15 +223,24 @@ class lease_broker {
   std::map<std::string, type_counters, std::less<>> type_stats() const;
 
  private:
-  struct entry {
-    task t;
-    attempt_completion done;
-    std::uint64_t seq = 0;  // the order it was offered in
-    std::string lease;      // empty while ready
+  // A reserved task's lease (a ready one has none).
+  struct lease_state {
+    std::string token;
     std::chrono::milliseconds ttr{0};
     clock::time_point deadline{};
-    type_counters* per_type = nullptr;  // in per_type_ (map nodes stay put)
-    bool expiry_abandons = false;       // lease_terms of its lease
+    bool expiry_abandons = false;  // lease_terms of its lease
+  };
+  // A held task, in a slot of blocks_. It holds no copy of the task: `t` is
+  // the attempt's own, which stays valid as long as a copy of `done` lives
+  // (async_executor), and `done` lives here until the entry is removed. A
+  // ready entry is about 64 bytes; a copy of the task would be twice that,
+  // and this is per ready job (a backlog of them).
+  struct entry {
+    const task* t = nullptr;
+    attempt_completion done;
+    std::uint64_t seq = 0;               // the order it was offered in; 0: a free slot
+    type_counters* per_type = nullptr;   // in per_type_ (map nodes stay put)
+    std::unique_ptr<lease_state> lease;  // null while ready
   };
   struct waiter {
     std::uint64_t n = 0;
@@ -238,6 +249,27 @@ class lease_broker {
     reserve_handler handler;
     std::shared_ptr<boost::asio::steady_timer> timer;
   };
+  // A ready task's place in its type's order: handed out by priority, then
+  // due time, then the id's number (a beanstalk job's id: the order it was
+  // put in, when several were due in the same millisecond), then the order
+  // offered (seq, unique). It names its entry by slot; the key is valid
+  // while that slot holds the same offer (seq) and it is still ready, and
+  // keys no longer valid are skipped lazily.
+  struct ready_key {
+    std::uint32_t priority = 0;
+    std::uint32_t slot = 0;
+    std::int64_t due_ms = 0;
+    std::uint64_t number = 0;  // the id as a decimal number, else the largest
+    std::uint64_t seq = 0;
+    bool operator<(const ready_key& o) const {
+      return std::tie(priority, due_ms, number, seq) <
+             std::tie(o.priority, o.due_ms, o.number, o.seq);
+    }
+  };
+  // A type's ready keys, a binary heap whose front is handed out first (a
+  // heap of 32-byte keys, not a tree of nodes: a backlog's order costs
+  // about 40 bytes a job).
+  using ready_heap = std::vector<ready_key>;
 
   // Under mutex_: leases up to `max` ready tasks of `types` (empty: any).
   // Completions of stale ready tasks (set_attempt_check()) go to `stale`,
@@ -247,16 +279,28 @@ class lease_broker {
                                        clock::time_point now,
                                        std::vector<attempt_completion>& stale);
   // Under mutex_: false (and the entry given back into `stale`) when the
-  // ready entry `id`'s attempt is no longer current.
-  bool current_locked(const std::string& id, std::vector<attempt_completion>& stale);
-  bool lease_locked(const std::string& id, std::chrono::milliseconds ttr, lease_terms terms,
+  // ready entry in `slot`'s attempt is no longer current.
+  bool current_locked(std::uint32_t slot, std::vector<attempt_completion>& stale);
+  void lease_locked(std::uint32_t slot, std::chrono::milliseconds ttr, lease_terms terms,
                     clock::time_point now, std::vector<leased_task>& out);
-  // Under mutex_: the ready queue's best valid entry of `type` (stale
-  // entries on the way are dropped), or null.
-  struct ready_key;
+  // Under mutex_: the ready queue's best valid key of `type` (invalid keys
+  // on the way are dropped), or null.
   const ready_key* best_ready_locked(const std::string& type);
+  // Under mutex_: whether `k` still names a ready entry.
+  bool valid_locked(const ready_key& k) const;
   // Under mutex_: a held entry stops being ready (leased, given back, gone).
   void unready_locked(entry& e);
+  // Under mutex_: the slot of task `id`, if it is held.
+  std::optional<std::uint32_t> find_locked(std::string_view id) const;
+  // Under mutex_: calls `f(slot)` for every held entry.
+  template <class F>
+  void for_each_held_locked(F&& f);
+  entry& at(std::uint32_t slot) const { return blocks_[slot / block_size][slot % block_size]; }
+  // Under mutex_: a free slot for a new entry.
+  std::uint32_t new_slot_locked();
+  // Under mutex_: removes the entry in `slot` and frees it; returns it, for
+  // the caller to drop after the lock (its completion may call the engine).
+  entry remove_locked(std::uint32_t slot);
   // Under mutex_: serves waiting consumers from what is ready now; the
   // handlers to answer are appended to `answers`.
   void serve_waiters_locked(
@@ -280,6 +324,7 @@ class lease_broker {
   void sweep();
   void answer(reserve_handler h, std::vector<leased_task> tasks);
   std::string new_lease();
+  static ready_key key_of(const task& t, std::uint64_t seq, std::uint32_t slot);
   std::string lease_suffix_;  // "@" + instance, or empty
 
   boost::asio::any_io_executor ex_;
@@ -289,21 +334,14 @@ class lease_broker {
   bool closed_ = false;
   bool no_wait_ = false;
   std::uint64_t seq_ = 0;
-  std::unordered_map<std::string, entry> held_;
-  // Ready ids per type in the order they are handed out: priority, then
-  // due time, then the id's number (a beanstalk job's id: the order it was
-  // put in, when several were due in the same millisecond), then the order
-  // offered. Ids no longer ready are skipped lazily.
-  struct ready_key {
-    std::uint32_t priority = 0;
-    std::int64_t due_ms = 0;
-    std::uint64_t number = 0;  // the id as a decimal number, else the largest
-    std::uint64_t seq = 0;
-    std::string id;
-    friend auto operator<=>(const ready_key&, const ready_key&) = default;
-  };
-  static ready_key key_of(const task& t, std::uint64_t seq);
-  std::map<std::string, std::set<ready_key>, std::less<>> ready_;
+  // The entries, in blocks that never move, so a slot number stays valid;
+  // freed slots are reused.
+  static constexpr std::uint32_t block_size = 4096;
+  std::vector<std::unique_ptr<entry[]>> blocks_;
+  std::vector<std::uint32_t> free_slots_;
+  // Held task ids to their slots.
+  slot_index held_;
+  std::map<std::string, ready_heap, std::less<>> ready_;
   std::map<std::string, clock::time_point, std::less<>> paused_until_;
   std::shared_ptr<boost::asio::steady_timer> pause_timer_;
   std::set<std::pair<clock::time_point, std::string>> deadlines_;
