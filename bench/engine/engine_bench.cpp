@@ -338,6 +338,17 @@ std::string tables(const config& c, const results& res, std::vector<target>& tar
       << fmt(asio.median) << spread(asio) << " | " << ratio(asio.median, one.median) << " |\n"
       << "| `schedule_many`, 1,000 a call | " << fmt(many.median) << spread(many) << " | "
       << fmt(asio.median) << spread(asio) << " | " << ratio(asio.median, many.median) << " |\n";
+    const summary mem_one = res.get("fill", "rss_bytes_per_task", "schedule", n, 1);
+    const summary mem_many = res.get("fill", "rss_bytes_per_task", "schedule_many", n, 1);
+    const summary mem_asio = res.get("fill", "rss_bytes_per_task", "asio", n, 1);
+    o << "\nResident memory growth per task, the same runs (RSS after the fill less after the "
+         "engine was started, or the io_context's thread): `schedule` "
+      << fmt(mem_one.median) << " B, `schedule_many` " << fmt(mem_many.median) << " B, Asio "
+      << fmt(mem_asio.median) << " B (ids " << id_len << " B and type " << task_type.size()
+      << " B included).\n";
+    targets.push_back({!std::isnan(mem_one.median), mem_one.median <= 128,
+                       "engine memory per task ≤ 128 B, a fresh engine taking " + fmtn(n) +
+                           " (issue 32): " + fmt(mem_one.median) + " B (resident growth)"});
     targets.push_back({!std::isnan(one.median) && !std::isnan(asio.median),
                        asio.median >= one.median,
                        "engine schedule ≥ 1.0x an Asio timer per task, a fresh engine taking " +

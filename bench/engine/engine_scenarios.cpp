@@ -415,8 +415,10 @@ void child_fill(const std::string& how, std::size_t n, int round) {
   std::vector<milliseconds> delay(n);
   for (auto& d : delay) d = milliseconds(static_cast<std::int64_t>(r.between(120'000, 3'600'000)));
   double s = 0;
+  std::size_t rss_before = 0;
   if (how == "asio") {
     io_thread io;
+    rss_before = rss_bytes();
     std::vector<boost::asio::steady_timer> timers;
     timers.reserve(n);
     const auto t0 = clock_type::now();
@@ -426,8 +428,11 @@ void child_fill(const std::string& how, std::size_t n, int round) {
       timers.back().async_wait([](const boost::system::error_code&) {});
     }
     s = seconds_since(t0);
+    emit("fill", "rss_bytes_per_task", how.c_str(), n, 1, round,
+         static_cast<double>(rss_bytes() - rss_before) / static_cast<double>(n));
   } else {
     engine_side eng;
+    rss_before = rss_bytes();
     if (how == "schedule") {
       const auto t0 = clock_type::now();
       for (std::size_t i = 0; i < n; ++i) eng.schedule(ids[i], delay[i]);
@@ -453,6 +458,8 @@ void child_fill(const std::string& how, std::size_t n, int round) {
       die("unknown fill side");
     }
     if (eng.get().stats().pending != n) die("the engine does not hold every task (fill)");
+    emit("fill", "rss_bytes_per_task", how.c_str(), n, 1, round,
+         static_cast<double>(rss_bytes() - rss_before) / static_cast<double>(n));
   }
   emit("fill", "ns_per_task", how.c_str(), n, 1, round, s * 1e9 / static_cast<double>(n));
   std::fflush(stdout);
