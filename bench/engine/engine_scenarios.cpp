@@ -429,7 +429,8 @@ void child_fill(const std::string& how, std::size_t n, int round) {
     }
     s = seconds_since(t0);
     emit("fill", "rss_bytes_per_task", how.c_str(), n, 1, round,
-         static_cast<double>(rss_bytes() - rss_before) / static_cast<double>(n));
+         (static_cast<double>(rss_bytes()) - static_cast<double>(rss_before)) /
+             static_cast<double>(n));
   } else {
     engine_side eng;
     rss_before = rss_bytes();
@@ -459,7 +460,8 @@ void child_fill(const std::string& how, std::size_t n, int round) {
     }
     if (eng.get().stats().pending != n) die("the engine does not hold every task (fill)");
     emit("fill", "rss_bytes_per_task", how.c_str(), n, 1, round,
-         static_cast<double>(rss_bytes() - rss_before) / static_cast<double>(n));
+         (static_cast<double>(rss_bytes()) - static_cast<double>(rss_before)) /
+             static_cast<double>(n));
   }
   emit("fill", "ns_per_task", how.c_str(), n, 1, round, s * 1e9 / static_cast<double>(n));
   std::fflush(stdout);

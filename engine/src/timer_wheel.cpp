@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -480,6 +481,7 @@ timer_wheel::handle timer_wheel::insert_detached(const item& it, std::uint32_t h
 }
 
 timer_wheel::handle timer_wheel::insert_absent(const item& it, std::uint32_t hash) {
+  assert(index_find(it.id, hash) == no_slot);  // the caller's promise
   if ((size_ + 1) * 4 > index_size_ * 3) index_grow();
   const handle h = allocate_record();
   record& r = rec(h);

@@ -190,9 +190,6 @@ class engine_core final : public dispatcher::owner,
     std::uint32_t priority = 0, ttr_ms = 0;
     task_table* table = nullptr;
     bool generated = false;  // the engine drew the id
-    // The call's schedule_order() stamp when it has already read the steady
-    // clock (for a delay); 0: read it when deciding.
-    std::uint64_t order = 0;
   };
 
   // ---- tables ------------------------------------------------------------------

@@ -144,11 +144,8 @@ class task_table {
 };
 
 /// A stamp for task_table::stamp(): the steady clock now.
-inline std::uint64_t schedule_order(std::chrono::steady_clock::time_point now) noexcept {
-  return static_cast<std::uint64_t>(now.time_since_epoch().count());
-}
 inline std::uint64_t schedule_order() noexcept {
-  return schedule_order(std::chrono::steady_clock::now());
+  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 /// Locks a set of tables in index order (so two such locks never deadlock)

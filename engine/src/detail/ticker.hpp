@@ -88,10 +88,7 @@ class ticker {
   /// instant to every part of the engine: a step of the system clock after
   /// start (NTP, an operator, a clock set seconds wrong) moves neither this
   /// nor the tasks waiting in the wheel. Before anchor(): the system clock.
-  std::int64_t now_ms() const noexcept { return now_ms(std::chrono::steady_clock::now()); }
-  /// now_ms() as of steady instant `now`, read by the caller (who needs it
-  /// for something else too: one clock read instead of two).
-  std::int64_t now_ms(std::chrono::steady_clock::time_point now) const noexcept {
+  std::int64_t now_ms() const noexcept {
     if (!anchored_.load(std::memory_order_acquire))
       return std::chrono::duration_cast<std::chrono::milliseconds>(
                  std::chrono::system_clock::now().time_since_epoch())
@@ -99,7 +96,9 @@ class ticker {
     // In the clocks' own resolution, floored to the millisecond once: read
     // right after anchor(), it is the system clock's millisecond, not one
     // or two before it.
-    return std::chrono::floor<std::chrono::milliseconds>(wall_at(now).time_since_epoch()).count();
+    return std::chrono::floor<std::chrono::milliseconds>(
+               wall_at(std::chrono::steady_clock::now()).time_since_epoch())
+        .count();
   }
 
   /// The wall-clock instant, by the engine's clock, of steady instant `t`

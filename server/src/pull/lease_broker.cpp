@@ -145,6 +145,19 @@ lease_broker::entry lease_broker::remove_locked(std::uint32_t slot) {
   return out;
 }
 
+void lease_broker::shrink_when_idle_locked() {
+  // A backlog that drained hands its memory back: the blocks, the index and
+  // the heaps would otherwise stay at the backlog's peak for good (about 90
+  // bytes a job). Only when nothing is held, so no slot is named anywhere
+  // (every ready key left is stale); callers call it once they are done
+  // with keys and slots.
+  if (held_.size() != 0 || blocks_.empty()) return;
+  blocks_.clear();
+  std::vector<std::uint32_t>().swap(free_slots_);
+  held_.clear();
+  ready_.clear();
+}
+
 bool lease_broker::valid_locked(const ready_key& k) const {
   const entry& e = at(k.slot);
   return e.seq == k.seq && !e.lease;
@@ -283,6 +296,7 @@ std::vector<leased_task> lease_broker::take_locked(const std::vector<std::string
     lease_locked(slot, ttr, terms, now, out);
   }
   std::erase_if(ready_, [](const auto& kv) { return kv.second.empty(); });
+  shrink_when_idle_locked();
   return out;
 }
 
@@ -317,7 +331,10 @@ std::optional<leased_task> lease_broker::reserve_id(const std::string& id,
   const auto slot = find_locked(id);
   if (!slot || at(*slot).lease) return std::nullopt;
   const std::uint32_t s = *slot;
-  if (!current_locked(s, stale)) return std::nullopt;
+  if (!current_locked(s, stale)) {
+    shrink_when_idle_locked();
+    return std::nullopt;
+  }
   // Its ready key stays behind and is dropped lazily (the entry is leased).
   std::vector<leased_task> out;
   lease_locked(s, ttr, terms, clock::now(), out);
@@ -414,6 +431,7 @@ void lease_broker::sweep() {
       --counters_.reserved;
       ++counters_.expired;
     }
+    shrink_when_idle_locked();
     sweep_at_ = clock::time_point::max();
     if (!deadlines_.empty()) arm_sweep_locked(deadlines_.begin()->first);
   }
@@ -449,6 +467,7 @@ std::optional<lease_broker::entry> lease_broker::end_lease_locked(const std::str
   deadlines_.erase({e.lease->deadline, id});
   --counters_.reserved;
   --e.per_type->reserved;
+  shrink_when_idle_locked();
   return e;
 }
 
@@ -543,6 +562,7 @@ bool lease_broker::release_ready(const std::string& id) {
     dropped = std::move(remove_locked(*slot).done);
     ++counters_.given_back;
     trim_locked(type);
+    shrink_when_idle_locked();
   }
   return true;  // `dropped` goes here, outside the lock
 }
@@ -558,6 +578,7 @@ std::size_t lease_broker::release_stale() {
     });
     // Their ready keys stay behind and are dropped lazily.
     for (const std::uint32_t slot : slots) current_locked(slot, stale);
+    shrink_when_idle_locked();
   }
   return stale.size();
 }
@@ -577,6 +598,7 @@ std::size_t lease_broker::release_type(const std::string& type) {
       ++counters_.given_back;
     }
     ready_.erase(q);
+    shrink_when_idle_locked();
   }
   return dropped.size();  // dropped here, outside the lock
 }

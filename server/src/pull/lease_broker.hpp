@@ -301,6 +301,8 @@ class lease_broker {
   // Under mutex_: removes the entry in `slot` and frees it; returns it, for
   // the caller to drop after the lock (its completion may call the engine).
   entry remove_locked(std::uint32_t slot);
+  // Under mutex_: when nothing is held, frees what a backlog grew.
+  void shrink_when_idle_locked();
   // Under mutex_: serves waiting consumers from what is ready now; the
   // handlers to answer are appended to `answers`.
   void serve_waiters_locked(

@@ -70,8 +70,9 @@ class slot_index {
   }
 
   std::size_t size() const noexcept { return size_; }
+  /// Forgets every id and frees the table.
   void clear() {
-    buckets_.clear();
+    std::vector<bucket>().swap(buckets_);
     size_ = 0;
   }
 

@@ -4,7 +4,6 @@
 // decide (schedule_change.cpp). An async schedule never blocks its caller:
 // one that finds its id's write in flight is deferred behind it, and one
 // whose id may wait past the horizon is looked up on the pager's thread.
-#include <algorithm>
 #include <bit>
 #include <cstdint>
 
@@ -64,10 +63,8 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
   spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
   if (ec) return {};
   // By the engine's clock: "in 2 s" is 2 s away however the system clock
-  // is set meanwhile. The same reading stamps the task's order.
-  const auto now = std::chrono::steady_clock::now();
-  spec.order = schedule_order(now);
-  spec.due_ms = due_after(delay, ticker_.now_ms(now), options_.max_delay, ec);
+  // is set meanwhile.
+  spec.due_ms = due_after(delay, ticker_.now_ms(), options_.max_delay, ec);
   if (ec || (ec = check_spec(spec))) return {};
   std::string id;
   std::size_t bad = 0;

@@ -15,7 +15,6 @@
 //
 // The calls that decide it (schedule, schedule_many, async_schedule) are in
 // schedule_calls.cpp.
-#include <algorithm>
 #include <array>
 #include <bit>
 #include <unordered_map>
@@ -219,7 +218,9 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   const bool durable = writes(change_kind::save);
   std::vector<write_op> ops;
   if (durable) ops.reserve(n);
-  const std::uint64_t order = specs[0].order != 0 ? specs[0].order : schedule_order();
+  // Read under the lock: stamps rise with the order records are armed in a
+  // table, which the firing's order by due time relies on (order_by_due).
+  const std::uint64_t order = schedule_order();
   for (std::size_t i = 0; i < n; ++i) {
     // The lookups above brought the index's lines in, but a batch's own
     // writes since may have pushed them out: asked for again, ahead.
