@@ -80,9 +80,10 @@ class striped_counter {
 /// bound (engine_options::max_pending, a type's capacity). Uncapped (the
 /// default) each thread moves a stripe of its own: one atomic that every
 /// schedule and cancel moved took its cache line from core to core, and four
-/// threads on two cores did less than one (docs/benchmarks.md, "Four
-/// threads"). Capped, every move is on one atomic, so that reserve() keeps
-/// the cap exactly. The cap is set once, before the count is shared.
+/// threads on two cores did 1.29-1.68x of one, and 1.79-1.82x striped
+/// (docs/benchmarks.md, "Memory per ready job, and the engine's counts"). Capped, every move is on
+/// one atomic, so that reserve() keeps the cap exactly. The cap is set once, before the count is
+/// shared.
 ///
 /// Thread safety: reserve(), add() and load() are safe from any thread;
 /// cap() only before any of them.

@@ -323,20 +323,24 @@ void job_service::reserve_job(std::uint64_t job, answer_handler done) {
 // ------------------------------------------------------------------ per-job counts
 
 job_service::job_counts* job_service::counted_jobs::find(const std::string& id) {
-  if (const auto n = job_names::numeric(id)) {
-    auto it = by_number_.find(*n);
-    return it == by_number_.end() ? nullptr : &it->second;
-  }
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &it->second;
+  return lookup(id, false);
 }
 
 job_service::job_counts* job_service::counted_jobs::find_or_add(const std::string& id,
                                                                 std::size_t limit) {
-  if (job_counts* c = find(id)) return c;
-  if (by_number_.size() + by_id_.size() >= limit) return nullptr;
-  if (const auto n = job_names::numeric(id)) return &by_number_[*n];
-  return &by_id_[id];
+  return lookup(id, by_number_.size() + by_id_.size() < limit);
+}
+
+job_service::job_counts* job_service::counted_jobs::lookup(const std::string& id, bool add) {
+  // One parse of the id and one probe of its map, found or added (a put
+  // adds one on every job).
+  const auto in = [add](auto& map, const auto& key) -> job_counts* {
+    if (add) return &map.try_emplace(key).first->second;
+    auto it = map.find(key);
+    return it == map.end() ? nullptr : &it->second;
+  };
+  if (const auto n = job_names::numeric(id)) return in(by_number_, *n);
+  return in(by_id_, id);
 }
 
 void job_service::counted_jobs::erase(const std::string& id) {

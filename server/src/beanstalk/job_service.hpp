@@ -182,6 +182,8 @@ class job_service {
     void erase(const std::string& id);
 
    private:
+    // The counts of `id`: added when `add` and new, else null when new.
+    job_counts* lookup(const std::string& id, bool add);
     std::unordered_map<std::uint64_t, job_counts> by_number_;
     std::unordered_map<std::string, job_counts> by_id_;
   };

@@ -295,7 +295,10 @@ class lease_broker {
   // Under mutex_: calls `f(slot)` for every held entry.
   template <class F>
   void for_each_held_locked(F&& f);
-  entry& at(std::uint32_t slot) const { return blocks_[slot / block_size][slot % block_size]; }
+  entry& at(std::uint32_t slot) { return blocks_[slot / block_size][slot % block_size]; }
+  const entry& at(std::uint32_t slot) const {
+    return blocks_[slot / block_size][slot % block_size];
+  }
   // Under mutex_: a free slot for a new entry.
   std::uint32_t new_slot_locked();
   // Under mutex_: removes the entry in `slot` and frees it; returns it, for

@@ -90,9 +90,7 @@ bool engine_core::requeue(std::string_view id, std::chrono::system_clock::time_p
           dec = errc::queue_full;
           return false;
         }
-        if (type->capacity == 0) {
-          type->pending.add(1);
-        } else if (!type->pending.reserve(1)) {
+        if (!type->pending.reserve(1)) {  // an uncapped type's always holds
           pending_.add(-1);
           dec = errc::type_full;
           return false;

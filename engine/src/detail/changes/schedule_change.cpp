@@ -17,7 +17,6 @@
 // schedule_calls.cpp.
 #include <array>
 #include <bit>
-#include <unordered_map>
 
 #include "detail/engine_core.hpp"
 #include "detail/task_state.hpp"
@@ -189,10 +188,9 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   // Pending counts are the engine's, over every table: reserved here, with
   // atomics, before anything is inserted, and given back if the call fails.
   if (added > 0 && !pending_.reserve(added)) return fail(errc::queue_full, n - 1);
-  // Per-type capacity: what the call adds to each capped type, counted in
-  // one pass (a batch may hold 10,000 tasks). The first task that takes its
-  // type past the cap is the one the error names.
-  std::unordered_map<type_registry::kind, std::size_t> adding;
+  // Per-type capacity: each task that adds to a capped type reserves its
+  // place in order, so the first task that takes its type past the cap is
+  // the one the error names; what was reserved goes back on a failure.
   std::vector<std::pair<type_registry::kind, std::size_t>> reserved;
   const auto give_back = [&] {
     if (added > 0) pending_.add(-static_cast<std::int64_t>(added));
