@@ -2,6 +2,7 @@
 #include "pg_connection.hpp"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -343,6 +344,14 @@ std::vector<result_ptr> connection::exchange(std::span<const statement> stmts, b
       char buf[256];
       PQcancel(cancel, buf, sizeof buf);
       PQfreeCancel(cancel);
+    }
+    // Closed with a reset: the kernel drops what the server has not
+    // received yet, which a gentle close would send on once the link heals
+    // (a transaction committed after its caller was told the outcome is
+    // unknown, and after writes made since on a new connection).
+    if (const int fd = PQsocket(conn_); fd >= 0) {
+      const ::linger reset{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     }
     close();
     pg_failure f{write && sent ? errc::outcome_unknown : errc::store_unavailable,

@@ -158,6 +158,15 @@ void connection::drop(bool timed_out) noexcept {
     kill_id_ = client_id_;
     kill_run_id_ = run_id_;
   }
+  // A connection given up on closes with a reset: the kernel drops what
+  // the server has not received yet. A gentle close would have it sent on
+  // once the link is back, a script run after its caller was told the
+  // outcome is unknown and after writes made since on a new connection;
+  // CLIENT KILL (above) only reaches what the server already holds.
+  if (timed_out && ctx_ && ctx_->fd >= 0) {
+    const ::linger reset{1, 0};
+    ::setsockopt(ctx_->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  }
   ctx_.reset();
   client_id_ = -1;
 }

@@ -16,11 +16,13 @@
 // - no reply within command_timeout, or a reply late by link_check and a
 //   side dial of the server that fails (link_probe.hpp): for a read,
 //   errc::store_unavailable; for a write, errc::outcome_unknown (the script
-//   may still run when the server wakes up). The connection is dropped either way, and the next
-//   dial asks the server to kill the old one (`CLIENT KILL ID`, when the
-//   server is still the same run), so a write still queued there is dropped
-//   if the kill comes first; a late reply can never be taken for the answer
-//   to a new request, since it arrives on a closed socket.
+//   may still run when the server wakes up). The connection is dropped either way, with a
+//   reset, so that what the server has not received yet is thrown away by
+//   the kernel rather than sent on when the link heals; the next dial asks
+//   the server to kill the old one (`CLIENT KILL ID`, when the server is
+//   still the same run), so a write still queued there is dropped if the
+//   kill comes first; a late reply can never be taken for the answer to a
+//   new request, since it arrives on a closed socket.
 #pragma once
 
 #include <utility>

@@ -27,14 +27,22 @@ namespace delayq::test {
 
 class freezing_proxy {
  public:
-  /// Forwards 127.0.0.1:port() to 127.0.0.1:`target_port`.
-  explicit freezing_proxy(unsigned target_port) : target_port_(target_port) {
+  /// Forwards 127.0.0.1:port() to 127.0.0.1:`target_port`. `client_rcvbuf`
+  /// (when not 0): the receive buffer of the proxy's end of each client
+  /// connection (the kernel raises it to its minimum), so that while frozen
+  /// little of what a client sends leaves the client's own send queue, as
+  /// behind a link that went down.
+  explicit freezing_proxy(unsigned target_port, int client_rcvbuf = 0) : target_port_(target_port) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     const int one = 1;
     ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    // Accepted sockets inherit it; set before listen() so that the window
+    // of the handshake already follows it.
+    if (client_rcvbuf != 0)
+      ::setsockopt(listen_fd_, SOL_SOCKET, SO_RCVBUF, &client_rcvbuf, sizeof client_rcvbuf);
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
         ::listen(listen_fd_, 16) != 0)
       throw std::runtime_error("freezing_proxy: cannot listen");
@@ -100,6 +108,9 @@ class freezing_proxy {
     close_now_ = true;
     settle();
   }
+  /// Connections the proxy closed because one side closed or reset it,
+  /// after forwarding all that side had sent.
+  std::size_t ended() const { return ended_; }
   /// Bytes forwarded from clients to the server so far.
   std::size_t forwarded_up() const { return up_; }
   /// Round trips begun since the last reset_turns(): times bytes went up to
@@ -235,6 +246,7 @@ class freezing_proxy {
         } else {
           ::close(pairs_[i].client);
           ::close(pairs_[i].server);
+          ++ended_;
         }
       }
       // Pairs accepted during this pass were not polled yet: keep them.
@@ -256,6 +268,7 @@ class freezing_proxy {
   std::atomic<bool> close_now_{false};
   std::atomic<bool> unplugged_{false};
   std::atomic<std::size_t> up_{0};
+  std::atomic<std::size_t> ended_{0};
   std::atomic<std::size_t> queued_up_{0};
   std::atomic<std::size_t> turns_{0};
   std::atomic<bool> last_up_{false};

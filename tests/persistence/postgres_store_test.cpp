@@ -20,6 +20,7 @@
 #include "delayq/postgres_store.hpp"
 #include "delayq/record_codec.hpp"
 #include "delayq/shard_store.hpp"
+#include "freezing_proxy.hpp"
 #include "pg_test_support.hpp"
 #include "test_support.hpp"
 
@@ -593,6 +594,42 @@ TEST_CASE("postgres: connections the server ended are replaced, a call goes thro
   CHECK(store.dead_letters()->count_dead(ec) == 0);
   CHECK_FALSE(ec);
   CHECK(ids_in(store) == std::vector<std::string>{"after", "before", "piped", "piped-2"});
+}
+
+TEST_CASE(
+    "postgres: a write given up on is withdrawn: what the server had not received never runs") {
+  // As for Redis (redis_write_test.cpp): the proxy takes almost nothing from
+  // the store's connection while frozen, so the batch waits in the store's
+  // own send queue when command_timeout ends the call, as behind a link
+  // that went down. Closed gently, it would be sent on once the proxy
+  // reads again, and committed after the store answered outcome_unknown;
+  // closed with a reset, the kernel drops it. New connections pass (the
+  // store's cancel request), only the one open at the freeze is held.
+  pg_schema s;
+  const postgres_options direct = postgres_test_options(s.name);
+  freezing_proxy proxy(direct.connection.port, 1);
+  postgres_options o = direct;
+  o.connection.host = "127.0.0.1";
+  o.connection.port = proxy.port();
+  o.connection.command_timeout = 300ms;
+  s.store = open_postgres_store(o);
+  s.store->save(std::vector{make_task("before")});
+  const std::string sessions =
+      "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'delayq:" + s.name + "%'";
+  const long long open = s.raw.count(sessions);
+
+  proxy.freeze_existing();
+  task late = make_task("late");
+  late.payload = std::string(12 * 1024, 'x');  // within the store's first send buffer
+  boost::system::error_code ec;
+  s.store->save(std::vector{late}, ec);
+  REQUIRE(ec == errc::outcome_unknown);  // all of it had left the store for the kernel
+  proxy.thaw();
+  // The proxy forwards all it gets, then ends the pair on the reset; the
+  // server's session ends once it has read (and run) whatever came.
+  REQUIRE(polled([&] { return proxy.ended() >= 1 && s.raw.count(sessions) < open; }));
+  CHECK(s.count("tasks") == 1);
+  CHECK(ids_in(*s.store) == std::vector<std::string>{"before"});
 }
 
 TEST_CASE("postgres: an unreachable server is store_unavailable, and open_store says where") {

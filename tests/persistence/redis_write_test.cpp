@@ -537,6 +537,41 @@ TEST_CASE("redis write: after a timeout the next connection kills the old one fi
   CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "late"}) == 0);
 }
 
+TEST_CASE("redis write: a write given up on is withdrawn: what Redis had not received never runs") {
+  // The proxy takes almost nothing from the store's connection while
+  // frozen (a receive buffer at the kernel's minimum): the script waits in
+  // the store's own send queue when command_timeout ends the call, as
+  // behind a link that went down. A gentle close would leave the kernel to
+  // send it on once the proxy reads again (the link back up), and Redis
+  // would run it after the store answered outcome_unknown, and after any
+  // write made since; the store closes with a reset, so the kernel drops
+  // it, and what reached the proxy is an incomplete command.
+  raw_redis raw;
+  const std::string prefix = unique_prefix("withdrawn");
+  prefix_guard guard{raw, prefix};
+  freezing_proxy proxy(test_port(), 1);
+  redis_store store(proxied(proxy, prefix, 300));
+  store.save(std::vector{make_task("before")});
+
+  proxy.freeze();
+  task late = make_task("late");
+  late.payload = std::string(12 * 1024, 'x');  // within the store's first send buffer
+  boost::system::error_code ec;
+  store.save(std::vector{late}, ec);
+  REQUIRE(ec == errc::outcome_unknown);  // all of it had left the store for the kernel
+  proxy.thaw();
+  // The proxy forwards all it gets, then ends the pair on the reset; Redis
+  // closes its side once it has read (and run) whatever came.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((proxy.ended() == 0 || !raw.store_clients(prefix).empty()) &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  REQUIRE(proxy.ended() >= 1);
+  REQUIRE(raw.store_clients(prefix).empty());
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "before"}) == 1);
+  CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "late"}) == 0);
+}
+
 TEST_CASE("redis: quarantine() moves a live record aside with its reason") {
   raw_redis raw;
   const std::string prefix = unique_prefix("quarantine-id");

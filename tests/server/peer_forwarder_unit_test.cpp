@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 
+#include <array>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -252,6 +253,46 @@ TEST_CASE("peer forwarder: whether a failed call may have reached the peer") {
     auto r = got.get();
     REQUIRE_FALSE(r.ec);
     CHECK(r.answer.status == 200);
+  }
+  SUBCASE("a call that ends unanswered is withdrawn: what the peer had not taken never arrives") {
+    // A peer that takes almost nothing (a receive buffer at the kernel's
+    // minimum, never read): most of the request waits in the forwarder's
+    // send queue when the deadline ends the call, as behind a link that
+    // went down. A gentle close would leave the kernel to send it on, and
+    // a peer that reads again (the link back up) would get the whole call
+    // and carry it out long after its caller was answered; the forward
+    // resets the connection instead, so the peer reads a part, then the
+    // reset.
+    namespace asio = boost::asio;
+    using tcp = asio::ip::tcp;
+    asio::io_context scratch;
+    tcp::acceptor acceptor(scratch);
+    acceptor.open(tcp::v4());
+    acceptor.set_option(asio::socket_base::receive_buffer_size(1));
+    acceptor.bind({asio::ip::make_address("127.0.0.1"), 0});
+    acceptor.listen();
+    http_request req{bhttp::verb::post, "/v1/tasks/x:reschedule", 11};
+    req.body() = std::string(12 * 1024, 'x');  // within the sender's first send buffer
+    req.prepare_payload();
+    const std::size_t whole = 12 * 1024 + 100;  // the body and, at least, a request line
+    auto done = std::make_shared<std::promise<result>>();
+    auto got = done->get_future();
+    f.fwd->async_forward("http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()),
+                         req, peer_forwarder::clock::now() + 400ms,
+                         [done](http_answer a, bool sent, boost::system::error_code ec) {
+                           done->set_value(result{std::move(a), sent, ec});
+                         });
+    tcp::socket peer = acceptor.accept();  // the call's (a link check's dial comes later)
+    REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
+    auto r = got.get();
+    CHECK(r.ec == boost::asio::error::timed_out);
+    CHECK(r.sent);
+    std::size_t read = 0;
+    boost::system::error_code end;
+    std::array<char, 4096> buf;
+    while (!end) read += peer.read_some(asio::buffer(buf), end);
+    CHECK(end == asio::error::connection_reset);
+    CHECK(read < whole);
   }
   SUBCASE("a URL it cannot use") {
     auto r = f.call("ftp://h", bhttp::verb::get, "/x");

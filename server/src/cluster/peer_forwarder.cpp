@@ -91,6 +91,16 @@ struct exchange : std::enable_shared_from_this<exchange> {
     conn->stream.async_connect(
         hosts, [self = shared_from_this()](boost::system::error_code e, const tcp::endpoint&) {
           if (e) return self->finish(e);
+          // A forward that ends without an answer closes with a reset: the
+          // kernel then drops what the peer has not received yet, instead of
+          // sending it on until the peer takes it, minutes later perhaps (a
+          // partition that heals), where it would be carried out after the
+          // caller was told the outcome was unknown, and after calls made
+          // since (issue 33: a stale reschedule applied 7 s late to a new task
+          // of the same id). The beast stream closes the socket itself at
+          // its deadline, so this is set now, for every close to come.
+          boost::system::error_code ignored;
+          self->conn->stream.socket().set_option(tcp::socket::linger(true, 0), ignored);
           self->send();
         });
   }
@@ -202,7 +212,12 @@ struct exchange : std::enable_shared_from_this<exchange> {
       pool->put(key, std::move(conn));
     } else if (conn) {
       boost::system::error_code ignored;
-      conn->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      // An exchange that ended whole closes gently; any other, with the
+      // reset set at connect (above).
+      if (!e) {
+        conn->stream.socket().set_option(tcp::socket::linger(false, 0), ignored);
+        conn->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      }
       conn->stream.close();
     }
     std::exchange(done, nullptr)(std::move(a), sent, e);
