@@ -5,9 +5,12 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <system_error>
+#include <thread>
 
 #include "delayq/log.hpp"
 
@@ -43,6 +46,34 @@ bool refused_login(const std::string& message) {
         "SSL is not enabled", "server does not support SSL"})
     if (message.find(text) != std::string::npos) return true;
   return false;
+}
+
+// Cancel requests under way, each on its thread: a server that stays
+// paused holds them all, so past this many a timeout sends none (its
+// connection is closed with a reset all the same).
+std::atomic<int> cancels_running{0};
+constexpr int max_cancels_running = 4;
+
+// Sends `cancel` and frees it, on a thread of its own: PQcancel dials the
+// server and then waits until the server closes that dial (libpq's
+// internal_cancel), for as long as a paused server or a dropped link lasts.
+void cancel_aside(PGcancel* cancel) noexcept {
+  if (cancels_running.fetch_add(1) >= max_cancels_running) {
+    cancels_running.fetch_sub(1);
+    PQfreeCancel(cancel);
+    return;
+  }
+  try {
+    std::thread([cancel] {
+      char buf[256];
+      PQcancel(cancel, buf, sizeof buf);
+      PQfreeCancel(cancel);
+      cancels_running.fetch_sub(1);
+    }).detach();
+  } catch (const std::system_error&) {  // no thread to be had: no cancel
+    cancels_running.fetch_sub(1);
+    PQfreeCancel(cancel);
+  }
 }
 
 }  // namespace
@@ -217,6 +248,22 @@ void connection::close() noexcept {
   prepared_.clear();
 }
 
+void connection::abandon() noexcept {
+  if (!conn_) return;
+  // A cancel request stops what the server still runs for us (a write it
+  // has not committed yet rolls back; one it has, stays).
+  if (PGcancel* cancel = PQgetCancel(conn_)) cancel_aside(cancel);
+  // Closed with a reset: the kernel drops what the server has not received
+  // yet, which a gentle close would send on once the link heals (a
+  // transaction committed after its caller was told the outcome is
+  // unknown, and after writes made since on a new connection).
+  if (const int fd = PQsocket(conn_); fd >= 0) {
+    const ::linger reset{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  }
+  close();
+}
+
 bool connection::alive() noexcept {
   if (!conn_) return false;
   // A server that ends a connection sends a FATAL error, then closes it:
@@ -338,22 +385,7 @@ std::vector<result_ptr> connection::exchange(std::span<const statement> stmts, b
   std::vector<expect> expected;
   bool sent = false;
   const auto timed_out = [&](const char* phase) {
-    // A cancel request stops what the server still runs for us (a write it
-    // has not committed yet rolls back; one it has, stays).
-    if (PGcancel* cancel = PQgetCancel(conn_)) {
-      char buf[256];
-      PQcancel(cancel, buf, sizeof buf);
-      PQfreeCancel(cancel);
-    }
-    // Closed with a reset: the kernel drops what the server has not
-    // received yet, which a gentle close would send on once the link heals
-    // (a transaction committed after its caller was told the outcome is
-    // unknown, and after writes made since on a new connection).
-    if (const int fd = PQsocket(conn_); fd >= 0) {
-      const ::linger reset{1, 0};
-      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-    }
-    close();
+    abandon();
     pg_failure f{write && sent ? errc::outcome_unknown : errc::store_unavailable,
                  name_ + ": no answer within " + std::to_string(opts_.command_timeout.count()) +
                      " ms while " + phase,

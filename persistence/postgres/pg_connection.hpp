@@ -154,6 +154,14 @@ class connection {
   bool alive() noexcept;
   /// Drops the connection (a later connect() dials again).
   void close() noexcept;
+  /// Drops a connection given up on while the server may still hold work
+  /// of it (a timeout): asks the server to cancel what it runs for it, on a
+  /// thread of its own (libpq's PQcancel dials and waits until the server
+  /// closes that dial: a paused server or a dropped link would hold the
+  /// caller past command_timeout), and closes with a reset, so the kernel
+  /// drops what the server has not received yet rather than send it on
+  /// once a link heals (docs/persistence.md).
+  void abandon() noexcept;
 
   /// Runs `stmts` as one transaction (see the top) and returns one result
   /// per statement. `write`: how a lost or timed-out exchange is reported

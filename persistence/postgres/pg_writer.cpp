@@ -296,13 +296,7 @@ bool write_pipeline::resend_open(const std::string& why) {
 
 void write_pipeline::fail_open(const std::string& why, bool timed_out) {
   if (!timed_out && !open_.empty() && resend_open(why)) return;
-  if (conn_ && conn_->connected() && timed_out) {
-    if (PGcancel* cancel = PQgetCancel(conn_->get())) {
-      char buf[256];
-      PQcancel(cancel, buf, sizeof buf);
-      PQfreeCancel(cancel);
-    }
-  }
+  if (conn_ && timed_out) conn_->abandon();
   conn_.reset();
   prepares_sent_.clear();
   unflushed_ = false;

@@ -603,8 +603,9 @@ TEST_CASE(
   // own send queue when command_timeout ends the call, as behind a link
   // that went down. Closed gently, it would be sent on once the proxy
   // reads again, and committed after the store answered outcome_unknown;
-  // closed with a reset, the kernel drops it. New connections pass (the
-  // store's cancel request), only the one open at the freeze is held.
+  // closed with a reset, the kernel drops it. The proxy holds new
+  // connections too, the store's cancel request among them, as a paused
+  // server would: PQcancel waits for the server, so the call must not.
   pg_schema s;
   const postgres_options direct = postgres_test_options(s.name);
   freezing_proxy proxy(direct.connection.port, 1);
@@ -613,23 +614,44 @@ TEST_CASE(
   o.connection.port = proxy.port();
   o.connection.command_timeout = 300ms;
   s.store = open_postgres_store(o);
-  s.store->save(std::vector{make_task("before")});
+  task_store& store = *s.store;
+  store.save(std::vector{make_task("before")});
+  const task warm = make_task("warm");
+  std::vector<store_change> warm_change{{change_kind::save, &warm}};
+  std::promise<boost::system::error_code> warmed;
+  store.async_write(warm_change, [&](boost::system::error_code e) { warmed.set_value(e); });
+  REQUIRE_FALSE(warmed.get_future().get());  // the pipeline's connection is open
   const std::string sessions =
       "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'delayq:" + s.name + "%'";
   const long long open = s.raw.count(sessions);
 
-  proxy.freeze_existing();
+  proxy.freeze();
   task late = make_task("late");
   late.payload = std::string(12 * 1024, 'x');  // within the store's first send buffer
-  boost::system::error_code ec;
-  s.store->save(std::vector{late}, ec);
-  REQUIRE(ec == errc::outcome_unknown);  // all of it had left the store for the kernel
+  std::future<boost::system::error_code> outcome;
+  SUBCASE("save") {
+    outcome = std::async(std::launch::async, [&] {
+      boost::system::error_code ec;
+      store.save(std::vector{late}, ec);
+      return ec;
+    });
+  }
+  SUBCASE("async_write") {
+    auto done = std::make_shared<std::promise<boost::system::error_code>>();
+    outcome = done->get_future();
+    std::vector<store_change> c{{change_kind::save, &late}};
+    store.async_write(c, [done](boost::system::error_code e) { done->set_value(e); });
+  }
+  const bool answered = outcome.wait_for(20s) == std::future_status::ready;
+  if (!answered) proxy.thaw();  // lets a call held by its cancel request end
+  REQUIRE(answered);
+  REQUIRE(outcome.get() == errc::outcome_unknown);  // all of it had left the store
   proxy.thaw();
   // The proxy forwards all it gets, then ends the pair on the reset; the
   // server's session ends once it has read (and run) whatever came.
   REQUIRE(polled([&] { return proxy.ended() >= 1 && s.raw.count(sessions) < open; }));
-  CHECK(s.count("tasks") == 1);
-  CHECK(ids_in(*s.store) == std::vector<std::string>{"before"});
+  CHECK(s.count("tasks") == 2);
+  CHECK(ids_in(store) == std::vector<std::string>{"before", "warm"});
 }
 
 TEST_CASE("postgres: an unreachable server is store_unavailable, and open_store says where") {
