@@ -2,6 +2,8 @@
 #include "pg_connection.hpp"
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
-#include <system_error>
 #include <thread>
 
 #include "delayq/log.hpp"
@@ -65,12 +66,20 @@ void cancel_aside(PGcancel* cancel) noexcept {
   }
   try {
     std::thread([cancel] {
+      // libpq sends the request without MSG_NOSIGNAL: a dial reset before
+      // it would raise SIGPIPE, which ends a process that does not ignore
+      // it (the store leaves that to its user). Blocked on this thread, the
+      // send fails with EPIPE instead.
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
       char buf[256];
       PQcancel(cancel, buf, sizeof buf);
       PQfreeCancel(cancel);
       cancels_running.fetch_sub(1);
     }).detach();
-  } catch (const std::system_error&) {  // no thread to be had: no cancel
+  } catch (...) {  // no thread to be had: no cancel
     cancels_running.fetch_sub(1);
     PQfreeCancel(cancel);
   }

@@ -1,4 +1,5 @@
-// A TCP proxy in front of the test Redis that can stop forwarding on demand:
+// A TCP proxy in front of a test server (Redis, PostgreSQL) that can stop
+// forwarding on demand:
 // a deterministic stand-in for a server that hangs (a long fsync, a paused
 // process). While frozen it reads nothing from either side, so what a client
 // sends waits in the kernel's buffers; thawed, it forwards it all, and what
