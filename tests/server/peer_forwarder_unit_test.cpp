@@ -5,14 +5,11 @@
 // answer when the owner is shutting down.
 #include <doctest/doctest.h>
 #include <poll.h>
-#include <sys/socket.h>
 
-#include <array>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <cerrno>
 #include <chrono>
 #include <delayq/open_store.hpp>
 #include <functional>
@@ -27,6 +24,7 @@
 #include "cluster/peer_forwarder.hpp"
 #include "http/connection_pool.hpp"
 #include "path_receiver.hpp"
+#include "stalled_peer.hpp"
 #include "unit_support.hpp"
 
 namespace {
@@ -265,43 +263,24 @@ TEST_CASE("peer forwarder: whether a failed call may have reached the peer") {
     // and carry it out long after its caller was answered; the forward
     // resets the connection instead, so the peer reads a part, then the
     // reset.
-    namespace asio = boost::asio;
-    using tcp = asio::ip::tcp;
-    asio::io_context scratch;
-    tcp::acceptor acceptor(scratch);
-    acceptor.open(tcp::v4());
-    acceptor.set_option(asio::socket_base::receive_buffer_size(1));
-    acceptor.bind({asio::ip::make_address("127.0.0.1"), 0});
-    acceptor.listen();
+    delayq::server_test::stalled_peer peer;
     http_request req{bhttp::verb::post, "/v1/tasks/x:reschedule", 11};
     req.body() = std::string(12 * 1024, 'x');  // within the sender's first send buffer
     req.prepare_payload();
-    const std::size_t whole = 12 * 1024 + 100;  // the body and, at least, a request line
     auto done = std::make_shared<std::promise<result>>();
     auto got = done->get_future();
-    f.fwd->async_forward("http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()),
-                         req, peer_forwarder::clock::now() + 400ms,
+    f.fwd->async_forward(peer.base(), req, peer_forwarder::clock::now() + 400ms,
                          [done](http_answer a, bool sent, boost::system::error_code ec) {
                            done->set_value(result{std::move(a), sent, ec});
                          });
-    tcp::socket peer = acceptor.accept();  // the call's (a link check's dial comes later)
-    const timeval bound{20, 0};            // a failure's bound: the reset or the end comes at once
-    ::setsockopt(peer.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    peer.accept();
     REQUIRE(got.wait_for(wait_bound) == std::future_status::ready);
     auto r = got.get();
     CHECK(r.ec == boost::asio::error::timed_out);
     CHECK(r.sent);
-    // Read with recv(): SO_RCVTIMEO bounds it, where Asio's blocking read
-    // would wait on past a timeout.
-    std::size_t read = 0;
-    std::array<char, 4096> buf;
-    ssize_t n = 0;
-    while ((n = ::recv(peer.native_handle(), buf.data(), buf.size(), 0)) > 0)
-      read += static_cast<std::size_t>(n);
-    const int why = n < 0 ? errno : 0;
-    CHECK(n == -1);
-    CHECK(why == ECONNRESET);  // the reset, not the end of a whole request
-    CHECK(read < whole);
+    const auto in = peer.read_to_end();
+    CHECK(in.reset);                      // not the end of a whole request
+    CHECK(in.bytes < req.body().size());  // the body alone is more than came
   }
   SUBCASE("a URL it cannot use") {
     auto r = f.call("ftp://h", bhttp::verb::get, "/x");

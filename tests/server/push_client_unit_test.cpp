@@ -5,13 +5,10 @@
 // with a generous bound only so that a bug fails instead of hanging); no test
 // sleeps or measures time.
 #include <doctest/doctest.h>
-#include <sys/socket.h>
 
 #include <utility>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <initializer_list>
@@ -33,6 +30,7 @@
 
 #include "path_receiver.hpp"
 #include "push/push_client.hpp"
+#include "stalled_peer.hpp"
 #include "wire/dump_json.hpp"
 #include "wire/task_json.hpp"
 
@@ -249,34 +247,18 @@ TEST_CASE(
   // the push was counted failed and its task retried or replaced; the
   // client resets the connection, so the target reads a part, then the
   // reset.
-  asio::io_context scratch;
-  tcp::acceptor acceptor(scratch);
-  acceptor.open(tcp::v4());
-  acceptor.set_option(asio::socket_base::receive_buffer_size(1));
-  acceptor.bind({asio::ip::make_address("127.0.0.1"), 0});
-  acceptor.listen();
-  const std::string url =
-      "http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()) + "/x";
+  delayq::server_test::stalled_peer target;
+  const std::string url = target.base() + "/x";
   client_fixture f;
   delayq::task t = f.make_task("stuck");
   t.payload = std::string(12 * 1024, 'x');  // within the client's first send buffer
   f.client->deliver("hook", target_of(url, 400ms), t, f.results.completion_for("stuck"));
-  tcp::socket peer = acceptor.accept();
-  const timeval bound{20, 0};  // a failure's bound: the reset or the end comes at once
-  ::setsockopt(peer.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  target.accept();
   REQUIRE(f.results.wait_ended(1));
   CHECK(f.results.only("stuck") == "push to " + url + ": timed out after 400 ms");
-  // Read with recv(): SO_RCVTIMEO bounds it, where Asio's blocking read
-  // would wait on past a timeout.
-  std::size_t read = 0;
-  std::array<char, 4096> buf;
-  ssize_t n = 0;
-  while ((n = ::recv(peer.native_handle(), buf.data(), buf.size(), 0)) > 0)
-    read += static_cast<std::size_t>(n);
-  const int why = n < 0 ? errno : 0;
-  CHECK(n == -1);
-  CHECK(why == ECONNRESET);  // the reset, not the end of a whole request
-  CHECK(read < t.payload.size());
+  const auto got = target.read_to_end();
+  CHECK(got.reset);  // not the end of a whole request
+  CHECK(got.bytes < t.payload.size());
 }
 
 TEST_CASE("push client: a refused connection is a failure") {
