@@ -58,11 +58,12 @@ constexpr int max_cancels_running = 4;
 // Sends `cancel` and frees it, on a thread of its own: PQcancel dials the
 // server and then waits until the server closes that dial (libpq's
 // internal_cancel), for as long as a paused server or a dropped link lasts.
-void cancel_aside(PGcancel* cancel) noexcept {
+// Returns false when none was sent (too many under way, or no thread).
+bool cancel_aside(PGcancel* cancel) noexcept {
   if (cancels_running.fetch_add(1) >= max_cancels_running) {
     cancels_running.fetch_sub(1);
     PQfreeCancel(cancel);
-    return;
+    return false;
   }
   try {
     std::thread([cancel] {
@@ -82,7 +83,9 @@ void cancel_aside(PGcancel* cancel) noexcept {
   } catch (...) {  // no thread to be had: no cancel
     cancels_running.fetch_sub(1);
     PQfreeCancel(cancel);
+    return false;
   }
+  return true;
 }
 
 }  // namespace
@@ -261,7 +264,14 @@ void connection::abandon() noexcept {
   if (!conn_) return;
   // A cancel request stops what the server still runs for us (a write it
   // has not committed yet rolls back; one it has, stays).
-  if (PGcancel* cancel = PQgetCancel(conn_)) cancel_aside(cancel);
+  if (PGcancel* cancel = PQgetCancel(conn_); cancel && !cancel_aside(cancel)) {
+    try {
+      log(log_level::warning, name_ + ": no cancel request sent for a connection given up on (" +
+                                  std::to_string(max_cancels_running) +
+                                  " still wait for the server): what it runs there goes on");
+    } catch (...) {  // noexcept: a log line is not worth a terminate
+    }
+  }
   // Closed with a reset: the kernel drops what the server has not received
   // yet, which a gentle close would send on once the link heals (a
   // transaction committed after its caller was told the outcome is

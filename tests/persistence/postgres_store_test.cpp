@@ -654,6 +654,46 @@ TEST_CASE(
   CHECK(ids_in(store) == std::vector<std::string>{"before", "warm"});
 }
 
+TEST_CASE("postgres: a server that stays paused holds at most 4 cancel requests") {
+  // Each write given up on sends its cancel request on a thread of its own,
+  // which waits until the server closes the request's dial. A proxy that
+  // holds every connection stands for a paused server: the first 4 timeouts
+  // each leave a thread waiting, the 5th sends none and says so, and every
+  // call still answers at its command_timeout.
+  pg_schema s;
+  const postgres_options direct = postgres_test_options(s.name);
+  freezing_proxy proxy(direct.connection.port);
+  postgres_options o = direct;
+  o.connection.host = "127.0.0.1";
+  o.connection.port = proxy.port();
+  o.connection.command_timeout = 200ms;
+  s.store = open_postgres_store(o);
+  // Five stores, each with its connection open (a dial through the frozen
+  // proxy would fail, and a failed dial cancels nothing).
+  std::vector<std::unique_ptr<task_store>> stores;
+  for (int i = 0; i < 5; ++i) {
+    stores.push_back(open_postgres_store(o));
+    stores.back()->save(std::vector{make_task("before-" + std::to_string(i))});
+  }
+  proxy.freeze();
+  log_capture logs;
+  for (int i = 0; i < 5; ++i) {
+    auto outcome = std::async(std::launch::async, [&] {
+      boost::system::error_code ec;
+      stores[static_cast<std::size_t>(i)]->save(std::vector{make_task("t" + std::to_string(i))},
+                                                ec);
+      return ec;
+    });
+    const bool answered = outcome.wait_for(20s) == std::future_status::ready;
+    if (!answered) proxy.thaw();
+    REQUIRE(answered);
+    CHECK(outcome.get() == errc::outcome_unknown);
+  }
+  CHECK(logs.contains("no cancel request sent for a connection given up on (4 still wait"));
+  proxy.thaw();  // the cancel requests reach the server, which ends their dials
+  stores.clear();
+}
+
 TEST_CASE("postgres: an unreachable server is store_unavailable, and open_store says where") {
   boost::system::error_code ec;
   std::string why;
