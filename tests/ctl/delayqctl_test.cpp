@@ -7,10 +7,15 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -279,6 +284,48 @@ TEST_CASE("delayqctl: a server that never answers is a timeout, exit 5") {
   CHECK(r.exit_code == 5);
   CHECK(has(r.err, "error: timeout: "));
   CHECK(r.out.empty());
+}
+
+TEST_CASE(
+    "delayqctl: a call that times out is withdrawn: what the server had not taken never arrives") {
+  // A server that takes almost nothing (a receive buffer at the kernel's
+  // minimum, never read): most of the add waits in delayqctl's send queue
+  // when its timeout ends it, as behind a link that went down. Closed
+  // gently (or by the process's exit), the kernel would send it on, and
+  // the server would get the whole call once it reads again, after the
+  // user was told it timed out; delayqctl resets the connection instead.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  const int smallest = 1;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &smallest, sizeof smallest);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  REQUIRE(listen(fd, 4) == 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const std::string payload(12 * 1024, 'x');  // within the client's first send buffer
+  auto r = ctl_bare(
+      {"--server", url, "--token", token, "--timeout", "300", "add", "t", payload, "--in", "1h"});
+  INFO(show(r));
+  CHECK(r.exit_code == 5);
+  CHECK(has(r.err, "error: timeout: "));
+  // The process has exited: what its kernel still held is sent now or never.
+  const int peer = accept(fd, nullptr, nullptr);
+  REQUIRE(peer >= 0);
+  const timeval bound{20, 0};  // a failure's bound: the reset or the end comes at once
+  setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  std::size_t read_bytes = 0;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = recv(peer, buf, sizeof buf, 0)) > 0) read_bytes += static_cast<std::size_t>(n);
+  const int why = n < 0 ? errno : 0;
+  close(peer);
+  close(fd);
+  CHECK(why == ECONNRESET);  // the reset, not the end of a whole request
+  CHECK(read_bytes < payload.size());
 }
 
 TEST_CASE("delayqctl: usage errors are exit 2") {

@@ -166,7 +166,15 @@ http_result http_request(const server_url& server, std::string_view method,
   x->start(server);
   io.run_for(timeout);
   if (!io.stopped()) {
-    // Still resolving, connecting, writing or reading: give up on it.
+    // Still resolving, connecting, writing or reading: give up on it. The
+    // socket is closed with a reset: a gentle close (or this process's exit)
+    // would leave the kernel to send what the server has not received yet,
+    // and a cancel or reschedule stuck behind a partition would be carried
+    // out once the link is back, after the user was told it timed out
+    // (docs/faults.md, fix 16).
+    beast::error_code ignored;
+    x->stream.socket().set_option(tcp::socket::linger(true, 0), ignored);
+    x->stream.socket().close(ignored);
     result = http_result{};
     result.timed_out = true;
     result.failure = "no answer within " + std::to_string(timeout.count()) + " ms";
