@@ -153,7 +153,7 @@ const std::string& connection::script_sha(std::size_t i) const noexcept {
   return i < script_shas_.size() ? script_shas_[i] : none;
 }
 
-void connection::drop(bool timed_out) noexcept {
+void connection::drop(bool timed_out, bool withdraw) noexcept {
   if (timed_out && client_id_ >= 0) {
     kill_id_ = client_id_;
     kill_run_id_ = run_id_;
@@ -163,7 +163,7 @@ void connection::drop(bool timed_out) noexcept {
   // once the link is back, a script run after its caller was told the
   // outcome is unknown and after writes made since on a new connection;
   // CLIENT KILL (above) only reaches what the server already holds.
-  if (timed_out && ctx_ && ctx_->fd >= 0) {
+  if ((timed_out || withdraw) && ctx_ && ctx_->fd >= 0) {
     const ::linger reset{1, 0};
     ::setsockopt(ctx_->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
   }

@@ -187,7 +187,10 @@ class connection {
 
   /// Closes the connection. `timed_out`: the server may still run what was
   /// sent; the next dial kills the old connection first (CLIENT KILL ID).
-  void drop(bool timed_out) noexcept;
+  /// `withdraw` (implied by `timed_out`): closes with a reset, so what the
+  /// server has not received is dropped, for a connection whose batches go
+  /// again elsewhere (a cluster redirect).
+  void drop(bool timed_out, bool withdraw = false) noexcept;
 
   /// Describes a lost connection as a failure and drops it. `write`: a
   /// timeout leaves the outcome unknown (errc::outcome_unknown).

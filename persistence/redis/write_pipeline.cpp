@@ -372,7 +372,11 @@ bool write_pipeline::resend_all(bool retry) {
 // The oldest open batch got a redirect (or TRYAGAIN / CLUSTERDOWN): it did
 // not run (after TRYAGAIN / CLUSTERDOWN a later one may have: see the header).
 void write_pipeline::on_redirect(const cluster_redirect& r) {
-  cur_->drop(false);
+  // Every open batch goes again, on a connection of its node: a copy the
+  // old node has not received yet must never reach it later (after the
+  // resend, where it would run after newer writes if it still serves the
+  // slot), so the connection is reset, not closed gently.
+  cur_->drop(false, true);
   expected_.clear();
   open_batch& b = *open_.front();
   if (r.kind == cluster_redirect::retry) {
