@@ -266,9 +266,11 @@ void connection::abandon() noexcept {
   // has not committed yet rolls back; one it has, stays).
   if (PGcancel* cancel = PQgetCancel(conn_); cancel && !cancel_aside(cancel)) {
     try {
-      log(log_level::warning, name_ + ": no cancel request sent for a connection given up on (" +
-                                  std::to_string(max_cancels_running) +
-                                  " still wait for the server): what it runs there goes on");
+      log(log_level::warning,
+          name_ + ": no cancel request sent for a connection given up on (" +
+              std::to_string(max_cancels_running) +
+              " in this process wait for their server already, or no thread could be "
+              "started): what it runs there goes on");
     } catch (...) {  // noexcept: a log line is not worth a terminate
     }
   }

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -310,9 +311,11 @@ TEST_CASE(
   auto r = ctl_bare(
       {"--server", url, "--token", token, "--timeout", "300", "add", "t", payload, "--in", "1h"});
   INFO(show(r));
-  CHECK(r.exit_code == 5);
+  REQUIRE(r.exit_code == 5);  // it connected and timed out: its connection waits to be taken
   CHECK(has(r.err, "error: timeout: "));
   // The process has exited: what its kernel still held is sent now or never.
+  pollfd ready{fd, POLLIN, 0};
+  REQUIRE(poll(&ready, 1, 20'000) == 1);  // a failure's bound, not a timing
   const int peer = accept(fd, nullptr, nullptr);
   REQUIRE(peer >= 0);
   const timeval bound{20, 0};  // a failure's bound: the reset or the end comes at once

@@ -5,6 +5,7 @@
 // withdrawn (reset), not left for the kernel to deliver later.
 #pragma once
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace delayq::server_test {
@@ -35,6 +37,10 @@ class stalled_peer {
 
   /// Takes the first connection made (a link check's later dial stays queued).
   void accept() {
+    // Bounded: Asio's blocking accept would wait for ever for a client that
+    // never connects.
+    pollfd ready{acceptor_.native_handle(), POLLIN, 0};
+    if (::poll(&ready, 1, 20'000) != 1) throw std::runtime_error("stalled_peer: no connection");
     peer_.emplace(acceptor_.accept());
     const timeval bound{20, 0};  // a failure's bound: the reset or the end comes at once
     ::setsockopt(peer_->native_handle(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
@@ -42,7 +48,7 @@ class stalled_peer {
 
   struct drained {
     std::size_t bytes = 0;
-    bool reset = false;  // ended by a reset (ECONNRESET), not an end of stream
+    int error = 0;  // how it ended: ECONNRESET for a reset, 0 for an end of stream
   };
   /// Reads all that comes, until the connection ends. With recv(): SO_RCVTIMEO
   /// bounds it, where Asio's blocking read would wait on past a timeout.
@@ -52,7 +58,7 @@ class stalled_peer {
     ssize_t n = 0;
     while ((n = ::recv(peer_->native_handle(), buf.data(), buf.size(), 0)) > 0)
       out.bytes += static_cast<std::size_t>(n);
-    out.reset = n < 0 && errno == ECONNRESET;
+    out.error = n < 0 ? errno : 0;
     return out;
   }
 
