@@ -97,16 +97,11 @@ struct exchange : std::enable_shared_from_this<exchange> {
 
   void send() {
     sent = true;
-    // Until an answer comes, any close is a reset: the kernel then drops
-    // what the peer has not received yet, instead of sending it on until
-    // the peer takes it, minutes later perhaps (a partition that heals),
-    // where it would be carried out after the caller was told the outcome
-    // was unknown, and after calls made since (docs/faults.md, fix 16: a
-    // stale reschedule applied 7 s late to a new task of the same id).
-    // The beast stream closes the socket itself at its deadline, so this
-    // is set now; finish() clears it once a whole answer came.
-    boost::system::error_code ignored;
-    conn->stream.socket().set_option(tcp::socket::linger(true, 0), ignored);
+    // Until an answer comes, a close withdraws what the peer has not
+    // received: it would be carried out after the caller was told the
+    // outcome was unknown (a stale reschedule applied 7 s late to a new task
+    // of the same id, docs/faults.md fix 16).
+    conn->reset_on_close(true);
     conn->stream.expires_at(deadline);
     bhttp::async_write(conn->stream, out,
                        [self = shared_from_this()](boost::system::error_code e, std::size_t) {
@@ -208,13 +203,15 @@ struct exchange : std::enable_shared_from_this<exchange> {
         if (const auto h = in.find(field); h != in.end())
           a.headers.emplace_back(std::string(h->name_string()), std::string(h->value()));
     }
-    // An exchange that ended whole closes gently (now or from the pool);
-    // any other, with the reset set in send().
-    if (conn && !e) conn->stream.socket().set_option(tcp::socket::linger(false, 0), ignored);
     if (conn && keep) {
       pool->put(key, std::move(conn));
     } else if (conn) {
-      if (!e) conn->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      // An exchange that ended whole closes gently; any other, with the
+      // reset set in send().
+      if (!e) {
+        conn->reset_on_close(false);
+        conn->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      }
       conn->stream.close();
     }
     std::exchange(done, nullptr)(std::move(a), sent, e);

@@ -82,6 +82,7 @@ void connection_pool::put(const std::string& key, std::unique_ptr<pooled_connect
   const auto now = std::chrono::steady_clock::now();
   c->idle_since = now;
   c->buffer.clear();
+  c->reset_on_close(false);  // its exchange ended whole
   std::vector<std::unique_ptr<pooled_connection>> stale;
   bool kept = false;
   {

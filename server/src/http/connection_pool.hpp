@@ -4,6 +4,7 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -26,6 +27,17 @@ struct pooled_connection {
   using strand_type = boost::asio::strand<boost::asio::any_io_executor>;
   explicit pooled_connection(const strand_type& s)
       : strand(s), stream(boost::asio::any_io_executor{s}) {}
+  /// While set, closing the connection resets it (SO_LINGER 0): the kernel
+  /// drops what the peer has not received yet, instead of delivering it
+  /// later (a partition that heals), after the caller gave the call up and
+  /// answered or retried it (docs/faults.md, fix 16). Set before a request
+  /// is written (the stream closes the socket itself at its deadline);
+  /// cleared once a whole answer came, and by connection_pool::put().
+  void reset_on_close(bool on) {
+    boost::system::error_code ignored;
+    stream.socket().set_option(boost::asio::ip::tcp::socket::linger(on, 0), ignored);
+  }
+
   strand_type strand;
   boost::beast::tcp_stream stream;
   boost::beast::flat_buffer buffer;
@@ -55,9 +67,10 @@ class connection_pool {
   /// An open idle connection to `key`, or null.
   std::unique_ptr<pooled_connection> take(const std::string& key);
   /// Keeps `c` (idle: no operation pending, its answer read whole) for
-  /// `key`; closes it when the host has max_idle_per_host already, or after
-  /// close_all(). Called on c's strand. At most once per idle_timeout it
-  /// also closes the expired connections of every host.
+  /// `key`, its reset_on_close() cleared; closes it when the host has
+  /// max_idle_per_host already, or after close_all(). Called on c's strand.
+  /// At most once per idle_timeout it also closes the expired connections
+  /// of every host.
   void put(const std::string& key, std::unique_ptr<pooled_connection> c);
   /// Closes every idle connection, and those put() later.
   void close_all();

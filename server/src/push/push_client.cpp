@@ -240,13 +240,10 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     // replaced (withdraw()).
     const auto& current = owner->options.attempt_current;
     if ((current && !current(delivery.task)) || owner->withdrawn_since(delivery)) return withdraw();
-    // Until an answer comes, any close is a reset: the kernel then drops
-    // what the target has not received, instead of sending it on when a
-    // partition heals, after the push was counted failed and the task
-    // retried, replaced or taken over (docs/faults.md, fix 16). Beast
-    // closes the socket itself at the deadline, so it is set now.
-    boost::system::error_code ignored;
-    conn->stream.socket().set_option(tcp::socket::linger(true, 0), ignored);
+    // Until an answer comes, a close withdraws what the target has not
+    // received: it would arrive after the push was counted failed and the
+    // task retried, replaced or taken over.
+    conn->reset_on_close(true);
     conn->stream.expires_at(deadline);
     http::async_write(conn->stream, req,
                       [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
@@ -301,11 +298,10 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
     const auto& res = parser->get();
     reusable = reusable && res.keep_alive() && conn->buffer.size() == 0;
     const unsigned status = res.result_int();
-    answered = true;  // a whole exchange: the connection closes gently
-    boost::system::error_code ignored;
-    conn->stream.socket().set_option(tcp::socket::linger(false, 0), ignored);
     if (reusable) {
       owner->idle.put(url->host + ":" + url->port, std::move(conn));
+    } else {
+      conn->reset_on_close(false);  // a whole exchange: finish() closes it gently
     }
     if (status >= 200 && status < 300) return finish({});
     finish(fail("HTTP " + std::to_string(status)));
@@ -358,7 +354,6 @@ struct push_client::impl::request : std::enable_shared_from_this<request> {
   const std::shared_ptr<impl> owner;
   const std::uint64_t id;
   pending_delivery delivery;
-  bool answered = false;  // the answer's status line came (see send())
   const strand_type strand;
   std::optional<http_url> url;
   std::string url_error;
