@@ -242,6 +242,38 @@ class delayq_http {
     return usage(this.probes);
   }
 
+  // How many of delayq-server's store writes so far took longer than 10 ms,
+  // 100 ms and 1 s (its delayq_store_write_seconds histogram, GET /metrics),
+  // or null when it cannot tell. A worker's finish waits for its write, so a
+  // write that stalls holds every worker waiting on it: a lateness round
+  // with a long tail says whether the store was the cause. On a connection
+  // of its own: one of the agents' idle sockets may be closing meanwhile.
+  async storeWrites() {
+    let r;
+    try {
+      r = await call(this.target, false, 'GET', '/metrics');
+    } catch {
+      return null;
+    }
+    if (r.status !== 200) return null;
+    const buckets = [];
+    let count = null;
+    for (const line of r.text.split('\n')) {
+      const b = /^delayq_store_write_seconds_bucket\{le="([^"]+)"\} (\d+)/.exec(line);
+      if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), Number(b[2])]);
+      const c = /^delayq_store_write_seconds_count (\d+)/.exec(line);
+      if (c) count = Number(c[1]);
+    }
+    if (count === null) return null;
+    // Writes above `s` seconds: those not in the bucket whose bound is s
+    // (the bounds print as 0.01, 0.09999999999999999, 1, ...).
+    const over = (s) => {
+      const b = buckets.find(([le]) => Math.abs(le - s) < s * 1e-6);
+      return b ? count - b[1] : null;
+    };
+    return { writes: count, over_10ms: over(0.01), over_100ms: over(0.1), over_1s: over(1) };
+  }
+
   call(agent, method, path, body, signal) {
     return call(this.target, agent, method, path, body, signal);
   }
@@ -380,6 +412,7 @@ class delayq_http {
     const workers = Array.from({ length: this.cfg.workers }, () => this.worker(type, mode, st));
     // A worker that fails (an unexpected answer) fails the run at once.
     const failed = Promise.all(workers).then(() => null, (e) => e);
+    const w0 = await this.storeWrites();
     const u = this.usage();
     const ud = usageFrom(() => this.usage(), firstDue);
     await pool(this.cfg.inFlight, n, (k) => this.addTask(this.agent32, type, { due_ms: dueOf(k) }));
@@ -390,6 +423,11 @@ class delayq_http {
     if (err) throw err;
     const extra = { ...u(), ...ud() };
     await Promise.allSettled(workers);
+    // The row's store writes (its adds included) slower than 10 ms, 100 ms, 1 s.
+    const w1 = await this.storeWrites();
+    if (w0 && w1)
+      for (const k of ['writes', 'over_10ms', 'over_100ms', 'over_1s'])
+        if (w0[k] !== null && w1[k] !== null) extra[`store_${k}`] = w1[k] - w0[k];
     return summary(st, firstDue, addsDone, { ...extra, worker_mode: mode });
   }
 

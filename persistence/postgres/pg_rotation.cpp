@@ -109,14 +109,22 @@ bool rotation::drain_and_truncate(int old_gen, int new_gen) {
   const schema_sql& sql = b_.sql();
   connection& c = *conn_;
   const std::string old_part = old_gen == 0 ? sql.tasks0 : sql.tasks1;
-  // A few thousand rows a transaction, in id order from a cursor: each
+  // A few hundred rows a transaction, in id order from a cursor: each
   // UPDATE moves them to the new generation (row movement), so a writer that
-  // meets a moved row fails and runs again rather than miss it.
-  const std::string move = "WITH pick AS (SELECT id FROM " + old_part +
-                           " WHERE id > $1 ORDER BY id LIMIT " + std::to_string(drain_batch) +
-                           ") UPDATE " + sql.tasks + " t SET gen = " + std::to_string(new_gen) +
-                           " FROM pick WHERE t.gen = " + std::to_string(old_gen) +
-                           " AND t.id = pick.id RETURNING t.id";
+  // meets a moved row fails and runs again rather than miss it. The rows are
+  // locked first and those a writer holds are skipped (left for the next
+  // check), so the drain never waits for a writer. It did: the writer's
+  // DELETE of many ids and this UPDATE each held rows the other wanted, a
+  // deadlock PostgreSQL broke only after deadlock_timeout (1 s), with every
+  // write queued behind it. Now a writer waits at most for one short
+  // transaction of the drain. (One cycle is left, and PostgreSQL still
+  // breaks it: a task re-added under the same id while the drain moves the
+  // old copy.)
+  const std::string move =
+      "WITH pick AS (SELECT id FROM " + old_part + " WHERE id > $1 ORDER BY id LIMIT " +
+      std::to_string(drain_batch) + " FOR UPDATE SKIP LOCKED) UPDATE " + sql.tasks +
+      " t SET gen = " + std::to_string(new_gen) +
+      " FROM pick WHERE t.gen = " + std::to_string(old_gen) + " AND t.id = pick.id RETURNING t.id";
   std::string cursor;
   std::size_t moved = 0;
   for (;;) {

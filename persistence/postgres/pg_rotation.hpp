@@ -20,9 +20,11 @@
 //           generation as it upserts it);
 //   drain   after `grace` (the rows due soon meanwhile run and go by
 //           themselves), the live rows left in the old generation move to
-//           the new one, a few thousand per transaction (UPDATE ... SET gen: a writer that
+//           the new one, a few hundred per transaction (UPDATE ... SET gen: a writer that
 //           meets a row moved under it gets a serialization failure, and its
-//           transaction is run again, never silently missing the row);
+//           transaction is run again, never silently missing the row); rows
+//           a writer holds locked are skipped, never waited for, and moved
+//           at a later check;
 //   truncate once the old generation is empty, TRUNCATE it under a short
 //           lock_timeout (a writer holding it makes the truncate give way
 //           and try again later, rather than queue every writer behind it).
@@ -61,7 +63,7 @@ class rotation {
   /// How long after a flip the old generation is drained.
   static constexpr std::chrono::seconds grace{2};
   /// Rows moved per transaction while draining.
-  static constexpr int drain_batch = 5000;
+  static constexpr int drain_batch = 500;
 
   /// Starts the thread (`b` must outlive the rotation).
   explicit rotation(backend& b);

@@ -234,6 +234,63 @@ TEST_CASE("postgres: async_write answers in order, once each, after COMMIT") {
   CHECK(s.count("tasks") == batches * 2);
 }
 
+TEST_CASE("postgres: the rotation's drain skips the rows a writer holds, never waits for them") {
+  // The drain moved rows with a plain UPDATE, which waited for any row a
+  // writer had locked while holding the rows it had moved: with the writer's
+  // DELETE of many ids waiting for one of those, a deadlock that PostgreSQL
+  // broke only after deadlock_timeout (1 s), every write queued behind it
+  // (a 1 s stall in the lateness benchmark). Here another session holds one
+  // row of the old generation: the drain must move every other row while it
+  // does, then the held one at a later check once it is let go.
+  pg_schema s;
+  // A long transaction keeps VACUUM from removing the dead rows before the
+  // rotation sees them (the case rotation exists for).
+  raw_postgres snapshot;
+  snapshot.run("BEGIN ISOLATION LEVEL REPEATABLE READ");
+  snapshot.run("SELECT 1");
+  task_store& store = s.open();
+  // 3,000 dead rows beside 2,000 live ones: past both rotate_at (50% of
+  // the live) and min_dead (2,000), so the generation flips.
+  std::vector<task> keep, gone;
+  for (int i = 0; i < 2000; ++i) keep.push_back(make_task("keep-" + std::to_string(i)));
+  for (int i = 0; i < 3000; ++i) gone.push_back(make_task("gone-" + std::to_string(i)));
+  std::vector<store_change> saves, removes;
+  for (const task& t : keep) saves.push_back({change_kind::save, &t});
+  for (const task& t : gone) {
+    saves.push_back({change_kind::save, &t});
+    removes.push_back({change_kind::remove, &t});
+  }
+  boost::system::error_code ec;
+  store.write(saves, ec);
+  REQUIRE_FALSE(ec);
+  store.write(removes, ec);
+  REQUIRE_FALSE(ec);
+  REQUIRE(s.count("tasks_0") == 2000);
+  // The flip: new rows go to generation 1; the drain starts 2 s later, by
+  // when this session holds the first live row of generation 0.
+  REQUIRE(polled([&] {
+    return s.raw.text("SELECT value FROM " + s.table("meta") + " WHERE key = 'gen'") == "1";
+  }));
+  raw_postgres writer;
+  writer.run("BEGIN");
+  const auto held = writer.column("SELECT convert_from(id, 'UTF8') FROM " + s.table("tasks_0") +
+                                  " ORDER BY id LIMIT 1 FOR UPDATE");
+  REQUIRE(held.size() == 1);
+  // Every other row moves while the row stays held (a drain that waited
+  // for it would move none of its batch until its command timeout gave up,
+  // and this would time out).
+  CHECK(polled([&] { return s.count("tasks_0") == 1 && s.count("tasks_1") == 1999; }));
+  writer.run("COMMIT");
+  // Let go, the last row moves too and generation 0 is truncated: nothing
+  // was lost on the way.
+  CHECK(polled([&] { return s.count("tasks_0") == 0 && s.count("tasks_1") == 2000; }));
+  snapshot.run("COMMIT");
+  std::vector<std::string> want;
+  for (const task& t : keep) want.push_back(t.id);
+  std::sort(want.begin(), want.end());
+  CHECK(ids_in(store) == want);
+}
+
 TEST_CASE("postgres: the horizon reads by the due index, never a full scan (EXPLAIN)") {
   for (const std::uint32_t shards : {0u, 8u}) {
     CAPTURE(shards);
