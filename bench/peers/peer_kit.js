@@ -251,7 +251,7 @@ class delayq_http {
   async storeWrites() {
     let r;
     try {
-      r = await call(this.target, false, 'GET', '/metrics');
+      r = await call(this.target, false, 'GET', '/metrics', undefined, AbortSignal.timeout(5000));
     } catch {
       return null;
     }
@@ -425,9 +425,12 @@ class delayq_http {
     await Promise.allSettled(workers);
     // The row's store writes (its adds included) slower than 10 ms, 100 ms, 1 s.
     const w1 = await this.storeWrites();
-    if (w0 && w1)
+    if (w0 && w1) {
       for (const k of ['writes', 'over_10ms', 'over_100ms', 'over_1s'])
         if (w0[k] !== null && w1[k] !== null) extra[`store_${k}`] = w1[k] - w0[k];
+    } else {
+      extra.store_writes_unread = true;  // /metrics did not answer as expected: said, not left out
+    }
     return summary(st, firstDue, addsDone, { ...extra, worker_mode: mode });
   }
 

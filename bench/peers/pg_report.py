@@ -174,19 +174,22 @@ def table(res):
         out.append("**Adds still running when the first job was due** (the figure includes them): " + "; ".join(over) + ".")
     # A lateness round with a long tail: was a store write behind it? (A
     # worker's finish waits for its write.) Runs before this field existed
-    # have none, and say nothing.
-    stalls = []
+    # have none, and say nothing; a round whose reading failed says so.
+    writes = []
     for s in delayq_cols(res):
         for i, x in enumerate(res["rows"].get("late", {}).get(s, {}).get("rounds", [])):
+            p99 = x.get("late_p99_ms")
+            head = f"{s} round {i + 1}: p99 " + (f"{p99:.1f} ms" if p99 is not None else "?")
             if "store_over_10ms" in x:
-                stalls.append(f"{s} round {i + 1}: p99 {x['late_p99_ms']:.1f} ms, "
-                              f"{x['store_over_10ms']} / {x.get('store_over_100ms', '?')} / "
-                              f"{x.get('store_over_1s', '?')} of {x['store_writes']}")
-    if stalls:
+                writes.append(f"{head}, {x['store_over_10ms']} / {x.get('store_over_100ms', '?')} / "
+                              f"{x.get('store_over_1s', '?')} of {x.get('store_writes', '?')}")
+            elif x.get("store_writes_unread"):
+                writes.append(f"{head}, not read (/metrics did not answer)")
+    if writes:
         out.append("")
         out.append("delayq's store writes during each lateness round (its adds included) that took longer than "
                    "10 ms / 100 ms / 1 s, of all its writes (`delayq_store_write_seconds` in `/metrics` before "
-                   "and after): " + "; ".join(stalls) + ".")
+                   "and after): " + "; ".join(writes) + ".")
     early = [f"{s} {x['early']}" for s, v in res["rows"].get("late", {}).items() for x in v["rounds"] if x.get("early")]
     if early:
         out.append("")

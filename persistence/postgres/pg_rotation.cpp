@@ -112,14 +112,13 @@ bool rotation::drain_and_truncate(int old_gen, int new_gen) {
   // A few hundred rows a transaction, in id order from a cursor: each
   // UPDATE moves them to the new generation (row movement), so a writer that
   // meets a moved row fails and runs again rather than miss it. The rows are
-  // locked first and those a writer holds are skipped (left for the next
-  // check), so the drain never waits for a writer. It did: the writer's
-  // DELETE of many ids and this UPDATE each held rows the other wanted, a
-  // deadlock PostgreSQL broke only after deadlock_timeout (1 s), with every
-  // write queued behind it. Now a writer waits at most for one short
-  // transaction of the drain. (One cycle is left, and PostgreSQL still
-  // breaks it: a task re-added under the same id while the drain moves the
-  // old copy.)
+  // locked first, and those a writer holds are skipped (moved at a later
+  // check): a drain that waited for them, while holding the rows it had
+  // moved, could deadlock with the writer's DELETE of several ids, which
+  // PostgreSQL breaks only after deadlock_timeout (1 s), every write queued
+  // behind it. A writer that meets the drain waits for one transaction of
+  // `drain_batch` rows, a few milliseconds; small batches keep that short,
+  // at the price of more transactions for a large generation.
   const std::string move =
       "WITH pick AS (SELECT id FROM " + old_part + " WHERE id > $1 ORDER BY id LIMIT " +
       std::to_string(drain_batch) + " FOR UPDATE SKIP LOCKED) UPDATE " + sql.tasks +
@@ -138,7 +137,15 @@ bool rotation::drain_and_truncate(int old_gen, int new_gen) {
     try {
       r = c.exchange(std::span{&s, 1}, true);
     } catch (const pg_failure& f) {
-      if (f.sqlstate == "40001" || f.sqlstate == "40P01") return false;  // next check
+      if (f.sqlstate == "40001" || f.sqlstate == "40P01") {
+        // Tried again at the next check. A deadlock cost every writer up to
+        // deadlock_timeout: said, so that a stall has a name in the log.
+        if (f.sqlstate == "40P01")
+          log(log_level::warning, b_.name() + ": generation drain: " + f.message +
+                                      " (PostgreSQL broke a lock cycle with a writer; "
+                                      "drained again at the next check)");
+        return false;
+      }
       throw;
     }
     const int n = PQntuples(r[0].get());

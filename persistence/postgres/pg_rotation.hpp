@@ -23,8 +23,8 @@
 //           the new one, a few hundred per transaction (UPDATE ... SET gen: a writer that
 //           meets a row moved under it gets a serialization failure, and its
 //           transaction is run again, never silently missing the row); rows
-//           a writer holds locked are skipped, never waited for, and moved
-//           at a later check;
+//           a writer holds locked are skipped, not waited for, and moved at
+//           a later check;
 //   truncate once the old generation is empty, TRUNCATE it under a short
 //           lock_timeout (a writer holding it makes the truncate give way
 //           and try again later, rather than queue every writer behind it).
@@ -62,7 +62,8 @@ class rotation {
   static constexpr std::chrono::seconds check_every{1};
   /// How long after a flip the old generation is drained.
   static constexpr std::chrono::seconds grace{2};
-  /// Rows moved per transaction while draining.
+  /// Rows moved per transaction while draining: a writer that meets the
+  /// drain waits for one such transaction.
   static constexpr int drain_batch = 500;
 
   /// Starts the thread (`b` must outlive the rotation).

@@ -69,10 +69,10 @@ std::vector<std::string> ids_in_shard(std::uint32_t s, std::uint32_t n, std::siz
 }
 
 // Polls a condition only the database can tell (a lock another session
-// waits on): up to 20 s, as the failure bound.
+// waits on): up to `bound` (20 s unless told), as the failure bound.
 template <class Condition>
-bool polled(Condition&& done) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
+bool polled(Condition&& done, std::chrono::seconds bound = 20s) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
   while (std::chrono::steady_clock::now() < deadline) {
     if (done()) return true;
     std::this_thread::sleep_for(10ms);  // another session's state: nothing to wait on
@@ -266,24 +266,33 @@ TEST_CASE("postgres: the rotation's drain skips the rows a writer holds, never w
   store.write(removes, ec);
   REQUIRE_FALSE(ec);
   REQUIRE(s.count("tasks_0") == 2000);
-  // The flip: new rows go to generation 1; the drain starts 2 s later, by
-  // when this session holds the first live row of generation 0.
-  REQUIRE(polled([&] {
-    return s.raw.text("SELECT value FROM " + s.table("meta") + " WHERE key = 'gen'") == "1";
-  }));
+  // Another session holds the first live row from before the flip (which
+  // touches no task row) until after the drain.
   raw_postgres writer;
   writer.run("BEGIN");
   const auto held = writer.column("SELECT convert_from(id, 'UTF8') FROM " + s.table("tasks_0") +
                                   " ORDER BY id LIMIT 1 FOR UPDATE");
   REQUIRE(held.size() == 1);
-  // Every other row moves while the row stays held (a drain that waited
-  // for it would move none of its batch until its command timeout gave up,
-  // and this would time out).
+  // The flip: new rows go to generation 1 (up to a minute: PostgreSQL may
+  // hold the dead-row statistics back for seconds); the drain follows 2 s
+  // later.
+  REQUIRE(polled(
+      [&] {
+        return s.raw.text("SELECT value FROM " + s.table("meta") + " WHERE key = 'gen'") == "1";
+      },
+      60s));
+  // Every other row moves while the held one stays (a drain that waited for
+  // it would move none of its batch until its command timeout gave up, and
+  // this would time out).
   CHECK(polled([&] { return s.count("tasks_0") == 1 && s.count("tasks_1") == 1999; }));
+  CHECK(s.raw.column("SELECT convert_from(id, 'UTF8') FROM " + s.table("tasks_0")) == held);
   writer.run("COMMIT");
-  // Let go, the last row moves too and generation 0 is truncated: nothing
-  // was lost on the way.
-  CHECK(polled([&] { return s.count("tasks_0") == 0 && s.count("tasks_1") == 2000; }));
+  // Let go, the last row moves too and generation 0 is truncated (its file
+  // empty): nothing was lost on the way.
+  CHECK(polled([&] {
+    return s.count("tasks_1") == 2000 &&
+           s.raw.count("SELECT pg_relation_size('" + s.table("tasks_0") + "')") == 0;
+  }));
   snapshot.run("COMMIT");
   std::vector<std::string> want;
   for (const task& t : keep) want.push_back(t.id);
