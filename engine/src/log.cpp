@@ -19,14 +19,17 @@ const char* level_name(log_level level) {
   return "?";
 }
 
-void default_log(log_level level, std::string_view message) {
-  if (level < log_level::warning) return;
+void write_line(log_level level, std::string_view message) {
   std::string line = "delayq ";
   line += level_name(level);
   line += ": ";
   line += message;
   line += '\n';
   std::fputs(line.c_str(), stderr);  // one call, so lines from threads do not interleave
+}
+
+void default_log(log_level level, std::string_view message) {
+  if (level >= log_level::warning) write_line(level, message);
 }
 
 // A shared_ptr swapped under a mutex: a caller copies the pointer and calls
@@ -36,6 +39,12 @@ std::mutex g_mutex;
 std::shared_ptr<const log_function> g_fn;
 
 }  // namespace
+
+log_function stderr_log(log_level least) {
+  return [least](log_level level, std::string_view message) {
+    if (level >= least) write_line(level, message);
+  };
+}
 
 log_function set_log_function(log_function fn) {
   auto next = fn ? std::make_shared<const log_function>(std::move(fn)) : nullptr;

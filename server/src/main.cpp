@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
   }
   const delayq::server::server_options& o = config.options;
   const auto drain_timeout = config.drain_timeout;
+  // Before anything logs: the library's default writes warnings and errors.
+  if (config.log_threshold != delayq::log_level::warning)
+    delayq::set_log_function(delayq::stderr_log(config.log_threshold));
 
   // Connections, store and push sockets all take descriptors: raise the
   // soft limit to the hard one, and say so when --max-connections cannot

@@ -230,8 +230,8 @@ const std::vector<setting>& settings() {
        },
        [](const c_t& c) { return one(c.options.listen); }},
       {"store", kind::value, "URI",
-       "store URI: redis://..., redis-cluster://..., postgres://..., sqlite:FILE or memory:", "DELAYQ_STORE", "",
-       false, false,
+       "store URI: redis://..., redis-cluster://..., postgres://..., sqlite:FILE or memory:",
+       "DELAYQ_STORE", "", false, false,
        [](c_t& c, const std::string& v, const origin&) {
          check_store(v);
          c.options.store = v;
@@ -331,6 +331,26 @@ const std::vector<setting>& settings() {
          c.drain_timeout = duration_within(v, milliseconds{0}, std::chrono::hours{1}, "0s to 1h");
        },
        [](const c_t& c) { return one(show_duration(c.drain_timeout)); }},
+      {"log_level", kind::value, "LEVEL",
+       "the least severe log lines written to stderr: debug, info, warning or error (info adds "
+       "the store's and the engine's notes: recovery, a PostgreSQL generation rotated, shards "
+       "taken or lost)",
+       "", "", false, false,
+       [](c_t& c, const std::string& v, const origin&) {
+         static const std::map<std::string, log_level, std::less<>> levels{
+             {"debug", log_level::debug},
+             {"info", log_level::info},
+             {"warning", log_level::warning},
+             {"error", log_level::error}};
+         const auto it = levels.find(v);
+         if (it == levels.end())
+           throw config_error("wants debug, info, warning or error, got \"" + v + "\"");
+         c.log_threshold = it->second;
+       },
+       [](const c_t& c) {
+         static constexpr const char* names[] = {"debug", "info", "warning", "error"};
+         return one(names[static_cast<int>(c.log_threshold)]);
+       }},
       {"beanstalk_listen", kind::list, "ADDR:PORT|unix:PATH",
        "speak beanstalkd's protocol there (repeatable; beanstalkd's port is 11300; "
        "docs/beanstalk.md)",

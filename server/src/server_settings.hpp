@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "delayq/log.hpp"
 #include "server_app.hpp"
 
 namespace delayq::server {
@@ -35,6 +36,9 @@ struct server_config {
   server_options options;
   /// --drain-timeout: the most a drain waits (main() passes it to drain()).
   std::chrono::milliseconds drain_timeout{30'000};
+  /// --log-level: the least severe lines written to stderr (main() installs
+  /// delayq::stderr_log with it; the library's default is warning).
+  log_level log_threshold = log_level::warning;
   /// --config: the file read, empty for none.
   std::string config_path;
   bool list_routes = false;

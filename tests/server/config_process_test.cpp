@@ -199,8 +199,7 @@ TEST_CASE("config: every refusal exits 2, naming the file, the line and the key"
       {"a duration out of range", "drain_timeout = 2h\n",
        "1: drain_timeout: must be from 0s to 1h"},
       {"a bad listen address", "listen = nowhere\n", "1: listen: wants ADDR:PORT"},
-      {"a bad store URI", "store = mysql://x\n",
-       "1: store: \"mysql://x\" is not a store URI"},
+      {"a bad store URI", "store = mysql://x\n", "1: store: \"mysql://x\" is not a store URI"},
       {"a bad push target", "push = nourl\n", "1: push: wants TYPE=URL"},
       {"a bad capacity", "capacity = email=0\n", "1: capacity: wants TYPE=N"},
       {"a capacity named twice", "capacity = a=1\ncapacity = a=2\n",
@@ -209,6 +208,8 @@ TEST_CASE("config: every refusal exits 2, naming the file, the line and the key"
       {"a bad beanstalk address", "beanstalk_listen = here\n", "1: beanstalk_listen: wants"},
       {"a bad beanstalk peer block", "beanstalk_allow = 10.0.0.0/77\n", "1: beanstalk_allow:"},
       {"a bad boolean", "cluster = yes\n", "1: cluster: wants true or false"},
+      {"a bad log level", "log_level = loud\n",
+       "1: log_level: wants debug, info, warning or error, got \"loud\""},
       {"a key set twice", "tick = 5\ntick = 6\n", "2: tick: set twice (first at "},
       {"the token and a token file", "token_file = token\ntoken = abc\n",
        "2: token: token_file is set at "},
@@ -225,6 +226,34 @@ TEST_CASE("config: every refusal exits 2, naming the file, the line and the key"
     CHECK_MESSAGE((WIFEXITED(r.status) && WEXITSTATUS(r.status) == 2), describe_status(r.status));
     CHECK(r.err.find("delayq-server: " + conf + ":" + c.expect) != std::string::npos);
     CHECK(r.out.find("listening on") == std::string::npos);
+  }
+}
+
+TEST_CASE("config: --log-level info adds the info lines; by default warnings and errors only") {
+  // The engine notes its start at info ("started with N stored tasks"): a
+  // line the default leaves out, and --log-level info (or debug) writes.
+  const auto run = [](std::vector<std::string> extra) {
+    std::vector<std::string> args{"--listen", "127.0.0.1:0", "--store", "memory:"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    server_process p(std::move(args));
+    p.wait_listening();
+    p.signal(SIGTERM);
+    const int status = p.wait();
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe_status(status));
+    return p.stderr_after_exit();
+  };
+  const std::string started = "delayq info: started with 0 stored tasks from ";
+  for (const char* level : {"info", "debug"}) {
+    INFO(level);
+    const std::string err = run({"--log-level", level});
+    CHECK(err.find(started) != std::string::npos);
+  }
+  for (const std::vector<std::string>& quiet :
+       {std::vector<std::string>{}, std::vector<std::string>{"--log-level", "warning"},
+        std::vector<std::string>{"--log-level", "error"}}) {
+    const std::string err = run(quiet);
+    INFO(err);
+    CHECK(err.find("delayq info:") == std::string::npos);
   }
 }
 

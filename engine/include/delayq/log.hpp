@@ -12,6 +12,12 @@ enum class log_level { debug, info, warning, error };
 /// quarantined records, executor failures, ...).
 using log_function = std::function<void(log_level, std::string_view message)>;
 
+/// A log function that writes lines of `least` and above to stderr, one
+/// `write` a line (`delayq LEVEL: message`), as the default does for
+/// warnings and errors: `set_log_function(stderr_log(log_level::info))`
+/// shows the info lines too (delayq-server's `--log-level`).
+log_function stderr_log(log_level least);
+
 /// Replaces the process-wide log function; an empty function restores the
 /// default, which writes warnings and errors to stderr. Returns the previous
 /// one.
