@@ -229,7 +229,8 @@ TEST_CASE("config: every refusal exits 2, naming the file, the line and the key"
   }
 }
 
-TEST_CASE("config: --log-level info adds the info lines, and by default only warnings and errors show") {
+TEST_CASE(
+    "config: --log-level info adds the info lines, and by default only warnings and errors show") {
   // The engine notes its start at info ("started with N stored tasks"): a
   // line the default leaves out, and --log-level info (or debug) writes.
   const auto run = [](std::vector<std::string> extra) {
