@@ -126,9 +126,15 @@ bool rotation::drain_and_truncate(int old_gen, int new_gen) {
       " FROM pick WHERE t.gen = " + std::to_string(old_gen) + " AND t.id = pick.id RETURNING t.id";
   std::string cursor;
   std::size_t moved = 0;
-  for (;;) {
+  for (bool first = true;; first = false) {
     {
-      std::lock_guard lock(mutex_);
+      // Between batches, a pause: a writer that waited for the last one got
+      // a serialization failure at its commit and sends its batch again at
+      // once; the pause lets that resend through before the next batch locks
+      // more rows, so one writer does not meet batch after batch (the
+      // pipeline gives up on a write after 3 such failures).
+      std::unique_lock lock(mutex_);
+      if (!first && cv_.wait_for(lock, drain_pause, [&] { return stop_; })) return false;
       if (stop_) return false;
     }
     statement s{{}, move, {}};

@@ -65,6 +65,9 @@ class rotation {
   /// Rows moved per transaction while draining: a writer that meets the
   /// drain waits for one such transaction.
   static constexpr int drain_batch = 500;
+  /// The pause between two of them, for the writers they met (a drain of
+  /// 1e6 rows takes 20 s longer for it).
+  static constexpr std::chrono::milliseconds drain_pause{10};
 
   /// Starts the thread (`b` must outlive the rotation).
   explicit rotation(backend& b);
