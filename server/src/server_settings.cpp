@@ -37,6 +37,9 @@ struct origin {
   std::string dir;   // a config file's folder: relative paths in it start there
 };
 
+// --log-level's values, in log_level's order: one list for reading and showing.
+constexpr std::string_view log_level_names[] = {"debug", "info", "warning", "error"};
+
 // A whole number within [lo, hi]; throws config_error's message (the caller
 // adds where).
 std::int64_t whole(const std::string& text, std::int64_t lo, std::int64_t hi) {
@@ -337,19 +340,13 @@ const std::vector<setting>& settings() {
        "taken or lost)",
        "", "", false, false,
        [](c_t& c, const std::string& v, const origin&) {
-         static const std::map<std::string, log_level, std::less<>> levels{
-             {"debug", log_level::debug},
-             {"info", log_level::info},
-             {"warning", log_level::warning},
-             {"error", log_level::error}};
-         const auto it = levels.find(v);
-         if (it == levels.end())
+         const auto* at = std::find(std::begin(log_level_names), std::end(log_level_names), v);
+         if (at == std::end(log_level_names))
            throw config_error("wants debug, info, warning or error, got \"" + v + "\"");
-         c.log_threshold = it->second;
+         c.log_threshold = static_cast<log_level>(at - std::begin(log_level_names));
        },
        [](const c_t& c) {
-         static constexpr const char* names[] = {"debug", "info", "warning", "error"};
-         return one(names[static_cast<int>(c.log_threshold)]);
+         return one(std::string(log_level_names[static_cast<int>(c.log_threshold)]));
        }},
       {"beanstalk_listen", kind::list, "ADDR:PORT|unix:PATH",
        "speak beanstalkd's protocol there (repeatable; beanstalkd's port is 11300; "
