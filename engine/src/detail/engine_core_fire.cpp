@@ -8,6 +8,7 @@
 #include "delayq/log.hpp"
 #include "detail/engine_core.hpp"
 #include "detail/task_state.hpp"
+#include "detail/test_seams.hpp"
 
 namespace delayq::detail {
 namespace {
@@ -125,26 +126,48 @@ void engine_core::note_armed_locked(task_table& t, std::uint64_t tick) {
 // the last of 2,000 due in one millisecond started 0.4 ms later).
 void engine_core::rearm() {
   if (state_.load() != run_state::running) return;
-  // The earliest tick, and the entries its tables' slots hold for it: one
-  // pass, one hold of each table's lock.
-  std::uint64_t tick = timer_wheel::no_tick;
-  std::size_t load = 0;
-  for (const auto& t : tables_) {
-    std::lock_guard lock(t->mutex);
-    if (t->armed_tick == timer_wheel::no_tick || t->armed_tick > tick) continue;
-    if (t->armed_tick < tick) {
-      tick = t->armed_tick;
-      load = 0;
+  std::uint64_t tick, held, wake;
+  std::size_t load;
+  for (;;) {
+    // The earliest tick, and the entries its tables' slots hold for it: one
+    // pass, one hold of each table's lock.
+    tick = timer_wheel::no_tick;
+    load = 0;
+    for (const auto& t : tables_) {
+      std::lock_guard lock(t->mutex);
+      if (t->armed_tick == timer_wheel::no_tick || t->armed_tick > tick) continue;
+      if (t->armed_tick < tick) {
+        tick = t->armed_tick;
+        load = 0;
+      }
+      load += t->wheel.slot_load(tick);
     }
-    load += t->wheel.slot_load(tick);
+    {
+      std::lock_guard lock(early_mutex_);
+      held = early_tick_;
+    }
+    wake = std::min(tick, held);
+    if (auto* seam = test_seams::rearm_scanned.load(std::memory_order_relaxed))
+      seam(armed_tick_.load(std::memory_order_relaxed), wake);
+    armed_tick_.store(wake, std::memory_order_relaxed);
+    // A task armed in a table this pass had read, before the store above,
+    // compared its tick with the old armed_tick_ (on_tick() leaves the tick
+    // it fired there, at or before anything armed since) and posted no
+    // rearm(): look again. An arm after a table's second reading sees `wake`
+    // (stored before that lock was taken) and posts one if it is earlier.
+    // Without the second look such a task waited for whatever woke the
+    // timer next; on a quiet engine, for ever (a retry due at once, armed
+    // by the store writer's thread while on_tick() was here).
+    bool earlier = false;
+    for (const auto& t : tables_) {
+      std::lock_guard lock(t->mutex);
+      if (t->armed_tick < wake) {
+        earlier = true;
+        break;
+      }
+    }
+    if (!earlier) break;
   }
-  std::uint64_t held;
-  {
-    std::lock_guard lock(early_mutex_);
-    held = early_tick_;
-  }
-  const std::uint64_t wake = std::min(tick, held);
-  armed_tick_.store(wake, std::memory_order_relaxed);
   if (wake == timer_wheel::no_tick) return;
   if (held == timer_wheel::no_tick && load >= early_load) {
     const auto lead = std::min<steady_clock::duration>(early_lead_per_task * load, early_lead_max);
