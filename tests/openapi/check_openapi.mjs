@@ -149,6 +149,8 @@ async function withLeases(value, id) {
   if (value === LEASE) return leaseFor(id);
   if (Array.isArray(value)) return Promise.all(value.map((v) => withLeases(v, id)));
   if (value && typeof value === "object") {
+    // An item of POST /v1/tasks:finish names its own task.
+    if (value.lease === LEASE && typeof value.id === "string") id = value.id;
     const out = {};
     for (const [k, v] of Object.entries(value)) out[k] = await withLeases(v, id);
     return out;

@@ -313,6 +313,87 @@ TEST_CASE("server: Redis going away answers 503, and the server recovers by itse
   CHECK(g.body_json["payload"] == "acknowledged before");
 }
 
+TEST_CASE(
+    "server: a finish the store cannot confirm is 503 not_durable_yet, reserves nothing, and "
+    "lands once the store is back") {
+  // docs/server.md, "Pull": the attempt ends, its lease with it, and the
+  // engine writes the removal when the store is back. For one finish and
+  // for POST /v1/tasks:finish, whose results say it per task.
+  const std::uint16_t port = unused_port();
+  temp_dir redis_dir;
+  auto redis = start_redis(port, redis_dir.path());
+  const std::string uri =
+      "redis://127.0.0.1:" + std::to_string(port) + "?prefix=" + unique_name("nd").substr(0, 60);
+  const std::vector<std::string> args{"--listen", "127.0.0.1:0", "--store", uri,
+                                      "--token",  test_token,    "--tick",  "10"};
+  const std::string type = unique_name("nd");
+  std::vector<json> tasks;
+  {
+    auto server = std::make_unique<server_process>(args);
+    server->wait_listening();
+    INFO(server->output_tail());
+    http_client c(server->port());
+    // Five tasks, four reserved: one stays ready for a "next" to take (each
+    // "next" below would wait 5 s for it).
+    for (int i = 0; i < 5; ++i)
+      REQUIRE(add_task(c, type, "p" + std::to_string(i), 0).status == 201);
+    for (int round = 0; round < 10 && tasks.size() < 4; ++round)
+      for (const json& t :
+           reserved_tasks(reserve(c, {type}, 10000, 4 - static_cast<int>(tasks.size()))))
+        tasks.push_back(t);
+    REQUIRE(tasks.size() == 4);
+
+    redis->kill_now();
+    auto one = c.post(
+        task_path(str(tasks[0], "id")) + "/finish",
+        json{{"lease", str(tasks[0], "lease")}, {"next", {{"types", {type}}, {"wait_ms", 5000}}}});
+    CHECK_MESSAGE(one.status == 503, one.describe());
+    CHECK(one.error() == "not_durable_yet");
+    json list = json::array();
+    for (int i = 1; i < 3; ++i)
+      list.push_back(json{{"id", str(tasks[i], "id")}, {"lease", str(tasks[i], "lease")}});
+    auto batch =
+        c.post("/v1/tasks:finish",
+               json{{"tasks", list}, {"next", {{"types", {type}}, {"max", 5}, {"wait_ms", 5000}}}});
+    REQUIRE_MESSAGE(batch.status == 200, batch.describe());
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i);
+      CHECK(batch.body_json["results"][i]["status"] == 503);
+      CHECK(batch.body_json["results"][i]["error"] == "not_durable_yet");
+    }
+    CHECK(batch.body_json.contains("tasks"));
+    CHECK(reserved_tasks(batch).empty());  // the fifth task stays ready
+    // Ended: the leases are gone, a second finish is stale.
+    auto again = c.post("/v1/tasks:finish", json{{"tasks", json::array({list[0]})}});
+    CHECK(again.body_json["results"][0]["status"] == 409);
+
+    redis = start_redis(port, redis_dir.path());
+    // The kept writes land: nothing queued, nothing kept for a retry.
+    CHECK(eventually([&] {
+      auto st = c.get("/v1/stats");
+      return st.status == 200 && st.body_json.value("writes_kept", 1) == 0 &&
+             st.body_json.value("writes_queued", 1) == 0;
+    }));
+    server->signal(SIGKILL);  // only what was written survives
+    CHECK(WIFSIGNALED(server->wait()));
+  }
+  auto server = std::make_unique<server_process>(args);
+  server->wait_listening();
+  INFO(server->output_tail());
+  http_client c(server->port());
+  for (int i = 0; i < 3; ++i) CHECK(c.get(task_path(str(tasks[i], "id"))).status == 404);
+  // The unfinished one, delivered again, and the fifth, which no "next" took.
+  std::set<std::string> left;
+  for (int i = 0; i < 2; ++i) {
+    auto t = reserve_one(c, {type});
+    REQUIRE(t.is_object());
+    left.insert(str(t, "id"));
+  }
+  CHECK(left.count(str(tasks[3], "id")) == 1);
+  for (int i = 0; i < 3; ++i) CHECK(left.count(str(tasks[i], "id")) == 0);
+  CHECK(reserved_tasks(reserve(c, {type}, 0)).empty());
+}
+
 namespace {
 
 // A number from `redis-cli -p PORT INFO stats` ("total_commands_processed").

@@ -247,3 +247,47 @@ TEST_CASE("scale-out: a call forwarded to a stalled owner answers outcome_unknow
   const auto g = cb.get(task_path(x));
   CHECK((g.status == 200 || g.status == 404));
 }
+
+TEST_CASE("scale-out: tasks:finish sends each lease's finish where it was handed out") {
+  const std::string uri = cluster_store_uri(test_redis_uri());
+  auto a = start_instance(uri, "a");
+  auto b = start_instance(uri, "b");
+  INFO(a->output_tail());
+  INFO(b->output_tail());
+  http_client ca(a->port());
+  http_client cb(b->port());
+  REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
+  const std::string type = "fwd.batch-finish";
+  const std::string a1 = id_owned_by("a", "fa"), b1 = id_owned_by("b", "fb"),
+                    b2 = id_owned_by("b", b1);
+  for (const auto& id : {a1, b1, b2}) REQUIRE(add_task(ca, type, id, 0, id).status == 201);
+  // Each instance hands out the tasks of its own shards.
+  std::map<std::string, std::string> lease;
+  for (int round = 0; round < 20 && lease.size() < 3; ++round)
+    for (http_client* c : {&ca, &cb})
+      for (const json& t : reserved_tasks(reserve(*c, {type}, 200, 3)))
+        lease[str(t, "id")] = str(t, "lease");
+  REQUIRE(lease.size() == 3);
+  CHECK(lease[a1].ends_with("@a"));
+  CHECK(lease[b1].ends_with("@b"));
+  // All on a: b's go to b in one call (one of them a lease b never gave).
+  const json list = json::array(
+      {json{{"id", b1}, {"lease", lease[b1]}}, json{{"id", a1}, {"lease", lease[a1]}},
+       json{{"id", b2}, {"lease", "not-this-one@b"}}, json{{"id", b2}, {"lease", lease[b2]}}});
+  auto r = ca.post("/v1/tasks:finish", json{{"tasks", list}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  const json& results = r.body_json["results"];
+  REQUIRE_MESSAGE(results.size() == 4, r.describe());
+  const std::vector<int> expect{204, 204, 409, 204};
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(results[i]["id"] == list[i]["id"]);
+    CHECK(results[i]["status"] == expect[i]);
+  }
+  CHECK(results[2]["error"] == "stale_lease");
+  for (const auto& id : {a1, b1, b2}) {
+    CAPTURE(id);
+    CHECK(ca.get(task_path(id)).status == 404);
+    CHECK(cb.get(task_path(id)).status == 404);
+  }
+}

@@ -59,6 +59,13 @@ TEST_CASE("long poll: a finish or fail is watched only when its next may wait") 
     // wait_ms means nothing without next.
     CHECK_FALSE(post(target, R"({"lease": "l", "wait_ms": 1000})"));
   }
+  // POST /v1/tasks:finish, several finishes and one next.
+  CHECK(post("/v1/tasks:finish",
+             R"({"tasks": [{"id": "a", "lease": "l"}], "next": {"wait_ms": 1000}})"));
+  CHECK_FALSE(post("/v1/tasks:finish",
+                   R"({"tasks": [{"id": "a", "lease": "l"}], "next": {"wait_ms": 0}})"));
+  CHECK_FALSE(post("/v1/tasks:finish", R"({"tasks": [{"id": "a", "lease": "l"}]})"));
+  CHECK_FALSE(post("/v1/tasks:batch", R"({"tasks": [], "next": {"wait_ms": 1000}})"));
   CHECK_FALSE(post("/v1/tasks/a/touch", R"({"lease": "l", "next": {"wait_ms": 1000}})"));
   CHECK_FALSE(watched(bhttp::verb::get, "/v1/reserve", R"({"wait_ms": 1000})"));
 }

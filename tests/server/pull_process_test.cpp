@@ -551,3 +551,106 @@ TEST_CASE("server: a reserve whose wait ends at or after a task's due time gets 
     CHECK(finish(c, str(tasks[0], "id"), str(tasks[0], "lease")).status == 204);
   }
 }
+
+TEST_CASE("server: tasks:finish ends several attempts in one call, each with its own outcome") {
+  // POST /v1/tasks:finish: each finish is a POST /v1/tasks/{id}/finish, with
+  // its outcome in "results" at its task's place, and the call is answered
+  // once every removal is durable: a SIGKILL right after the answer brings
+  // none of the finished tasks back, and the one whose lease was wrong is
+  // delivered again.
+  DELAYQ_FOR_EACH_STORE(kind);
+  test_store store(kind);
+  const std::string type = unique_name("fin-batch");
+  std::string kept_id;
+  std::set<std::string> finished;
+  {
+    auto server = server_process::start(store);
+    INFO(server->output_tail());
+    http_client c(server->port());
+    for (int i = 0; i < 4; ++i) {
+      auto r = add_task(c, type, "p" + std::to_string(i), 0);
+      REQUIRE_MESSAGE(r.status == 201, r.describe());
+    }
+    auto got = reserve(c, {type}, 10000, 4);
+    REQUIRE_MESSAGE(got.status == 200, got.describe());
+    auto tasks = reserved_tasks(got);
+    // The engine may hand them over in more than one tick.
+    for (int round = 0; round < 10 && tasks.size() < 4; ++round) {
+      auto more = reserved_tasks(reserve(c, {type}, 10000, 4 - static_cast<int>(tasks.size())));
+      tasks.insert(tasks.end(), more.begin(), more.end());
+    }
+    REQUIRE(tasks.size() == 4);
+    json list = json::array();
+    for (int i = 0; i < 3; ++i) {
+      list.push_back(json{{"id", str(tasks[i], "id")}, {"lease", str(tasks[i], "lease")}});
+      finished.insert(str(tasks[i], "id"));
+    }
+    kept_id = str(tasks[3], "id");
+    list.push_back(json{{"id", kept_id}, {"lease", str(tasks[3], "lease") + "x"}});
+    list.push_back(json{{"id", "no-such-task"}, {"lease", "l"}});
+    auto r = c.post("/v1/tasks:finish",
+                    json{{"tasks", list}, {"next", {{"types", {type}}, {"max", 10}}}});
+    REQUIRE_MESSAGE(r.status == 200, r.describe());
+    const json& results = r.body_json["results"];
+    REQUIRE_MESSAGE(results.size() == 5, r.describe());
+    for (std::size_t i = 0; i < 5; ++i) {
+      CAPTURE(i);
+      CHECK(results[i]["id"] == list[i]["id"]);
+      CHECK(results[i]["status"] == (i < 3 ? 204 : 409));
+      if (i >= 3) CHECK(results[i]["error"] == "stale_lease");
+    }
+    CHECK(reserved_tasks(r).empty());             // "next" ran: nothing else is ready
+    CHECK(task_state(c, kept_id) == "reserved");  // a wrong lease ended nothing
+    for (const auto& id : finished) CHECK(c.get(task_path(id)).status == 404);
+    server->signal(SIGKILL);  // no drain: only what was durable survives
+    CHECK(WIFSIGNALED(server->wait()));
+  }
+  auto server = server_process::start(store);
+  INFO(server->output_tail());
+  http_client c(server->port());
+  for (const auto& id : finished) CHECK(c.get(task_path(id)).status == 404);
+  auto again = reserve_one(c, {type});  // its lease died with the process
+  REQUIRE(again.is_object());
+  CHECK(str(again, "id") == kept_id);
+  auto r =
+      c.post("/v1/tasks:finish",
+             json{{"tasks", json::array({json{{"id", kept_id}, {"lease", str(again, "lease")}}})}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  CHECK(r.body_json["results"][0]["status"] == 204);
+  CHECK_FALSE(r.body_json.contains("tasks"));  // no "next", no reserve
+  CHECK(c.get(task_path(kept_id)).status == 404);
+}
+
+TEST_CASE("server: tasks:finish refuses a malformed body before finishing anything") {
+  DELAYQ_FOR_EACH_STORE(kind);
+  pull_fixture f(kind);
+  INFO(f.server->output_tail());
+  auto& c = f.client;
+  const std::string type = unique_name("fin-bad");
+  REQUIRE(add_task(c, type, "p", 0).status == 201);
+  auto t = reserve_one(c, {type});
+  REQUIRE(t.is_object());
+  const json good{{"id", str(t, "id")}, {"lease", str(t, "lease")}};
+  json too_many = json::array();
+  for (int i = 0; i < 1001; ++i) too_many.push_back(good);
+  const std::vector<std::pair<json, std::string>> bad = {
+      {json{{"tasks", json::array()}}, "must not be empty"},
+      {json{{"tasks", "x"}}, "must be an array"},
+      {json{{"tasks", json::array({good, json{{"id", "a"}}})}},
+       "tasks[1]: missing field \"lease\""},
+      {json{{"tasks", json::array({good, json{{"id", "a"}, {"lease", 1}}})}}, "tasks[1]"},
+      {json{{"tasks", json::array({json{{"id", "a"}, {"lease", "l"}, {"extra", 1}}})}},
+       "unknown field \"extra\""},
+      {json{{"tasks", json::array({good})}, {"next", {{"max", 0}}}}, "next"},
+      {json{{"tasks", json::array({good})}, {"more", 1}}, "unknown field \"more\""},
+      {json{{"tasks", too_many}}, "at most 1000"},
+  };
+  for (const auto& [body, says] : bad) {
+    CAPTURE(body.dump().substr(0, 200));
+    auto r = c.post("/v1/tasks:finish", body);
+    CHECK_MESSAGE(r.status == 400, r.describe());
+    CHECK(r.error() == "bad_request");
+    CHECK(r.message().find(says) != std::string::npos);
+  }
+  CHECK(task_state(c, str(t, "id")) == "reserved");  // none of them finished it
+}

@@ -106,7 +106,8 @@ bool api_router::is_long_poll(const http_request& req) {
   // any answer does), and a watch costs a read and its cancel per request.
   const std::string_view body = req.body();
   if (target.starts_with("/v1/reserve")) return may_wait(body);
-  return (target.ends_with("/finish") || target.ends_with("/fail")) &&
+  return (target.ends_with("/finish") || target.ends_with("/fail") ||
+          target == "/v1/tasks:finish") &&
          body.find("\"next\"") != std::string_view::npos && may_wait(body);
 }
 
@@ -184,6 +185,8 @@ const std::vector<api_router::route_entry>& api_router::route_table() {
       {v::post, "/v1/tasks", [](api_router& r, call& c, const std::string&) { r.add_task(c); }},
       {v::post, "/v1/tasks:batch",
        [](api_router& r, call& c, const std::string&) { r.add_batch(c); }},
+      {v::post, "/v1/tasks:finish",
+       [](api_router& r, call& c, const std::string&) { r.finish_batch(c); }},
       {v::get, "/v1/tasks/{id}",
        [](api_router& r, call& c, const std::string& id) { r.get_task(c, id); }},
       {v::delete_, "/v1/tasks/{id}",
@@ -536,104 +539,6 @@ void api_router::signal_task(call& c, const std::string& id) {
                                  {"trigger_count", r.trigger_count},
                                  {"triggered", r.triggered}});
   });
-}
-
-// ------------------------------------------------------------------ pull
-
-void api_router::reserve(call& c) {
-  if (!c.parse_body(true)) return;
-  reserve_request r;
-  if (auto e = parse_reserve(c.body, r)) return c.fail(*e);
-  reserve_for(r, std::move(c.respond), c.gone);
-}
-
-void api_router::reserve_for(const reserve_request& r, http_respond respond,
-                             const std::shared_ptr<http_gone_signal>& gone) {
-  const std::uint64_t waiter = parts_.broker->reserve(
-      r, [broker = parts_.broker, respond = std::move(respond)](std::vector<leased_task> tasks) {
-        json list = json::array();
-        for (const leased_task& lt : tasks) {
-          json j = task_json(lt.t);
-          j["lease"] = lt.lease;
-          list.push_back(std::move(j));
-        }
-        http_answer a = json_answer(200, json{{"tasks", std::move(list)}});
-        if (!tasks.empty())
-          a.after_write = [broker, tasks = std::move(tasks)](bool written) {
-            if (!written) broker->give_back(tasks);
-          };
-        respond(std::move(a));
-      });
-  // A consumer that closed its connection stops waiting now, so nothing is
-  // leased to it (and then given back) in the meantime.
-  if (waiter != 0 && gone)
-    gone->on_gone([broker = parts_.broker, waiter] { broker->cancel_wait(waiter); });
-}
-
-void api_router::end_lease(call& c, const std::string& id, const std::string& verb) {
-  if (!c.parse_body()) return;
-  lease_request r;
-  std::optional<api_error> e;
-  if (verb == "finish")
-    e = parse_finish(c.body, r);
-  else if (verb == "fail")
-    e = parse_fail(c.body, r);
-  else
-    e = parse_touch(c.body, r);
-  if (e) return c.fail(*e);
-  // To the instance that handed the lease out (its name ends the lease),
-  // where the attempt runs: during a hand-over that is not the shard's
-  // next owner, and the attempt is what the hand-over waits for.
-  if (forwarding_ && !parts_.forwarder->is_forwarded(c.req)) {
-    std::string holder = lease_broker::instance_of(r.lease);
-    if (!holder.empty() && holder != forwarding_->instance()) {
-      // An instance no longer among the live members took its attempts
-      // with it (its shards' new owners deliver the tasks again): no call
-      // can end that lease any more.
-      const auto live = parts_.engine->members();
-      if (!live.empty() && !std::binary_search(live.begin(), live.end(), holder))
-        return c.fail(conflict("stale_lease", "lease " + r.lease + " was handed out by instance " +
-                                                  holder +
-                                                  ", which is gone: the task is delivered "
-                                                  "again under a new lease"));
-      if (forward_to(c, std::move(holder), id)) return;
-    }
-  }
-  const auto stale = [&] {
-    c.fail(conflict("stale_lease", "lease " + r.lease + " is not the current lease of task " + id +
-                                       " (it ended, was replaced, or never existed)"));
-  };
-  if (verb == "touch") {
-    if (parts_.broker->touch(id, r.lease, r.ttr) == lease_broker::lease_result::stale)
-      return stale();
-    return c.answer(no_content());
-  }
-  // Answered once the outcome is durable (attempt_completion's on_stored);
-  // with "next", by the reserve that follows it (a worker's ack and its next
-  // take in one round trip).
-  auto respond = std::make_shared<http_respond>(std::move(c.respond));
-  auto on_stored = [this, respond, id, verb, next = std::move(r.next),
-                    gone = c.gone](boost::system::error_code ec) {
-    if (!ec && next) return reserve_for(*next, std::move(*respond), gone);
-    if (!ec) return (*respond)(no_content());
-    if (ec == errc::attempt_ended)
-      return (*respond)(error_answer(conflict("stale_lease", "the attempt had ended already")));
-    // The attempt ended and its lease with it; the engine keeps the write
-    // and retries it. Not an error to retry: a distinct name says so.
-    (*respond)(
-        error_answer({503, "not_durable_yet",
-                      "the " + verb + " of task " + id +
-                          " was taken, but the store did not confirm it yet (" + ec.message() +
-                          "); it is written when the store is back. Do not repeat it; "
-                          "if the server stops first, the task is delivered again."}));
-  };
-  const auto result =
-      verb == "finish" ? parts_.broker->finish(id, r.lease, std::move(on_stored))
-                       : parts_.broker->fail(id, r.lease, std::move(r.error), std::move(on_stored));
-  if (result == lease_broker::lease_result::stale) {
-    c.respond = std::move(*respond);
-    stale();
-  }
 }
 
 }  // namespace delayq::server

@@ -110,12 +110,15 @@ class api_router {
   void cancel_task(call& c, const std::string& id);
   void reschedule_task(call& c, const std::string& id);
   void signal_task(call& c, const std::string& id);
+  // Pull routes (api_router_pull.cpp).
   void reserve(call& c);
   // Leases what `r` asks for and answers with it (reserve, and finish or
-  // fail with "next"); `gone` (may be null) ends a wait early.
+  // fail with "next"); `gone` (may be null) ends a wait early; the fields
+  // of `extra` (an object, or null) join the answer's "tasks".
   void reserve_for(const reserve_request& r, http_respond respond,
-                   const std::shared_ptr<http_gone_signal>& gone);
+                   const std::shared_ptr<http_gone_signal>& gone, nlohmann::json extra = nullptr);
   void end_lease(call& c, const std::string& id, const std::string& verb);
+  void finish_batch(call& c);
   void put_type(call& c, const std::string& type);
   void get_type(call& c, const std::string& type);
   void get_types(call& c);

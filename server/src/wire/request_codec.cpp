@@ -235,6 +235,33 @@ std::optional<api_error> parse_touch(const json& j, lease_request& out) {
   return std::nullopt;
 }
 
+std::optional<api_error> parse_finish_batch(const json& j, finish_batch_request& out) {
+  if (auto e = check_object(j, {}, {"tasks", "next"})) return e;
+  auto it = j.find("tasks");
+  if (it == j.end() || !it->is_array()) return bad_request("field \"tasks\" must be an array");
+  if (it->empty()) return bad_request("field \"tasks\" must not be empty");
+  if (it->size() > max_finish_batch)
+    return bad_request("field \"tasks\" holds at most " + std::to_string(max_finish_batch) +
+                       " finishes");
+  out.tasks.clear();
+  out.tasks.reserve(it->size());
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string where = "tasks[" + std::to_string(i) + "]";
+    if (auto e = check_object(t, where, {"id", "lease"})) return e;
+    finish_batch_request::item item;
+    if (auto e = get_string(t, "id", where, item.id, true)) return e;
+    if (auto e = get_string(t, "lease", where, item.lease, true)) return e;
+    out.tasks.push_back(std::move(item));
+  }
+  out.next.reset();
+  if (auto n = j.find("next"); n != j.end()) {
+    out.next.emplace();
+    return read_reserve(*n, "next", *out.next);
+  }
+  return std::nullopt;
+}
+
 std::optional<api_error> parse_schedule(const json& j, const std::string& id, schedule& out) {
   if (auto e = check_object(j, {},
                             {"type", "payload", "cron", "every_ms", "timezone", "start_ms",

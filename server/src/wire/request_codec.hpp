@@ -65,6 +65,17 @@ struct lease_request {
   std::optional<reserve_request> next;
 };
 
+/// POST /v1/tasks:finish: several finishes in one call.
+struct finish_batch_request {
+  struct item {
+    std::string id;
+    std::string lease;
+  };
+  std::vector<item> tasks;
+  /// A reserve to run once every finish has its outcome (as finish's).
+  std::optional<reserve_request> next;
+};
+
 /// PUT /v1/schedules/{id}: the body, checked for its form (types, ranges,
 /// unknown fields); `out.id` is the path's. check_schedule() judges the
 /// rest (the cron expression, the time zone, start and end).
@@ -74,6 +85,9 @@ std::optional<api_error> parse_schedule(const nlohmann::json& j, const std::stri
 /// Limits the parsers enforce (docs/server.md).
 inline constexpr std::size_t max_batch = 10'000;
 inline constexpr std::size_t max_reserve = 1'000;
+/// The most finishes one POST /v1/tasks:finish carries (a reserve's most
+/// tasks: a worker finishes what it took).
+inline constexpr std::size_t max_finish_batch = max_reserve;
 /// The most task types one reserve call names: each is looked at for every
 /// task it takes, under the broker's lock.
 inline constexpr std::size_t max_reserve_types = 100;
@@ -103,6 +117,8 @@ std::optional<api_error> parse_reserve(const nlohmann::json& j, reserve_request&
 std::optional<api_error> parse_finish(const nlohmann::json& j, lease_request& out);
 std::optional<api_error> parse_fail(const nlohmann::json& j, lease_request& out);
 std::optional<api_error> parse_touch(const nlohmann::json& j, lease_request& out);
+/// `{"tasks": [{"id", "lease"}, ...], "next"?}`, 1..max_finish_batch tasks.
+std::optional<api_error> parse_finish_batch(const nlohmann::json& j, finish_batch_request& out);
 /// POST /v1/dead/{id}/requeue: `{"delay_ms"?}` (default 0).
 std::optional<api_error> parse_requeue(const nlohmann::json& j, milliseconds& delay);
 /// Largest "trigger_count" of a task and "n" of a signal.
