@@ -47,7 +47,9 @@
 #                      server/delayq-server is the binary measured
 #   --out DIR          where the results go (default bench/results, or .../quick)
 #   --rounds N         rounds (default 3; quick 1)
-#   --worker-mode M    delayq's workers: auto, plain, next, both (as bench-peers.sh)
+#   --worker-mode M    delayq's workers: auto, plain, next, both (as bench-peers.sh),
+#                      batch (4 loops reserving up to 8, finished in one
+#                      POST /v1/tasks:finish), or a list: next,batch
 #   --pgboss JSON      override pg-boss's settings, e.g. '{"work": {"batchSize": 32, "localConcurrency": 1}}'
 #   --graphile JSON    override graphile-worker's, e.g. '{"preset": {"localQueue": {"size": -1}}}'
 #   --systems LIST     some of delayq,pg-boss,graphile-worker (default all)

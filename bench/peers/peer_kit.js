@@ -303,9 +303,35 @@ class delayq_http {
     return { supported: false, unclear: true, answer };
   }
 
+  // Does the server take POST /v1/tasks:finish? (A finish of a lease that
+  // is no task's: 200 with a 409 result where it exists, 404 where not.)
+  async probeBatchFinish() {
+    const r = await this.call(this.agent1, 'POST', '/v1/tasks:finish', {
+      tasks: [{ id: 'peers-probe-batch', lease: 'peers-probe' }],
+    });
+    return { supported: r.status === 200, answer: `${r.status} ${r.text.slice(0, 200)}` };
+  }
+
   // Which worker modes to measure for a --worker-mode (auto, plain, next,
-  // both), and a sentence saying why.
+  // both, batch, or a comma list of plain, next and batch), and a sentence
+  // saying why.
   async workerModes(want) {
+    if (want.includes(',') || want === 'batch') {
+      const modes = want.split(',');
+      if (modes.includes('next') && !(await this.probeNext()).supported)
+        throw new Error('--worker-mode next, but delayq-server does not take "next" in finish');
+      const batch = modes.includes('batch') ? await this.probeBatchFinish() : null;
+      if (batch && !batch.supported)
+        throw new Error(`--worker-mode batch, but delayq-server has no POST /v1/tasks:finish (it answered ${batch.answer})`);
+      return {
+        probe: batch,
+        modes,
+        note:
+          `delayq's workers in mode(s) ${modes.join(', ')}` +
+          (batch ? `; batch: ${this.batchLoops()} loops, each reserving up to ${this.batchSize()} tasks and ` +
+            'finishing them in one POST /v1/tasks:finish that carries the next reserve' : ''),
+      };
+    }
     const probe = await this.probeNext();
     if (want === 'next' && !probe.supported)
       throw new Error(`--worker-mode next, but delayq-server does not take "next" in finish (it answered ${probe.answer})`);
@@ -404,12 +430,60 @@ class delayq_http {
     }
   }
 
+  // Batch mode: cfg.workers jobs at once as batchLoops() loops of
+  // batchSize() (pg-boss's split: localConcurrency x batchSize).
+  batchSize() {
+    return this.cfg.batch || 8;
+  }
+
+  batchLoops() {
+    return Math.max(1, Math.round(this.cfg.workers / this.batchSize()));
+  }
+
+  // One batch worker: reserve up to batchSize() (long poll), run the no-op
+  // jobs, finish them all in one POST /v1/tasks:finish whose "next" takes
+  // the next batch (wait_ms 0; an empty answer falls back to a long poll).
+  // A job is done when the call that finished it answered.
+  async batchWorker(type, st) {
+    const agent = this.agentWorkers;
+    const max = this.batchSize();
+    let have = [];
+    while (!st.stop) {
+      if (!have.length) {
+        let r;
+        try {
+          r = await this.call(agent, 'POST', '/v1/reserve', { types: [type], max, wait_ms: 1000 }, st.abort.signal);
+        } catch (e) {
+          if (st.stop) return;
+          throw e;
+        }
+        have = expect(r, 200, 'POST /v1/reserve').tasks;
+        continue;
+      }
+      for (const t of have) st.onStart(t.due_ms);
+      const r = await this.call(agent, 'POST', '/v1/tasks:finish', {
+        tasks: have.map((t) => ({ id: t.id, lease: t.lease })),
+        next: { types: [type], max, wait_ms: 0 },
+      });
+      const body = expect(r, 200, 'POST /v1/tasks:finish');
+      const results = body && body.results;
+      if (!Array.isArray(results) || results.length !== have.length || results.some((x) => x.status !== 204))
+        throw new Error(`tasks:finish: not every finish answered 204: ${r.text.slice(0, 300)}`);
+      if (!Array.isArray(body.tasks)) throw new Error(`tasks:finish with next: no tasks in the answer: ${r.text.slice(0, 200)}`);
+      for (let i = 0; i < have.length; i++) st.onDone();
+      have = body.tasks;
+    }
+  }
+
   // n jobs due at dueOf(k) (ms since the epoch), added cfg.inFlight at once
   // while cfg.workers workers already wait; firstDue: the earliest.
   async run(tag, n, dueOf, firstDue, mode) {
     const type = `peers-${tag}`;
     const st = runState(n);
-    const workers = Array.from({ length: this.cfg.workers }, () => this.worker(type, mode, st));
+    const workers =
+      mode === 'batch'
+        ? Array.from({ length: this.batchLoops() }, () => this.batchWorker(type, st))
+        : Array.from({ length: this.cfg.workers }, () => this.worker(type, mode, st));
     // A worker that fails (an unexpected answer) fails the run at once.
     const failed = Promise.all(workers).then(() => null, (e) => e);
     const w0 = await this.storeWrites();

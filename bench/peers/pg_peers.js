@@ -9,7 +9,8 @@
 //
 //   node pg_peers.js --delayq http://127.0.0.1:PORT --delayq-pid PID
 //       --delayq-db URL --pgboss-db URL --graphile-db URL --pg-pid PID
-//       --out FILE [--quick] [--rounds N] [--worker-mode auto|plain|next|both]
+//       --out FILE [--quick] [--rounds N]
+//       [--worker-mode auto|plain|next|both|batch|LIST (of plain, next, batch)]
 //       [--clk-tck N] [--pgboss JSON] [--graphile JSON]
 //       [--systems delayq,pg-boss,graphile-worker] [--spread-ms MS]
 //
@@ -66,7 +67,8 @@ function parseArgs(argv) {
   for (const k of ['delayqPid', 'pgPid', 'rounds', 'clkTck', 'spreadMs']) a[k] = Number(a[k] || 0);
   for (const need of ['delayq', 'delayqDb', 'pgbossDb', 'graphileDb', 'out'])
     if (a[need] === undefined) throw new Error(`--${need.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())} is required`);
-  if (!['auto', 'plain', 'next', 'both'].includes(a.workerMode)) throw new Error(`--worker-mode ${a.workerMode}?`);
+  const modeOk = ['auto', 'both'].includes(a.workerMode) || a.workerMode.split(',').every((m) => ['plain', 'next', 'batch'].includes(m));
+  if (!modeOk) throw new Error(`--worker-mode ${a.workerMode}?`);
   a.pgboss = JSON.parse(a.pgboss);
   a.graphile = JSON.parse(a.graphile);
   return a;
@@ -74,8 +76,8 @@ function parseArgs(argv) {
 
 const A = parseArgs(process.argv);
 const CFG = A.quick
-  ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 500, workers: 32 }
-  : { rounds: 3, seq: 5000, warm: 200, par: 20000, inFlight: 32, burst: 20000, late: 20000, spreadMs: 5000, workers: 32 };
+  ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 500, workers: 32, batch: 8 }
+  : { rounds: 3, seq: 5000, warm: 200, par: 20000, inFlight: 32, burst: 20000, late: 20000, spreadMs: 5000, workers: 32, batch: 8 };
 if (A.rounds) CFG.rounds = A.rounds;
 if (A.spreadMs) CFG.spreadMs = A.spreadMs; // the lateness row's spread (a diagnostic: another rate)
 const PAYLOAD = 'x'.repeat(16);

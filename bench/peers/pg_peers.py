@@ -77,7 +77,8 @@ def main():
     ap.add_argument("--machine", help="the machine header file (scripts/bench-pg-peers.sh writes it)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=0, help="rounds (default 3, quick 1)")
-    ap.add_argument("--worker-mode", default="auto", choices=["auto", "plain", "next", "both"])
+    ap.add_argument("--worker-mode", default="auto",
+                    help="auto, plain, next, both, batch, or a comma list of plain, next and batch")
     ap.add_argument("--pgboss", default="", help="JSON overriding pg-boss's settings (pg_peers.js)")
     ap.add_argument("--graphile", default="", help="JSON overriding graphile-worker's settings (pg_peers.js)")
     ap.add_argument("--systems", default="", help="some of delayq,pg-boss,graphile-worker (default all)")

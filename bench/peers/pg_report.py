@@ -63,7 +63,11 @@ def table(res):
     pb, gw = st.get("pgboss", {}), st.get("graphile", {})
     out.append(f"Jobs of {res['payload_bytes']} bytes, no-op handlers. Each system in a database of its own on "
                f"the one server. delayq: `{res.get('delayq_command', 'delayq-server')}`, {cfg['workers']} loops "
-               f"of reserve (`max` 1) and finish (mode: {', '.join(res['worker_modes'])}). pg-boss: "
+               f"of reserve (`max` 1) and finish (mode: {', '.join(res['worker_modes'])})"
+               + (f"; mode batch: {max(1, round(cfg['workers'] / cfg.get('batch', 8)))} loops of reserve "
+                  f"(`max` {cfg.get('batch', 8)}) and one `POST /v1/tasks:finish` of the batch carrying the next "
+                  f"reserve, {cfg['workers']} jobs at once" if 'batch' in res['worker_modes'] else "")
+               + ". pg-boss: "
                f"`new PgBoss({json.dumps(pb.get('boss', {}))})`, `createQueue(name, {json.dumps(pb.get('queue', {}))})`, "
                f"`send(name, data, {{startAfter}})`, `work(name, {json.dumps(pb.get('work', {}))}, handler)`. "
                f"graphile-worker: `addJob(task, payload, {{runAt, maxAttempts: 1}})` through `makeWorkerUtils`, "
