@@ -291,3 +291,42 @@ TEST_CASE("scale-out: tasks:finish sends each lease's finish where it was handed
     CHECK(cb.get(task_path(id)).status == 404);
   }
 }
+
+TEST_CASE("scale-out: tasks:finish says per finish that a stalled holder never answered") {
+  // The finish forwarded to b gets no answer: outcome_unknown for it (b may
+  // have done it), and the "next" reserves nothing though a task is ready.
+  const std::string uri = cluster_store_uri(test_redis_uri());
+  const std::vector<std::string> quick{"--forward-timeout", "500ms"};
+  auto a = start_instance(uri, "a", "5s", quick);
+  auto b = start_instance(uri, "b", "5s", quick);
+  struct resume_guard {
+    server_process& p;
+    ~resume_guard() { p.signal(SIGCONT); }
+  } resume_b{*b};
+  INFO(a->output_tail());
+  INFO(b->output_tail());
+  http_client ca(a->port());
+  http_client cb(b->port());
+  REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
+  const std::string on_b = "fwd.batch-stall-b", on_a = "fwd.batch-stall-a";
+  const std::string x = id_owned_by("b", "x"), y = id_owned_by("a", "y");
+  REQUIRE(add_task(ca, on_b, "x", 0, x).status == 201);
+  const auto held = reserve_one(cb, {on_b});
+  REQUIRE(held.is_object());
+  REQUIRE(held["id"] == x);
+  REQUIRE(add_task(ca, on_a, "y", 0, y).status == 201);  // ready on a for a "next"
+
+  b->signal(SIGSTOP);
+  auto r = ca.post("/v1/tasks:finish",
+                   json{{"tasks", json::array({json{{"id", x}, {"lease", held["lease"]}}})},
+                        {"next", {{"types", {on_a}}, {"wait_ms", 2000}}}});
+  REQUIRE_MESSAGE(r.status == 200, r.describe());
+  CHECK(r.body_json["results"][0]["id"] == x);
+  CHECK(r.body_json["results"][0]["status"] == 503);
+  CHECK(r.body_json["results"][0]["error"] == "outcome_unknown");
+  CHECK(reserved_tasks(r).empty());
+  b->signal(SIGCONT);
+  const auto t = reserve_one(ca, {on_a});  // still there for the next consumer
+  REQUIRE(t.is_object());
+  CHECK(t["id"] == y);
+}

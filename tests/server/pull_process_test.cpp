@@ -588,12 +588,13 @@ TEST_CASE("server: tasks:finish ends several attempts in one call, each with its
     kept_id = str(tasks[3], "id");
     list.push_back(json{{"id", kept_id}, {"lease", str(tasks[3], "lease") + "x"}});
     list.push_back(json{{"id", "no-such-task"}, {"lease", "l"}});
+    list.push_back(list[0]);  // named twice: finished once, its lease then ended
     auto r = c.post("/v1/tasks:finish",
                     json{{"tasks", list}, {"next", {{"types", {type}}, {"max", 10}}}});
     REQUIRE_MESSAGE(r.status == 200, r.describe());
     const json& results = r.body_json["results"];
-    REQUIRE_MESSAGE(results.size() == 5, r.describe());
-    for (std::size_t i = 0; i < 5; ++i) {
+    REQUIRE_MESSAGE(results.size() == 6, r.describe());
+    for (std::size_t i = 0; i < 6; ++i) {
       CAPTURE(i);
       CHECK(results[i]["id"] == list[i]["id"]);
       CHECK(results[i]["status"] == (i < 3 ? 204 : 409));

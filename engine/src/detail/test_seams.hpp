@@ -1,5 +1,5 @@
 // Points where a test steps into the engine's own threads, to make a race
-// happen every time rather than by chance (tests/engine/ticker_test.cpp).
+// happen every time rather than by chance (tests/engine/engine_wakeup_test.cpp).
 // Each is null in every build and costs one relaxed load where it is read;
 // only tests set one.
 #pragma once

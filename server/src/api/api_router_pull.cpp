@@ -41,6 +41,32 @@ json finish_outcome(const std::string& id, boost::system::error_code ec) {
                         "if the server stops first, the task is delivered again.");
 }
 
+// The outcome of a finish sent to `holder`, the instance that handed out
+// its lease, when no outcome of its own came back: what the forwarder said
+// (`error`: the call was not sent, or no answer came), told about this
+// task; any other answer (`status`, a peer without the route, a broken
+// body) is the peer's fault: 502.
+json unanswered_finish(const std::string& id, const std::string& holder, unsigned status,
+                       const std::string& error) {
+  const std::string whose = "instance " + holder + ", which handed out the lease of task " + id;
+  if (error == "owner_unreachable")
+    return item_error(id, 503, error,
+                      whose + ", could not be reached or is shutting down: it was not finished");
+  if (error == "outcome_unknown")
+    return item_error(id, 503, error,
+                      "the finish of task " + id + " was sent to " + whose +
+                          ", and no answer came: it may have been done");
+  if (error == "busy")
+    return item_error(id, 503, error,
+                      "too many calls are being forwarded: the finish of task " + id +
+                          " was not sent to instance " + holder);
+  if (error == "not_owner")
+    return item_error(id, 421, error, whose + ", announced no address: it was not finished");
+  return item_error(id, 502, "bad_gateway",
+                    "instance " + holder + " answered HTTP " + std::to_string(status) +
+                        " without the outcome of the finish of task " + id);
+}
+
 }  // namespace
 
 void api_router::reserve(call& c) {
@@ -151,7 +177,7 @@ void api_router::finish_batch(call& c) {
     std::mutex mutex;
     json results;
     std::size_t left = 0;
-    bool all_durable = true;  // no 503: "next" may reserve
+    bool all_durable = true;  // every outcome 204 or 409: "next" may reserve
     std::optional<reserve_request> next;
     std::shared_ptr<http_gone_signal> gone;
     http_respond respond;
@@ -167,7 +193,9 @@ void api_router::finish_batch(call& c) {
   const auto settled = [this, g](std::size_t k, json result) {
     std::unique_lock lock(g->mutex);
     if (k < g->results.size()) {
-      if (result.value("status", 0u) == 503) g->all_durable = false;
+      // 204 done, 409 nothing to do; anything else may still be written.
+      const unsigned status = result.value("status", 0u);
+      if (status != 204 && status != 409) g->all_durable = false;
       g->results[k] = std::move(result);
     }
     if (--g->left > 0) return;
@@ -175,7 +203,8 @@ void api_router::finish_batch(call& c) {
     auto respond = std::exchange(g->respond, nullptr);
     lock.unlock();
     // As a single finish: nothing reserved unless every outcome is durable.
-    if (g->next && g->all_durable) return reserve_for(*g->next, std::move(respond), g->gone, out);
+    if (g->next && g->all_durable)
+      return reserve_for(*g->next, std::move(respond), g->gone, std::move(out));
     if (g->next) out["tasks"] = json::array();
     respond(json_answer(200, out));
   };
@@ -184,26 +213,31 @@ void api_router::finish_batch(call& c) {
   const bool route = forwarding_ && !parts_.forwarder->is_forwarded(c.req);
   std::vector<std::string> live;
   if (route) live = parts_.engine->members();
-  for (std::size_t k = 0; k < n; ++k) {
-    const auto& [id, lease] = r.tasks[k];
-    if (route) {
-      std::string holder = lease_broker::instance_of(lease);
-      if (!holder.empty() && holder != forwarding_->instance()) {
-        if (!live.empty() && !std::binary_search(live.begin(), live.end(), holder))
-          settled(k, item_error(id, 409, "stale_lease", gone_holder_message(lease, holder)));
-        else
-          elsewhere[std::move(holder)].push_back(k);
-        continue;
+  for (std::size_t k = 0; k < n; ++k) try {
+      const auto& [id, lease] = r.tasks[k];
+      if (route) {
+        std::string holder = lease_broker::instance_of(lease);
+        if (!holder.empty() && holder != forwarding_->instance()) {
+          if (!live.empty() && !std::binary_search(live.begin(), live.end(), holder))
+            settled(k, item_error(id, 409, "stale_lease", gone_holder_message(lease, holder)));
+          else
+            elsewhere[std::move(holder)].push_back(k);
+          continue;
+        }
       }
+      const auto result = parts_.broker->finish(
+          id, lease,
+          [settled, k, id](boost::system::error_code ec) { settled(k, finish_outcome(id, ec)); });
+      if (result == lease_broker::lease_result::stale)
+        settled(k, item_error(id, 409, "stale_lease",
+                              "lease " + lease + " is not the current lease of task " + id +
+                                  " (it ended, was replaced, or never existed)"));
+    } catch (const std::exception& e) {
+      // c.respond is the gather's now: the router's own 500 cannot answer.
+      // The finishes before this one went ahead; this one may have.
+      settled(k, item_error(r.tasks[k].id, 500, "internal_error",
+                            std::string("the finish failed in the server: ") + e.what()));
     }
-    const auto result = parts_.broker->finish(
-        id, lease,
-        [settled, k, id](boost::system::error_code ec) { settled(k, finish_outcome(id, ec)); });
-    if (result == lease_broker::lease_result::stale)
-      settled(k, item_error(id, 409, "stale_lease",
-                            "lease " + lease + " is not the current lease of task " + id +
-                                " (it ended, was replaced, or never existed)"));
-  }
   for (auto& [holder, index] : elsewhere) {
     // The holder's finishes as a call of their own, with the caller's
     // token; its "results" are theirs, in the same order.
@@ -225,27 +259,16 @@ void api_router::finish_batch(call& c) {
           const json j = json::parse(a.body, nullptr, false);
           const bool whole = a.status == 200 && j.is_object() && j.contains("results") &&
                              j["results"].is_array() && j["results"].size() == index.size();
-          std::string name = "bad_gateway", message;
-          if (!whole) {
-            message = "instance " + holder + " answered HTTP " + std::to_string(a.status) +
-                      " without the outcome of each finish";
-            if (j.is_object() && j.value("error", json()).is_string() &&
-                j.value("message", json()).is_string() && a.status >= 400) {
-              name = j["error"].get<std::string>();
-              message = j["message"].get<std::string>();
-            }
-          }
-          const unsigned status = a.status >= 400 && a.status < 600 ? a.status : 502;
+          std::string error;  // what the forwarder said, when it answered instead
+          if (!whole && j.is_object() && j.value("error", json()).is_string())
+            error = j["error"].get<std::string>();
           for (std::size_t m = 0; m < index.size(); ++m) {
-            const json& got = whole ? j["results"][m] : json();
-            if (whole && got.is_object() && got.value("id", json()) == ids[m] &&
+            const json got = whole ? j["results"][m] : json();
+            if (got.is_object() && got.value("id", json()) == ids[m] &&
                 got.value("status", json()).is_number_unsigned())
               settled(index[m], got);
             else
-              settled(index[m], item_error(ids[m], whole ? 502u : status, name,
-                                           whole ? "instance " + holder +
-                                                       " answered this finish with no outcome"
-                                                 : message));
+              settled(index[m], unanswered_finish(ids[m], holder, a.status, error));
           }
         },
         nullptr);
