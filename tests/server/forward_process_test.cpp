@@ -30,6 +30,20 @@ std::string header(const http_response& r, const std::string& name) {
   return it == r.headers.end() ? std::string{} : it->second;
 }
 
+// a and b for a test that stalls b (SIGSTOP): leases long enough that b's
+// shards stay b's while a call waits for it, a 500 ms forward timeout, and
+// b resumed (SIGCONT) when the test ends, however it ends.
+struct stall_pair {
+  std::string uri = cluster_store_uri(test_redis_uri());
+  std::unique_ptr<server_process> a =
+      start_instance(uri, "a", "5s", {"--forward-timeout", "500ms"});
+  std::unique_ptr<server_process> b =
+      start_instance(uri, "b", "5s", {"--forward-timeout", "500ms"});
+  http_client ca{a->port()};
+  http_client cb{b->port()};
+  ~stall_pair() { b->signal(SIGCONT); }
+};
+
 }  // namespace
 
 TEST_CASE("scale-out: a call on a task's id answers on any instance") {
@@ -221,18 +235,9 @@ TEST_CASE("scale-out: a lease is ended where it was handed out, during a hand-ov
 }
 
 TEST_CASE("scale-out: a call forwarded to a stalled owner answers outcome_unknown") {
-  const std::string uri = cluster_store_uri(test_redis_uri());
-  // Leases long enough that b's shards stay b's while the call waits.
-  const std::vector<std::string> quick{"--forward-timeout", "500ms"};
-  auto a = start_instance(uri, "a", "5s", quick);
-  auto b = start_instance(uri, "b", "5s", quick);
-  struct resume_guard {
-    server_process& p;
-    ~resume_guard() { p.signal(SIGCONT); }
-  } resume_b{*b};
+  stall_pair pair;
+  auto& [uri, a, b, ca, cb] = pair;
   INFO(a->output_tail());
-  http_client ca(a->port());
-  http_client cb(b->port());
   REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
   const std::string x = id_owned_by("b", "x");
   REQUIRE(add_task(ca, "fwd.stall", "x", 600000, x).status == 201);
@@ -295,18 +300,10 @@ TEST_CASE("scale-out: tasks:finish sends each lease's finish where it was handed
 TEST_CASE("scale-out: tasks:finish says per finish that a stalled holder never answered") {
   // The finish forwarded to b gets no answer: outcome_unknown for it (b may
   // have done it), and the "next" reserves nothing though a task is ready.
-  const std::string uri = cluster_store_uri(test_redis_uri());
-  const std::vector<std::string> quick{"--forward-timeout", "500ms"};
-  auto a = start_instance(uri, "a", "5s", quick);
-  auto b = start_instance(uri, "b", "5s", quick);
-  struct resume_guard {
-    server_process& p;
-    ~resume_guard() { p.signal(SIGCONT); }
-  } resume_b{*b};
+  stall_pair pair;
+  auto& [uri, a, b, ca, cb] = pair;
   INFO(a->output_tail());
   INFO(b->output_tail());
-  http_client ca(a->port());
-  http_client cb(b->port());
   REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
   const std::string on_b = "fwd.batch-stall-b", on_a = "fwd.batch-stall-a";
   const std::string x = id_owned_by("b", "x"), y = id_owned_by("a", "y");

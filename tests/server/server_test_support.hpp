@@ -306,11 +306,13 @@ class server_process {
     if (!reaped_) ::kill(pid_, sig);
   }
 
-  /// Waits for the child to exit and returns its wait status. On the guard it
-  /// kills the child and throws.
+  /// Waits for the child to exit and returns its wait status, once its
+  /// output is read to the end (a reap can come before the readers have the
+  /// last bytes: stderr_text() right after missed an exit's message under
+  /// load). On the guard it kills the child and throws.
   int wait() {
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, hang_guard, [&] { return reaped_; })) {
+    if (!cv_.wait_for(lock, hang_guard, [&] { return reaped_ && pipes_open_ == 0; })) {
       ::kill(pid_, SIGKILL);
       lock.unlock();
       throw std::runtime_error("delayq-server did not exit; output:\n" + output());

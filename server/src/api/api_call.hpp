@@ -1,5 +1,5 @@
 // api/api_call.hpp - one request as api_router's handlers see it: private
-// to api_router*.cpp (the routes are split over two files by subject).
+// to api_router*.cpp (the routes are split over several files by subject).
 #pragma once
 
 #include <charconv>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/api_router.hpp"
+#include "wire/dump_json.hpp"
 #include "wire/request_codec.hpp"
 
 namespace delayq::server {
@@ -46,6 +47,19 @@ inline std::optional<std::size_t> query_size(const std::optional<std::string>& s
   auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
   if (ec != std::errc{} || p != s->data() + s->size() || v > max) return std::nullopt;
   return v;
+}
+
+/// A POST of `body` to `target` made for another instance under --cluster
+/// (a part of a batch), carrying the caller's token from `from`.
+inline http_request sub_call(const http_request& from, const char* target,
+                             const nlohmann::json& body) {
+  http_request req{boost::beast::http::verb::post, target, 11};
+  if (const auto auth = from.find(boost::beast::http::field::authorization); auth != from.end())
+    req.set(boost::beast::http::field::authorization, auth->value());
+  req.set(boost::beast::http::field::content_type, "application/json");
+  req.body() = dump_json(body);
+  req.prepare_payload();
+  return req;
 }
 
 /// 204 No Content.

@@ -400,14 +400,9 @@ void api_router::split_batch_call(call& c, std::vector<add_request> rs,
     // The owner's part as a batch of its own, with the caller's token.
     json sub = json::array();
     for (const std::size_t i : part.index) sub.push_back(tasks[i]);
-    http_request req{bhttp::verb::post, "/v1/tasks:batch", 11};
-    if (const auto auth = c.req.find(bhttp::field::authorization); auth != c.req.end())
-      req.set(bhttp::field::authorization, auth->value());
-    req.set(bhttp::field::content_type, "application/json");
-    req.body() = dump_json(json{{"tasks", std::move(sub)}});
-    req.prepare_payload();
-    forwarding_->forward(part.instance, std::move(req), first_named_id(rs, part), answered(k),
-                         nullptr);
+    forwarding_->forward(part.instance,
+                         sub_call(c.req, "/v1/tasks:batch", json{{"tasks", std::move(sub)}}),
+                         first_named_id(rs, part), answered(k), nullptr);
   }
 }
 

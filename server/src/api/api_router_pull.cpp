@@ -16,7 +16,6 @@
 namespace delayq::server {
 namespace {
 
-namespace bhttp = boost::beast::http;
 using nlohmann::json;
 
 json item_error(const std::string& id, unsigned status, const std::string& name,
@@ -244,12 +243,7 @@ void api_router::finish_batch(call& c) {
     json sub = json::array();
     for (const std::size_t k : index)
       sub.push_back(json{{"id", r.tasks[k].id}, {"lease", r.tasks[k].lease}});
-    http_request req{bhttp::verb::post, "/v1/tasks:finish", 11};
-    if (const auto auth = c.req.find(bhttp::field::authorization); auth != c.req.end())
-      req.set(bhttp::field::authorization, auth->value());
-    req.set(bhttp::field::content_type, "application/json");
-    req.body() = dump_json(json{{"tasks", std::move(sub)}});
-    req.prepare_payload();
+    http_request req = sub_call(c.req, "/v1/tasks:finish", json{{"tasks", std::move(sub)}});
     std::vector<std::string> ids;
     for (const std::size_t k : index) ids.push_back(r.tasks[k].id);
     std::string first = ids.front();  // not read from `ids`, moved into the handler
