@@ -30,19 +30,24 @@ std::string header(const http_response& r, const std::string& name) {
   return it == r.headers.end() ? std::string{} : it->second;
 }
 
-// a and b for a test that stalls b (SIGSTOP): leases long enough that b's
-// shards stay b's while a call waits for it, a 500 ms forward timeout, and
-// b resumed (SIGCONT) when the test ends, however it ends.
-struct stall_pair {
+// Instances a and b on one store, with clients of each; b is resumed
+// (SIGCONT) when the test ends, however it ends, for the tests that stall
+// it (SIGSTOP).
+struct instance_pair {
+  explicit instance_pair(const std::string& lease = "1s",
+                         const std::vector<std::string>& extra = {})
+      : a(start_instance(uri, "a", lease, extra)), b(start_instance(uri, "b", lease, extra)) {}
+  ~instance_pair() { b->signal(SIGCONT); }
   std::string uri = cluster_store_uri(test_redis_uri());
-  std::unique_ptr<server_process> a =
-      start_instance(uri, "a", "5s", {"--forward-timeout", "500ms"});
-  std::unique_ptr<server_process> b =
-      start_instance(uri, "b", "5s", {"--forward-timeout", "500ms"});
+  std::unique_ptr<server_process> a;
+  std::unique_ptr<server_process> b;
   http_client ca{a->port()};
   http_client cb{b->port()};
-  ~stall_pair() { b->signal(SIGCONT); }
 };
+
+// For a stalled b: leases long enough that b's shards stay b's while a call
+// waits for it, and a 500 ms forward timeout.
+const std::vector<std::string> quick_forward{"--forward-timeout", "500ms"};
 
 }  // namespace
 
@@ -191,13 +196,10 @@ TEST_CASE("scale-out: a call on a task's id answers on any instance") {
 }
 
 TEST_CASE("scale-out: a lease is ended where it was handed out, during a hand-over too") {
-  const std::string uri = cluster_store_uri(test_redis_uri());
-  auto a = start_instance(uri, "a");
-  auto b = start_instance(uri, "b");
+  instance_pair pair;
+  auto& [uri, a, b, ca, cb] = pair;
   INFO(a->output_tail());
   INFO(b->output_tail());
-  http_client ca(a->port());
-  http_client cb(b->port());
   REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
   const std::string type = "fwd.handover";
 
@@ -235,7 +237,7 @@ TEST_CASE("scale-out: a lease is ended where it was handed out, during a hand-ov
 }
 
 TEST_CASE("scale-out: a call forwarded to a stalled owner answers outcome_unknown") {
-  stall_pair pair;
+  instance_pair pair("5s", quick_forward);
   auto& [uri, a, b, ca, cb] = pair;
   INFO(a->output_tail());
   REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
@@ -254,13 +256,10 @@ TEST_CASE("scale-out: a call forwarded to a stalled owner answers outcome_unknow
 }
 
 TEST_CASE("scale-out: tasks:finish sends each lease's finish where it was handed out") {
-  const std::string uri = cluster_store_uri(test_redis_uri());
-  auto a = start_instance(uri, "a");
-  auto b = start_instance(uri, "b");
+  instance_pair pair;
+  auto& [uri, a, b, ca, cb] = pair;
   INFO(a->output_tail());
   INFO(b->output_tail());
-  http_client ca(a->port());
-  http_client cb(b->port());
   REQUIRE(eventually([&] { return settled(names, {&ca, &cb}); }));
   const std::string type = "fwd.batch-finish";
   const std::string a1 = id_owned_by("a", "fa"), b1 = id_owned_by("b", "fb"),
@@ -300,7 +299,7 @@ TEST_CASE("scale-out: tasks:finish sends each lease's finish where it was handed
 TEST_CASE("scale-out: tasks:finish says per finish that a stalled holder never answered") {
   // The finish forwarded to b gets no answer: outcome_unknown for it (b may
   // have done it), and the "next" reserves nothing though a task is ready.
-  stall_pair pair;
+  instance_pair pair("5s", quick_forward);
   auto& [uri, a, b, ca, cb] = pair;
   INFO(a->output_tail());
   INFO(b->output_tail());

@@ -18,26 +18,33 @@ namespace {
 
 using nlohmann::json;
 
-json item_error(const std::string& id, unsigned status, const std::string& name,
-                const std::string& message) {
-  return json{{"id", id}, {"status", status}, {"error", name}, {"message", message}};
+// One finish's outcome in POST /v1/tasks:finish's "results": the error
+// the single call would have answered.
+json item_error(const std::string& id, const api_error& e) {
+  return json{{"id", id}, {"status", e.status}, {"error", e.name}, {"message", e.message}};
 }
 
-std::string gone_holder_message(const std::string& lease, const std::string& holder) {
-  return "lease " + lease + " was handed out by instance " + holder +
-         ", which is gone: the task is delivered again under a new lease";
+api_error stale_lease(const std::string& lease, const std::string& id) {
+  return conflict("stale_lease", "lease " + lease + " is not the current lease of task " + id +
+                                     " (it ended, was replaced, or never existed)");
 }
 
-// What a stored-outcome error of a finish answers (the single call's status).
-json finish_outcome(const std::string& id, boost::system::error_code ec) {
-  if (!ec) return json{{"id", id}, {"status", 204}};
-  if (ec == errc::attempt_ended)
-    return item_error(id, 409, "stale_lease", "the attempt had ended already");
-  return item_error(id, 503, "not_durable_yet",
-                    "the finish of task " + id +
-                        " was taken, but the store did not confirm it yet (" + ec.message() +
-                        "); it is written when the store is back. Do not repeat it; "
-                        "if the server stops first, the task is delivered again.");
+api_error gone_holder(const std::string& lease, const std::string& holder) {
+  return conflict("stale_lease", "lease " + lease + " was handed out by instance " + holder +
+                                     ", which is gone: the task is delivered again under a new "
+                                     "lease");
+}
+
+// A finish or fail whose outcome the store did not confirm (`ec` is set).
+api_error unstored(const std::string& verb, const std::string& id, boost::system::error_code ec) {
+  if (ec == errc::attempt_ended) return conflict("stale_lease", "the attempt had ended already");
+  // The attempt ended and its lease with it; the engine keeps the write
+  // and retries it. Not an error to retry: a distinct name says so.
+  return {503, "not_durable_yet",
+          "the " + verb + " of task " + id + " was taken, but the store did not confirm it yet (" +
+              ec.message() +
+              "); it is written when the store is back. Do not repeat it; if the server stops "
+              "first, the task is delivered again."};
 }
 
 // The outcome of a finish sent to `holder`, the instance that handed out
@@ -49,21 +56,22 @@ json unanswered_finish(const std::string& id, const std::string& holder, unsigne
                        const std::string& error) {
   const std::string whose = "instance " + holder + ", which handed out the lease of task " + id;
   if (error == "owner_unreachable")
-    return item_error(id, 503, error,
-                      whose + ", could not be reached or is shutting down: it was not finished");
+    return item_error(
+        id,
+        {503, error, whose + ", could not be reached or is shutting down: it was not finished"});
   if (error == "outcome_unknown")
-    return item_error(id, 503, error,
-                      "the finish of task " + id + " was sent to " + whose +
-                          ", and no answer came: it may have been done");
+    return item_error(id, {503, error,
+                           "the finish of task " + id + " was sent to " + whose +
+                               ", and no answer came: it may have been done"});
   if (error == "busy")
-    return item_error(id, 503, error,
-                      "too many calls are being forwarded: the finish of task " + id +
-                          " was not sent to instance " + holder);
+    return item_error(id, {503, error,
+                           "too many calls are being forwarded: the finish of task " + id +
+                               " was not sent to instance " + holder});
   if (error == "not_owner")
-    return item_error(id, 421, error, whose + ", announced no address: it was not finished");
-  return item_error(id, 502, "bad_gateway",
-                    "instance " + holder + " answered HTTP " + std::to_string(status) +
-                        " without the outcome of the finish of task " + id);
+    return item_error(id, {421, error, whose + ", announced no address: it was not finished"});
+  return item_error(id, {502, "bad_gateway",
+                         "instance " + holder + " answered HTTP " + std::to_string(status) +
+                             " without the outcome of the finish of task " + id});
 }
 
 }  // namespace
@@ -123,14 +131,11 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
       // can end that lease any more.
       const auto live = parts_.engine->members();
       if (!live.empty() && !std::binary_search(live.begin(), live.end(), holder))
-        return c.fail(conflict("stale_lease", gone_holder_message(r.lease, holder)));
+        return c.fail(gone_holder(r.lease, holder));
       if (forward_to(c, std::move(holder), id)) return;
     }
   }
-  const auto stale = [&] {
-    c.fail(conflict("stale_lease", "lease " + r.lease + " is not the current lease of task " + id +
-                                       " (it ended, was replaced, or never existed)"));
-  };
+  const auto stale = [&] { c.fail(stale_lease(r.lease, id)); };
   if (verb == "touch") {
     if (parts_.broker->touch(id, r.lease, r.ttr) == lease_broker::lease_result::stale)
       return stale();
@@ -144,16 +149,7 @@ void api_router::end_lease(call& c, const std::string& id, const std::string& ve
                     gone = c.gone](boost::system::error_code ec) {
     if (!ec && next) return reserve_for(*next, std::move(*respond), gone);
     if (!ec) return (*respond)(no_content());
-    if (ec == errc::attempt_ended)
-      return (*respond)(error_answer(conflict("stale_lease", "the attempt had ended already")));
-    // The attempt ended and its lease with it; the engine keeps the write
-    // and retries it. Not an error to retry: a distinct name says so.
-    (*respond)(
-        error_answer({503, "not_durable_yet",
-                      "the " + verb + " of task " + id +
-                          " was taken, but the store did not confirm it yet (" + ec.message() +
-                          "); it is written when the store is back. Do not repeat it; "
-                          "if the server stops first, the task is delivered again."}));
+    (*respond)(error_answer(unstored(verb, id, ec)));
   };
   const auto result =
       verb == "finish" ? parts_.broker->finish(id, r.lease, std::move(on_stored))
@@ -218,24 +214,25 @@ void api_router::finish_batch(call& c) {
         std::string holder = lease_broker::instance_of(lease);
         if (!holder.empty() && holder != forwarding_->instance()) {
           if (!live.empty() && !std::binary_search(live.begin(), live.end(), holder))
-            settled(k, item_error(id, 409, "stale_lease", gone_holder_message(lease, holder)));
+            settled(k, item_error(id, gone_holder(lease, holder)));
           else
             elsewhere[std::move(holder)].push_back(k);
           continue;
         }
       }
-      const auto result = parts_.broker->finish(
-          id, lease,
-          [settled, k, id](boost::system::error_code ec) { settled(k, finish_outcome(id, ec)); });
+      const auto result =
+          parts_.broker->finish(id, lease, [settled, k, id](boost::system::error_code ec) {
+            settled(k, ec ? item_error(id, unstored("finish", id, ec))
+                          : json{{"id", id}, {"status", 204}});
+          });
       if (result == lease_broker::lease_result::stale)
-        settled(k, item_error(id, 409, "stale_lease",
-                              "lease " + lease + " is not the current lease of task " + id +
-                                  " (it ended, was replaced, or never existed)"));
+        settled(k, item_error(id, stale_lease(lease, id)));
     } catch (const std::exception& e) {
       // c.respond is the gather's now: the router's own 500 cannot answer.
       // The finishes before this one went ahead; this one may have.
-      settled(k, item_error(r.tasks[k].id, 500, "internal_error",
-                            std::string("the finish failed in the server: ") + e.what()));
+      settled(k, item_error(r.tasks[k].id,
+                            {500, "internal_error",
+                             std::string("the finish failed in the server: ") + e.what()}));
     }
   for (auto& [holder, index] : elsewhere) {
     // The holder's finishes as a call of their own, with the caller's
