@@ -59,8 +59,14 @@ void backend::write(std::span<const store_change> changes, boost::system::error_
 
 write_pipeline& backend::writer() {
   std::lock_guard lock(writer_mutex_);
-  if (!writer_) writer_ = std::make_unique<write_pipeline>(calls_, sql_, shards(), gen_);
+  if (!writer_)
+    writer_ = std::make_unique<write_pipeline>(calls_, sql_, shards(), gen_, writer_io_);
   return *writer_;
+}
+
+void backend::drive_writes_on(boost::asio::any_io_executor io) {
+  std::lock_guard lock(writer_mutex_);
+  if (!writer_) writer_io_ = std::move(io);
 }
 
 void backend::note_writes(std::size_t changes) {

@@ -51,8 +51,10 @@ class backend {
   /// Errors: see postgres_store.hpp; errc::lease_lost with the refused
   /// changes marked.
   void write(std::span<const store_change> changes, boost::system::error_code& ec);
-  /// The pipeline of async_write(), started on first use.
+  /// The pipeline of async_write(), started on first use: on `io` when
+  /// drive_writes_on() named one before (task_store::drive_writes_on()).
   write_pipeline& writer();
+  void drive_writes_on(boost::asio::any_io_executor io);
   /// The generation new live rows go to (pg_rotation.hpp): 0 or 1. A write
   /// that used an older value is still right: its rows go to the other
   /// generation, which the rotation drains.
@@ -77,6 +79,7 @@ class backend {
   std::mutex writer_mutex_;
   // Declared after the pool it dials through: destroyed first, draining.
   std::unique_ptr<write_pipeline> writer_;
+  boost::asio::any_io_executor writer_io_;
   std::unique_ptr<rotation> rotation_;
 };
 

@@ -33,6 +33,9 @@ class tasks_role final : public task_store {
   void async_write(std::span<const store_change> changes,
                    std::function<void(boost::system::error_code)> done) override;
   std::size_t max_writes_in_flight() const noexcept override { return writes_in_flight; }
+  void drive_writes_on(boost::asio::any_io_executor io) override {
+    b_.drive_writes_on(std::move(io));
+  }
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,

@@ -2,11 +2,21 @@
 #include "pg_writer.hpp"
 
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <system_error>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "delayq/log.hpp"
 
@@ -14,6 +24,7 @@ namespace delayq::detail::pg {
 namespace {
 
 using steady = std::chrono::steady_clock;
+namespace asio = boost::asio;
 
 std::string trimmed(const char* text) {
   std::string s = text ? text : "";
@@ -21,299 +32,477 @@ std::string trimmed(const char* text) {
   return s;
 }
 
-void wake(int fd) {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+// Whether `fd` is ready for `events` now, without waiting.
+bool ready_now(int fd, short events) {
+  pollfd p{fd, events, 0};
+  return ::poll(&p, 1, 0) > 0;
 }
 
 }  // namespace
 
+// Everything the handlers touch. Held by them (shared), so that a handler
+// still queued in an io_context after the pipeline is gone finds it, sees
+// `closed`, and does nothing.
+struct write_pipeline::core : std::enable_shared_from_this<core> {
+  struct open_batch {
+    write_batch batch;
+    std::span<const store_change> changes;
+    done_fn done;
+    // What each query result of the pipeline belongs to: a prepare (its
+    // name) or a statement (its index).
+    std::vector<std::pair<std::string_view, std::size_t>> expected;
+    std::size_t at = 0;        // the expected result being read
+    bool have_result = false;  // of expected[at]
+    std::vector<result_ptr> results;
+    std::optional<pg_failure> error;
+    bool sent = false;     // all of it reached the socket
+    bool retried = false;  // sent again after a lost connection
+    int conflicts = 0;     // sent again after a serialization failure or deadlock
+
+    // Forgets what a sending of it left, before it is sent again.
+    void unsend() {
+      sent = false;
+      expected.clear();
+      at = 0;
+      have_result = false;
+      results.clear();
+      error.reset();
+    }
+  };
+
+  core(pool& calls, const schema_sql& sql, std::uint32_t shards, const std::atomic<int>& gen,
+       asio::any_io_executor drive, asio::io_context& own)
+      : calls(calls),
+        sql(sql),
+        shards(shards),
+        gen(gen),
+        strand(asio::make_strand(drive)),
+        dialer(own.get_executor()),
+        timer(strand) {}
+
+  ~core() { drop_connection(false); }
+
+  // --- the strand's ---------------------------------------------------------
+
+  void take(std::unique_ptr<open_batch> b) {
+    fresh.push_back(std::move(b));
+    step();
+  }
+
+  // Sends what is fresh (dialling first when needed) and arms the waits the
+  // state needs.
+  void step() {
+    if (!fresh.empty() && !dialing) start_fresh();
+    arm();
+  }
+
+  void start_fresh() {
+    // An idle connection the server closed meanwhile (a restart) is found
+    // out before a batch is sent on it, which would then fail as
+    // outcome_unknown. Only a readable socket can hold that news.
+    if (conn && open.empty() && ready_now(PQsocket(conn->get()), POLLIN)) {
+      release_socket();
+      if (!conn->alive())
+        conn.reset();
+      else
+        watch_socket();
+    }
+    if (!conn || !conn->connected()) {
+      drop_connection(false);
+      dial(false);
+      return;
+    }
+    if (open.empty()) last_progress = steady::now();
+    while (!fresh.empty()) {
+      open.push_back(std::move(fresh.front()));
+      fresh.pop_front();
+      append(*open.back());
+      if (!conn) return;  // lost while sending: fail_open() saw to them
+    }
+    flush();
+  }
+
+  // Dials on the pipeline's own thread (it blocks); the connection comes
+  // back to the strand. `resend`: for the open batches (a lost connection),
+  // else for the fresh ones.
+  void dial(bool resend) {
+    dialing = true;
+    std::lock_guard lock(m);
+    if (closed) return;
+    asio::post(dialer, [self = shared_from_this(), resend] {
+      std::unique_ptr<connection> c;
+      std::optional<pg_failure> failure;
+      try {
+        c = self->calls.dial(":writer");
+      } catch (const pg_failure& f) {
+        failure = f;
+      }
+      auto held = std::make_shared<std::unique_ptr<connection>>(std::move(c));
+      asio::post(self->strand, [self, resend, held, failure = std::move(failure)]() mutable {
+        if (self->is_closed()) return;
+        self->dialing = false;
+        self->dialled(resend, std::move(*held), std::move(failure));
+      });
+    });
+  }
+
+  void dialled(bool resend, std::unique_ptr<connection> c, std::optional<pg_failure> failure) {
+    if (failure) {
+      if (resend) {
+        fail_open(resend_why, false, false);
+      } else {
+        // Nothing of these batches was sent: they did not happen.
+        log(log_level::error, calls.log_name() + ": async write failed: " + failure->message);
+        while (!fresh.empty()) {
+          auto b = std::move(fresh.front());
+          fresh.pop_front();
+          finish(*b, make_error_code(failure->code));
+        }
+      }
+      step();
+      return;
+    }
+    conn = std::move(c);
+    prepares_sent.clear();
+    watch_socket();
+    if (resend) {
+      log(log_level::warning, calls.log_name() + ": async write: " + resend_why + "; sending " +
+                                  std::to_string(open.size()) + " open batch(es) again");
+      last_progress = steady::now();
+      for (auto& b : open) {
+        b->retried = true;
+        b->unsend();
+        append(*b);
+        if (!conn) break;  // lost again while sending: fail_open() failed them
+      }
+      if (conn) flush();
+    }
+    step();
+  }
+
+  void append(open_batch& b) {
+    PGconn* c = conn->get();
+    bool ok = true;
+    for (std::size_t i = 0; ok && i < b.batch.stmts.size(); ++i) {
+      const statement& s = b.batch.stmts[i];
+      const params& a = s.args;
+      const std::string name(s.name);
+      if (!prepares_sent.contains(s.name)) {
+        const std::string text(s.sql);
+        ok = PQsendPrepare(c, name.c_str(), text.c_str(), a.size(), a.types()) == 1;
+        prepares_sent.emplace(s.name);
+        b.expected.push_back({s.name, i});
+      }
+      ok = ok && PQsendQueryPrepared(c, name.c_str(), a.size(), a.values(), a.lengths(),
+                                     a.formats(), 1) == 1;
+      b.expected.push_back({{}, i});
+    }
+    ok = ok && PQpipelineSync(c) == 1;
+    b.results.resize(b.batch.stmts.size());
+    unflushed = true;
+    if (!ok) fail_open("sending a batch: " + trimmed(PQerrorMessage(c)), false);
+  }
+
+  void flush() {
+    if (!conn || !conn->connected()) return;
+    const int f = PQflush(conn->get());
+    if (f < 0) {
+      fail_open("sending: " + trimmed(PQerrorMessage(conn->get())), false);
+      return;
+    }
+    last_progress = steady::now();
+    if (f == 0) {
+      unflushed = false;
+      for (auto& b : open) b->sent = true;
+    }
+  }
+
+  void read() {
+    PGconn* c = conn->get();
+    if (PQconsumeInput(c) != 1) {
+      fail_open("reading: " + trimmed(PQerrorMessage(c)), false);
+      return;
+    }
+    last_progress = steady::now();
+    while (conn && !open.empty() && !PQisBusy(c)) {
+      open_batch& b = *open.front();
+      result_ptr r(PQgetResult(c));
+      if (!r) {
+        if (b.at < b.expected.size()) {
+          ++b.at;
+          b.have_result = false;
+          continue;
+        }
+        break;  // nothing more buffered
+      }
+      const ExecStatusType st = PQresultStatus(r.get());
+      if (st == PGRES_PIPELINE_SYNC) {
+        complete_front();
+        continue;
+      }
+      if (b.at >= b.expected.size()) {
+        fail_open("an unexpected result", false);
+        return;
+      }
+      const auto& [prepare, index] = b.expected[b.at];
+      if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {
+        forget_prepare(prepare);
+        if (!b.error) {
+          const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+          b.error = pg_failure{state ? sqlstate_errc(state) : errc::store_error,
+                               calls.log_name() + ": " + trimmed(PQresultErrorMessage(r.get()))};
+          if (state) b.error->sqlstate = state;
+        }
+      } else if (st == PGRES_PIPELINE_ABORTED) {
+        forget_prepare(prepare);
+      } else if (prepare.empty() && !b.have_result) {
+        b.results[index] = std::move(r);
+        b.have_result = true;
+      }
+      if (PQstatus(c) == CONNECTION_BAD) {
+        fail_open("the server closed the connection", false);
+        return;
+      }
+    }
+    if (conn && PQstatus(c) == CONNECTION_BAD) fail_open("the server closed the connection", false);
+  }
+
+  // A prepare that failed (or was skipped) made nothing: the next batch that
+  // needs the statement prepares it again.
+  void forget_prepare(std::string_view name) {
+    if (name.empty()) return;
+    if (const auto it = prepares_sent.find(name); it != prepares_sent.end())
+      prepares_sent.erase(it);
+  }
+
+  void complete_front() {
+    auto b = std::move(open.front());
+    open.pop_front();
+    if (b->error && (b->error->sqlstate == "40001" || b->error->sqlstate == "40P01") &&
+        b->conflicts < 3 && conn && conn->connected()) {
+      ++b->conflicts;
+      b->unsend();
+      open.push_back(std::move(b));
+      append(*open.back());
+      if (conn) flush();
+      return;
+    }
+    boost::system::error_code ec;
+    if (b->error) {
+      ec = make_error_code(b->error->code);
+      log(log_level::error, b->error->message + " (async write)");
+    } else {
+      settle_batch(b->batch, b->changes, b->results, ec);
+    }
+    finish(*b, ec);
+  }
+
+  // `timed_out`: nothing moved for command_timeout. `may_resend`: a broken
+  // connection may be dialled once more for the open batches.
+  void fail_open(const std::string& why, bool timed_out, bool may_resend = true) {
+    if (!timed_out && may_resend && !open.empty()) {
+      bool retried = false;
+      for (const auto& b : open) retried = retried || b->retried;
+      if (!retried) {
+        drop_connection(false);
+        unflushed = false;
+        resend_why = why;
+        dial(true);
+        return;
+      }
+    }
+    drop_connection(timed_out);
+    unflushed = false;
+    log(log_level::warning, calls.log_name() + ": async write: " + why + "; failing " +
+                                std::to_string(open.size()) + " open batch(es)");
+    while (!open.empty()) {
+      auto b = std::move(open.front());
+      open.pop_front();
+      // All of it on the wire: the server may have committed it.
+      finish(*b, make_error_code(b->sent ? errc::outcome_unknown : errc::store_unavailable));
+    }
+    // Batches still fresh dial again at the next step().
+  }
+
+  void finish(open_batch& b, boost::system::error_code ec) {
+    try {
+      b.done(ec);
+    } catch (const std::exception& e) {
+      log(log_level::error, calls.log_name() + ": a write's completion threw: " + e.what());
+    } catch (...) {
+      log(log_level::error, calls.log_name() + ": a write's completion threw");
+    }
+    std::lock_guard lock(m);
+    --pending;
+    if (pending == 0) idle.notify_all();
+  }
+
+  // The waits the state needs: the socket's while batches are open, and the
+  // command_timeout's.
+  void arm() {
+    if (open.empty() || !conn || !conn->connected()) return;
+    if (!socket) return fail_open("the connection has no socket", false);
+    const int fd = socket->native_handle();
+    if (!reading) {
+      reading = true;
+      socket->async_wait(asio::posix::stream_descriptor::wait_read,
+                         asio::bind_executor(strand, [self = shared_from_this(),
+                                                      gen = socket_gen](boost::system::error_code) {
+                           if (self->is_closed()) return;
+                           if (gen == self->socket_gen) self->reading = false;
+                           self->on_readable();
+                         }));
+      // The reactor reports edges: one that came before the wait was
+      // queued (another thread running the io_context) is read here.
+      if (ready_now(fd, POLLIN))
+        return asio::post(strand, [self = shared_from_this()] {
+          if (!self->is_closed()) self->on_readable();
+        });
+    }
+    if (unflushed && !writing) {
+      writing = true;
+      socket->async_wait(asio::posix::stream_descriptor::wait_write,
+                         asio::bind_executor(strand, [self = shared_from_this(),
+                                                      gen = socket_gen](boost::system::error_code) {
+                           if (self->is_closed()) return;
+                           if (gen == self->socket_gen) self->writing = false;
+                           if (self->conn && self->unflushed) self->flush();
+                           self->step();
+                         }));
+    }
+    if (!timing) {
+      timing = true;
+      timer.expires_at(last_progress + calls.options().command_timeout);
+      timer.async_wait([self = shared_from_this()](boost::system::error_code) {
+        if (self->is_closed()) return;
+        self->timing = false;
+        self->on_timer();
+      });
+    }
+  }
+
+  void on_readable() {
+    if (conn && conn->connected() && !open.empty()) read();
+    step();
+  }
+
+  void on_timer() {
+    if (!open.empty() && conn && conn->connected()) {
+      const auto deadline = last_progress + calls.options().command_timeout;
+      if (steady::now() >= deadline)
+        fail_open(
+            "no answer within " + std::to_string(calls.options().command_timeout.count()) + " ms",
+            true);
+    }
+    step();
+  }
+
+  void watch_socket() {
+    const int fd = PQsocket(conn->get());
+    if (fd < 0) return;
+    socket.emplace(strand, fd);
+    ++socket_gen;
+    reading = writing = false;
+  }
+
+  // Takes the socket out of the reactor before libpq closes it. Waits
+  // queued on it end (operation_aborted) and find `socket_gen` moved on.
+  void release_socket() {
+    if (!socket) return;
+    socket->release();
+    socket.reset();
+    ++socket_gen;
+    reading = writing = false;
+  }
+
+  void drop_connection(bool abandon) {
+    release_socket();
+    if (conn && abandon) conn->abandon();
+    conn.reset();
+    prepares_sent.clear();
+  }
+
+  bool is_closed() {
+    std::lock_guard lock(m);
+    return closed;
+  }
+
+  pool& calls;
+  const schema_sql& sql;
+  std::uint32_t shards;
+  const std::atomic<int>& gen;
+  asio::strand<asio::any_io_executor> strand;
+  asio::any_io_executor dialer;
+
+  // The strand's.
+  std::unique_ptr<connection> conn;
+  std::optional<asio::posix::stream_descriptor> socket;
+  std::uint64_t socket_gen = 0;
+  bool reading = false, writing = false, timing = false, dialing = false;
+  asio::steady_timer timer;
+  std::set<std::string, std::less<>> prepares_sent;  // on conn, answered or not
+  std::deque<std::unique_ptr<open_batch>> fresh, open;
+  bool unflushed = false;
+  steady::time_point last_progress{};
+  std::string resend_why;
+
+  // Any thread's.
+  std::mutex m;
+  std::condition_variable idle;
+  std::size_t pending = 0;  // submitted, `done` not called yet
+  bool closed = false;      // the pipeline is gone: handlers do nothing
+};
+
 write_pipeline::write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t shards,
-                               const std::atomic<int>& gen)
-    : calls_(calls), sql_(sql), shards_(shards), gen_(gen) {
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0)
-    throw std::system_error(errno, std::generic_category(), "delayq: postgres write pipeline");
-  thread_ = std::thread([this] { run(); });
-}
+                               const std::atomic<int>& gen, asio::any_io_executor io)
+    : work_(asio::make_work_guard(own_io_)),
+      core_(std::make_shared<core>(calls, sql, shards, gen, io ? io : own_io_.get_executor(),
+                                   own_io_)),
+      thread_([this] { own_io_.run(); }) {}
 
 write_pipeline::~write_pipeline() {
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
+    std::unique_lock lock(core_->m);
+    const auto patience = 2 * core_->calls.options().command_timeout + std::chrono::seconds{1};
+    if (!core_->idle.wait_for(lock, patience, [&] { return core_->pending == 0; }))
+      log(log_level::error, core_->calls.log_name() + ": " + std::to_string(core_->pending) +
+                                " write(s) unconfirmed when the store closed (its io_context "
+                                "stopped?): dropped, their outcome unknown");
+    core_->closed = true;
   }
-  wake(wake_fd_);
+  // The connection closes on the strand; on an io_context that no longer
+  // runs, when the core goes (the handler is destroyed with the io_context).
+  asio::post(core_->strand, [self = core_] {
+    self->drop_connection(false);
+    self->timer.cancel();
+  });
+  // The own thread ends once nothing is queued on it (the strand's last
+  // handlers, without an executor given; a dial under way).
+  work_.reset();
   thread_.join();
-  ::close(wake_fd_);
 }
 
 void write_pipeline::submit(std::span<const store_change> changes, done_fn done) {
-  auto b = std::make_unique<open_batch>();
+  auto b = std::make_unique<core::open_batch>();
   try {
-    b->batch = make_batch(sql_, shards_, gen_.load(std::memory_order_relaxed), changes);
+    b->batch =
+        make_batch(core_->sql, core_->shards, core_->gen.load(std::memory_order_relaxed), changes);
   } catch (const pg_failure& f) {
-    log(log_level::error, calls_.log_name() + ": async write failed: " + f.message);
+    log(log_level::error, core_->calls.log_name() + ": async write failed: " + f.message);
     done(make_error_code(f.code));
     return;
   }
   b->changes = changes;
   b->done = std::move(done);
   {
-    std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(b));
+    std::lock_guard lock(core_->m);
+    ++core_->pending;
   }
-  wake(wake_fd_);
-}
-
-void write_pipeline::run() {
-  for (;;) {
-    bool stop = false;
-    {
-      std::lock_guard lock(mutex_);
-      while (!queue_.empty()) {
-        fresh_.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      stop = stopping_;
-    }
-    if (!fresh_.empty()) start_fresh();
-    if (open_.empty()) {
-      if (stop) {
-        conn_.reset();
-        return;
-      }
-      wait(-1);
-      continue;
-    }
-    if (unflushed_) flush();
-    if (!conn_ || !conn_->connected()) continue;
-    const auto deadline = last_progress_ + calls_.options().command_timeout;
-    const auto now = steady::now();
-    if (now >= deadline) {
-      fail_open(
-          "no answer within " + std::to_string(calls_.options().command_timeout.count()) + " ms",
-          true);
-      continue;
-    }
-    wait(static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
-  }
-}
-
-void write_pipeline::wait(int timeout_ms) {
-  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {-1, 0, 0}};
-  nfds_t n = 1;
-  if (!open_.empty() && conn_ && conn_->connected()) {
-    fds[1].fd = PQsocket(conn_->get());
-    fds[1].events = static_cast<short>(POLLIN | (unflushed_ ? POLLOUT : 0));
-    n = 2;
-  }
-  if (::poll(fds, n, timeout_ms) <= 0) return;
-  if (fds[0].revents & POLLIN) {
-    std::uint64_t count = 0;
-    [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof count);
-  }
-  if (n == 2 && (fds[1].revents & POLLOUT)) flush();
-  if (n == 2 && conn_ && conn_->connected() && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)))
-    read();
-}
-
-// Appends the fresh batches, dialling first when needed.
-void write_pipeline::start_fresh() {
-  // An idle connection the server closed meanwhile (a restart) is found out
-  // before a batch is sent on it, which would then fail as outcome_unknown.
-  if (conn_ && open_.empty() && !conn_->alive()) conn_.reset();
-  if (!conn_ || !conn_->connected()) {
-    try {
-      conn_ = calls_.dial(":writer");
-      prepares_sent_.clear();
-    } catch (const pg_failure& f) {
-      // Nothing of these batches was sent: they did not happen.
-      log(log_level::error, calls_.log_name() + ": async write failed: " + f.message);
-      while (!fresh_.empty()) {
-        auto b = std::move(fresh_.front());
-        fresh_.pop_front();
-        b->done(make_error_code(f.code));
-      }
-      return;
-    }
-  }
-  if (open_.empty()) last_progress_ = steady::now();
-  while (!fresh_.empty()) {
-    open_.push_back(std::move(fresh_.front()));
-    fresh_.pop_front();
-    append(*open_.back());
-    if (!conn_) return;  // lost while sending: fail_open() failed them all
-  }
-  flush();
-}
-
-void write_pipeline::append(open_batch& b) {
-  PGconn* c = conn_->get();
-  bool ok = true;
-  for (std::size_t i = 0; ok && i < b.batch.stmts.size(); ++i) {
-    const statement& s = b.batch.stmts[i];
-    const params& a = s.args;
-    const std::string name(s.name);
-    if (!prepares_sent_.contains(s.name)) {
-      const std::string sql(s.sql);
-      ok = PQsendPrepare(c, name.c_str(), sql.c_str(), a.size(), a.types()) == 1;
-      prepares_sent_.emplace(s.name);
-      b.expected.push_back({s.name, i});
-    }
-    ok = ok && PQsendQueryPrepared(c, name.c_str(), a.size(), a.values(), a.lengths(), a.formats(),
-                                   1) == 1;
-    b.expected.push_back({{}, i});
-  }
-  ok = ok && PQpipelineSync(c) == 1;
-  b.results.resize(b.batch.stmts.size());
-  unflushed_ = true;
-  if (!ok) fail_open("sending a batch: " + trimmed(PQerrorMessage(c)), false);
-}
-
-void write_pipeline::flush() {
-  if (!conn_ || !conn_->connected()) return;
-  const int f = PQflush(conn_->get());
-  if (f < 0) {
-    fail_open("sending: " + trimmed(PQerrorMessage(conn_->get())), false);
-    return;
-  }
-  last_progress_ = steady::now();
-  if (f == 0) {
-    unflushed_ = false;
-    for (auto& b : open_) b->sent = true;
-  }
-}
-
-void write_pipeline::read() {
-  PGconn* c = conn_->get();
-  if (PQconsumeInput(c) != 1) {
-    fail_open("reading: " + trimmed(PQerrorMessage(c)), false);
-    return;
-  }
-  last_progress_ = steady::now();
-  while (!open_.empty() && !PQisBusy(c)) {
-    open_batch& b = *open_.front();
-    result_ptr r(PQgetResult(c));
-    if (!r) {
-      if (b.at < b.expected.size()) {
-        ++b.at;
-        b.have_result = false;
-        continue;
-      }
-      break;  // nothing more buffered
-    }
-    const ExecStatusType st = PQresultStatus(r.get());
-    if (st == PGRES_PIPELINE_SYNC) {
-      complete_front();
-      continue;
-    }
-    if (b.at >= b.expected.size()) {
-      fail_open("an unexpected result", false);
-      return;
-    }
-    const auto& [prepare, index] = b.expected[b.at];
-    if (st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR) {
-      forget_prepare(prepare);
-      if (!b.error) {
-        const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-        b.error = pg_failure{state ? sqlstate_errc(state) : errc::store_error,
-                             calls_.log_name() + ": " + trimmed(PQresultErrorMessage(r.get()))};
-        if (state) b.error->sqlstate = state;
-      }
-    } else if (st == PGRES_PIPELINE_ABORTED) {
-      forget_prepare(prepare);
-    } else if (prepare.empty() && !b.have_result) {
-      b.results[index] = std::move(r);
-      b.have_result = true;
-    }
-    if (PQstatus(c) == CONNECTION_BAD) {
-      fail_open("the server closed the connection", false);
-      return;
-    }
-  }
-  if (PQstatus(c) == CONNECTION_BAD) fail_open("the server closed the connection", false);
-}
-
-// A prepare that failed (or was skipped) made nothing: the next batch that
-// needs the statement prepares it again.
-void write_pipeline::forget_prepare(std::string_view name) {
-  if (name.empty()) return;
-  if (const auto it = prepares_sent_.find(name); it != prepares_sent_.end())
-    prepares_sent_.erase(it);
-}
-
-void write_pipeline::complete_front() {
-  auto b = std::move(open_.front());
-  open_.pop_front();
-  if (b->error && (b->error->sqlstate == "40001" || b->error->sqlstate == "40P01") &&
-      b->conflicts < 3 && conn_ && conn_->connected()) {
-    ++b->conflicts;
-    b->unsend();
-    open_.push_back(std::move(b));
-    append(*open_.back());
-    if (conn_) flush();
-    return;
-  }
-  boost::system::error_code ec;
-  if (b->error) {
-    ec = make_error_code(b->error->code);
-    log(log_level::error, b->error->message + " (async write)");
-  } else {
-    settle_batch(b->batch, b->changes, b->results, ec);
-  }
-  try {
-    b->done(ec);
-  } catch (const std::exception& e) {
-    log(log_level::error, calls_.log_name() + ": a write's completion threw: " + e.what());
-  } catch (...) {
-    log(log_level::error, calls_.log_name() + ": a write's completion threw");
-  }
-}
-
-bool write_pipeline::resend_open(const std::string& why) {
-  for (const auto& b : open_)
-    if (b->retried) return false;
-  conn_.reset();
-  prepares_sent_.clear();
-  unflushed_ = false;
-  try {
-    conn_ = calls_.dial(":writer");
-  } catch (const pg_failure&) {
-    return false;
-  }
-  log(log_level::warning, calls_.log_name() + ": async write: " + why + "; sending " +
-                              std::to_string(open_.size()) + " open batch(es) again");
-  last_progress_ = steady::now();
-  for (auto& b : open_) {
-    b->retried = true;
-    b->unsend();
-    append(*b);
-    if (!conn_) return true;  // lost again while sending: fail_open() failed them
-  }
-  flush();
-  return true;
-}
-
-void write_pipeline::fail_open(const std::string& why, bool timed_out) {
-  if (!timed_out && !open_.empty() && resend_open(why)) return;
-  if (conn_ && timed_out) conn_->abandon();
-  conn_.reset();
-  prepares_sent_.clear();
-  unflushed_ = false;
-  log(log_level::warning, calls_.log_name() + ": async write: " + why + "; failing " +
-                              std::to_string(open_.size()) + " open batch(es)");
-  while (!open_.empty()) {
-    auto b = std::move(open_.front());
-    open_.pop_front();
-    // All of it on the wire: the server may have committed it.
-    const errc code = b->sent ? errc::outcome_unknown : errc::store_unavailable;
-    try {
-      b->done(make_error_code(code));
-    } catch (...) {
-      log(log_level::error, calls_.log_name() + ": a write's completion threw");
-    }
-  }
-  // Batches still unsent in fresh_ dial again at the next start_fresh().
+  asio::post(core_->strand, [self = core_, b = std::move(b)]() mutable {
+    // A pipeline gone meanwhile (its io_context stopped, and ran again
+    // later): `calls` and `sql` went with it.
+    if (!self->is_closed()) self->take(std::move(b));
+  });
 }
 
 }  // namespace delayq::detail::pg

@@ -34,6 +34,10 @@ std::size_t role_store::max_writes_in_flight() const noexcept {
   return roles_.tasks->max_writes_in_flight();
 }
 
+void role_store::drive_writes_on(boost::asio::any_io_executor io) {
+  roles_.tasks->drive_writes_on(std::move(io));
+}
+
 void role_store::save(std::span<const task> tasks, boost::system::error_code& ec) {
   roles_.tasks->save(tasks, ec);
 }

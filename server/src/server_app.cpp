@@ -575,6 +575,10 @@ void server_app::bring_up() {
     p.forwarder =
         std::make_unique<peer_forwarder>(io_.get_executor(), options_.instance, *p.marker);
   }
+  // The store's answers come back on the engine's io_context, where the
+  // requests that wait for them run too: a write crosses no thread of the
+  // store's (PostgreSQL; the others ignore it).
+  store->drive_writes_on(io_.get_executor());
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   // A consumer's wait that ends the instant a task comes due gets the task.
   p.broker->set_before_timeout([engine = p.engine.get()] { engine->fire_due(); });

@@ -83,13 +83,19 @@ TEST_CASE("failure: a real PostgreSQL stopped and restarted mid-run loses nothin
   CHECK(rec.ids().size() == 1);
 }
 
-TEST_CASE("failure: PostgreSQL killed with schedules in flight loses no acknowledged task") {
+namespace {
+
+// `on_io`: the store's writes driven on the engine's io_context, as
+// delayq-server drives them (task_store::drive_writes_on()).
+void check_killed_mid_run(bool on_io) {
   const std::string uri = outage_uri("killed");
   io_thread io;
   recorder rec;
   delayq::executor_factory f;
   f.add("t", std::ref(rec));
-  auto eng = std::make_unique<delayq::engine>(io.io, f, delayq::open_store(uri), fast_options());
+  auto store = delayq::open_store(uri);
+  if (on_io) store->drive_writes_on(io.io.get_executor());
+  auto eng = std::make_unique<delayq::engine>(io.io, f, std::move(store), fast_options());
   eng->start();
 
   // Schedules go on, 64 in flight at a time, while every process of the
@@ -146,4 +152,14 @@ TEST_CASE("failure: PostgreSQL killed with schedules in flight loses no acknowle
   CHECK(lost == 0);
   CHECK(failed.load() > 0);  // the kill was felt
   CHECK(acked.size() >= 600);
+}
+
+}  // namespace
+
+TEST_CASE("failure: PostgreSQL killed with schedules in flight loses no acknowledged task") {
+  check_killed_mid_run(false);
+}
+
+TEST_CASE("failure: PostgreSQL killed mid-run, its writes on the engine's io_context: none lost") {
+  check_killed_mid_run(true);
 }

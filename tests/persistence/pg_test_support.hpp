@@ -9,11 +9,14 @@
 #include <libpq-fe.h>
 
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "delayq/postgres_store.hpp"
@@ -50,11 +53,25 @@ inline std::string postgres_uri_for(const std::string& schema, const std::string
 }
 
 /// The test server's options for `schema`.
-inline postgres_options postgres_test_options(const std::string& schema, std::uint32_t shards = 0) {
-  postgres_options o = postgres_options::parse(postgres_uri_for(schema));
+inline postgres_options postgres_test_options(const std::string& schema, std::uint32_t shards = 0,
+                                              const std::string& extra = "") {
+  postgres_options o = postgres_options::parse(postgres_uri_for(schema, extra));
   o.layout.shards = shards;
   return o;
 }
+
+/// An io_context run by a thread of its own, for a store's writes
+/// (task_store::drive_writes_on()).
+struct io_runner {
+  boost::asio::io_context io{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work =
+      boost::asio::make_work_guard(io);
+  std::thread thread{[this] { io.run(); }};
+  ~io_runner() {
+    work.reset();
+    if (thread.joinable()) thread.join();
+  }
+};
 
 /// A plain libpq connection to the test server.
 class raw_postgres {

@@ -37,8 +37,10 @@ struct pg_schema {
     store.reset();
     raw.drop_schema(name);
   }
-  task_store& open() {
-    store = open_postgres_store(postgres_test_options(name, shards));
+  // `io`: the store's writes driven there (task_store::drive_writes_on()).
+  task_store& open(boost::asio::any_io_executor io = {}, const std::string& extra = "") {
+    store = open_postgres_store(postgres_test_options(name, shards, extra));
+    if (io) store->drive_writes_on(io);
     return *store;
   }
   std::string table(const char* t) const { return "\"" + name + "\"." + t; }
@@ -187,9 +189,13 @@ TEST_CASE("postgres: a batch that fails part-way leaves nothing of it behind") {
   CHECK(store.dead_letters()->count_dead() == 1);
 }
 
-TEST_CASE("postgres: async_write answers in order, once each, after COMMIT") {
+namespace {
+
+// `io`: the writes driven on an io_context of the test's, whose thread then
+// calls every completion.
+void check_async_write_order(io_runner* io) {
   pg_schema s;
-  task_store& store = s.open();
+  task_store& store = s.open(io ? io->io.get_executor() : boost::asio::any_io_executor{});
   CHECK(store.max_writes_in_flight() == 16);
   // Each COMMIT takes 10 ms more (a deferred trigger runs at COMMIT, after
   // the statements answered): a completion called before its COMMIT would
@@ -214,6 +220,7 @@ TEST_CASE("postgres: async_write answers in order, once each, after COMMIT") {
   std::condition_variable cv;
   std::vector<int> order;
   std::vector<long long> seen(batches, -1);
+  std::set<std::thread::id> threads;
   for (int b = 0; b < batches; ++b)
     store.async_write(changes[b], [&, b](boost::system::error_code e) {
       const long long visible =
@@ -223,6 +230,7 @@ TEST_CASE("postgres: async_write answers in order, once each, after COMMIT") {
       CHECK_FALSE(e);
       order.push_back(b);
       seen[b] = visible;
+      threads.insert(std::this_thread::get_id());
       cv.notify_all();
     });
   std::unique_lock lock(mutex);
@@ -232,6 +240,49 @@ TEST_CASE("postgres: async_write answers in order, once each, after COMMIT") {
     CHECK(seen[b] == 1);
   }
   CHECK(s.count("tasks") == batches * 2);
+  CHECK(threads.size() == 1);
+  if (io) CHECK(*threads.begin() == io->thread.get_id());
+  CHECK_FALSE(threads.contains(std::this_thread::get_id()));
+}
+
+}  // namespace
+
+TEST_CASE("postgres: async_write answers in order, once each, after COMMIT") {
+  check_async_write_order(nullptr);
+}
+
+TEST_CASE("postgres: drive_writes_on: the io_context's thread sends, reads and completes") {
+  io_runner io;
+  check_async_write_order(&io);
+}
+
+TEST_CASE("postgres: drive_writes_on: a store whose io_context stopped still closes") {
+  // A write outstanding on an io_context that no longer runs can never
+  // complete: the store's destructor waits 2 x command_timeout + 1 s for it,
+  // then drops it without calling its completion (the engine that waited
+  // for it is being destroyed), instead of hanging.
+  pg_schema s;
+  auto io = std::make_unique<io_runner>();
+  task_store& store = s.open(io->io.get_executor(), "command_timeout_ms=300");
+  const task first = make_task("before-the-stop");
+  const std::vector<store_change> one{{change_kind::save, &first}};
+  std::promise<boost::system::error_code> landed;
+  store.async_write(one, [&](boost::system::error_code e) { landed.set_value(e); });
+  CHECK_FALSE(landed.get_future().get());
+  io->io.stop();
+  io->thread.join();
+  const task second = make_task("after-the-stop");
+  const std::vector<store_change> two{{change_kind::save, &second}};
+  std::atomic<bool> called{false};
+  store.async_write(two, [&](boost::system::error_code) { called = true; });
+  s.store.reset();  // returns (after its patience): the test does not hang
+  CHECK_FALSE(called.load());
+  io->work.reset();
+  io->io.restart();
+  io->thread =
+      std::thread([r = io.get()] { r->io.run(); });  // what was queued runs: it must do nothing
+  io.reset();
+  CHECK_FALSE(called.load());
 }
 
 TEST_CASE("postgres: the rotation's drain skips the rows a writer holds, never waits for them") {

@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>
 #include <chrono>
 #include <cstddef>
@@ -149,6 +150,18 @@ class task_store {
   /// that made the changes (an application's, delayq-server's I/O threads)
   /// and reports each batch from `done`, with no thread of its own between.
   virtual std::size_t max_writes_in_flight() const noexcept { return 1; }
+
+  /// Asks a store that pipelines to wait for its writes' answers on `io`
+  /// (its socket in that io_context's reactor) and to call async_write()'s
+  /// `done` there, instead of on a thread of its own: a write submitted on
+  /// one of `io`'s threads then crosses no other thread (delayq-server hands
+  /// it the io_context its engine runs on). Call it before the first
+  /// async_write(); later calls are ignored. The io_context must keep
+  /// running while writes are outstanding: a thread of `io` that waits for
+  /// one (engine::stop() called from a handler of `io`) waits until the
+  /// store's command timeout. The default ignores it; so does every store
+  /// delayq ships but PostgreSQL's.
+  virtual void drive_writes_on(boost::asio::any_io_executor io) { (void)io; }
 
   /// Upserts `tasks` as one atomic, durable batch.
   virtual void save(std::span<const task> tasks, boost::system::error_code& ec) = 0;
