@@ -7,7 +7,7 @@
 //
 //   node http_peers.js --delayq http://127.0.0.1:PORT --delayq-pid PID
 //       --redis-port PORT --redis-pid PID --out FILE
-//       [--quick] [--rounds N] [--worker-mode auto|plain|next|both] [--clk-tck N]
+//       [--quick] [--rounds N] [--worker-mode auto|plain|next|both|batch|LIST] [--clk-tck N]
 //
 // Each round runs every scenario on both systems, BullMQ first in even
 // rounds and delayq first in odd ones. The scenarios (sizes for the full
@@ -66,14 +66,15 @@ function parseArgs(argv) {
   }
   for (const need of ['delayq', 'redisPort', 'out'])
     if (a[need] === undefined) throw new Error(`--${need.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase())} is required`);
-  if (!['auto', 'plain', 'next', 'both'].includes(a.workerMode)) throw new Error(`--worker-mode ${a.workerMode}?`);
+  const modeOk = ['auto', 'both'].includes(a.workerMode) || a.workerMode.split(',').every((m) => ['plain', 'next', 'batch'].includes(m));
+  if (!modeOk) throw new Error(`--worker-mode ${a.workerMode}?`);
   return a;
 }
 
 const A = parseArgs(process.argv);
 const CFG = A.quick
-  ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 500, workers: 32 }
-  : { rounds: 3, seq: 5000, warm: 200, par: 20000, inFlight: 32, burst: 20000, late: 20000, spreadMs: 5000, workers: 32 };
+  ? { rounds: 1, seq: 300, warm: 30, par: 1000, inFlight: 32, burst: 1000, late: 1000, spreadMs: 500, workers: 32, batch: 8 }
+  : { rounds: 3, seq: 5000, warm: 200, par: 20000, inFlight: 32, burst: 20000, late: 20000, spreadMs: 5000, workers: 32, batch: 8 };
 if (A.rounds) CFG.rounds = A.rounds;
 const PAYLOAD = 'x'.repeat(16); // the same 16 bytes of job data on both sides
 const JOB_OPTS = { removeOnComplete: true, removeOnFail: true };

@@ -243,7 +243,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=0, help="rounds of tables 1 and 3 (default 3, quick 1)")
     ap.add_argument("--backlog-rounds", type=int, default=0)
     ap.add_argument("--only", default=",".join(PARTS), help="comma-separated: " + ",".join(PARTS))
-    ap.add_argument("--worker-mode", default="auto", choices=["auto", "plain", "next", "both"])
+    ap.add_argument("--worker-mode", default="auto",
+                    help="auto, plain, next, both, batch, or a comma list of plain, next and batch")
     ap.add_argument("--command", default="", help="the command line to record")
     args = ap.parse_args()
 

@@ -227,8 +227,11 @@ def table3(res):
            f"same redis-server, Node.js both sides (median of {rounds_text(cfg['rounds'])})", ""]
     out.append(f"Jobs of {b['payload_bytes']} bytes, no-op workers, removed on completion. "
                f"{cfg['workers']} workers: BullMQ's Worker with concurrency {cfg['workers']}; delayq's are "
-               f"{cfg['workers']} loops of reserve (`max` 1) and finish, in mode: {', '.join(b['worker_modes'])}. "
-               f"{b['note']}.")
+               f"{cfg['workers']} loops of reserve (`max` 1) and finish, in mode: {', '.join(b['worker_modes'])}"
+               + (f"; mode batch: {max(1, round(cfg['workers'] / cfg.get('batch', 8)))} loops of reserve "
+                  f"(`max` {cfg.get('batch', 8)}) and one `POST /v1/tasks:finish` of the batch carrying the next "
+                  f"reserve, {cfg['workers']} jobs at once" if 'batch' in b['worker_modes'] else "")
+               + f". {b['note']}.")
     out.append("")
     out.append("| measure | BullMQ | delayq | delayq ÷ BullMQ | target |")
     out.append("|---|---:|---:|---:|---|")
