@@ -41,7 +41,9 @@ engine::engine(boost::asio::io_context& io, executor_factory executors,
                std::unique_ptr<task_store> store, engine_options options)
     : engine(io.get_executor(), std::move(executors), std::move(store), std::move(options)) {}
 
-engine::~engine() {
+engine::~engine() { close(); }
+
+void engine::close() {
   if (!core_) return;
   if (keeper_) keeper_->stop();
   core_->stop(duration{0});

@@ -1,6 +1,7 @@
 // persistence/postgres/pg_writer.cpp - see pg_writer.hpp.
 #include "pg_writer.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 
 #include <boost/asio/bind_executor.hpp>
@@ -71,8 +72,11 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   };
 
   core(pool& calls, const schema_sql& sql, std::uint32_t shards, const std::atomic<int>& gen,
-       asio::any_io_executor drive, asio::io_context& own)
+       asio::any_io_executor drive, bool foreign, asio::io_context& own)
       : calls(calls),
+        name(calls.log_name()),
+        command_timeout(calls.options().command_timeout),
+        foreign(foreign),
         sql(sql),
         shards(shards),
         gen(gen),
@@ -81,6 +85,25 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         timer(strand) {}
 
   ~core() { drop_connection(false); }
+
+  // Every handler runs inside one: none runs once the pipeline is gone, and
+  // the destructor waits for the ones running when it went.
+  struct scope {
+    explicit scope(core& c) : c(c) {
+      std::lock_guard lock(c.m);
+      ok = !c.closed;
+      if (ok) ++c.running;
+    }
+    ~scope() {
+      if (!ok) return;
+      std::lock_guard lock(c.m);
+      if (--c.running == 0) c.idle.notify_all();
+    }
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+    core& c;
+    bool ok = false;
+  };
 
   // --- the strand's ---------------------------------------------------------
 
@@ -139,7 +162,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       }
       auto held = std::make_shared<std::unique_ptr<connection>>(std::move(c));
       asio::post(self->strand, [self, resend, held, failure = std::move(failure)]() mutable {
-        if (self->is_closed()) return;
+        const scope in(*self);
+        if (!in.ok) return;
         self->dialing = false;
         self->dialled(resend, std::move(*held), std::move(failure));
       });
@@ -152,7 +176,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         fail_open(resend_why, false, false);
       } else {
         // Nothing of these batches was sent: they did not happen.
-        log(log_level::error, calls.log_name() + ": async write failed: " + failure->message);
+        log(log_level::error, name + ": async write failed: " + failure->message);
         while (!fresh.empty()) {
           auto b = std::move(fresh.front());
           fresh.pop_front();
@@ -166,7 +190,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     prepares_sent.clear();
     watch_socket();
     if (resend) {
-      log(log_level::warning, calls.log_name() + ": async write: " + resend_why + "; sending " +
+      log(log_level::warning, name + ": async write: " + resend_why + "; sending " +
                                   std::to_string(open.size()) + " open batch(es) again");
       last_progress = steady::now();
       for (auto& b : open) {
@@ -250,7 +274,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         if (!b.error) {
           const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
           b.error = pg_failure{state ? sqlstate_errc(state) : errc::store_error,
-                               calls.log_name() + ": " + trimmed(PQresultErrorMessage(r.get()))};
+                               name + ": " + trimmed(PQresultErrorMessage(r.get()))};
           if (state) b.error->sqlstate = state;
         }
       } else if (st == PGRES_PIPELINE_ABORTED) {
@@ -313,7 +337,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     }
     drop_connection(timed_out);
     unflushed = false;
-    log(log_level::warning, calls.log_name() + ": async write: " + why + "; failing " +
+    log(log_level::warning, name + ": async write: " + why + "; failing " +
                                 std::to_string(open.size()) + " open batch(es)");
     while (!open.empty()) {
       auto b = std::move(open.front());
@@ -328,9 +352,9 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     try {
       b.done(ec);
     } catch (const std::exception& e) {
-      log(log_level::error, calls.log_name() + ": a write's completion threw: " + e.what());
+      log(log_level::error, name + ": a write's completion threw: " + e.what());
     } catch (...) {
-      log(log_level::error, calls.log_name() + ": a write's completion threw");
+      log(log_level::error, name + ": a write's completion threw");
     }
     std::lock_guard lock(m);
     --pending;
@@ -348,7 +372,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       socket->async_wait(asio::posix::stream_descriptor::wait_read,
                          asio::bind_executor(strand, [self = shared_from_this(),
                                                       gen = socket_gen](boost::system::error_code) {
-                           if (self->is_closed()) return;
+                           const scope in(*self);
+                           if (!in.ok) return;
                            if (gen == self->socket_gen) self->reading = false;
                            self->on_readable();
                          }));
@@ -356,7 +381,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       // queued (another thread running the io_context) is read here.
       if (ready_now(fd, POLLIN))
         return asio::post(strand, [self = shared_from_this()] {
-          if (!self->is_closed()) self->on_readable();
+          const scope in(*self);
+          if (in.ok) self->on_readable();
         });
     }
     if (unflushed && !writing) {
@@ -364,7 +390,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       socket->async_wait(asio::posix::stream_descriptor::wait_write,
                          asio::bind_executor(strand, [self = shared_from_this(),
                                                       gen = socket_gen](boost::system::error_code) {
-                           if (self->is_closed()) return;
+                           const scope in(*self);
+                           if (!in.ok) return;
                            if (gen == self->socket_gen) self->writing = false;
                            if (self->conn && self->unflushed) self->flush();
                            self->step();
@@ -372,9 +399,10 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     }
     if (!timing) {
       timing = true;
-      timer.expires_at(last_progress + calls.options().command_timeout);
+      timer.expires_at(last_progress + command_timeout);
       timer.async_wait([self = shared_from_this()](boost::system::error_code) {
-        if (self->is_closed()) return;
+        const scope in(*self);
+        if (!in.ok) return;
         self->timing = false;
         self->on_timer();
       });
@@ -388,28 +416,33 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
 
   void on_timer() {
     if (!open.empty() && conn && conn->connected()) {
-      const auto deadline = last_progress + calls.options().command_timeout;
+      const auto deadline = last_progress + command_timeout;
       if (steady::now() >= deadline)
-        fail_open(
-            "no answer within " + std::to_string(calls.options().command_timeout.count()) + " ms",
-            true);
+        fail_open("no answer within " + std::to_string(command_timeout.count()) + " ms", true);
     }
     step();
   }
 
+  // The reactor watches a duplicate of libpq's socket: libpq closes its own
+  // when the server goes (in PQconsumeInput, say), and the number may be
+  // reused before the pipeline lets go; the duplicate stays the pipeline's
+  // until release_socket() closes it.
   void watch_socket() {
     const int fd = PQsocket(conn->get());
-    if (fd < 0) return;
-    socket.emplace(strand, fd);
+    const int mine = fd < 0 ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (mine < 0) return;  // arm() fails the open batches
+    socket.emplace(strand, mine);
     ++socket_gen;
     reading = writing = false;
   }
 
-  // Takes the socket out of the reactor before libpq closes it. Waits
-  // queued on it end (operation_aborted) and find `socket_gen` moved on.
+  // Takes the duplicate out of the reactor and closes it, before libpq
+  // closes its own (the last one, which ends the connection). Waits queued
+  // on it end (operation_aborted) and find `socket_gen` moved on.
   void release_socket() {
     if (!socket) return;
-    socket->release();
+    boost::system::error_code ignored;
+    socket->close(ignored);
     socket.reset();
     ++socket_gen;
     reading = writing = false;
@@ -422,12 +455,12 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     prepares_sent.clear();
   }
 
-  bool is_closed() {
-    std::lock_guard lock(m);
-    return closed;
-  }
-
+  // Only dial() and submit() use `calls` and `sql` (the backend's): a
+  // handler still running once the pipeline is gone reads the copies.
   pool& calls;
+  const std::string name;
+  const std::chrono::milliseconds command_timeout;
+  const bool foreign;  // driven on an io_context given, not its own
   const schema_sql& sql;
   std::uint32_t shards;
   const std::atomic<int>& gen;
@@ -450,6 +483,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   std::mutex m;
   std::condition_variable idle;
   std::size_t pending = 0;  // submitted, `done` not called yet
+  std::size_t running = 0;  // handlers inside a scope
   bool closed = false;      // the pipeline is gone: handlers do nothing
 };
 
@@ -457,18 +491,27 @@ write_pipeline::write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t
                                const std::atomic<int>& gen, asio::any_io_executor io)
     : work_(asio::make_work_guard(own_io_)),
       core_(std::make_shared<core>(calls, sql, shards, gen, io ? io : own_io_.get_executor(),
-                                   own_io_)),
+                                   static_cast<bool>(io), own_io_)),
       thread_([this] { own_io_.run(); }) {}
 
 write_pipeline::~write_pipeline() {
   {
     std::unique_lock lock(core_->m);
-    const auto patience = 2 * core_->calls.options().command_timeout + std::chrono::seconds{1};
-    if (!core_->idle.wait_for(lock, patience, [&] { return core_->pending == 0; }))
-      log(log_level::error, core_->calls.log_name() + ": " + std::to_string(core_->pending) +
+    const auto idle = [&] { return core_->pending == 0; };
+    if (!core_->foreign) {
+      // Its own thread finishes every batch (each within command_timeout
+      // of its last progress, or failed at once).
+      core_->idle.wait(lock, idle);
+    } else if (!core_->idle.wait_for(lock, 2 * core_->command_timeout + std::chrono::seconds{1},
+                                     idle)) {
+      log(log_level::error, core_->name + ": " + std::to_string(core_->pending) +
                                 " write(s) unconfirmed when the store closed (its io_context "
                                 "stopped?): dropped, their outcome unknown");
+    }
     core_->closed = true;
+    // A handler still running (the one whose completion let the wait above
+    // end, say) finishes before the backend it may read goes.
+    core_->idle.wait(lock, [&] { return core_->running == 0; });
   }
   // The connection closes on the strand; on an io_context that no longer
   // runs, when the core goes (the handler is destroyed with the io_context).
@@ -488,7 +531,7 @@ void write_pipeline::submit(std::span<const store_change> changes, done_fn done)
     b->batch =
         make_batch(core_->sql, core_->shards, core_->gen.load(std::memory_order_relaxed), changes);
   } catch (const pg_failure& f) {
-    log(log_level::error, core_->calls.log_name() + ": async write failed: " + f.message);
+    log(log_level::error, core_->name + ": async write failed: " + f.message);
     done(make_error_code(f.code));
     return;
   }
@@ -501,7 +544,8 @@ void write_pipeline::submit(std::span<const store_change> changes, done_fn done)
   asio::post(core_->strand, [self = core_, b = std::move(b)]() mutable {
     // A pipeline gone meanwhile (its io_context stopped, and ran again
     // later): `calls` and `sql` went with it.
-    if (!self->is_closed()) self->take(std::move(b));
+    const core::scope in(*self);
+    if (in.ok) self->take(std::move(b));
   });
 }
 

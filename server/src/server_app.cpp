@@ -122,7 +122,9 @@ server_app::server_app(server_options options)
 
 server_app::~server_app() {
   stop_starter();
-  if (p_->engine) p_->engine->stop(std::chrono::seconds{0});
+  // close(), not only stop(): while io_ may still run, the store's last
+  // writes land (after a drain they have, and this returns at once).
+  if (p_->engine) p_->engine->close();
   stop_io();
 }
 
@@ -749,6 +751,9 @@ void server_app::drain(std::chrono::milliseconds grace) {
     p.peers->withdraw(ec);
     if (ec) log(log_level::warning, "drain: erasing this instance's address: " + ec.message());
   }
+  // The store completes its writes on io_ (drive_writes_on()): the engine's
+  // last ones land before io_ stops.
+  p.engine->close();
   p.http->close_all();
   stop_io();
 }

@@ -6,11 +6,15 @@
 // server, which the other tests must not share.
 #include <doctest/doctest.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <set>
 
+#include "delayq/postgres_store.hpp"
 #include "engine_test_support.hpp"
+#include "freezing_proxy.hpp"
 #include "pg_test_support.hpp"
 
 using namespace delayq_test;
@@ -162,4 +166,57 @@ TEST_CASE("failure: PostgreSQL killed with schedules in flight loses no acknowle
 
 TEST_CASE("failure: PostgreSQL killed mid-run, its writes on the engine's io_context: none lost") {
   check_killed_mid_run(true);
+}
+
+TEST_CASE(
+    "failure: a PostgreSQL write held past command_timeout on the engine's io_context fails "
+    "outcome_unknown there, and the engine closes") {
+  // The pipeline's timer and socket waits are handlers of the engine's
+  // io_context (delayq-server's arrangement). A write a frozen proxy holds
+  // fails at command_timeout, on that io_context, while engine::close()
+  // waits for it; the engine then goes after the io_context stopped, as
+  // delayq-server's drain has it (close, then stop the I/O).
+  const std::string schema = delayq::test::unique_schema("close");
+  auto o = delayq::postgres_options::parse(delayq::test::postgres_uri_for(schema));
+  delayq::test::freezing_proxy proxy(o.connection.port, 1);
+  o.connection.port = proxy.port();
+  o.connection.command_timeout = 1s;
+  boost::asio::io_context io{1};
+  auto guard = boost::asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  recorder rec;
+  delayq::executor_factory f;
+  f.add("t", std::ref(rec));
+  auto store = delayq::open_postgres_store(o);
+  store->drive_writes_on(io.get_executor());
+  auto eng = std::make_shared<delayq::engine>(io, f, std::move(store), fast_options());
+  eng->start();
+  std::promise<boost::system::error_code> warm;
+  eng->async_schedule_at("t", "warm", clock_type::now() + 1h, {},
+                         [&](boost::system::error_code e, std::string) { warm.set_value(e); });
+  REQUIRE_FALSE(warm.get_future().get());  // the pipeline's connection is open
+
+  proxy.freeze();
+  std::promise<boost::system::error_code> held;
+  eng->async_schedule_at("t", "held", clock_type::now() + 1h, {},
+                         [&](boost::system::error_code e, std::string) { held.set_value(e); });
+  auto closed = std::async(std::launch::async, [eng] { eng->close(); });
+  REQUIRE(closed.wait_for(patience) == std::future_status::ready);
+  // Its outcome came within close(): unknown (sent whole, never answered).
+  auto outcome = held.get_future();
+  REQUIRE(outcome.wait_for(0s) == std::future_status::ready);
+  CHECK(outcome.get() == errc::outcome_unknown);
+
+  guard.reset();
+  io.stop();
+  runner.join();
+  // The destructor waits for nothing now; a thread of its own, so that a
+  // wait for ever fails the test instead of hanging it.
+  auto done = std::make_shared<std::promise<void>>();
+  std::thread([eng = std::move(eng), done]() mutable {
+    eng.reset();
+    done->set_value();
+  }).detach();
+  CHECK(done->get_future().wait_for(patience) == std::future_status::ready);
+  proxy.thaw();
 }

@@ -124,9 +124,11 @@ class temp_dir {
   std::string path_;
 };
 
-enum class store_kind { redis, sqlite };
+enum class store_kind { redis, sqlite, postgres };
 
-inline std::string to_string(store_kind k) { return k == store_kind::redis ? "redis" : "sqlite"; }
+inline std::string to_string(store_kind k) {
+  return k == store_kind::redis ? "redis" : k == store_kind::sqlite ? "sqlite" : "postgres";
+}
 
 /// The base Redis URI of the test run; fails (throws) with the way out when
 /// there is none, so a Redis test is never silently skipped.
@@ -153,6 +155,20 @@ class test_store {
       std::string prefix = unique_name("srv");
       if (prefix.size() > 64) prefix = prefix.substr(prefix.size() - 64);
       uri_ = base + (base.find('?') == std::string::npos ? "?" : "&") + "prefix=" + prefix;
+    } else if (kind == store_kind::postgres) {
+      // A schema of its own on the run's PostgreSQL (scripts/with-postgres.sh).
+      const char* base = std::getenv("DELAYQ_TEST_POSTGRES");
+      if (!base || !*base)
+        throw std::runtime_error(
+            "DELAYQ_TEST_POSTGRES is not set: run the tests through scripts/with-postgres.sh "
+            "or scripts/test.sh");
+      std::string schema = unique_name("srv");
+      for (char& ch : schema)
+        if (ch == '-' || ch == '.') ch = '_';
+      if (schema.size() > 47) schema = schema.substr(schema.size() - 47);
+      uri_ = std::string(base) +
+             (std::string_view(base).find('?') == std::string_view::npos ? "?" : "&") + "schema=s" +
+             schema;
     } else {
       uri_ = "sqlite:" + dir_.path() + "/tasks.db";
     }
@@ -800,4 +816,5 @@ inline double waiting_consumers(http_client& c) {
   ::delayq::server_test::store_kind kind = ::delayq::server_test::store_kind::redis; \
   SUBCASE("redis") { kind = ::delayq::server_test::store_kind::redis; }              \
   SUBCASE("sqlite") { kind = ::delayq::server_test::store_kind::sqlite; }            \
+  SUBCASE("postgres") { kind = ::delayq::server_test::store_kind::postgres; }        \
   INFO("store: ", ::delayq::server_test::to_string(kind))

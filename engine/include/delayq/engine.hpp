@@ -387,6 +387,16 @@ class engine {
   /// of them): it returns at once, false if any attempt is running.
   bool stop(duration drain = std::chrono::seconds{30});
 
+  /// What the destructor does, now: stop() without a drain, then waits for
+  /// the running attempts to return and for every store write in flight to
+  /// land (kept writes get one more try), and leaves the cluster. Later
+  /// writes (an attempt ending late) are made on the caller's thread. Call
+  /// it while the io_context runs when the store was told to complete its
+  /// writes there (task_store::drive_writes_on()): a write in flight needs
+  /// it to land, and the destructor would otherwise wait for it for ever.
+  /// Safe to call twice; the destructor calls it.
+  void close();
+
   /// The options in force.
   const engine_options& options() const noexcept;
 

@@ -157,10 +157,12 @@ class task_store {
   /// one of `io`'s threads then crosses no other thread (delayq-server hands
   /// it the io_context its engine runs on). Call it before the first
   /// async_write(); later calls are ignored. The io_context must keep
-  /// running while writes are outstanding: a thread of `io` that waits for
-  /// one (engine::stop() called from a handler of `io`) waits until the
-  /// store's command timeout. The default ignores it; so does every store
-  /// delayq ships but PostgreSQL's.
+  /// running while writes are outstanding, and nothing may wait for a write
+  /// on a thread of it: an engine call that waits for its write
+  /// (engine::stop(), close(), the blocking schedule calls) made from a
+  /// handler of `io` would wait for ever. Close the engine (engine::close())
+  /// before `io` stops. The default ignores it; so does every store delayq
+  /// ships but PostgreSQL's.
   virtual void drive_writes_on(boost::asio::any_io_executor io) { (void)io; }
 
   /// Upserts `tasks` as one atomic, durable batch.
