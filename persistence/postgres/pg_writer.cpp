@@ -455,8 +455,10 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     prepares_sent.clear();
   }
 
-  // Only dial() and submit() use `calls` and `sql` (the backend's): a
-  // handler still running once the pipeline is gone reads the copies.
+  // `calls` and `sql` are the backend's: dial() and submit() use them, and
+  // a batch's statements hold views into `sql`. Handlers read the copies
+  // below for the rest, and none runs once the destructor has returned (it
+  // waits for the running scopes).
   pool& calls;
   const std::string name;
   const std::chrono::milliseconds command_timeout;

@@ -47,7 +47,9 @@
 // command_timeout, or failed at once when the server cannot be reached). On
 // an io_context given, that needs the io_context running: a destructor that
 // finds it stopped waits 2 x command_timeout + 1 s, logs the batches left
-// and drops them without calling their `done`.
+// and drops them without calling their `done`. Never destroy the pipeline
+// from its own `done` (or any handler of its strand): it would wait for
+// itself.
 #pragma once
 
 #include <utility>

@@ -122,8 +122,9 @@ server_app::server_app(server_options options)
 
 server_app::~server_app() {
   stop_starter();
-  // close(), not only stop(): while io_ may still run, the store's last
-  // writes land (after a drain they have, and this returns at once).
+  // After a drain (the usual way here: run() has returned) the engine is
+  // closed already and this returns at once; without one, io_ has not run
+  // or has stopped, and close() waits for what the store still holds.
   if (p_->engine) p_->engine->close();
   stop_io();
 }

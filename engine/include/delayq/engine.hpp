@@ -394,7 +394,10 @@ class engine {
   /// it while the io_context runs when the store was told to complete its
   /// writes there (task_store::drive_writes_on()): a write in flight needs
   /// it to land, and the destructor would otherwise wait for it for ever.
-  /// Safe to call twice; the destructor calls it.
+  /// Safe to call twice, one call after the other (not concurrently with
+  /// itself or stop()); the destructor calls it. Never from an executor of
+  /// this engine (it joins the attempts' threads) or from a handler of the
+  /// io_context its store completes writes on (it waits for them there).
   void close();
 
   /// The options in force.
