@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
@@ -366,36 +365,17 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   void arm() {
     if (open.empty() || !conn || !conn->connected()) return;
     if (!socket) return fail_open("the connection has no socket", false);
-    const int fd = socket->native_handle();
     if (!reading) {
       reading = true;
-      socket->async_wait(asio::posix::stream_descriptor::wait_read,
-                         asio::bind_executor(strand, [self = shared_from_this(),
-                                                      gen = socket_gen](boost::system::error_code) {
-                           const scope in(*self);
-                           if (!in.ok) return;
-                           if (gen == self->socket_gen) self->reading = false;
-                           self->on_readable();
-                         }));
-      // The reactor reports edges: one that came before the wait was
-      // queued (another thread running the io_context) is read here.
-      if (ready_now(fd, POLLIN))
-        return asio::post(strand, [self = shared_from_this()] {
-          const scope in(*self);
-          if (in.ok) self->on_readable();
-        });
+      wait(asio::posix::stream_descriptor::wait_read, &core::reading,
+           [](core& c) { c.on_readable(); });
     }
     if (unflushed && !writing) {
       writing = true;
-      socket->async_wait(asio::posix::stream_descriptor::wait_write,
-                         asio::bind_executor(strand, [self = shared_from_this(),
-                                                      gen = socket_gen](boost::system::error_code) {
-                           const scope in(*self);
-                           if (!in.ok) return;
-                           if (gen == self->socket_gen) self->writing = false;
-                           if (self->conn && self->unflushed) self->flush();
-                           self->step();
-                         }));
+      wait(asio::posix::stream_descriptor::wait_write, &core::writing, [](core& c) {
+        if (c.conn && c.unflushed) c.flush();
+        c.step();
+      });
     }
     if (!timing) {
       timing = true;
@@ -407,6 +387,21 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         self->on_timer();
       });
     }
+  }
+
+  // One wait on the socket; `flag` (reading or writing) says it is queued.
+  // Queueing it re-arms the descriptor in epoll (EPOLL_CTL_MOD), which
+  // reports a socket that is ready already: no edge is lost. A wait that
+  // ends after the socket was replaced leaves the new one's flag alone.
+  template <class Then>
+  void wait(asio::posix::stream_descriptor::wait_type what, bool core::*flag, Then then) {
+    socket->async_wait(
+        what, [self = shared_from_this(), gen = socket_gen, flag, then](boost::system::error_code) {
+          const scope in(*self);
+          if (!in.ok) return;
+          if (gen == self->socket_gen) (*self).*flag = false;
+          then(*self);
+        });
   }
 
   void on_readable() {

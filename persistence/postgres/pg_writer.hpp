@@ -37,11 +37,9 @@
 // reactor: a batch submitted on a thread of it is sent there as soon as the
 // submitting handler returns, and its `done` runs there too, so the write
 // crosses no other thread. Only a dial, which blocks, runs on the
-// pipeline's own thread and hands the connection back to the strand. (The
-// reactor reports a socket's readiness by edges: after queueing a wait the
-// pipeline looks once more without waiting, so an edge another thread of
-// the io_context took first is not lost.) The reactor watches a duplicate
-// of the socket, which the pipeline closes before libpq closes its own.
+// pipeline's own thread and hands the connection back to the strand. The
+// reactor watches a duplicate of the socket, which the pipeline closes
+// before libpq closes its own.
 //
 // The destructor lets the pipeline finish every batch submitted (each within
 // command_timeout, or failed at once when the server cannot be reached). On
