@@ -1,18 +1,13 @@
 // persistence/postgres/pg_writer.cpp - see pg_writer.hpp.
 #include "pg_writer.hpp"
 
-#include <fcntl.h>
 #include <poll.h>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/defer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -40,9 +35,8 @@ bool ready_now(int fd, short events) {
 
 }  // namespace
 
-// Everything the handlers touch. Held by them (shared), so that a handler
-// still queued in an io_context after the pipeline is gone finds it, sees
-// `closed`, and does nothing.
+// Everything the handlers touch. Held by them (shared): see
+// strand_pipeline.hpp.
 struct write_pipeline::core : std::enable_shared_from_this<core> {
   struct open_batch {
     write_batch batch;
@@ -81,28 +75,12 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         gen(gen),
         strand(asio::make_strand(drive)),
         dialer(own.get_executor()),
+        sock(strand),
         timer(strand) {}
 
   ~core() { drop_connection(false); }
 
-  // Every handler runs inside one: none runs once the pipeline is gone, and
-  // the destructor waits for the ones running when it went.
-  struct scope {
-    explicit scope(core& c) : c(c) {
-      std::lock_guard lock(c.m);
-      ok = !c.closed;
-      if (ok) ++c.running;
-    }
-    ~scope() {
-      if (!ok) return;
-      std::lock_guard lock(c.m);
-      if (--c.running == 0) c.idle.notify_all();
-    }
-    scope(const scope&) = delete;
-    scope& operator=(const scope&) = delete;
-    core& c;
-    bool ok = false;
-  };
+  using scope = pipeline_life::scope;
 
   // --- the strand's ---------------------------------------------------------
 
@@ -123,7 +101,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     // out before a batch is sent on it, which would then fail as
     // outcome_unknown. Only a readable socket can hold that news.
     if (conn && open.empty() && ready_now(PQsocket(conn->get()), POLLIN)) {
-      release_socket();
+      sock.release();
       if (!conn->alive())
         conn.reset();
       else
@@ -149,8 +127,10 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   // else for the fresh ones.
   void dial(bool resend) {
     dialing = true;
-    std::lock_guard lock(m);
-    if (closed) return;
+    life.unless_closed([&] { post_dial(resend); });
+  }
+
+  void post_dial(bool resend) {
     asio::post(dialer, [self = shared_from_this(), resend] {
       std::unique_ptr<connection> c;
       std::optional<pg_failure> failure;
@@ -161,8 +141,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       }
       auto held = std::make_shared<std::unique_ptr<connection>>(std::move(c));
       asio::post(self->strand, [self, resend, held, failure = std::move(failure)]() mutable {
-        const scope in(*self);
-        if (!in.ok) return;
+        const scope in(self->life);
+        if (!in.ok()) return;
         self->dialing = false;
         self->dialled(resend, std::move(*held), std::move(failure));
       });
@@ -355,53 +335,36 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     } catch (...) {
       log(log_level::error, name + ": a write's completion threw");
     }
-    std::lock_guard lock(m);
-    --pending;
-    if (pending == 0) idle.notify_all();
+    life.finished();
   }
 
   // The waits the state needs: the socket's while batches are open, and the
   // command_timeout's.
   void arm() {
     if (open.empty() || !conn || !conn->connected()) return;
-    if (!socket) return fail_open("the connection has no socket", false);
-    if (!reading) {
-      reading = true;
-      wait(asio::posix::stream_descriptor::wait_read, &core::reading,
-           [](core& c) { c.on_readable(); });
-    }
-    if (unflushed && !writing) {
-      writing = true;
-      wait(asio::posix::stream_descriptor::wait_write, &core::writing, [](core& c) {
-        if (c.conn && c.unflushed) c.flush();
-        c.step();
+    if (!sock.watching()) return fail_open("the connection has no socket", false);
+    sock.wait(socket_watch::wait_type::wait_read, [self = shared_from_this()] {
+      const scope in(self->life);
+      if (in.ok()) self->on_readable();
+    });
+    if (unflushed) {
+      sock.wait(socket_watch::wait_type::wait_write, [self = shared_from_this()] {
+        const scope in(self->life);
+        if (!in.ok()) return;
+        if (self->conn && self->unflushed) self->flush();
+        self->step();
       });
     }
     if (!timing) {
       timing = true;
       timer.expires_at(last_progress + command_timeout);
       timer.async_wait([self = shared_from_this()](boost::system::error_code) {
-        const scope in(*self);
-        if (!in.ok) return;
+        const scope in(self->life);
+        if (!in.ok()) return;
         self->timing = false;
         self->on_timer();
       });
     }
-  }
-
-  // One wait on the socket; `flag` (reading or writing) says it is queued.
-  // Queueing it re-arms the descriptor in epoll (EPOLL_CTL_MOD), which
-  // reports a socket that is ready already: no edge is lost. A wait that
-  // ends after the socket was replaced leaves the new one's flag alone.
-  template <class Then>
-  void wait(asio::posix::stream_descriptor::wait_type what, bool core::*flag, Then then) {
-    socket->async_wait(
-        what, [self = shared_from_this(), gen = socket_gen, flag, then](boost::system::error_code) {
-          const scope in(*self);
-          if (!in.ok) return;
-          if (gen == self->socket_gen) (*self).*flag = false;
-          then(*self);
-        });
   }
 
   void on_readable() {
@@ -418,33 +381,14 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     step();
   }
 
-  // The reactor watches a duplicate of libpq's socket: libpq closes its own
-  // when the server goes (in PQconsumeInput, say), and the number may be
-  // reused before the pipeline lets go; the duplicate stays the pipeline's
-  // until release_socket() closes it.
+  // libpq closes its own socket when the server goes (in PQconsumeInput,
+  // say): the reactor watches a duplicate (socket_watch).
   void watch_socket() {
-    const int fd = PQsocket(conn->get());
-    const int mine = fd < 0 ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (mine < 0) return;  // arm() fails the open batches
-    socket.emplace(strand, mine);
-    ++socket_gen;
-    reading = writing = false;
-  }
-
-  // Takes the duplicate out of the reactor and closes it, before libpq
-  // closes its own (the last one, which ends the connection). Waits queued
-  // on it end (operation_aborted) and find `socket_gen` moved on.
-  void release_socket() {
-    if (!socket) return;
-    boost::system::error_code ignored;
-    socket->close(ignored);
-    socket.reset();
-    ++socket_gen;
-    reading = writing = false;
+    sock.watch(PQsocket(conn->get()));  // when it cannot, arm() fails the open batches
   }
 
   void drop_connection(bool abandon) {
-    release_socket();
+    sock.release();
     if (conn && abandon) conn->abandon();
     conn.reset();
     prepares_sent.clear();
@@ -466,9 +410,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
 
   // The strand's.
   std::unique_ptr<connection> conn;
-  std::optional<asio::posix::stream_descriptor> socket;
-  std::uint64_t socket_gen = 0;
-  bool reading = false, writing = false, timing = false, dialing = false;
+  socket_watch sock;
+  bool timing = false, dialing = false;
   asio::steady_timer timer;
   std::set<std::string, std::less<>> prepares_sent;  // on conn, answered or not
   std::deque<std::unique_ptr<open_batch>> fresh, open;
@@ -476,40 +419,19 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   steady::time_point last_progress{};
   std::string resend_why;
 
-  // Any thread's.
-  std::mutex m;
-  std::condition_variable idle;
-  std::size_t pending = 0;  // submitted, `done` not called yet
-  std::size_t running = 0;  // handlers inside a scope
-  bool closed = false;      // the pipeline is gone: handlers do nothing
+  pipeline_life life;  // any thread's
 };
 
 write_pipeline::write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t shards,
                                const std::atomic<int>& gen, asio::any_io_executor io)
-    : work_(asio::make_work_guard(own_io_)),
-      core_(std::make_shared<core>(calls, sql, shards, gen, io ? io : own_io_.get_executor(),
-                                   static_cast<bool>(io), own_io_)),
-      thread_([this] { own_io_.run(); }) {}
+    : core_(std::make_shared<core>(calls, sql, shards, gen, io ? io : own_.io().get_executor(),
+                                   static_cast<bool>(io), own_.io())) {}
 
 write_pipeline::~write_pipeline() {
-  {
-    std::unique_lock lock(core_->m);
-    const auto idle = [&] { return core_->pending == 0; };
-    if (!core_->foreign) {
-      // Its own thread finishes every batch (each within command_timeout
-      // of its last progress, or failed at once).
-      core_->idle.wait(lock, idle);
-    } else if (!core_->idle.wait_for(lock, 2 * core_->command_timeout + std::chrono::seconds{1},
-                                     idle)) {
-      log(log_level::error, core_->name + ": " + std::to_string(core_->pending) +
-                                " write(s) unconfirmed when the store closed (its io_context "
-                                "stopped?): dropped, their outcome unknown");
-    }
-    core_->closed = true;
-    // A handler still running (the one whose completion let the wait above
-    // end, say) finishes before the backend it may read goes.
-    core_->idle.wait(lock, [&] { return core_->running == 0; });
-  }
+  // Each batch ends within command_timeout of its last progress, or fails
+  // at once.
+  core_->life.close(core_->foreign, 2 * core_->command_timeout + std::chrono::seconds{1},
+                    core_->name);
   // The connection closes on the strand; on an io_context that no longer
   // runs, when the core goes (the handler is destroyed with the io_context).
   asio::post(core_->strand, [self = core_] {
@@ -518,8 +440,7 @@ write_pipeline::~write_pipeline() {
   });
   // The own thread ends once nothing is queued on it (the strand's last
   // handlers, without an executor given; a dial under way).
-  work_.reset();
-  thread_.join();
+  own_.join();
 }
 
 void write_pipeline::submit(std::span<const store_change> changes, done_fn done) {
@@ -534,15 +455,17 @@ void write_pipeline::submit(std::span<const store_change> changes, done_fn done)
   }
   b->changes = changes;
   b->done = std::move(done);
-  {
-    std::lock_guard lock(core_->m);
-    ++core_->pending;
-  }
-  asio::post(core_->strand, [self = core_, b = std::move(b)]() mutable {
+  core_->life.submitted();
+  // Deferred, not posted: submitted on a thread of the io_context the
+  // strand runs on, the batch is sent by that thread once the submitting
+  // handler returns, instead of waking another thread of it (or the
+  // reactor, with an epoll_ctl) for it. From any other thread a defer is a
+  // post.
+  asio::defer(core_->strand, [self = core_, b = std::move(b)]() mutable {
     // A pipeline gone meanwhile (its io_context stopped, and ran again
     // later): `calls` and `sql` went with it.
-    const core::scope in(*self);
-    if (in.ok) self->take(std::move(b));
+    const core::scope in(self->life);
+    if (in.ok()) self->take(std::move(b));
   });
 }
 

@@ -54,15 +54,12 @@
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/system/error_code.hpp>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
-#include <thread>
 
+#include "../roles/strand_pipeline.hpp"
 #include "pg_batch.hpp"
 #include "pg_pool.hpp"
 
@@ -89,11 +86,8 @@ class write_pipeline {
 
  private:
   struct core;
-  // The dials' thread (and the strand's, without an executor given).
-  boost::asio::io_context own_io_{1};
-  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  own_thread own_;  // the dials' thread (and the strand's, without an executor given)
   std::shared_ptr<core> core_;
-  std::thread thread_;
 };
 
 }  // namespace delayq::detail::pg

@@ -70,7 +70,8 @@ struct backend {
   std::mutex shard_write_mutex;  // guards shard_writes
   cluster_router shard_writes;
 
-  std::mutex pipeline_mutex;  // guards the creation of pipeline
+  std::mutex pipeline_mutex;                 // guards the creation of pipeline, and pipeline_io
+  boost::asio::any_io_executor pipeline_io;  // drive_writes_on()'s
   // Declared last: destroyed first, so it drains before the rest goes.
   std::unique_ptr<write_pipeline> pipeline;
 
@@ -120,8 +121,10 @@ struct backend {
   /// redis_failure. The caller holds a sigpipe_guard.
   void connect();
 
-  /// The pipeline, started on first use.
+  /// The pipeline, started on first use: on the executor drive_writes_on()
+  /// named before, if any (task_store::drive_writes_on()).
   write_pipeline& writer();
+  void drive_writes_on(boost::asio::any_io_executor io);
 
   /// A record that failed to decode, as read from a hash.
   struct bad_record {

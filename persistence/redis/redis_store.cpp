@@ -108,8 +108,14 @@ void backend::connect() {
 
 detail::redis::write_pipeline& backend::writer() {
   std::lock_guard lock(pipeline_mutex);
-  if (!pipeline) pipeline = std::make_unique<detail::redis::write_pipeline>(opts, name, slot);
+  if (!pipeline)
+    pipeline = std::make_unique<detail::redis::write_pipeline>(opts, name, slot, pipeline_io);
   return *pipeline;
+}
+
+void backend::drive_writes_on(boost::asio::any_io_executor io) {
+  std::lock_guard lock(pipeline_mutex);
+  if (!pipeline) pipeline_io = std::move(io);
 }
 
 // ---- writes ---------------------------------------------------------------

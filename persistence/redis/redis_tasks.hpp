@@ -39,6 +39,11 @@ class tasks_role final : public task_store {
     b_.async_write(changes, std::move(done));
   }
   std::size_t max_writes_in_flight() const noexcept override { return b_.max_writes_in_flight(); }
+  /// The write pipeline's (write_pipeline.hpp); ignored in the sharded
+  /// layout, which writes on the calling thread.
+  void drive_writes_on(boost::asio::any_io_executor io) override {
+    b_.drive_writes_on(std::move(io));
+  }
   void save(std::span<const task> tasks, boost::system::error_code& ec) override;
   void remove(std::span<const std::string> ids, boost::system::error_code& ec) override;
   list_summary list(const std::function<void(task&&)>& sink,

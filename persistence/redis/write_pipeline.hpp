@@ -1,12 +1,12 @@
 // persistence/redis/write_pipeline.hpp - the Redis store's async_write(): a
-// connection of its own, driven by a private I/O thread, on which batches
-// are pipelined. Internal.
+// connection of its own on which batches are pipelined, driven by handlers
+// on a strand. Internal.
 //
 // A batch (one call of the write script, scripts.hpp) is appended to the
 // connection's output as soon as it is submitted, whatever is still
 // waiting for a reply, so batch k+1 travels while the server runs and
-// fsyncs batch k. Redis answers in order; the thread matches each reply to
-// the oldest open batch and calls its `done` there, in submission order,
+// fsyncs batch k. Redis answers in order; the pipeline matches each reply
+// to the oldest open batch and calls its `done`, in submission order,
 // exactly once.
 //
 // Failures, per batch and truthful:
@@ -50,106 +50,60 @@
 // The next batch dials again (with the store's backoff: within it, batches
 // fail at once with errc::store_unavailable).
 //
-// The destructor lets the thread finish every batch submitted (each within
-// command_timeout, or failed at once when the server cannot be reached),
-// then joins it.
+// Where it runs (as PostgreSQL's, pg_writer.hpp; the parts both share are in
+// ../roles/strand_pipeline.hpp). The pipeline is driven by handlers on a
+// strand: of the io_context given (task_store::drive_writes_on():
+// delayq-server hands it its engine's), or of one of its own, run by a
+// thread of its own. With an io_context given, the connection's socket
+// waits in that io_context's reactor: a batch submitted on a thread of it is
+// sent there as soon as the submitting handler returns, and its `done` runs
+// there too, so the write crosses no other thread. What blocks runs on the
+// pipeline's own thread, and hands the connection back to the strand: a
+// dial (with its handshake), reading the cluster's slot map after a MOVED or
+// a failed dial, and the pause after TRYAGAIN / CLUSTERDOWN. The side dial
+// of link_probe.hpp does not block: its socket waits in the reactor too.
+//
+// The destructor lets the pipeline finish every batch submitted (each within
+// command_timeout, or failed at once when the server cannot be reached). On
+// an io_context given, that needs the io_context running: a destructor that
+// finds it stopped waits 2 x command_timeout + 1 s, logs the batches left
+// and drops them without calling their `done`. Never destroy the pipeline
+// from its own `done` (or any handler of its strand): it would wait for
+// itself.
 #pragma once
 
-#include <utility>
-
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/system/error_code.hpp>
-#include <chrono>
-#include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
-#include <optional>
-
-#include "cluster_router.hpp"
-#include "connection.hpp"
-#include "link_probe.hpp"
+#include "../roles/strand_pipeline.hpp"
 #include "scripts.hpp"
 
 namespace delayq::detail::redis {
 
+/// Thread safety: submit() from any thread.
 class write_pipeline {
  public:
   using done_fn = std::function<void(boost::system::error_code)>;
 
-  /// `opts` must outlive the pipeline. Every batch writes keys of hash
-  /// `slot`. The thread starts at once; the connection is dialled with the
-  /// first batch.
-  write_pipeline(const redis_options& opts, std::string store_name, unsigned slot);
+  /// Every batch writes keys of hash `slot`. `io`: the executor to drive it
+  /// on (above), or none for a thread of its own. The connection is
+  /// dialled with the first batch.
+  write_pipeline(const redis_options& opts, std::string store_name, unsigned slot,
+                 boost::asio::any_io_executor io = {});
   ~write_pipeline();
   write_pipeline(const write_pipeline&) = delete;
   write_pipeline& operator=(const write_pipeline&) = delete;
 
-  /// Queues `batch`; `done` runs on the pipeline's thread. Thread-safe.
+  /// Queues `batch`; `done` runs on the pipeline's strand. Thread-safe.
   void submit(std::unique_ptr<write_batch> batch, done_fn done);
 
  private:
-  struct open_batch {
-    std::unique_ptr<write_batch> batch;
-    done_fn done;
-    std::uint64_t end = 0;       // stream offset just past its last byte
-    bool maybe_applied = false;  // all its bytes reached a socket once
-    bool retried = false;        // sent again after a lost connection
-    bool evaled = false;         // sent as EVAL (after NOSCRIPT)
-    int redirects = 0;           // MOVED / ASK replies it got
-  };
-  struct expected_reply {
-    open_batch* batch;
-    bool discard;  // the reply to a sending that was superseded
-  };
-
-  void run();
-  bool connected() const noexcept { return cur_ && cur_->connected(); }
-  connection& conn() noexcept { return *cur_; }
-  void dial();
-  void on_redirect(const cluster_redirect& r);
-  void start_fresh();
-  void append(open_batch& b, bool eval);
-  void flush();
-  void read();
-  void on_reply(redisReply* r);
-  void on_lost(int saved_errno, bool eof, bool timed_out, const std::string& why);
-  bool resend_all(bool retry);
-  void fail_open(const std::string& why, bool timed_out);
-  void complete(boost::system::error_code ec);
-  void wait(int timeout_ms);
-  bool link_holds(std::chrono::steady_clock::time_point now);
-
-  const redis_options& opts_;
-  std::string name_;
-  unsigned slot_;
-  cluster_router router_;
-  connection* cur_ = nullptr;  // the connection in use, of router_
-  connection* ask_ = nullptr;  // after an ASK: the node it named
-  bool asking_ = false;        // cur_ is ask_: each batch goes behind an ASKING
-  std::optional<std::chrono::steady_clock::time_point> unstable_since_;  // TRYAGAIN since
-  std::chrono::milliseconds pause_{10};
-  int wake_fd_ = -1;
-
-  std::mutex mutex_;
-  std::deque<std::unique_ptr<open_batch>> queue_;  // submitted, not yet taken
-  bool stopping_ = false;
-
-  // The I/O thread's own.
-  std::deque<std::unique_ptr<open_batch>> fresh_;
-  std::deque<std::unique_ptr<open_batch>> open_;
-  std::deque<expected_reply> expected_;
-  std::string out_;
-  std::size_t out_sent_ = 0;       // bytes of out_ already written
-  std::uint64_t stream_base_ = 0;  // stream offset of out_[0]
-  std::chrono::steady_clock::time_point last_progress_{};
-  link_probe probe_;  // the side dial of a late reply
-  std::chrono::steady_clock::time_point probe_started_{}, checked_at_{};
-
-  std::thread thread_;
+  struct core;
+  own_thread own_;  // the dials' thread (and the strand's, without an executor given)
+  std::shared_ptr<core> core_;
 };
 
 }  // namespace delayq::detail::redis

@@ -114,10 +114,18 @@ struct server_app::parts {
   bool stopping = false;
 };
 
+struct server_app::thread_loads {
+  std::mutex m;
+  std::vector<std::size_t> open;  // by I/O thread
+};
+
 server_app::server_app(server_options options)
-    : options_(std::move(options)), p_(std::make_unique<parts>()) {
+    : options_(std::move(options)),
+      loads_(std::make_shared<thread_loads>()),
+      p_(std::make_unique<parts>()) {
   for (std::size_t i = 1; i < options_.io_threads; ++i)
     more_io_.push_back(std::make_unique<boost::asio::io_context>(1));
+  loads_->open.assign(more_io_.size() + 1, 0);
 }
 
 server_app::~server_app() {
@@ -129,9 +137,21 @@ server_app::~server_app() {
   stop_io();
 }
 
-boost::asio::any_io_executor server_app::next_connection_executor() {
-  const std::size_t n = next_io_.fetch_add(1, std::memory_order_relaxed) % (more_io_.size() + 1);
-  return n == 0 ? io_.get_executor() : more_io_[n - 1]->get_executor();
+std::pair<boost::asio::any_io_executor, std::shared_ptr<void>> server_app::next_connection_home() {
+  std::size_t n = 0;
+  {
+    std::lock_guard lock(loads_->m);
+    auto& open = loads_->open;
+    for (std::size_t i = 1; i < open.size(); ++i)
+      if (open[i] < open[n]) n = i;
+    ++open[n];
+  }
+  // Handed back when the connection ends.
+  std::shared_ptr<void> hold(nullptr, [loads = loads_, n](void*) {
+    std::lock_guard lock(loads->m);
+    --loads->open[n];
+  });
+  return {n == 0 ? io_.get_executor() : more_io_[n - 1]->get_executor(), std::move(hold)};
 }
 
 void server_app::stop_io() {
@@ -334,7 +354,7 @@ tcp::endpoint server_app::start() {
         a.headers.emplace_back("Retry-After", "1");
         respond(std::move(a));
       },
-      limits, [this] { return next_connection_executor(); });
+      limits, [this] { return next_connection_home(); });
   tcp::endpoint bound;
   try {
     bound = p.http->listen(at);
@@ -347,7 +367,7 @@ tcp::endpoint server_app::start() {
         options_.max_job_size,
         beanstalk::connection_limits{options_.beanstalk_command_timeout,
                                      options_.beanstalk_idle_timeout},
-        [this] { return next_connection_executor(); });
+        [this] { return next_connection_home(); });
     for (const std::string& spec : options_.beanstalk_listen)
       beanstalk_addresses_.push_back(p.beanstalk->listen(spec));
   }
@@ -580,7 +600,8 @@ void server_app::bring_up() {
   }
   // The store's answers come back on the engine's io_context, where the
   // requests that wait for them run too: a write crosses no thread of the
-  // store's (PostgreSQL; the others ignore it).
+  // store's (PostgreSQL and Redis; SQLite ignores it). A lone connection is
+  // placed on that thread (next_connection_home()).
   store->drive_writes_on(io_.get_executor());
   p.engine = std::make_unique<delayq::engine>(io_, std::move(executors), std::move(store), eo);
   // A consumer's wait that ends the instant a task comes due gets the task.

@@ -135,12 +135,16 @@ class server_app {
   std::vector<std::string> beanstalk_addresses_;
   std::atomic<bool> refuse_puts_{false};
   // The I/O threads: thread 0 runs io_ (the engine's timer, the broker,
-  // the pushes and connections), each other thread an io_context of its own
-  // that only connections use. A connection is given one of them, in turn,
-  // when it is accepted, and is read, handled and answered on that thread:
+  // the pushes, the store's write pipeline, and connections), each other
+  // thread an io_context of its own that only connections use. A connection
+  // is given the one with the fewest open connections when it is accepted,
+  // thread 0 on a tie, and is read, handled and answered on that thread:
   // one io_context run by several threads hands every request from the
   // thread that read it to another and back (measured in
-  // docs/benchmarks.md, "A request runs to completion").
+  // docs/benchmarks.md, "A request runs to completion"). So a lone
+  // connection runs on thread 0, where the store's writes are sent and
+  // answered (task_store::drive_writes_on()): its requests cross no thread
+  // at all.
   // Declared before io_, so destroyed after it: io_ holds the listeners'
   // accepts, whose sockets are on strands of these contexts, and an accept
   // still pending when io_ goes is destroyed with it (ASan in CI: a
@@ -148,9 +152,13 @@ class server_app {
   // pending on these holds an object of io_.
   std::vector<std::unique_ptr<boost::asio::io_context>> more_io_;
   boost::asio::io_context io_;
-  std::atomic<std::size_t> next_io_{0};
-  // The executor of the next connection's thread.
-  boost::asio::any_io_executor next_connection_executor();
+  // Open connections by I/O thread (0: io_), shared with what each
+  // connection holds, which may outlive this object on a stopped context.
+  struct thread_loads;
+  std::shared_ptr<thread_loads> loads_;
+  // The executor of a new connection's thread, and what it holds while
+  // open (http_server.hpp, session_home).
+  std::pair<boost::asio::any_io_executor, std::shared_ptr<void>> next_connection_home();
   void stop_io();
   std::unique_ptr<parts> p_;
 };

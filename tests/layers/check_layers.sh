@@ -65,7 +65,7 @@ declare -A ALLOWED=(
   [persistence/common]="engine/include persistence/include"
   # What the backends built from role objects share (role_store, the lease
   # table's bookkeeping, the batches of one-kind calls, a dead letter read
-  # back): it knows no backend.
+  # back, the strand a write pipeline runs on): it knows no backend.
   [persistence/roles]="engine/include persistence/include"
   [persistence/redis]="engine/include persistence/include persistence/roles"
   [persistence/sqlite]="engine/include persistence/include persistence/roles"

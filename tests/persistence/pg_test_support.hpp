@@ -9,8 +9,6 @@
 #include <libpq-fe.h>
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -20,6 +18,7 @@
 #include <vector>
 
 #include "delayq/postgres_store.hpp"
+#include "io_runner.hpp"
 
 namespace delayq::test {
 
@@ -59,19 +58,6 @@ inline postgres_options postgres_test_options(const std::string& schema, std::ui
   o.layout.shards = shards;
   return o;
 }
-
-/// An io_context run by a thread of its own, for a store's writes
-/// (task_store::drive_writes_on()).
-struct io_runner {
-  boost::asio::io_context io{1};
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work =
-      boost::asio::make_work_guard(io);
-  std::thread thread{[this] { io.run(); }};
-  ~io_runner() {
-    work.reset();
-    if (thread.joinable()) thread.join();
-  }
-};
 
 /// A plain libpq connection to the test server.
 class raw_postgres {

@@ -5,12 +5,15 @@
 // are survived; and quarantine() and the settings.
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "delayq/record_codec.hpp"
 #include "delayq/redis_store.hpp"
 #include "freezing_proxy.hpp"
+#include "io_runner.hpp"
 #include "test_support.hpp"
 
 using namespace delayq;
@@ -63,6 +66,21 @@ class completions {
   std::vector<boost::system::error_code> errors_;
 };
 
+// Where the store's write pipeline runs: on a thread of its own, or, in the
+// "<io_context>" copies of these cases (DELAYQ_TEST_REDIS_WRITES_ON_IO=1,
+// tests/persistence/CMakeLists.txt), on an io_context of the test's, as in
+// delayq-server (task_store::drive_writes_on()).
+struct pipeline_home {
+  std::unique_ptr<io_runner> io;
+  pipeline_home() {
+    if (const char* on = std::getenv("DELAYQ_TEST_REDIS_WRITES_ON_IO"); on && *on == '1')
+      io = std::make_unique<io_runner>();
+  }
+  void drive(redis_store& store) {
+    if (io) store.drive_writes_on(io->io.get_executor());
+  }
+};
+
 unsigned test_port() { return redis_options::parse(redis_test_uri()).port; }
 
 redis_options proxied(freezing_proxy& proxy, const std::string& prefix, int command_timeout_ms) {
@@ -80,7 +98,9 @@ TEST_CASE("redis write: a key of the wrong type fails the whole batch, nothing i
   raw_redis raw;
   const std::string prefix = unique_prefix("atomic");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   store.save(std::vector{make_task("old")});
   // The hash is fine, the index is not: MULTI/EXEC would have written the
   // hash and failed on the index.
@@ -113,7 +133,9 @@ TEST_CASE("redis write: revive into a wrong-typed key leaves the dead letter in 
   raw_redis raw;
   const std::string prefix = unique_prefix("revive-atomic");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   const dead_letter d = make_letter("dl");
   store.dead_letters()->bury(std::vector{d});
   const char* broken = nullptr;
@@ -143,7 +165,9 @@ TEST_CASE("redis write: every kind of change writes both the record and its inde
   raw_redis raw;
   const std::string prefix = unique_prefix("index");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   const task a = make_task("a", "p", 1'700'000'000'001), b = make_task("b", "p", 1'700'000'000'002);
   const task c = make_task("c", "p", 1'700'000'000'003);
   const auto died = from_epoch_ms(1'700'000'000'999);
@@ -184,7 +208,9 @@ TEST_CASE("redis write: async_write completes in order, once the server has each
   raw_redis raw;
   const std::string prefix = unique_prefix("async-order");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   CHECK(store.max_writes_in_flight() > 1);
 
   // The completions check, on the I/O thread, that their batch is in Redis
@@ -201,11 +227,13 @@ TEST_CASE("redis write: async_write completes in order, once the server has each
   std::vector<int> order;
   std::vector<long long> seen_in_redis;
   std::vector<boost::system::error_code> errors;
+  std::set<std::thread::id> threads;
   for (int k = 0; k < batches; ++k)
     store.async_write(changes[k], [&, k](boost::system::error_code ec) {
       const long long present =
           checker->integer({"HEXISTS", key(prefix, "tasks"), tasks[k].back().id});
       std::lock_guard lock(mutex);
+      threads.insert(std::this_thread::get_id());
       order.push_back(k);
       seen_in_redis.push_back(present);
       errors.push_back(ec);
@@ -222,13 +250,20 @@ TEST_CASE("redis write: async_write completes in order, once the server has each
   }
   CHECK(raw.integer({"HLEN", key(prefix, "tasks")}) == batches * per_batch);
   CHECK(raw.integer({"ZCARD", key(prefix, "due")}) == batches * per_batch);
+  // One thread calls them all: the io_context's, when one drives the
+  // pipeline, never the submitting one.
+  CHECK(threads.size() == 1);
+  CHECK_FALSE(threads.contains(std::this_thread::get_id()));
+  if (home.io) CHECK(*threads.begin() == home.io->thread.get_id());
 }
 
 TEST_CASE("redis write: a failed batch fails only its own changes") {
   raw_redis raw;
   const std::string prefix = unique_prefix("async-fail");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   raw.run({"SET", key(prefix, "dead"), "in the way"});
   const std::vector<task> first{make_task("first")}, bad{make_task("bad")}, last{make_task("last")};
   const auto c1 = saves(first), c3 = saves(last);
@@ -257,7 +292,9 @@ TEST_CASE("redis write: the destructor finishes every batch given, each exactly 
   for (auto& t : tasks) changes.push_back(saves(t));
   completions done;
   {
+    pipeline_home home;  // declared first: it outlives the store
     redis_store store(redis_test_options(prefix));
+    home.drive(store);
     for (int k = 0; k < batches; ++k) store.async_write(changes[k], done.slot(k));
   }
   const auto order = done.order();
@@ -271,7 +308,9 @@ TEST_CASE("redis write: a flushed script cache (NOSCRIPT) is survived") {
   raw_redis raw;
   const std::string prefix = unique_prefix("noscript");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   const auto first = numbered("s", 3);
   store.write(saves(first));  // both connections have loaded the script
   completions warm;
@@ -306,7 +345,9 @@ TEST_CASE("redis write: the write connection closed by the server is re-dialled"
   raw_redis raw;
   const std::string prefix = unique_prefix("async-kill");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   const auto first = numbered("k", 2);
   completions done;
   store.async_write(saves(first), done.slot(0));
@@ -324,7 +365,9 @@ TEST_CASE("redis write: a batch sent on a connection then lost is outcome_unknow
   const std::string prefix = unique_prefix("severed");
   prefix_guard guard{raw, prefix};
   freezing_proxy proxy(test_port());
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(proxied(proxy, prefix, 5000));
+  home.drive(store);
   completions warm;
   const auto w = numbered("w", 1);
   store.async_write(saves(w), warm.slot(0));
@@ -371,7 +414,9 @@ TEST_CASE(
   const std::string prefix = unique_prefix("lostreply");
   prefix_guard guard{raw, prefix};
   freezing_proxy proxy(test_port());
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(proxied(proxy, prefix, 5000));
+  home.drive(store);
   completions warm;
   const auto w = numbered("w", 1);
   store.async_write(saves(w), warm.slot(0));
@@ -411,7 +456,9 @@ TEST_CASE("redis write: no reply within command_timeout is outcome_unknown") {
   const std::string prefix = unique_prefix("frozen");
   prefix_guard guard{raw, prefix};
   freezing_proxy proxy(test_port());
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(proxied(proxy, prefix, 300));
+  home.drive(store);
   store.save(std::vector{make_task("before")});
   completions warm;
   const auto w = numbered("w", 1);
@@ -469,7 +516,9 @@ TEST_CASE(
   freezing_proxy proxy(test_port());
   redis_options o = proxied(proxy, prefix, 120'000);
   o.link_check = std::chrono::milliseconds{20};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(o);
+  home.drive(store);
   store.save(std::vector{make_task("before")});
   completions warm;
   const auto w = numbered("w", 1);
@@ -516,7 +565,9 @@ TEST_CASE("redis write: after a timeout the next connection kills the old one fi
   const std::string prefix = unique_prefix("kill-late");
   prefix_guard guard{raw, prefix};
   freezing_proxy proxy(test_port());
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(proxied(proxy, prefix, 300));
+  home.drive(store);
   store.save(std::vector{make_task("before")});
 
   // Only the store's connection hangs; a new one gets through.
@@ -550,7 +601,9 @@ TEST_CASE("redis write: a write given up on is withdrawn: what Redis had not rec
   const std::string prefix = unique_prefix("withdrawn");
   prefix_guard guard{raw, prefix};
   freezing_proxy proxy(test_port(), 1);
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(proxied(proxy, prefix, 300));
+  home.drive(store);
   store.save(std::vector{make_task("before")});
   completions warm;
   const auto w = numbered("w", 1);
@@ -588,11 +641,46 @@ TEST_CASE("redis write: a write given up on is withdrawn: what Redis had not rec
   CHECK(raw.integer({"HEXISTS", key(prefix, "tasks"), "late"}) == 0);
 }
 
+TEST_CASE("redis: drive_writes_on: a store whose io_context stopped still closes") {
+  // A write outstanding on an io_context that no longer runs can never
+  // complete: the store's destructor waits 2 x command_timeout + 1 s for it,
+  // then drops it without calling its completion (the engine that waited
+  // for it is being destroyed), instead of hanging.
+  raw_redis raw;
+  const std::string prefix = unique_prefix("io-stopped");
+  prefix_guard guard{raw, prefix};
+  auto io = std::make_unique<io_runner>();
+  redis_options o = redis_test_options(prefix);
+  o.command_timeout = std::chrono::milliseconds{300};
+  auto store = std::make_unique<redis_store>(o);
+  store->drive_writes_on(io->io.get_executor());
+  const auto first = numbered("before", 1);
+  completions landed;
+  store->async_write(saves(first), landed.slot(0));
+  REQUIRE(landed.wait_for(1));
+  CHECK_FALSE(landed.errors()[0]);
+  io->io.stop();
+  io->thread.join();
+  const auto second = numbered("after", 1);
+  const auto two = saves(second);
+  std::atomic<bool> called{false};
+  store->async_write(two, [&](boost::system::error_code) { called = true; });
+  store.reset();  // returns (after its patience): the test does not hang
+  CHECK_FALSE(called.load());
+  io->work.reset();
+  io->io.restart();
+  io->thread = std::thread([r = io.get()] { r->io.run(); });  // what was queued must do nothing
+  io.reset();
+  CHECK_FALSE(called.load());
+}
+
 TEST_CASE("redis: quarantine() moves a live record aside with its reason") {
   raw_redis raw;
   const std::string prefix = unique_prefix("quarantine-id");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   const task t = make_task("rejected id");
   store.save(std::vector{t, make_task("kept")});
   boost::system::error_code ec;
@@ -618,7 +706,9 @@ TEST_CASE("redis: settings live in {P}:settings") {
   raw_redis raw;
   const std::string prefix = unique_prefix("settings");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   boost::system::error_code ec;
   CHECK(store.settings()->load_settings(ec).empty());
   CHECK_FALSE(ec);
@@ -658,7 +748,9 @@ TEST_CASE("redis write: a user without INFO and CLIENT KILL rights can use the s
   redis_options opts = redis_test_options(prefix);
   opts.user = user;
   opts.password = password;
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(opts);
+  home.drive(store);
   const auto tasks = numbered("acl", 3);
   store.write(saves(tasks));
   completions done;
@@ -674,7 +766,9 @@ TEST_CASE("redis write: the store names its connections in CLIENT LIST") {
   raw_redis raw;
   const std::string prefix = unique_prefix("names");
   prefix_guard guard{raw, prefix};
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_test_options(prefix));
+  home.drive(store);
   const auto names = [&] {
     std::vector<std::string> out;
     for (auto& client : raw.store_clients(prefix)) out.push_back(std::move(client.second));

@@ -161,8 +161,8 @@ class task_store {
   /// on a thread of it: an engine call that waits for its write
   /// (engine::stop(), close(), the blocking schedule calls) made from a
   /// handler of `io` would wait for ever. Close the engine (engine::close())
-  /// before `io` stops. The default ignores it; so does every store delayq
-  /// ships but PostgreSQL's.
+  /// before `io` stops. The default ignores it; so does SQLite's store.
+  /// PostgreSQL's and Redis's (unsharded) drive their write pipeline there.
   virtual void drive_writes_on(boost::asio::any_io_executor io) { (void)io; }
 
   /// Upserts `tasks` as one atomic, durable batch.

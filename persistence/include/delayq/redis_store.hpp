@@ -160,8 +160,10 @@ struct redis_layout {
 /// (EVALSHA, EVAL when the server lost it), which checks the type of every
 /// key the batch touches before it writes anything: a batch lands whole or
 /// not at all. write() runs on the store's connection; async_write()
-/// pipelines batches on a second connection driven by a private I/O thread,
-/// up to max_writes_in_flight() at once, and calls `done` there, in order.
+/// pipelines batches on a second connection, up to max_writes_in_flight() at
+/// once, and calls `done` in order: on the io_context named to
+/// drive_writes_on() (delayq-server names its engine's), else on a private
+/// I/O thread.
 /// A call returns (or `done` runs) once Redis replied, which with
 /// `appendfsync always` is after the batch was fsynced to the AOF.
 ///

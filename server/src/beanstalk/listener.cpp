@@ -21,7 +21,7 @@ using local = boost::asio::local::stream_protocol;
 
 listener::listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
                    std::size_t max_connections, std::size_t max_job_size, connection_limits limits,
-                   std::function<boost::asio::any_io_executor()> session_executor)
+                   std::function<session_home()> session_executor)
     : ex_(ex),
       session_executor_(std::move(session_executor)),
       strand_(boost::asio::make_strand(ex)),
@@ -145,9 +145,10 @@ bool listener::allowed(const protocol::endpoint& peer) const {
 void listener::accept(acceptor& a, bool tcp) {
   // On strand_ (the acceptor's executor), so stop_accepting() never closes
   // an acceptor while a handler starts its next accept. Each session on a
-  // strand of its own: its handlers never run at once.
-  a.async_accept(boost::asio::make_strand(session_executor_ ? session_executor_() : ex_),
-                 [this, &a, tcp](boost::system::error_code ec, protocol::socket socket) {
+  // strand of its own: its handlers never run at once. Accepted here, then
+  // moved to the thread chosen for it when it arrived (not when the accept
+  // was queued: a lone connection must find the others closed).
+  a.async_accept([this, &a, tcp](boost::system::error_code ec, protocol::socket socket) {
     if (ec == boost::asio::error::operation_aborted || !a.is_open()) return;
     if (!ec) {
       boost::system::error_code peer_ec;
@@ -167,8 +168,20 @@ void listener::accept(acceptor& a, bool tcp) {
       if (peer_ec || !allowed(peer) || !room) {
         socket.close(peer_ec);
       } else {
-        if (tcp) socket.set_option(ip::tcp::no_delay(true), peer_ec);
-        std::make_shared<session>(std::move(socket), service_, registry_, max_job_size_, limits_)
+        session_home home = session_executor_ ? session_executor_() : session_home{ex_, nullptr};
+        protocol::socket moved(boost::asio::make_strand(home.first));
+        const auto proto = socket.local_endpoint(peer_ec).protocol();
+        const int fd = socket.release(peer_ec);
+        if (!peer_ec) moved.assign(proto, fd, peer_ec);
+        if (peer_ec) {
+          if (fd >= 0 && !moved.is_open()) ::close(fd);
+          log(log_level::warning,
+              "beanstalk: accept: moving a connection to its thread: " + peer_ec.message());
+          return accept(a, tcp);
+        }
+        if (tcp) moved.set_option(ip::tcp::no_delay(true), peer_ec);
+        std::make_shared<session>(std::move(moved), service_, registry_, max_job_size_, limits_,
+                                  std::move(home.second))
             ->start();
       }
     } else {

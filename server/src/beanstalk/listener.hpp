@@ -33,12 +33,16 @@ namespace delayq::server::beanstalk {
 /// threads run; set_service() and close() from any thread.
 class listener {
  public:
+  /// Where a session runs: a strand of the executor (the session holds the
+  /// pointer until it ends, for the chooser's count; may be null).
+  using session_home = std::pair<boost::asio::any_io_executor, std::shared_ptr<void>>;
+
   /// The acceptors run on `ex`; each session on a strand of what
   /// `session_executor` returns (of `ex` when it is null), called once per
-  /// connection.
+  /// connection, when it is accepted.
   listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
            std::size_t max_connections, std::size_t max_job_size, connection_limits limits = {},
-           std::function<boost::asio::any_io_executor()> session_executor = nullptr);
+           std::function<session_home()> session_executor = nullptr);
   ~listener();
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
@@ -76,8 +80,8 @@ class listener {
   bool allowed(const protocol::endpoint& peer) const;
 
   boost::asio::any_io_executor ex_;
-  std::function<boost::asio::any_io_executor()> session_executor_;  // null: ex_
-  boost::asio::strand<boost::asio::any_io_executor> strand_;        // the acceptors'
+  std::function<session_home()> session_executor_;            // null: ex_
+  boost::asio::strand<boost::asio::any_io_executor> strand_;  // the acceptors'
   std::vector<ip_block> allow_;
   std::size_t max_connections_;
   std::size_t max_job_size_;

@@ -46,8 +46,10 @@ std::string_view error_of(answer::kind k) {
 }  // namespace
 
 session::session(socket_type socket, const std::atomic<job_service*>& service,
-                 session_registry& registry, std::size_t max_job_size, connection_limits limits)
-    : socket_(std::move(socket)),
+                 session_registry& registry, std::size_t max_job_size, connection_limits limits,
+                 std::shared_ptr<void> home)
+    : home_(std::move(home)),
+      socket_(std::move(socket)),
       service_source_(service),
       service_(service.load()),
       registry_(registry),

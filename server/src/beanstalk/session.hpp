@@ -49,8 +49,10 @@ class session : public std::enable_shared_from_this<session> {
   using socket_type = boost::asio::generic::stream_protocol::socket;
 
   /// `service`: read at each command until it is set (the store answered).
+  /// `home`: held until the session ends (the listener's session_home).
   session(socket_type socket, const std::atomic<job_service*>& service, session_registry& registry,
-          std::size_t max_job_size, connection_limits limits = {});
+          std::size_t max_job_size, connection_limits limits = {},
+          std::shared_ptr<void> home = nullptr);
   ~session();
 
   void start();
@@ -96,6 +98,7 @@ class session : public std::enable_shared_from_this<session> {
   // list-tubes: every tube there is, sorted.
   std::vector<std::string> tube_names() const;
 
+  std::shared_ptr<void> home_;
   socket_type socket_;
   const std::atomic<job_service*>& service_source_;
   job_service* service_ = nullptr;  // null until the store answered

@@ -1,5 +1,7 @@
 #include "http/http_server.hpp"
 
+#include <unistd.h>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -50,9 +52,10 @@ void http_gone_signal::fire() {
 }
 
 struct http_server::session : std::enable_shared_from_this<session> {
-  session(http_server& s, tcp::socket&& socket)
+  session(http_server& s, tcp::socket&& socket, std::shared_ptr<void> home)
       : server(s),
         connections(s.connections_),
+        home(std::move(home)),
         stream(std::move(socket)),
         deadline(stream.get_executor()) {
     connections->fetch_add(1, std::memory_order_relaxed);
@@ -63,6 +66,7 @@ struct http_server::session : std::enable_shared_from_this<session> {
 
   http_server& server;
   std::shared_ptr<std::atomic<std::size_t>> connections;  // the server's count
+  std::shared_ptr<void> home;                             // session_home's hold
   beast::tcp_stream stream;
   // The read deadlines. Not the stream's own expiry: that closes the socket,
   // and a request that took too long must still be told so (408).
@@ -320,41 +324,51 @@ void http_server::start() {
 }
 
 void http_server::accept() {
-  acceptor_.async_accept(
-      boost::asio::make_strand(session_executor_
-                                   ? session_executor_()
-                                   : boost::asio::any_io_executor(io_.get_executor())),
-      [this](beast::error_code ec, tcp::socket socket) {
-        if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
-        if (ec) {
-          // Out of descriptors and the like: keep serving the
-          // open connections, try again a little later (at
-          // once would spin), and say so once a second.
-          const auto now = std::chrono::steady_clock::now();
-          if (now - last_accept_log_ >= std::chrono::seconds{1}) {
-            last_accept_log_ = now;
-            log(log_level::warning, "accept: " + ec.message());
-          }
-          return accept_later();
-        } else if (connections_->load(std::memory_order_relaxed) >= limits_.max_connections) {
-          // At the limit: closed at once, unanswered (an
-          // answer would need a write that can wait).
-          refused_.fetch_add(1, std::memory_order_relaxed);
-          beast::error_code ignored;
-          socket.close(ignored);
-        } else {
-          beast::error_code ignored;
-          socket.set_option(tcp::no_delay(true), ignored);
-          auto s = std::make_shared<session>(*this, std::move(socket));
-          {
-            std::lock_guard lock(sessions_mutex_);
-            std::erase_if(sessions_, [](auto& w) { return w.expired(); });
-            sessions_.push_back(s);
-          }
-          s->read();
-        }
-        accept();
-      });
+  // Accepted on the acceptor's thread, then moved to the thread chosen for
+  // it: chosen when it arrives, not when the accept was queued (a lone
+  // connection must find the others closed).
+  acceptor_.async_accept([this](beast::error_code ec, tcp::socket accepted) {
+    if (ec == boost::asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (ec) {
+      // Out of descriptors and the like: keep serving the
+      // open connections, try again a little later (at
+      // once would spin), and say so once a second.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_accept_log_ >= std::chrono::seconds{1}) {
+        last_accept_log_ = now;
+        log(log_level::warning, "accept: " + ec.message());
+      }
+      return accept_later();
+    } else if (connections_->load(std::memory_order_relaxed) >= limits_.max_connections) {
+      // At the limit: closed at once, unanswered (an
+      // answer would need a write that can wait).
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      beast::error_code ignored;
+      accepted.close(ignored);
+    } else {
+      session_home home =
+          session_executor_ ? session_executor_() : session_home{io_.get_executor(), nullptr};
+      tcp::socket socket(boost::asio::make_strand(home.first));
+      beast::error_code ignored;
+      const auto protocol = accepted.local_endpoint(ignored).protocol();
+      const int fd = accepted.release(ec);
+      if (!ec) socket.assign(protocol, fd, ec);
+      if (ec) {
+        if (fd >= 0 && !socket.is_open()) ::close(fd);
+        log(log_level::warning, "accept: moving a connection to its thread: " + ec.message());
+        return accept();
+      }
+      socket.set_option(tcp::no_delay(true), ignored);
+      auto s = std::make_shared<session>(*this, std::move(socket), std::move(home.second));
+      {
+        std::lock_guard lock(sessions_mutex_);
+        std::erase_if(sessions_, [](auto& w) { return w.expired(); });
+        sessions_.push_back(s);
+      }
+      s->read();
+    }
+    accept();
+  });
 }
 
 void http_server::accept_later() {

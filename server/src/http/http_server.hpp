@@ -91,11 +91,15 @@ struct http_limits {
   std::chrono::milliseconds linger{2'000};
 };
 
-/// Where each new connection's handlers run: an executor (each connection
-/// gets a strand of it). delayq-server hands out its I/O threads' own
-/// io_contexts in turn, so a connection's requests are read, handled and
-/// answered on one thread.
-using session_executor_fn = std::function<boost::asio::any_io_executor()>;
+/// Where a new connection's handlers run: an executor (the connection gets
+/// a strand of it), and what the connection holds until it closes (the
+/// chooser counts its connections by it; may be null). delayq-server gives
+/// each connection the I/O thread with the fewest, so that a connection's
+/// requests are read, handled and answered on one thread, and a lone one
+/// on the thread its store answers on (server_app.hpp).
+using session_home = std::pair<boost::asio::any_io_executor, std::shared_ptr<void>>;
+/// Called once per connection, when it is accepted.
+using session_executor_fn = std::function<session_home()>;
 
 /// Thread safety: listen() and start() before running the io_context; the
 /// rest from any thread.
