@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# scripts/ab-add1.sh [--rounds N] [--seconds S] BIN_A BIN_B [SERVER ARGS...]
+# scripts/ab-add1.sh [--rounds N] [--seconds S] [--store postgres|redis]
+#                    [--probes K] BIN_A BIN_B [SERVER ARGS...]
 #
-# Two delayq-server binaries (say, of two commits) on one PostgreSQL: adds
-# one at a time on one connection (`wrk -t1 -c1`, POST /v1/tasks, due in
-# 1 h), A then B, N rounds (default 5) of S seconds (default 5), each run on
-# a fresh server and schema after a 1-s warm-up. Prints a line per run and
-# the medians with their ratio B / A. SERVER ARGS go to both (for example
-# --io-threads 1). The PostgreSQL is scripts/with-postgres.sh's (fsync on).
+# Two delayq-server binaries (say, of two commits) on one store: adds one at
+# a time on one connection (`wrk -t1 -c1`, POST /v1/tasks, due in 1 h), A
+# then B, N rounds (default 5) of S seconds (default 5), each run on a fresh
+# server and schema (or key prefix) after a 1-s warm-up. Prints a line per
+# run and the medians with their ratio B / A. SERVER ARGS go to both (for
+# example --io-threads 1). The store is scripts/with-postgres.sh's
+# PostgreSQL (fsync on; the default) or scripts/with-redis.sh's Redis (AOF,
+# fsync always). K more connections (default 0), each one request, are made
+# and closed before the measured one: a server that hands connections to its
+# I/O threads in turn puts the measured one on another thread for K odd.
 # Not run by CI; docs/persistence.md quotes what it printed.
 set -euo pipefail
 
@@ -15,19 +20,27 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 rounds=5
 seconds=5
+store=postgres
+probes=0
 while (($#)); do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
+    --store) store="$2"; shift 2 ;;
+    --probes) probes="$2"; shift 2 ;;
     *) break ;;
   esac
 done
-(($# >= 2)) || delayq_die "usage: $0 [--rounds N] [--seconds S] BIN_A BIN_B [SERVER ARGS...]"
+(($# >= 2)) || delayq_die "usage: $0 [--rounds N] [--seconds S] [--store postgres|redis] [--probes K] BIN_A BIN_B [SERVER ARGS...]"
+case "$store" in
+  postgres | redis) ;;
+  *) delayq_die "--store: postgres or redis, not '$store'" ;;
+esac
 
 if [[ -z "${DELAYQ_AB_INNER:-}" ]]; then
   ensure_packages wrk curl
-  DELAYQ_AB_INNER=1 exec "$DELAYQ_ROOT/scripts/with-postgres.sh" \
-    bash "$0" --rounds "$rounds" --seconds "$seconds" "$@"
+  DELAYQ_AB_INNER=1 exec "$DELAYQ_ROOT/scripts/with-$store.sh" \
+    bash "$0" --rounds "$rounds" --seconds "$seconds" --store "$store" --probes "$probes" "$@"
 fi
 
 a=$(realpath "$1")
@@ -46,13 +59,18 @@ for r in $(seq "$rounds"); do
   for side in a b; do
     bin=$a
     [[ $side == b ]] && bin=$b
-    "$bin" --listen "127.0.0.1:$port" --store "$DELAYQ_TEST_POSTGRES?schema=ab_${r}_$side" "$@" \
-      >"$work/server.log" 2>&1 &
+    if [[ $store == postgres ]]; then
+      uri="$DELAYQ_TEST_POSTGRES?schema=ab_${r}_$side"
+    else
+      uri="$DELAYQ_TEST_REDIS?prefix=ab_${r}_$side"
+    fi
+    "$bin" --listen "127.0.0.1:$port" --store "$uri" "$@" >"$work/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 200); do
       curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
       sleep 0.05
     done
+    for _ in $(seq "$probes"); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null; done
     wrk -t1 -c1 -d1s -s "$work/post.lua" "http://127.0.0.1:$port/v1/tasks" >/dev/null
     out=$(wrk -t1 -c1 -d"${seconds}s" -s "$work/post.lua" "http://127.0.0.1:$port/v1/tasks")
     kill "$pid"
