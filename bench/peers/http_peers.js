@@ -14,6 +14,8 @@
 // run; --quick shrinks them):
 //   floor   delayq only: 5,000 sequential GET /healthz through the agent
 //           the one-connection adds use (Node's own HTTP client's ceiling)
+//   floor-32  delayq only: 20,000 GET /healthz, 32 in flight, through the
+//           agent of the 32-in-flight adds (the same ceiling, for add-32)
 //   add-1   5,000 adds one at a time on one connection (BullMQ: Queue.add
 //           awaited; delayq: POST /v1/tasks on a keep-alive agent with one
 //           socket), each due in 1 h
@@ -184,6 +186,7 @@ async function main() {
     const rates = {};
     for (const sys of order) {
       if (sys === delayq) put('floor', 'delayq', await delayq.floor());
+      if (sys === delayq) put('floor-32', 'delayq', await delayq.floor32());
       put('add-1', sys.name, await sys.add1(tag(sys, 'a')));
       const a32 = await sys.add32(tag(sys, 'b'), memory);
       rates[sys.name] = a32.per_s;

@@ -362,6 +362,21 @@ class delayq_http {
     return { ops: this.cfg.seq, seconds: +s.toFixed(4), per_s: this.cfg.seq / s, ...u() };
   }
 
+  // Node's own ceiling with cfg.inFlight at once: cfg.par GET /healthz
+  // through the agent the 32-in-flight adds use. A request that does
+  // nothing, so what it costs is the client's and the HTTP exchange's: on a
+  // machine whose cores the client, the server and Redis share, no add
+  // through this agent can go faster.
+  async floor32() {
+    for (let i = 0; i < this.cfg.warm; i++) expect(await this.call(this.agent32, 'GET', '/healthz'), 200, 'GET /healthz');
+    const u = this.usage();
+    const t0 = now();
+    await pool(this.cfg.inFlight, this.cfg.par, async () =>
+      expect(await this.call(this.agent32, 'GET', '/healthz'), 200, 'GET /healthz'));
+    const s = (now() - t0) / 1000;
+    return { ops: this.cfg.par, seconds: +s.toFixed(4), per_s: this.cfg.par / s, ...u() };
+  }
+
   // cfg.seq adds one at a time on one connection, due in 1 h.
   async add1(tag) {
     const type = `peers-${tag}-add1`;

@@ -249,6 +249,12 @@ def table3(res):
                f"add = {'-' if share is None else f'{share * 100:.0f}%'} of it | |")
     a32b, a32d = med("add-32", "bullmq"), med("add-32", "delayq")
     out.append(f"| add, 32 in flight ({cfg['par']:,}) | {rate(a32b)} | {rate(a32d)} | {ratio(_div(a32d, a32b), 1.0)} | at least 1.0x |")
+    floor32 = med("floor-32", "delayq")
+    if floor32 is not None:
+        share32, over = _div(a32d, floor32), _div(floor32, a32b)
+        out.append(f"| the floor, 32 in flight: `GET /healthz` through the same agent | | {rate(floor32)} | "
+                   f"add = {'-' if share32 is None else f'{share32 * 100:.0f}%'} of it; "
+                   f"the floor = {'-' if over is None else f'{over:.2f}x'} BullMQ's add | |")
     tsv["add-1"] = {"bullmq": a1b, "delayq": a1d}
     tsv["healthz-floor"] = {"bullmq": None, "delayq": floor}
     tsv["add-32"] = {"bullmq": a32b, "delayq": a32d}
@@ -287,7 +293,8 @@ def table3(res):
     out.append("")
     out.append("| measure | BullMQ: redis / client | delayq: server / redis / client |")
     out.append("|---|---:|---:|")
-    for row, sys_dq in [("add-1", "delayq"), ("add-32", "delayq")] + [("burst", c) for c in dq_cols]:
+    for row, sys_dq in ([("add-1", "delayq"), ("add-32", "delayq")] + [("burst", c) for c in dq_cols]
+                        + ([("floor-32", "delayq")] if "floor-32" in rows else [])):
         cells = []
         for sys in ("bullmq", sys_dq):
             rs = rows.get(row, {}).get(sys, {}).get("rounds", [])

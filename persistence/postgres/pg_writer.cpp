@@ -70,6 +70,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         name(calls.log_name()),
         command_timeout(calls.options().command_timeout),
         foreign(foreign),
+        stopped(foreign ? stopped_probe(drive) : nullptr),
         sql(sql),
         shards(shards),
         gen(gen),
@@ -401,7 +402,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   pool& calls;
   const std::string name;
   const std::chrono::milliseconds command_timeout;
-  const bool foreign;  // driven on an io_context given, not its own
+  const bool foreign;                   // driven on an io_context given, not its own
+  const std::function<bool()> stopped;  // of that io_context (strand_pipeline.hpp)
   const schema_sql& sql;
   std::uint32_t shards;
   const std::atomic<int>& gen;
@@ -430,8 +432,8 @@ write_pipeline::write_pipeline(pool& calls, const schema_sql& sql, std::uint32_t
 write_pipeline::~write_pipeline() {
   // Each batch ends within command_timeout of its last progress, or fails
   // at once.
-  core_->life.close(core_->foreign, 2 * core_->command_timeout + std::chrono::seconds{1},
-                    core_->name);
+  core_->life.close(core_->foreign, core_->stopped,
+                    2 * core_->command_timeout + std::chrono::seconds{1}, core_->name);
   // The connection closes on the strand; on an io_context that no longer
   // runs, when the core goes (the handler is destroyed with the io_context).
   asio::post(core_->strand, [self = core_] {

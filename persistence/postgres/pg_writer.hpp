@@ -44,10 +44,11 @@
 // The destructor lets the pipeline finish every batch submitted (each within
 // command_timeout, or failed at once when the server cannot be reached). On
 // an io_context given, that needs the io_context running: a destructor that
-// finds it stopped waits 2 x command_timeout + 1 s, logs the batches left
-// and drops them without calling their `done`. Never destroy the pipeline
-// from its own `done` (or any handler of its strand): it would wait for
-// itself.
+// finds it stopped waits 2 x command_timeout + 1 s more, logs the batches
+// left and drops them without calling their `done`. Never destroy the
+// pipeline from its own `done`, or from any handler of the io_context it
+// runs on: it would wait for itself (and, on an io_context of one thread,
+// drop what is left).
 #pragma once
 
 #include <utility>

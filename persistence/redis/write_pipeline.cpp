@@ -2,7 +2,9 @@
 // redis_store (see write_pipeline.hpp).
 #include "write_pipeline.hpp"
 
+#include <arpa/inet.h>
 #include <hiredis/read.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -26,6 +28,27 @@ namespace delayq::detail::redis {
 
 namespace asio = boost::asio;
 using steady = std::chrono::steady_clock;
+
+namespace {
+
+// `opts` with its host replaced by the numeric address `fd` is connected to
+// (a Unix socket's path stays): hiredis resolves a host name with a blocking
+// getaddrinfo(), and a numeric one without asking anybody.
+redis_connection_options numeric_peer(const redis_connection_options& opts, int fd) {
+  redis_connection_options o = opts;
+  if (!o.unix_socket.empty()) return o;
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return o;
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* addr = nullptr;
+  if (peer.ss_family == AF_INET) addr = &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr;
+  if (peer.ss_family == AF_INET6) addr = &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr;
+  if (addr && ::inet_ntop(peer.ss_family, addr, text, sizeof text)) o.host = text;
+  return o;
+}
+
+}  // namespace
 
 // Everything the handlers touch. Held by them (shared): see
 // strand_pipeline.hpp.
@@ -61,6 +84,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         name(std::move(store_name)),
         slot(slot),
         foreign(foreign),
+        stopped(foreign ? stopped_probe(drive) : nullptr),
         router(opts, name, client_name_for(opts, ":writer"), store_handshake::writer(opts)),
         strand(asio::make_strand(drive)),
         dialer(own.get_executor()),
@@ -74,7 +98,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   const redis_options opts;
   const std::string name;
   const unsigned slot;
-  const bool foreign;  // driven on an io_context given, not its own
+  const bool foreign;                   // driven on an io_context given, not its own
+  const std::function<bool()> stopped;  // of that io_context (strand_pipeline.hpp)
   // The strand's, and the own thread's during a dial (`dialing`): router,
   // cur, ask, asking.
   cluster_router router;
@@ -99,6 +124,10 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   std::uint64_t stream_base = 0;  // stream offset of out[0]
   steady::time_point last_progress{};
   link_probe probe;  // the side dial of a late reply
+  // Whom it dials: cur's server, by the numeric address of the connection's
+  // peer (set with each dial), so that starting it never waits for DNS on
+  // the strand's thread.
+  redis_connection_options probe_to;
   steady::time_point probe_started{}, checked_at{};
   std::array<char, 64 * 1024> in{};
 
@@ -149,7 +178,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   bool link_holds(steady::time_point now) {
     if (!probe.running()) {
       if (!link_check_due(opts, now - std::max(last_progress, checked_at))) return true;
-      probe.start(cur->options());
+      probe.start(probe_to);
       probe_started = now;
       if (probe.running()) probe_sock.watch(probe.fd());
     }
@@ -320,6 +349,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       cur = now;
       cur->ensure_connected();
     }
+    probe_to = numeric_peer(cur->options(), fd());
   }
 
   void dialled(const dial_job& job, const std::optional<redis_failure>& failure) {
@@ -416,7 +446,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       }
       if (!raw) return;
       on_reply(static_cast<redisReply*>(raw));
-      if (!connected() || dialing) return;
+      // `dialing` first: the dialling thread owns `cur` now.
+      if (dialing || !connected()) return;
     }
   }
 
@@ -583,8 +614,8 @@ write_pipeline::write_pipeline(const redis_options& opts, std::string store_name
 write_pipeline::~write_pipeline() {
   // Each batch ends within command_timeout of its last progress, or fails
   // at once.
-  core_->life.close(core_->foreign, 2 * core_->opts.command_timeout + std::chrono::seconds{1},
-                    core_->name);
+  core_->life.close(core_->foreign, core_->stopped,
+                    2 * core_->opts.command_timeout + std::chrono::seconds{1}, core_->name);
   // The waits end on the strand; the connections close when the core goes
   // (on an io_context that no longer runs, with the handler holding it).
   asio::post(core_->strand, [self = core_] {

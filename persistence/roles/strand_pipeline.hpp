@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -82,20 +84,34 @@ class pipeline_life {
   }
 
   /// The pipeline's destructor: waits for every batch submitted to be
-  /// answered, for ever when the pipeline drives itself (`foreign` false:
-  /// each batch ends within its command timeout), and at most `limit` on an
-  /// io_context given, which may have stopped (the batches left are logged
-  /// and dropped, their `done` never called). Then closes, and waits for
-  /// the handlers running.
-  void close(bool foreign, std::chrono::milliseconds limit, const std::string& name) {
+  /// answered (each ends within its deadlines), for ever when the pipeline
+  /// drives itself (`foreign` false). On an executor given, which may have
+  /// stopped, it gives up `limit` after it found it stopped (`stopped`,
+  /// checked every 100 ms; null when its kind of context cannot tell: then
+  /// `limit` after it began): the batches left are logged and dropped,
+  /// their `done` never called. Then closes, and waits for the handlers
+  /// running.
+  void close(bool foreign, const std::function<bool()>& stopped, std::chrono::milliseconds limit,
+             const std::string& name) {
     std::unique_lock lock(m_);
     const auto idle = [&] { return pending_ == 0; };
     if (!foreign) {
       idle_.wait(lock, idle);
-    } else if (!idle_.wait_for(lock, limit, idle)) {
-      log(log_level::error, name + ": " + std::to_string(pending_) +
-                                " write(s) unconfirmed when the store closed (its io_context "
-                                "stopped?): dropped, their outcome unknown");
+    } else {
+      std::optional<std::chrono::steady_clock::time_point> since;
+      while (!idle_.wait_for(lock, std::chrono::milliseconds{100}, idle)) {
+        const auto now = std::chrono::steady_clock::now();
+        if (stopped && !stopped()) {
+          since.reset();
+          continue;
+        }
+        if (!since) since = now;
+        if (now - *since < limit) continue;
+        log(log_level::error, name + ": " + std::to_string(pending_) +
+                                  " write(s) unconfirmed when the store closed (its io_context "
+                                  "stopped): dropped, their outcome unknown");
+        break;
+      }
     }
     closed_ = true;
     // A handler still running (the one whose completion let the wait above
@@ -110,6 +126,15 @@ class pipeline_life {
   std::size_t running_ = 0;  // handlers inside a scope
   bool closed_ = false;
 };
+
+/// Whether the context `ex` runs on has stopped, for pipeline_life::close():
+/// an io_context's executor (as io_context::get_executor() gives it) can
+/// tell; null for any other.
+inline std::function<bool()> stopped_probe(const boost::asio::any_io_executor& ex) {
+  const auto* io = ex.target<boost::asio::io_context::executor_type>();
+  if (!io) return nullptr;
+  return [ctx = &io->context()] { return ctx->stopped(); };
+}
 
 /// A connection's socket, watched in the strand's reactor. The reactor
 /// watches a duplicate: the client library may close its own descriptor
@@ -130,7 +155,12 @@ class socket_watch {
     release();
     const int mine = fd < 0 ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (mine < 0) return false;
-    socket_.emplace(strand_, mine);
+    try {
+      socket_.emplace(strand_, mine);  // registers it with the reactor
+    } catch (const boost::system::system_error&) {
+      ::close(mine);
+      return false;
+    }
     return true;
   }
   bool watching() const noexcept { return socket_.has_value(); }

@@ -15,6 +15,7 @@
 
 #include "cluster_support.hpp"
 #include "delayq/redis_store.hpp"
+#include "io_runner.hpp"
 #include "test_support.hpp"
 
 using namespace delayq;
@@ -121,7 +122,9 @@ TEST_CASE("redis cluster: acknowledged writes survive a redis-cli reshard of the
   const std::string src_id = node_id(raw, src), dst_id = node_id(raw, dst);
 
   log_capture logs;
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_cluster_test_options(prefix));
+  home.drive(store);
   async_tally tally;
   std::atomic<bool> resharded{false};
   std::atomic<int> failures{0};
@@ -216,7 +219,9 @@ TEST_CASE("redis cluster: a store follows ASK, then MOVED, while its slot migrat
   const std::string src_id = node_id(raw, src), dst_id = node_id(raw, dst);
   const std::string s = std::to_string(slot);
 
+  pipeline_home home;  // declared first: it outlives the store
   redis_store store(redis_cluster_test_options(prefix));
+  home.drive(store);
   store.save(std::vector{make_task("a"), make_task("b")});
   // All four keys of the write script exist (a script on some missing keys
   // of a migrating slot gets TRYAGAIN, not ASK).

@@ -66,21 +66,6 @@ class completions {
   std::vector<boost::system::error_code> errors_;
 };
 
-// Where the store's write pipeline runs: on a thread of its own, or, in the
-// "<io_context>" copies of these cases (DELAYQ_TEST_REDIS_WRITES_ON_IO=1,
-// tests/persistence/CMakeLists.txt), on an io_context of the test's, as in
-// delayq-server (task_store::drive_writes_on()).
-struct pipeline_home {
-  std::unique_ptr<io_runner> io;
-  pipeline_home() {
-    if (const char* on = std::getenv("DELAYQ_TEST_REDIS_WRITES_ON_IO"); on && *on == '1')
-      io = std::make_unique<io_runner>();
-  }
-  void drive(redis_store& store) {
-    if (io) store.drive_writes_on(io->io.get_executor());
-  }
-};
-
 unsigned test_port() { return redis_options::parse(redis_test_uri()).port; }
 
 redis_options proxied(freezing_proxy& proxy, const std::string& prefix, int command_timeout_ms) {

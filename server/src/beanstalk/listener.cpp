@@ -170,9 +170,9 @@ void listener::accept(acceptor& a, bool tcp) {
       } else {
         session_home home = session_executor_ ? session_executor_() : session_home{ex_, nullptr};
         protocol::socket moved(boost::asio::make_strand(home.first));
-        const auto proto = socket.local_endpoint(peer_ec).protocol();
-        const int fd = socket.release(peer_ec);
-        if (!peer_ec) moved.assign(proto, fd, peer_ec);
+        const auto local = socket.local_endpoint(peer_ec);
+        const int fd = peer_ec ? -1 : socket.release(peer_ec);
+        if (!peer_ec) moved.assign(local.protocol(), fd, peer_ec);
         if (peer_ec) {
           if (fd >= 0 && !moved.is_open()) ::close(fd);
           log(log_level::warning,

@@ -350,9 +350,9 @@ void http_server::accept() {
           session_executor_ ? session_executor_() : session_home{io_.get_executor(), nullptr};
       tcp::socket socket(boost::asio::make_strand(home.first));
       beast::error_code ignored;
-      const auto protocol = accepted.local_endpoint(ignored).protocol();
-      const int fd = accepted.release(ec);
-      if (!ec) socket.assign(protocol, fd, ec);
+      const auto local = accepted.local_endpoint(ec);
+      const int fd = ec ? -1 : accepted.release(ec);
+      if (!ec) socket.assign(local.protocol(), fd, ec);
       if (ec) {
         if (fd >= 0 && !socket.is_open()) ::close(fd);
         log(log_level::warning, "accept: moving a connection to its thread: " + ec.message());
