@@ -16,6 +16,8 @@
 //           the one-connection adds use (Node's own HTTP client's ceiling)
 //   floor-32  delayq only: 20,000 GET /healthz, 32 in flight, through the
 //           agent of the 32-in-flight adds (the same ceiling, for add-32)
+//   redis-rtt  5,000 sequential SETs by redis-benchmark (one C client) to
+//           the same redis-server: with the floor, the bound of add-1
 //   add-1   5,000 adds one at a time on one connection (BullMQ: Queue.add
 //           awaited; delayq: POST /v1/tasks on a keep-alive agent with one
 //           socket), each due in 1 h
@@ -41,6 +43,7 @@
 'use strict';
 
 const fs = require('fs');
+const { execFileSync } = require('child_process');
 const { Queue, Worker } = require('bullmq');
 const IORedis = require('ioredis');
 const kit = require('./peer_kit');
@@ -169,6 +172,19 @@ const delayq = new kit.delayq_http({
 
 const leadMs = (addRate, n) => kit.leadMs(addRate, n, A.quick);
 
+// One Redis round trip, alone: cfg.seq sequential SETs from a C client
+// (redis-benchmark, hiredis, as delayq-server's) to the same redis-server.
+// An add through delayq-server is Node's HTTP round trip (the floor) and at
+// least one such round trip more (the 201 waits for Redis): their sum
+// bounds the one-connection add row.
+function redisRtt() {
+  const out = execFileSync('redis-benchmark', ['-p', String(A.redisPort), '-c', '1', '-n', String(CFG.seq),
+    '-t', 'set', '--csv'], { encoding: 'utf8' });
+  const m = out.match(/^"SET","([0-9.]+)","([0-9.]+)"/m);
+  if (!m) throw new Error(`redis-benchmark: no SET line in ${JSON.stringify(out.slice(0, 300))}`);
+  return { ops: CFG.seq, per_s: Number(m[1]), avg_ms: Number(m[2]) };
+}
+
 async function main() {
   kit.syncClock();
   const mon = new IORedis(REDIS);
@@ -187,6 +203,7 @@ async function main() {
     for (const sys of order) {
       if (sys === delayq) put('floor', 'delayq', await delayq.floor());
       if (sys === delayq) put('floor-32', 'delayq', await delayq.floor32());
+      if (sys === delayq) put('redis-rtt', 'delayq', redisRtt());
       put('add-1', sys.name, await sys.add1(tag(sys, 'a')));
       const a32 = await sys.add32(tag(sys, 'b'), memory);
       rates[sys.name] = a32.per_s;

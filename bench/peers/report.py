@@ -247,6 +247,16 @@ def table3(res):
                f"at least 1.0x, or 85% of the floor below |")
     out.append(f"| the floor: sequential `GET /healthz` through the same agent | | {rate(floor)} | "
                f"add = {'-' if share is None else f'{share * 100:.0f}%'} of it | |")
+    rtt = med("redis-rtt", "delayq")
+    if rtt and floor:
+        # A durable add is the floor's HTTP round trip plus at least one
+        # Redis round trip: at most this many a second, whatever the server.
+        bound = 1 / (1 / floor + 1 / rtt)
+        bb, bf = _div(bound, a1b), bound / floor
+        out.append(f"| the bound: one floor round trip plus one Redis round trip (sequential SET by "
+                   f"`redis-benchmark -c 1`: {rate(rtt)} alone) | | {rate(bound)} | "
+                   f"= {'-' if bb is None else f'{bb:.2f}x'} BullMQ's add, {bf * 100:.0f}% of the floor; "
+                   f"add = {'-' if a1d is None else f'{a1d / bound * 100:.0f}%'} of it | |")
     a32b, a32d = med("add-32", "bullmq"), med("add-32", "delayq")
     out.append(f"| add, 32 in flight ({cfg['par']:,}) | {rate(a32b)} | {rate(a32d)} | {ratio(_div(a32d, a32b), 1.0)} | at least 1.0x |")
     floor32 = med("floor-32", "delayq")
