@@ -70,6 +70,8 @@ class slot_index {
   }
 
   std::size_t size() const noexcept { return size_; }
+  /// Buckets in the table (0 before the first insert).
+  std::size_t capacity() const noexcept { return buckets_.size(); }
   /// Forgets every id and frees the table.
   void clear() {
     std::vector<bucket>().swap(buckets_);
