@@ -358,13 +358,8 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
         log(log_level::error, name + ": " + failure->message);
         fail_open(job.why, job.timed_out);
       } else {
-        // Nothing of these batches was sent: they did not happen.
-        log(log_level::error, name + ": async write failed: " + failure->message);
-        while (!fresh.empty()) {
-          auto b = std::move(fresh.front());
-          fresh.pop_front();
-          finish(*b, make_error_code(failure->code));
-        }
+        fail_unsent(fresh, name, failure->message, make_error_code(failure->code),
+                    [this](open_batch& b, boost::system::error_code ec) { finish(b, ec); });
       }
       step();
       return;

@@ -127,6 +127,19 @@ class pipeline_life {
   bool closed_ = false;
 };
 
+/// A dial for batches not yet sent failed: none of them happened. Logs
+/// why, and fails each, in order, through `finish(batch, ec)`.
+template <class Queue, class Finish>
+void fail_unsent(Queue& fresh, const std::string& name, const std::string& why,
+                 boost::system::error_code ec, Finish&& finish) {
+  log(log_level::error, name + ": async write failed: " + why);
+  while (!fresh.empty()) {
+    auto b = std::move(fresh.front());
+    fresh.pop_front();
+    finish(*b, ec);
+  }
+}
+
 /// Whether the context `ex` runs on has stopped, for pipeline_life::close():
 /// an io_context's executor (as io_context::get_executor() gives it) can
 /// tell; null for any other.
