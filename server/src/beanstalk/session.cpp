@@ -78,8 +78,10 @@ void session::start() {
   registry_.watch(watching_.front(), +1);
   // Non-blocking for write(): a reply that does not fit goes on by
   // async_write.
-  boost::system::error_code ignored;
-  socket_.non_blocking(true, ignored);
+  // (Not set: every reply goes by async_write, as a write_some would block.)
+  boost::system::error_code ec;
+  socket_.non_blocking(true, ec);
+  non_blocking_ = !ec;
   boost::asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
     self->read();
     self->watch_state();
@@ -227,18 +229,22 @@ void session::write() {
   }
   writing_.swap(out_);
   // Most replies fit the socket's buffer at once: sent here, with no write
-  // deadline to arm and cancel (a timer system call, and a handler, for
-  // each reply). What follows a write's completion runs next, as it would.
-  boost::system::error_code ec;
-  const std::size_t sent = socket_.write_some(boost::asio::buffer(writing_), ec);
-  if (ec && ec != boost::asio::error::would_block && ec != boost::asio::error::try_again)
-    return close();
-  if (!ec && sent == writing_.size()) {
-    writing_.clear();
-    boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->pump(); });
-    return;
+  // deadline to arm and cancel (a timer system call for each reply). Only
+  // pump() calls write(), and goes on to read() and watch_state(); it runs
+  // again only for what a write's completion would have let go on: commands
+  // held back by max_unsent, or a quit once its replies are out.
+  if (non_blocking_) {
+    boost::system::error_code ec;
+    const std::size_t sent = socket_.write_some(boost::asio::buffer(writing_), ec);
+    if (ec && ec != boost::asio::error::would_block) return close();
+    if (!ec && sent == writing_.size()) {
+      writing_.clear();
+      if (in_pos_ != in_.size() || closing_)
+        boost::asio::post(socket_.get_executor(), [self = shared_from_this()] { self->pump(); });
+      return;
+    }
+    if (!ec) writing_.erase(0, sent);
   }
-  if (!ec) writing_.erase(0, sent);
   // A client that stops reading its replies is closed after write_timeout,
   // as HTTP's are: its replies would otherwise be held for ever.
   const std::uint64_t n = ++writes_;

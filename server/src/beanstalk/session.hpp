@@ -108,7 +108,8 @@ class session : public std::enable_shared_from_this<session> {
   std::string in_;  // bytes read and not yet consumed by reader_ (from in_pos_)
   std::size_t in_pos_ = 0;
   std::string out_, writing_;
-  bool busy_ = false;  // a command's reply is on its way
+  bool non_blocking_ = false;  // the socket is: write() tries a send at once
+  bool busy_ = false;          // a command's reply is on its way
   // The thread running run() now (none outside it), and whether the
   // command's answer came back inside it.
   // Read by the thread an answer arrives on, which may be another (an

@@ -146,9 +146,9 @@ lease_broker::entry lease_broker::remove_locked(std::uint32_t slot) {
 }
 
 void lease_broker::shrink_when_idle_locked() {
-  // A backlog that drained hands its memory back: the blocks, the index and
-  // the heaps would otherwise stay at the backlog's peak for good (about 90
-  // bytes a job). Only when nothing is held, so no slot is named anywhere
+  // A backlog of over 512 jobs that drained hands its memory back: the
+  // blocks, the index and the heaps would otherwise stay at the backlog's
+  // peak for good (about 90 bytes a job). Only when nothing is held, so no slot is named anywhere
   // (every ready key left is stale); callers call it once they are done
   // with keys and slots.
   if (held_.size() != 0 || blocks_.empty()) return;
