@@ -155,8 +155,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       if (resend) {
         fail_open(resend_why, false, false);
       } else {
-        fail_unsent(fresh, name, failure->message, make_error_code(failure->code),
-                    [this](open_batch& b, boost::system::error_code ec) { finish(b, ec); });
+        fail_unsent(fresh, life, name, failure->message, make_error_code(failure->code));
       }
       step();
       return;
@@ -323,16 +322,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     // Batches still fresh dial again at the next step().
   }
 
-  void finish(open_batch& b, boost::system::error_code ec) {
-    try {
-      b.done(ec);
-    } catch (const std::exception& e) {
-      log(log_level::error, name + ": a write's completion threw: " + e.what());
-    } catch (...) {
-      log(log_level::error, name + ": a write's completion threw");
-    }
-    life.finished();
-  }
+  void finish(open_batch& b, boost::system::error_code ec) { life.finish(b.done, ec, name); }
 
   // The waits the state needs: the socket's while batches are open, and the
   // command_timeout's.

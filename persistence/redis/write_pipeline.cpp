@@ -72,7 +72,6 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   struct dial_job {
     bool resend = false;
     bool retry = false;  // marks the batches sent again after a lost connection
-    bool timed_out = false;
     std::string why;
     std::chrono::milliseconds pause{0};        // waited first (TRYAGAIN, CLUSTERDOWN)
     std::optional<cluster_redirect> redirect;  // a MOVED or an ASK to follow first
@@ -129,7 +128,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   // the strand's thread.
   redis_connection_options probe_to;
   steady::time_point probe_started{}, checked_at{};
-  std::array<char, 64 * 1024> in{};
+  std::array<char, 64 * 1024> reply_bytes{};  // what the socket read holds
 
   pipeline_life life;  // any thread's
 
@@ -155,7 +154,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       flush();
       if (dialing) return;
       if (!connected()) {
-        if (!open.empty()) fail_open("no connection", false);
+        fail_open("no connection");
         continue;
       }
       const auto deadline = last_progress + opts.command_timeout;
@@ -213,12 +212,11 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
   // (command_timeout, the side dial's, or the next link check).
   void arm(steady::time_point deadline) {
     if (!sock.watching() && !sock.watch(fd())) {
-      fail_open("the connection's socket cannot be watched: " + std::string(std::strerror(errno)),
-                false);
+      fail_open("the connection's socket cannot be watched: " + std::string(std::strerror(errno)));
       return;
     }
-    sock.read(asio::buffer(in), [self = shared_from_this()](boost::system::error_code ec,
-                                                            std::size_t n, bool current) {
+    sock.read(asio::buffer(reply_bytes), [self = shared_from_this()](boost::system::error_code ec,
+                                                                     std::size_t n, bool current) {
       const scope in(self->life);
       if (!in.ok()) return;
       if (current && !self->dialing && self->connected()) self->received(ec, n);
@@ -356,10 +354,9 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     if (failure) {
       if (job.resend) {
         log(log_level::error, name + ": " + failure->message);
-        fail_open(job.why, job.timed_out);
+        fail_open(job.why);
       } else {
-        fail_unsent(fresh, name, failure->message, make_error_code(failure->code),
-                    [this](open_batch& b, boost::system::error_code ec) { finish(b, ec); });
+        fail_unsent(fresh, life, name, failure->message, make_error_code(failure->code));
       }
       step();
       return;
@@ -429,7 +426,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       return;
     }
     last_progress = steady::now();
-    if (redisReaderFeed(cur->get()->reader, in.data(), n) != REDIS_OK) {
+    if (redisReaderFeed(cur->get()->reader, reply_bytes.data(), n) != REDIS_OK) {
       on_lost(0, false, false, "bad reply from the server");
       return;
     }
@@ -500,14 +497,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     finish(*b, ec);
   }
 
-  void finish(open_batch& b, boost::system::error_code ec) {
-    try {
-      b.done(ec);
-    } catch (...) {
-      log(log_level::error, name + ": an async_write completion threw; ignored");
-    }
-    life.finished();
-  }
+  void finish(open_batch& b, boost::system::error_code ec) { life.finish(b.done, ec, name); }
 
   void drop_conn(bool timed_out, bool withdraw = false) {
     sock.release();
@@ -534,10 +524,10 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     if (retryable && !retried && !maybe_ran && !open.empty()) {
       log(log_level::warning, name + ": write connection lost (" + why + "); reconnecting and " +
                                   "sending " + std::to_string(open.size()) + " batch(es) again");
-      dial({.resend = true, .retry = true, .timed_out = timed_out, .why = why});
+      dial({.resend = true, .retry = true, .why = why});
       return;
     }
-    fail_open(why, timed_out);
+    fail_open(why);
   }
 
   // The oldest open batch got a redirect (or TRYAGAIN / CLUSTERDOWN): it did
@@ -556,7 +546,7 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       const auto now = steady::now();
       if (!unstable_since) unstable_since = now;
       if (now - *unstable_since >= opts.command_timeout) {
-        fail_open("the cluster kept answering '" + r.text + "'", false);
+        fail_open("the cluster kept answering '" + r.text + "'");
         return;
       }
       job.pause = pause;
@@ -576,7 +566,9 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
     dial(std::move(job));
   }
 
-  void fail_open(const std::string& why, bool timed_out) {
+  // The connection (already dropped, with a reset when it timed out, by
+  // whoever found it lost) is closed for good.
+  void fail_open(const std::string& why) {
     drop_conn(false);
     ask = nullptr;
     unstable_since.reset();
@@ -593,7 +585,6 @@ struct write_pipeline::core : std::enable_shared_from_this<core> {
       // applied it, and fsynced it, just before it died): outcome_unknown, as
       // the store contract asks. Only a batch not wholly sent is known not to
       // have run (Redis never runs an incomplete command).
-      (void)timed_out;
       const bool unknown = open.front()->maybe_applied;
       complete(make_error_code(unknown ? errc::outcome_unknown : errc::store_unavailable));
     }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -70,8 +71,17 @@ class pipeline_life {
     std::lock_guard lock(m_);
     ++pending_;
   }
-  /// A batch's `done` was called.
-  void finished() {
+  /// Calls a batch's `done` (what it throws is logged, never let out of
+  /// the handler), then counts the batch answered.
+  template <class Done>
+  void finish(Done& done, boost::system::error_code ec, const std::string& name) {
+    try {
+      done(ec);
+    } catch (const std::exception& e) {
+      log(log_level::error, name + ": a write's completion threw: " + e.what());
+    } catch (...) {
+      log(log_level::error, name + ": a write's completion threw");
+    }
     std::lock_guard lock(m_);
     if (--pending_ == 0) idle_.notify_all();
   }
@@ -128,15 +138,16 @@ class pipeline_life {
 };
 
 /// A dial for batches not yet sent failed: none of them happened. Logs
-/// why, and fails each, in order, through `finish(batch, ec)`.
-template <class Queue, class Finish>
-void fail_unsent(Queue& fresh, const std::string& name, const std::string& why,
-                 boost::system::error_code ec, Finish&& finish) {
+/// why, and fails each (a queue of pointers to batches with a `done`), in
+/// order.
+template <class Queue>
+void fail_unsent(Queue& fresh, pipeline_life& life, const std::string& name, const std::string& why,
+                 boost::system::error_code ec) {
   log(log_level::error, name + ": async write failed: " + why);
   while (!fresh.empty()) {
     auto b = std::move(fresh.front());
     fresh.pop_front();
-    finish(*b, ec);
+    life.finish(b->done, ec, name);
   }
 }
 
