@@ -156,6 +156,7 @@ timer_wheel::timer_wheel(std::size_t slots)
   std::uninitialized_fill_n(index(), index_size_, index_entry{});
   prefetch_table_.store(index(), std::memory_order_relaxed);
   prefetch_mask_.store(index_mask_, std::memory_order_relaxed);
+  far_from_ = far_edge(0);
 }
 
 timer_wheel::~timer_wheel() {
@@ -275,22 +276,29 @@ void timer_wheel::push_entry(handle h, std::uint64_t due) {
   r.due = due;
   r.seq = ((r.seq | state_mask) + 1) | armed_state;  // a new generation: older entries are stale
   if (arrivals_.capacity() == 0) arrivals_.reserve(arrivals_batch);
+  if (due >= far_from_) return push_far(entry{due, h, r.seq});
   arrivals_.push_back(entry{due, h, r.seq});
   arrivals_min_ = std::min(arrivals_min_, due);
   if (arrivals_.size() >= arrivals_batch) drain_arrivals();
 }
 
 void timer_wheel::drain_arrivals() {
+  place_all(arrivals_.data(), arrivals_.size(), false);
+  arrivals_.clear();
+  arrivals_min_ = no_tick;
+}
+
+void timer_wheel::place_all(const entry* a, std::size_t n, bool from_far) {
   // Two dependent loads per entry: the slot's vector object, then the end of
-  // its array. The first (and the record, to tell a stale arrival) is asked
+  // its array. The first (and the record, to tell a stale entry) is asked
   // for 2 * ahead entries early, the second `ahead` entries early (by then
   // the vector object has arrived), so the misses of several entries are in
   // flight at once.
   constexpr std::size_t ahead = 8;
-  const std::size_t n = arrivals_.size();
-  const entry* a = arrivals_.data();
-  for (std::size_t i = 0; i < std::min(2 * ahead, n); ++i)
+  for (std::size_t i = 0; i < std::min(2 * ahead, n); ++i) {
     __builtin_prefetch(&slots_[slot_of(a[i].due)]);
+    __builtin_prefetch(record_ptr(a[i].h));
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (i + 2 * ahead < n) {
       __builtin_prefetch(&slots_[slot_of(a[i + 2 * ahead].due)]);
@@ -300,19 +308,74 @@ void timer_wheel::drain_arrivals() {
       const std::vector<entry>& v = slots_[slot_of(a[i + ahead].due)];
       __builtin_prefetch(v.data() + v.size(), 1);
     }
-    // An arrival cancelled or moved since it was armed was counted stale
-    // against its slot then (went_stale); it is dropped here instead of
-    // placed, so the count stays true for the slot's compaction.
+    // An entry cancelled or moved since it was armed was counted stale
+    // where it lay then (went_stale); it is dropped here instead of placed,
+    // so the count stays true for the compaction.
     const record& r = rec(a[i].h);
     if (r.seq != a[i].seq || r.due != a[i].due) {
-      const std::size_t s = slot_of(a[i].due);
-      if (stale_[s] > 0) --stale_[s];
+      if (from_far) {
+        if (far_stale_ > 0) --far_stale_;
+      } else if (const std::size_t s = slot_of(a[i].due); stale_[s] > 0) {
+        --stale_[s];
+      }
       continue;
     }
     place_entry(a[i]);
   }
-  arrivals_.clear();
-  arrivals_min_ = no_tick;
+}
+
+// ---------------------------------------------------------------- far tasks
+
+void timer_wheel::push_far(const entry& e) {
+  if (far_.size() == far_.capacity() && !far_.empty() && far_stale_ >= far_.size() / 2)
+    compact_far();  // as a slot's array: at most two record reads per append, amortised
+  far_.push_back(e);
+  far_min_ = std::min(far_min_, e.due);
+}
+
+void timer_wheel::compact_far() {
+  constexpr std::size_t ahead = 8;  // records are scattered: ask for them early
+  const std::size_t n = far_.size();
+  for (std::size_t i = 0; i < std::min(ahead, n); ++i) __builtin_prefetch(record_ptr(far_[i].h));
+  std::size_t keep = 0;
+  std::uint64_t least = no_tick;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + ahead < n) __builtin_prefetch(record_ptr(far_[i + ahead].h));
+    const entry e = far_[i];
+    const record& r = rec(e.h);
+    if (r.seq == e.seq && r.due == e.due) {
+      far_[keep++] = e;
+      least = std::min(least, e.due);
+    }
+  }
+  far_.truncate(keep);
+  far_min_ = least;
+  far_stale_ = 0;
+}
+
+void timer_wheel::migrate(std::uint64_t tick) {
+  // One sequential pass: what is due before the new edge moves out (its
+  // records are read only as it is placed), the rest closes ranks in order.
+  const std::uint64_t until = far_edge(tick);
+  far_moving_.clear();
+  std::size_t keep = 0;
+  std::uint64_t least = no_tick;
+  for (std::size_t i = 0, n = far_.size(); i < n; ++i) {
+    const entry e = far_[i];
+    if (e.due < until) {
+      far_moving_.push_back(e);
+    } else {
+      far_[keep++] = e;
+      least = std::min(least, e.due);
+    }
+  }
+  far_.truncate(keep);  // and the blocks it no longer needs go
+  far_min_ = least;
+  far_from_ = until;
+  place_all(far_moving_.data(), far_moving_.size(), true);
+  if (far_.empty()) far_stale_ = 0;
+  if (far_moving_.capacity() > 1024) std::vector<entry>().swap(far_moving_);
+  far_moving_.clear();
 }
 
 void timer_wheel::place_entry(const entry& e) {
@@ -337,7 +400,12 @@ void timer_wheel::place_entry(const entry& e) {
   occupied_[s / 64] |= std::uint64_t{1} << (s % 64);
 }
 
-void timer_wheel::went_stale(const record& r) noexcept { ++stale_[slot_of(r.due)]; }
+void timer_wheel::went_stale(const record& r) noexcept {
+  if (r.due >= far_from_)
+    ++far_stale_;
+  else
+    ++stale_[slot_of(r.due)];
+}
 
 void timer_wheel::compact_slot(std::size_t s) {
   std::vector<entry>& v = slots_[s];
@@ -408,6 +476,7 @@ std::size_t timer_wheel::take_due_by(std::int64_t due_ms, std::vector<handle>& o
   if (!arrivals_.empty()) drain_arrivals();
   if (armed_ == 0) return 0;
   const std::uint64_t tick = now_ + 1;
+  if (tick >= far_from_ && far_min_ <= tick) migrate(tick);
   const std::size_t s = slot_of(tick);
   if (slot_min_[s] > tick) return 0;  // nothing of this tick in its slot
   std::vector<entry>& v = slots_[s];
@@ -460,10 +529,14 @@ std::uint64_t timer_wheel::next_due_tick() const noexcept {
     }
     return no_tick;
   };
-  if (auto t = scan(start, slot_count_, now_ + 1); t != no_tick) return std::min(t, arrivals_min_);
+  // A far bound may be a cancelled task's from before now(): it still names
+  // a tick to come (reaching it migrates the far array, which makes it exact).
+  const std::uint64_t others =
+      std::min(arrivals_min_, far_min_ == no_tick ? no_tick : std::max(far_min_, now_ + 1));
+  if (auto t = scan(start, slot_count_, now_ + 1); t != no_tick) return std::min(t, others);
   if (auto t = scan(0, start, now_ + 1 + (slot_count_ - start)); t != no_tick)
-    return std::min(t, arrivals_min_);
-  return std::min(best, arrivals_min_);
+    return std::min(t, others);
+  return std::min(best, others);
 }
 
 // ---------------------------------------------------------------- public ops
@@ -595,7 +668,9 @@ std::size_t timer_wheel::memory_bytes() const noexcept {
       slots_.capacity() * sizeof(std::vector<entry>) +
       slot_min_.capacity() * sizeof(std::uint64_t) + stale_.capacity() * sizeof(std::uint32_t) +
       occupied_.capacity() * sizeof(std::uint64_t) + arrivals_.capacity() * sizeof(entry) +
-      scratch_.capacity() * sizeof(handle) + due_scratch_.capacity() * sizeof(entry) + heap_bytes_;
+      (far_.capacity() + far_moving_.capacity()) * sizeof(entry) +
+      far_.blocks() * sizeof(std::unique_ptr<entry[]>) + scratch_.capacity() * sizeof(handle) +
+      due_scratch_.capacity() * sizeof(entry) + heap_bytes_;
   for (const block& b : chunks_) bytes += b.bytes();
   for (const std::vector<entry>& v : slots_) bytes += v.capacity() * sizeof(entry);
   return bytes;

@@ -1417,3 +1417,47 @@ TEST_CASE("wheel: take_tick hands over the next due tick's records ahead of it, 
           std::vector<firing>{{5, "armed-after"}, {6, "later"}, {13, "next-revolution"}});
   }
 }
+
+TEST_CASE(
+    "wheel: tasks revolutions away wait in the far array, counted for their tick, and fire in "
+    "order") {
+  // The essay's "Far tasks": an entry two revolutions or more ahead waits in
+  // one far array until the wheel reaches it. slot_load() must count it for
+  // a tick it reaches (the engine prepares a heavy tick by that count), and
+  // take_tick() and advance() must move it to its slot first.
+  timer_wheel w(8);
+  for (int i = 0; i < 300; ++i) w.insert(make_task("far" + std::to_string(i)), 1000);
+  w.insert(make_task("near"), 3);
+  const handle cancelled = w.insert(make_task("cancelled"), 1001);
+  const handle moved = w.insert(make_task("moved"), 2000);
+  w.insert(make_task("last"), 5000);
+  w.erase(cancelled);
+  w.arm(moved, 4);  // from the far array to the slots
+  CHECK(w.next_due_tick() == 3);
+  CHECK(w.slot_load(1000) >= 300);
+  CHECK(advance_erasing(w, 10) == std::vector<firing>{{3, "near"}, {4, "moved"}});
+  CHECK(w.next_due_tick() == 1000);
+  SUBCASE("taken ahead of its tick") {
+    std::vector<std::string> taken;
+    CHECK(w.take_tick(1000, [&](handle h) {
+      taken.emplace_back(w.id(h));
+      w.erase(h);
+    }) == 300);
+    REQUIRE(taken.size() == 300);
+    CHECK(taken.front() == "far0");  // in arming order
+    CHECK(taken.back() == "far299");
+  }
+  SUBCASE("by advance") {
+    const auto fired = advance_erasing(w, 1000);
+    REQUIRE(fired.size() == 300);
+    CHECK(fired.front() == firing{1000, "far0"});
+    CHECK(fired.back() == firing{1000, "far299"});
+  }
+  // The cancelled task was dropped on the way; the moved one's old entry
+  // (at 2000) may still bound the next tick early, never late.
+  CHECK(w.next_due_tick() > 1000);
+  CHECK(w.next_due_tick() <= 5000);
+  CHECK(advance_erasing(w, 6000) == std::vector<firing>{{5000, "last"}});
+  CHECK(w.empty());
+  CHECK(w.next_due_tick() == timer_wheel::no_tick);
+}

@@ -54,6 +54,26 @@
 // counted against its slot at once, and dropped when the arrivals move), and
 // next_due_tick() takes the arrivals' earliest due tick into account.
 //
+// Far tasks
+// ---------
+// Most delayed tasks are minutes or hours away ("cancel the order in 30
+// minutes"), many revolutions of a 4-second wheel, and many are cancelled
+// before they come due. Filing such a task in its slot pays the random
+// slot's miss and its array's growth in the caller's schedule(), and a
+// cancel leaves a stale entry there. So an entry due two revolutions or more
+// past the last migration (far_from_) is appended to one far array instead:
+// contiguous, with no miss. When the wheel reaches far_from_, it moves the
+// far entries due in the next two revolutions to their slots in one pass
+// (a sequential read of the far array; the slots' memory asked for ahead, as
+// for arrivals), drops the stale ones among them, and moves far_from_ on.
+// That pass runs on the owner's clock, not in a caller's schedule(), and
+// slot_load() counts the far array for a tick it reaches, so an owner that
+// prepares heavy ticks ahead (the engine) runs it before the tick begins.
+// A task cancelled while far costs a stale far entry, dropped by that pass
+// or by the array's compaction (as for a slot: when an append finds it full
+// with at least half of it stale). An empty far array moves far_from_ at
+// no cost.
+//
 // Lazy removal
 // ------------
 // An entry is valid while the record's sequence word equals the one the entry
@@ -126,9 +146,9 @@
 //
 // Memory
 // ------
-// Per task: the 64-byte record, a 16-byte slot entry (arrays grow by half)
-// and an 8-byte index entry at a load factor between 3/8 and 3/4, plus a
-// heap block for bytes that do not fit inline. docs/benchmarks.md has the
+// Per task: the 64-byte record, a 16-byte slot or far entry (slot arrays
+// grow by half, the far array by 16 KiB blocks) and an 8-byte index entry at a load factor between
+// 3/8 and 3/4, plus a heap block for bytes that do not fit inline. docs/benchmarks.md has the
 // measured figures.
 #pragma once
 
@@ -315,7 +335,8 @@ class timer_wheel {
   /// (more when the slot also holds later revolutions' or stale entries).
   /// A cheap bound, to tell a heavy tick ahead of time.
   std::size_t slot_load(std::uint64_t tick) const noexcept {
-    return slots_[slot_of(tick)].size() + arrivals_.size();
+    return slots_[slot_of(tick)].size() + arrivals_.size() +
+           (tick >= far_from_ ? far_.size() : 0);  // reaching it migrates them
   }
 
   /// Hands the records due at `tick` to `sink(handle)` as advance(tick)
@@ -375,6 +396,34 @@ class timer_wheel {
     handle h;
     std::uint32_t seq;
   };
+  // The far array: entries in blocks of 1,024 (16 KiB) that never move, so
+  // that growing it copies nothing and its memory is what it holds, not up
+  // to twice that as a doubling vector's (a million far tasks take 16 MB).
+  class entry_blocks {
+   public:
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    std::size_t capacity() const noexcept { return blocks_.size() * per_block; }
+    std::size_t blocks() const noexcept { return blocks_.size(); }
+    entry& operator[](std::size_t i) noexcept { return blocks_[i >> bits][i & (per_block - 1)]; }
+    void push_back(const entry& e) {
+      if (size_ == capacity()) blocks_.push_back(std::unique_ptr<entry[]>(new entry[per_block]));
+      (*this)[size_++] = e;
+    }
+    // Keeps the first n entries, and the blocks they need plus one spare.
+    void truncate(std::size_t n) noexcept {
+      size_ = n;
+      const std::size_t keep = (n + per_block - 1) / per_block + 1;
+      if (blocks_.size() > keep) blocks_.resize(keep);
+    }
+
+   private:
+    static constexpr unsigned bits = 10;
+    static constexpr std::size_t per_block = std::size_t{1} << bits;
+    std::vector<std::unique_ptr<entry[]>> blocks_;
+    std::size_t size_ = 0;
+  };
+
   struct index_entry {
     handle node = npos;  // npos marks an empty bucket
     std::uint32_t hash = 0;
@@ -424,8 +473,8 @@ class timer_wheel {
   void add_chunk();
   void push_entry(handle h, std::uint64_t due);
   void compact_slot(std::size_t s);
-  // Counts the entry of armed record `r` as stale in its slot (before `r`
-  // changes: the slot is its due tick's).
+  // Counts the entry of armed record `r` as stale where it lies, its slot
+  // or the far array (before `r` changes: the place is its due tick's).
   void went_stale(const record& r) noexcept;
 
   std::size_t index_find(std::string_view id, std::uint32_t hash) const noexcept;
@@ -449,6 +498,22 @@ class timer_wheel {
   // Moves every arrival to its slot, with the memory of the slots a few
   // entries ahead requested early (see "Arrivals" in the essay).
   void drain_arrivals();
+  // Places entries a[0] .. a[n - 1] in their slots that way, dropping the
+  // stale ones (counted against the far array when `from_far`, else
+  // against their slots).
+  void place_all(const entry* a, std::size_t n, bool from_far);
+
+  // The far array (the essay's "Far tasks"). far_edge(t): the first tick
+  // past t that migrating at t leaves in it.
+  std::uint64_t far_edge(std::uint64_t t) const noexcept {
+    const std::uint64_t span = far_revolutions * static_cast<std::uint64_t>(slot_count_);
+    return t >= no_tick - span ? no_tick : t + span;
+  }
+  void push_far(const entry& e);
+  void compact_far();
+  // Moves the far entries due before far_edge(tick) to their slots, so that
+  // every entry due by `tick` is in a slot.
+  void migrate(std::uint64_t tick);
 
   // The slot of `tick`. A power-of-two slot count (the engine's default)
   // takes a mask instead of a 64-bit division, which the paths that arm and
@@ -473,6 +538,16 @@ class timer_wheel {
   // slots; arrivals_min_ is a lower bound of their due ticks.
   std::vector<entry> arrivals_;
   std::uint64_t arrivals_min_ = no_tick;
+  // Entries due at or after far_from_, in arming order (the essay's "Far
+  // tasks"); far_min_ is a lower bound of their due ticks, far_stale_ how
+  // many are stale. Every entry due before far_from_ is in a slot or an
+  // arrival.
+  static constexpr std::uint64_t far_revolutions = 2;
+  entry_blocks far_;
+  std::vector<entry> far_moving_;  // reused by migrate()
+  std::uint64_t far_from_ = 0;     // far_edge(0) once constructed
+  std::uint64_t far_min_ = no_tick;
+  std::size_t far_stale_ = 0;
 
   std::vector<block> chunks_;
   handle free_head_ = npos;  // free records are chained through record::due
@@ -599,6 +674,7 @@ template <class Sink>
 std::size_t timer_wheel::take_tick(std::uint64_t tick, Sink&& sink) {
   if (!arrivals_.empty()) drain_arrivals();
   if (tick <= now_ || tick == no_tick || next_due_tick() != tick) return 0;
+  if (tick >= far_from_) migrate(tick);
   std::vector<handle> batch;
   batch.swap(scratch_);
   batch.clear();
@@ -625,6 +701,10 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     if (!arrivals_.empty()) drain_arrivals();  // the sink may have armed some
     const std::uint64_t tick = next_due_tick();
     if (tick == no_tick || tick > to_tick) break;
+    if (tick >= far_from_) {
+      migrate(tick);  // far entries due by then go to their slots first
+      continue;
+    }
     now_ = tick;
     batch.clear();
     collect_due(slot_of(tick), tick, batch);
@@ -638,6 +718,12 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     }
   }
   if (to_tick > now_) now_ = to_tick;
+  if (armed_ == 0 && !far_.empty()) {  // nothing armed: what is left there is stale
+    far_.truncate(0);
+    far_min_ = no_tick;
+    far_stale_ = 0;
+  }
+  if (far_.empty()) far_from_ = std::max(far_from_, far_edge(now_));  // nothing to move
   batch.clear();
   scratch_.swap(batch);
   return fired;

@@ -189,7 +189,8 @@ class engine_core final : public dispatcher::owner,
     std::uint32_t trigger_count = 0;
     std::uint32_t priority = 0, ttr_ms = 0;
     task_table* table = nullptr;
-    bool generated = false;  // the engine drew the id
+    std::uint64_t order = 0;  // the floor of its stamp (task_table::stamp())
+    bool generated = false;   // the engine drew the id
   };
 
   // ---- tables ------------------------------------------------------------------
@@ -211,6 +212,7 @@ class engine_core final : public dispatcher::owner,
   // On the pager's thread: looks an async schedule's id up, then runs it.
   void run_lookup(deferred_call& job, std::uint64_t serial);
   bool release_lookup_locked(task_table& t, std::string_view id, std::uint64_t serial);
+  void hash_early(spec_ref& spec) const noexcept;
   boost::system::error_code check_spec(spec_ref& spec);
   void schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                         boost::system::error_code& ec, std::size_t& bad);

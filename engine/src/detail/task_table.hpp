@@ -122,13 +122,20 @@ class task_table {
   /// The record's side-table entries and the record itself go.
   void forget(timer_wheel::handle h);
 
-  /// When record h's task was scheduled, as a number that grows with the
-  /// steady clock (nanoseconds, plus its index in a batch): tasks of several
-  /// tables due at the same instant run in the order they were scheduled,
-  /// as one wheel runs those of one tick in the order they were armed.
-  void stamp(timer_wheel::handle h, std::uint64_t order) {
+  /// When record h's task was scheduled: tasks of several tables due at
+  /// the same instant run in the order they were scheduled, as one wheel
+  /// runs those of one tick in the order they were armed. The stamp is
+  /// `floor` (the steady clock's nanoseconds, read by the call before it
+  /// took the lock, plus a task's index in its batch) or one more than the
+  /// table's last stamp, whichever is greater. So one table's stamps rise
+  /// in the order its records are armed (order_by_due merges on that), and
+  /// a stamp is never later than the instant it is made (each stamp of a
+  /// table is made over a nanosecond after the one before): a call that
+  /// begins after another returned stamps later, whichever tables they use.
+  void stamp(timer_wheel::handle h, std::uint64_t floor) {
     if (h >= order_.size()) order_.resize(std::max<std::size_t>(2 * order_.size(), h + 1024));
-    order_[h] = order;
+    last_stamp_ = std::max(floor, last_stamp_ + 1);
+    order_[h] = last_stamp_;
   }
   std::uint64_t order_of(timer_wheel::handle h) const noexcept {
     return h < order_.size() ? order_[h] : 0;
@@ -141,11 +148,16 @@ class task_table {
   std::unordered_map<timer_wheel::handle, trigger_counts> triggers_;
   std::unordered_map<timer_wheel::handle, task_attrs> attrs_;
   std::vector<std::uint64_t> order_;  // by handle (stamp())
+  std::uint64_t last_stamp_ = 0;
 };
 
-/// A stamp for task_table::stamp(): the steady clock now.
+/// A floor for task_table::stamp(): the steady clock at `t`.
+inline std::uint64_t schedule_order(std::chrono::steady_clock::time_point t) noexcept {
+  return static_cast<std::uint64_t>(t.time_since_epoch().count());
+}
+/// The same, now.
 inline std::uint64_t schedule_order() noexcept {
-  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return schedule_order(std::chrono::steady_clock::now());
 }
 
 /// Locks a set of tables in index order (so two such locks never deadlock)

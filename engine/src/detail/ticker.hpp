@@ -101,6 +101,17 @@ class ticker {
         .count();
   }
 
+  /// now_ms() as of steady instant `t`, read by the caller: a call that
+  /// needs the steady clock for something else too reads it once. Before
+  /// anchor(): the system clock now.
+  std::int64_t ms_at(std::chrono::steady_clock::time_point t) const noexcept {
+    if (!anchored_.load(std::memory_order_acquire))
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    return std::chrono::floor<std::chrono::milliseconds>(wall_at(t).time_since_epoch()).count();
+  }
+
   /// The wall-clock instant, by the engine's clock, of steady instant `t`
   /// (once anchor() returned).
   std::chrono::system_clock::time_point wall_at(

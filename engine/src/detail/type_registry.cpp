@@ -22,6 +22,11 @@ std::uint64_t type_registry::hash(std::string_view name) noexcept {
   if (n >= 8) {
     std::memcpy(&a, name.data(), 8);
     std::memcpy(&b, name.data() + n - 8, 8);
+  } else if (n >= 4) {
+    std::uint32_t lo = 0, hi = 0;  // two loads that overlap: every byte, no loop
+    std::memcpy(&lo, name.data(), 4);
+    std::memcpy(&hi, name.data() + n - 4, 4);
+    a = (std::uint64_t{hi} << 32) | lo;
   } else {
     for (std::size_t i = 0; i < n; ++i) a = (a << 8) | static_cast<unsigned char>(name[i]);
   }

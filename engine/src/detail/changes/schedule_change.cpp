@@ -216,9 +216,6 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
   const bool durable = writes(change_kind::save);
   std::vector<write_op> ops;
   if (durable) ops.reserve(n);
-  // Read under the lock: stamps rise with the order records are armed in a
-  // table, which the firing's order by due time relies on (order_by_due).
-  const std::uint64_t order = schedule_order();
   for (std::size_t i = 0; i < n; ++i) {
     // The lookups above brought the index's lines in, but a batch's own
     // writes since may have pushed them out: asked for again, ahead.
@@ -290,7 +287,7 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
       if (!capped) kind_pending(it.kind).add(1);
       if (durable) made = std::make_unique<insert_change>(&t, h);
     }
-    t.stamp(h, order + i);
+    t.stamp(h, spec.order);
     if (durable) {
       write_op op = make_op(change_kind::save, t, h, true);
       // Clusters: a replace of a held record is fenced: it must not land once
