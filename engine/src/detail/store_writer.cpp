@@ -141,8 +141,7 @@ void store_writer::pump(std::unique_lock<std::mutex>& lock, bool writer) {
     lock.unlock();
     store_.async_write(raw->changes, [this, raw, sent = std::chrono::steady_clock::now()](
                                          boost::system::error_code ec) {
-      note_write(raw->changes.size(), sent, ec);
-      landed(raw, ec);
+      landed(raw, ec, note_write(raw->changes.size(), sent, ec));
     });
     lock.lock();
   }
@@ -154,14 +153,17 @@ void store_writer::write_here(batch& b, std::unique_lock<std::mutex>& lock) {
   boost::system::error_code ec;
   const auto sent = std::chrono::steady_clock::now();
   store_.write(b.changes, ec);
-  note_write(b.changes.size(), sent, ec);
+  const auto took = note_write(b.changes.size(), sent, ec);
   lock.lock();
+  b.took = took;
   b.ec = ec;
   b.done = true;
 }
 
-void store_writer::landed(batch* raw, boost::system::error_code ec) {
+void store_writer::landed(batch* raw, boost::system::error_code ec,
+                          std::chrono::steady_clock::duration took) {
   std::unique_lock lock(mutex_);
+  raw->took = took;
   raw->ec = ec;
   raw->done = true;
   if (!direct_) {
@@ -258,17 +260,18 @@ std::size_t store_writer::queued() const {
   return queue_.size();
 }
 
-void store_writer::note_write(std::size_t changes, std::chrono::steady_clock::time_point sent,
-                              const boost::system::error_code& ec) noexcept {
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - sent)
-          .count();
+std::chrono::steady_clock::duration store_writer::note_write(
+    std::size_t changes, std::chrono::steady_clock::time_point sent,
+    const boost::system::error_code& ec) noexcept {
+  const auto took = std::chrono::steady_clock::now() - sent;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(took).count();
   write_latency_.record(us > 0 ? static_cast<std::uint64_t>(us) : 0);
   batch_size_.record(changes);
   if (ec) write_errors_.fetch_add(1, std::memory_order_relaxed);
   // A change the store cannot make (a store without dead letters) is no
   // sign of an outage: the next write would fail the same way.
   last_failed_.store(ec && ec != errc::unsupported, std::memory_order_relaxed);
+  return took;
 }
 
 void store_writer::metrics(store_metrics& out) const {
@@ -404,7 +407,9 @@ std::unique_ptr<store_writer::batch> store_writer::form_batch() {
 void store_writer::finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock) {
   blocked_ = false;  // its ids are free again
   last_batch_ = b->ops.size();
-  linger_until_ = std::chrono::steady_clock::now() + opts_.linger;
+  // At most a quarter of the write it would save (options::linger).
+  linger_until_ = std::chrono::steady_clock::now() +
+                  std::min<std::chrono::steady_clock::duration>(opts_.linger, b->took / 4);
   for (const write_op& op : b->ops) {
     auto it = in_flight_ids_.find(op.id_hash);
     if (--it->second == 0) in_flight_ids_.erase(it);

@@ -9,11 +9,12 @@
 // commit), and only a backlog of at least pipeline_threshold changes goes
 // out while others are still in flight, as far as the store allows
 // (max_writes_in_flight(): Redis pipelines, SQLite does not). After a batch
-// of several changes landed, the next one lingers up to `linger` for as many
-// to be queued again, so that callers who each wait for their write keep
-// sharing one durable write (MySQL's group commit delay, bounded). When a
-// batch's outcome is known the writer reports each of its ops to the engine
-// (on_done: on the writer thread, or as "Hand-offs" says), exactly once.
+// of several changes landed, the next one lingers up to `linger` (and at most
+// a quarter of that batch's write) for as many to be queued again, so that
+// callers who each wait for their write keep sharing one durable write
+// (MySQL's group commit delay, bounded). When a batch's outcome is known the
+// writer reports each of its ops to the engine (on_done: on the writer
+// thread, or as "Hand-offs" says), exactly once.
 //
 // Hand-offs. A store that pipelines (max_writes_in_flight() > 1: its
 // async_write() queues the batch for a thread of its own) is driven without
@@ -131,7 +132,12 @@ class store_writer {
     /// After a batch of several changes landed, how long the next batch may
     /// wait for as many to be queued again (their callers coming back with
     /// their next change), so they share one durable write instead of
-    /// splitting into two. Never after a lone change.
+    /// splitting into two. Never after a lone change, and never longer than
+    /// a quarter of what the last batch's write took: waiting pays for a
+    /// write that costs an fsync (SQLite, PostgreSQL, Redis with appendfsync
+    /// always), not for one about as cheap as the wait (Redis's everysec,
+    /// about 110 us a write with eight busy connections: the full 150 us,
+    /// or half the write, cost them a fifth of their cycles).
     std::chrono::microseconds linger{150};
     /// How long kept ops wait before they are written again.
     std::chrono::milliseconds retry_interval{1000};
@@ -204,6 +210,7 @@ class store_writer {
     std::vector<write_op> ops;
     std::vector<store_change> changes;
     boost::system::error_code ec;
+    std::chrono::steady_clock::duration took{};  // from send to outcome
     bool done = false;
   };
 
@@ -223,16 +230,18 @@ class store_writer {
   // with store_.write() on this thread, and marks it done.
   void write_here(batch& b, std::unique_lock<std::mutex>& lock);
   // An async_write() completion, on the store's thread.
-  void landed(batch* raw, boost::system::error_code ec);
+  void landed(batch* raw, boost::system::error_code ec, std::chrono::steady_clock::duration took);
   // Under mutex_: moves queued ops into a new batch (see "Order per id").
   std::unique_ptr<batch> form_batch();
   // Under mutex_ (released while reporting): a batch's outcome came back.
   void finish(std::unique_ptr<batch> b, std::unique_lock<std::mutex>& lock);
   void write_inline(write_op& op);
   void note_reported(const write_op& op);
-  // A write of `changes` changes that took from `sent` to now, and its outcome.
-  void note_write(std::size_t changes, std::chrono::steady_clock::time_point sent,
-                  const boost::system::error_code& ec) noexcept;
+  // A write of `changes` changes that took from `sent` to now, and its outcome,
+  // counted; returns what it took.
+  std::chrono::steady_clock::duration note_write(std::size_t changes,
+                                                 std::chrono::steady_clock::time_point sent,
+                                                 const boost::system::error_code& ec) noexcept;
 
   task_store& store_;
   const options opts_;
