@@ -103,11 +103,10 @@ for r in $(seq "$rounds"); do
     if [[ $side == a ]]; then rates_a+=("$rate"); else rates_b+=("$rate"); fi
   done
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-ma=$(median "${rates_a[@]}")
-mb=$(median "${rates_b[@]}")
+ma=$(delayq_median "${rates_a[@]}")
+mb=$(delayq_median "${rates_b[@]}")
 echo "medians: A $ma adds/s, B $mb adds/s, B/A $(awk -v a="$ma" -v b="$mb" 'BEGIN {printf "%.2f", b/a}')x"
 if [[ -n "$perf" ]]; then
-  echo "per add, medians: A $(median "${cpu_a[@]}") µs and $(median "${cs_a[@]}") switches," \
-    "B $(median "${cpu_b[@]}") µs and $(median "${cs_b[@]}") switches"
+  echo "per add, medians: A $(delayq_median "${cpu_a[@]}") µs and $(delayq_median "${cs_a[@]}") switches," \
+    "B $(delayq_median "${cpu_b[@]}") µs and $(delayq_median "${cs_b[@]}") switches"
 fi

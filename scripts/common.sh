@@ -8,6 +8,7 @@
 #   DELAYQ_MAIN_BUILD_ARGS              cmake args of build/ (test.sh, demo.sh)
 #   delayq_machine <builddir>           the header of bench/results/*.machine.txt
 #   delayq_free_port                    a free loopback TCP port, on stdout
+#   delayq_median N...                  the median of the numbers, on stdout
 #   delayq_need_redis <script name>     exits 1 unless redis-server and redis-cli are here
 
 DELAYQ_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -97,6 +98,11 @@ DELAYQ_MAIN_BUILD_ARGS=(
 )
 
 delayq_log() { printf '%s\n' "$*" >&2; }
+
+# The median of its arguments (numbers), on stdout: the A/B scripts' summary.
+delayq_median() {
+  printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
+}
 
 # A port the kernel just handed out for a bind is free unless someone takes it
 # first; a start that loses that race is retried on another port by its

@@ -334,20 +334,7 @@ void timer_wheel::push_far(const entry& e) {
 }
 
 void timer_wheel::compact_far() {
-  constexpr std::size_t ahead = 8;  // records are scattered: ask for them early
-  const std::size_t n = far_.size();
-  for (std::size_t i = 0; i < std::min(ahead, n); ++i) __builtin_prefetch(record_ptr(far_[i].h));
-  std::size_t keep = 0;
-  std::uint64_t least = no_tick;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + ahead < n) __builtin_prefetch(record_ptr(far_[i + ahead].h));
-    const entry e = far_[i];
-    const record& r = rec(e.h);
-    if (r.seq == e.seq && r.due == e.due) {
-      far_[keep++] = e;
-      least = std::min(least, e.due);
-    }
-  }
+  const auto [keep, least] = keep_live(far_);
   far_.truncate(keep);
   far_min_ = least;
   far_stale_ = 0;
@@ -407,8 +394,11 @@ void timer_wheel::went_stale(const record& r) noexcept {
     ++stale_[slot_of(r.due)];
 }
 
-void timer_wheel::compact_slot(std::size_t s) {
-  std::vector<entry>& v = slots_[s];
+// The live entries of `v` (a slot's array or the far array) moved to its
+// front in their order, the stale ones dropped: how many are kept, and the
+// earliest due tick among them.
+template <class Entries>
+std::pair<std::size_t, std::uint64_t> timer_wheel::keep_live(Entries& v) const noexcept {
   constexpr std::size_t ahead = 8;  // records are scattered: ask for them early
   const std::size_t n = v.size();
   for (std::size_t i = 0; i < std::min(ahead, n); ++i) __builtin_prefetch(record_ptr(v[i].h));
@@ -423,6 +413,12 @@ void timer_wheel::compact_slot(std::size_t s) {
       least = std::min(least, e.due);
     }
   }
+  return {keep, least};
+}
+
+void timer_wheel::compact_slot(std::size_t s) {
+  std::vector<entry>& v = slots_[s];
+  const auto [keep, least] = keep_live(v);
   v.resize(keep);
   slot_min_[s] = least;
   stale_[s] = 0;

@@ -511,6 +511,8 @@ class timer_wheel {
   }
   void push_far(const entry& e);
   void compact_far();
+  template <class Entries>
+  std::pair<std::size_t, std::uint64_t> keep_live(Entries& v) const noexcept;
   // Moves the far entries due before far_edge(tick) to their slots, so that
   // every entry due by `tick` is in a slot.
   void migrate(std::uint64_t tick);
