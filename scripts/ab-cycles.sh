@@ -43,7 +43,9 @@ b=$(realpath "$2")
 shift 2
 work=$(mktemp -d)
 redis_pid=""
+pid=""
 cleanup() {
+  [[ -z "$pid" ]] || kill "$pid" 2>/dev/null || true
   [[ -z "$redis_pid" ]] || kill "$redis_pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -57,9 +59,11 @@ if [[ $store == redis ]]; then
     redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
     sleep 0.05
   done
+  redis-cli -p "$redis_port" ping >/dev/null 2>&1 || delayq_die "redis-server did not start ($work/redis.log)"
 fi
 port=$(delayq_free_port)
 beanstalk_port=$(delayq_free_port)
+while [[ $beanstalk_port == "$port" ]]; do beanstalk_port=$(delayq_free_port); done
 load="$DELAYQ_ROOT/bench/peers/cycle_load.py"
 declare -a rates_a rates_b
 for r in $(seq "$rounds"); do
@@ -75,14 +79,20 @@ for r in $(seq "$rounds"); do
     "$bin" --listen "127.0.0.1:$port" --store "$uri" --beanstalk-listen "127.0.0.1:$beanstalk_port" \
       "$@" >"$work/server.log" 2>&1 &
     pid=$!
+    up=""
     for _ in $(seq 200); do
-      (echo >"/dev/tcp/127.0.0.1/$beanstalk_port") 2>/dev/null && break
+      (echo >"/dev/tcp/127.0.0.1/$beanstalk_port") 2>/dev/null && up=1 && break
       sleep 0.05
     done
+    if [[ -z "$up" ]]; then
+      cat "$work/server.log" >&2
+      delayq_die "round $r, $side: the server did not listen on $beanstalk_port"
+    fi
     python3 -B "$load" "$beanstalk_port" 1 "$connections" >/dev/null
     rate=$(python3 -B "$load" "$beanstalk_port" "$seconds" "$connections" | awk '{print $2}')
     kill "$pid"
     wait "$pid" || true
+    pid=""
     echo "round $r $side $rate cycles/s"
     if [[ $side == a ]]; then rates_a+=("$rate"); else rates_b+=("$rate"); fi
   done

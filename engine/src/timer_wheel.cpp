@@ -525,8 +525,9 @@ std::uint64_t timer_wheel::next_due_tick() const noexcept {
     }
     return no_tick;
   };
-  // A far bound may be a cancelled task's from before now(): it still names
-  // a tick to come (reaching it migrates the far array, which makes it exact).
+  // Defensive: advance() leaves far_min_ after now() (it migrates any far
+  // bound it reaches, or clears the array when nothing is armed), but a
+  // bound from before now() must still name a tick to come.
   const std::uint64_t others =
       std::min(arrivals_min_, far_min_ == no_tick ? no_tick : std::max(far_min_, now_ + 1));
   if (auto t = scan(start, slot_count_, now_ + 1); t != no_tick) return std::min(t, others);

@@ -87,6 +87,7 @@ enum op_kind : std::size_t {
   op_disarm,
   op_advance,
   op_wake,
+  op_take_tick,
   op_kinds
 };
 
@@ -400,11 +401,42 @@ class differential {
     }
   }
 
+  // The next due tick's tasks handed over ahead of it (an owner preparing a
+  // heavy tick): every task due then, in arming order, and no other, with
+  // slot_load() counting at least them; now() does not move.
+  void do_take_tick() {
+    const std::uint64_t tick = w_.next_due_tick();
+    if (tick == no_tick) return;
+    std::size_t due_here = 0;
+    for (auto it = armed_.begin(); it != armed_.end() && it->first == tick; ++it) ++due_here;
+    expect(w_.slot_load(tick) >= due_here, "slot_load() below the tasks due at the next due tick");
+    const std::uint64_t now = w_.now();
+    std::size_t handed = 0;
+    const std::size_t n = w_.take_tick(tick, [&](handle h) {
+      const std::string id(w_.id(h));
+      const auto it = model_.find(id);
+      expect(it != model_.end(), "take_tick() handed a node whose id is not held");
+      model_entry& e = it->second;
+      expect(e.armed && e.due == tick, "take_tick() handed a node not due at its tick");
+      expect(*armed_.begin() == std::make_pair(e.due, e.seq), "take_tick() out of arming order");
+      expect(!w_.is_armed(h), "take_tick() handed a node that is still armed");
+      model_disarm(e);
+      ++handed;
+      if (chance(50)) {
+        w_.erase(h);
+        model_remove(id);
+      }
+    });
+    expect(n == handed, "take_tick() returned a count other than the sink calls");
+    expect(handed == due_here, "take_tick() did not hand over every task due at its tick");
+    expect(w_.now() == now, "take_tick() moved now()");
+  }
+
   void step() {
     // Weights per operation; inserts stop at the population cap.
     const bool room = model_.size() < cap_;
     const std::array<unsigned, op_kinds> weight{
-        room ? 20u : 0u, room ? 5u : 0u, 3, 8, 8, 1, 8, 1, 7, 4, 25, 8};
+        room ? 20u : 0u, room ? 5u : 0u, 3, 8, 8, 1, 8, 1, 7, 4, 25, 8, 4};
     const unsigned total = std::accumulate(weight.begin(), weight.end(), 0u);
     auto r = static_cast<unsigned>(uniform(0, total - 1));
     std::size_t k = 0;
@@ -440,6 +472,7 @@ class differential {
         do_advance(to, false);
         break;
       }
+      case op_take_tick: do_take_tick(); break;
       case op_wake: {
         const std::uint64_t next = w_.next_due_tick();
         do_advance(next == no_tick ? now : next, next != no_tick);

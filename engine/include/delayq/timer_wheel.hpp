@@ -18,10 +18,11 @@
 //   index of 8-byte entries, and a touch of the task's own record. Cancelling
 //   does not visit any other task (see "Lazy removal"). erase_many() cancels
 //   a batch with those accesses overlapped.
-// - advance: O(number of tasks fired + entries in the slots processed).
-//   Empty slots are skipped with an occupancy bitmap (one bit per slot), so
-//   advancing across a quiet hour costs a few dozen word reads, not a visit
-//   per tick.
+// - advance: O(number of tasks fired + entries in the slots processed), and
+//   one pass over the far array when it reaches the far array's edge (see
+//   "Far tasks"). Empty slots are skipped with an occupancy bitmap (one bit
+//   per slot), so advancing across a quiet hour costs a few dozen word reads,
+//   not a visit per tick.
 //
 // Records
 // -------
@@ -94,16 +95,19 @@
 // bound of the earliest due tick in them. A slot whose bound lies beyond the
 // tick being processed is passed over without reading its array, so a task
 // with a long delay is not touched once per revolution the way counted-down
-// rounds are.
+// rounds are. (A task two revolutions or more away waits in the far array
+// instead, read once per pass: see "Far tasks".)
 //
 // Long delays and missed ticks
 // ----------------------------
 // Any delay fits: a due tick is 64 bits, and a task 10,000 revolutions away
-// simply waits in its slot. When the owner falls behind (a busy thread, a
+// simply waits (in the far array, then its slot). When the owner falls behind (a busy thread, a
 // suspended process) it calls advance() with the current tick and the wheel
 // processes every missed tick in order, so tasks come out in due order and
 // none is skipped; it jumps straight from one due tick to the next rather
-// than visiting every tick in between. A task armed with a due tick at or
+// than visiting every tick in between, and moves what the far array holds
+// up to the tick it advances to in one pass, not one pass per two
+// revolutions crossed. A task armed with a due tick at or
 // before now() is due at now() + 1: the next advance hands it over.
 //
 // next_due_tick() gives the tick the owner should sleep until: never later
@@ -119,11 +123,13 @@
 // replaces a steady_timer expects. What keeps the fine tick cheap:
 // - the timer wakes only for a tick that has a task due (next_due_tick()),
 //   so an idle wheel costs no wake-ups at any resolution;
-// - a task hours away waits many revolutions in its slot, but a slot is
-//   read only in a revolution where its lower bound says something is due
-//   (see "Rounds"); reading it then costs one pass over its entries, about
-//   pending / slots of them, so the work per wake-up grows with the tasks
-//   held, not with how far away they are;
+// - a task hours away waits in the far array, read in one sequential pass
+//   each time the wheel reaches its edge (every two revolutions while tasks
+//   keep coming due: 8 s at the default; a million far tasks are 16 MB a
+//   pass), and then up to two revolutions in its slot; a slot is read only
+//   in a revolution where its lower bound says something is due (see
+//   "Rounds"), one pass over its entries, so the work per wake-up grows
+//   with the tasks held, not with how far away they are;
 // - next_due_tick() walks the occupancy bitmap and the slots' bounds from
 //   now: at most `slots` bounds (32 KiB at 4096), and as many as the ticks
 //   until the next task due when tasks are dense;
@@ -331,9 +337,10 @@ class timer_wheel {
   template <class Sink>
   std::size_t advance(std::uint64_t to_tick, Sink&& sink);
 
-  /// Entries in the slot of `tick`: at least the records due at that tick
-  /// (more when the slot also holds later revolutions' or stale entries).
-  /// A cheap bound, to tell a heavy tick ahead of time.
+  /// Entries in the slot of `tick`, the arrivals, and the far array when
+  /// `tick` reaches its edge (reaching it moves them): at least the records
+  /// due at that tick, more when later revolutions' or stale entries are
+  /// counted too. A cheap bound, to tell a heavy tick ahead of time.
   std::size_t slot_load(std::uint64_t tick) const noexcept {
     return slots_[slot_of(tick)].size() + arrivals_.size() +
            (tick >= far_from_ ? far_.size() : 0);  // reaching it migrates them
@@ -704,7 +711,9 @@ std::size_t timer_wheel::advance(std::uint64_t to_tick, Sink&& sink) {
     const std::uint64_t tick = next_due_tick();
     if (tick == no_tick || tick > to_tick) break;
     if (tick >= far_from_) {
-      migrate(tick);  // far entries due by then go to their slots first
+      // Far entries due by then go to their slots first: all those due by
+      // to_tick in one pass, however many revolutions that crosses.
+      migrate(std::max(tick, to_tick));
       continue;
     }
     now_ = tick;
