@@ -1,7 +1,6 @@
 #include "detail/validation.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
