@@ -396,6 +396,10 @@ class engine_core final : public dispatcher::owner,
   std::atomic<std::uint64_t> wakeups_{0};
   std::mutex stop_mutex_;  // stop() waits on stop_cv_ for the attempts to end
   std::condition_variable stop_cv_;
+  // Outcome batches being settled (settle()): an attempt counted out of
+  // running() may still have its write to queue. stop() waits for none
+  // before it flushes the writer.
+  std::atomic<std::size_t> settling_{0};
 
   horizon_pager pager_;
   std::atomic<std::uint64_t> lookup_serial_{0};

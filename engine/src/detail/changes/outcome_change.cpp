@@ -77,17 +77,16 @@ class bury_change final : public change {
 }  // namespace
 
 void engine_core::settle(std::span<outcome> outcomes) {
+  // Before any attempt is counted out of running(): stop() waits for both
+  // to reach 0, and then flushes the writer, which must find the writes
+  // queued below (the removal of an attempt that succeeded during the
+  // drain). Counted out of running() first, with the write queued after the
+  // flush, stop() returned before it was written.
+  settling_.fetch_add(1, std::memory_order_acq_rel);
   after_lock after;
   call_state none;
   bool leaving_settled = false;
   const bool stopping = state_.load() != run_state::running;
-  // The attempts stop counting as running once every outcome's write is
-  // queued, not before: stop() waits for running() to reach 0 and then
-  // flushes the writer, which must find the removal of an attempt that
-  // succeeded during the drain (counted out first, it could be queued
-  // after the flush, and stop() return before it was written).
-  std::vector<std::uint16_t> ended;
-  ended.reserve(outcomes.size());
   // Outcomes of one table in a row settle under one hold of its lock.
   std::size_t i = 0;
   while (i < outcomes.size()) {
@@ -111,7 +110,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
         erase_locked(t, h);  // cancelled while queued: its last reference let go
         continue;
       }
-      ended.push_back(o.kind);
+      dispatcher_.attempt_done(o.kind);
       const type_registry::type_info& type = types_.at(o.kind);
       const attempt_settler::verdict v =
           settler_.decide(o, type, t.wheel.id(h), t.wheel.attempts(h), !t.wheel.is_indexed(h),
@@ -213,8 +212,8 @@ void engine_core::settle(std::span<outcome> outcomes) {
       }
     }
   }
-  for (const std::uint16_t kind : ended) dispatcher_.attempt_done(kind);
   run_after(after);
+  settling_.fetch_sub(1, std::memory_order_acq_rel);
   if (stopping) attempts_ended();  // stop() may be waiting for attempts to end
   if (leaving_settled) owner_->handover_check();
 }
