@@ -236,9 +236,7 @@ bool engine_core::stop(milliseconds drain) {
   bool drained;
   {
     std::unique_lock lock(stop_mutex_);
-    const auto ended = [&] {
-      return dispatcher_.running() == 0 && settling_.load(std::memory_order_acquire) == 0;
-    };
+    const auto ended = [&] { return dispatcher_.running() == 0 && settling_.load() == 0; };
     stop_cv_.wait_for(lock, drain, ended);
     drained = ended();
     state_.store(run_state::stopped);

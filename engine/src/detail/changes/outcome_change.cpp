@@ -82,7 +82,7 @@ void engine_core::settle(std::span<outcome> outcomes) {
   // queued below (the removal of an attempt that succeeded during the
   // drain). Counted out of running() first, with the write queued after the
   // flush, stop() returned before it was written.
-  settling_.fetch_add(1, std::memory_order_acq_rel);
+  settling_.fetch_add(1);
   after_lock after;
   call_state none;
   bool leaving_settled = false;
@@ -213,8 +213,11 @@ void engine_core::settle(std::span<outcome> outcomes) {
     }
   }
   run_after(after);
-  settling_.fetch_sub(1, std::memory_order_acq_rel);
-  if (stopping) attempts_ended();  // stop() may be waiting for attempts to end
+  settling_.fetch_sub(1);
+  // stop() may be waiting for attempts to end, and may have begun since this
+  // call read the state: read again after the count fell (both in seq_cst
+  // order: either stop() sees the count at 0, or this sees it stopping).
+  if (stopping || state_.load() != run_state::running) attempts_ended();
   if (leaving_settled) owner_->handover_check();
 }
 
