@@ -25,6 +25,10 @@
 #              sqlite:PATH?synchronous=normal          beanstalkd -b DIR (fsync every 50 ms)
 #              sqlite:PATH (synchronous=full)          beanstalkd -b DIR -f 0
 #              redis:// (appendfsync everysec)         beanstalkd -b DIR (target 0.5x)
+#            and the floors (bench/floor/, delayq-bench-floor) on the
+#            one-connection rows: the least a server can do a request, alone
+#            and with one raw SQLite commit a write at each synchronous
+#            level, which bounds what any SQLite store can reach there
 #   table 2  a backlog: one connection pipelines 200,000 puts of 8 bytes
 #            (1,000 in flight), then reserve+delete one by one; VmRSS per
 #            ready job. beanstalkd and delayq memory:, fresh each round
@@ -113,10 +117,11 @@ fi
 if ((build_it)); then
   ensure_packages "${DELAYQ_TEST_DEPS[@]}"
   ensure_node_npm
-  configure_and_build "$build" --target delayq-server "${DELAYQ_MAIN_BUILD_ARGS[@]}"
+  configure_and_build "$build" --target delayq-server --target delayq-bench-floor \
+    "${DELAYQ_MAIN_BUILD_ARGS[@]}"
 fi
 delayq_need_tools beanstalkd redis-server gnuplot python3 node npm
-delayq_need_built "$build" "$build/server/delayq-server"
+delayq_need_built "$build" "$build/server/delayq-server" "$build/bench/floor/delayq-bench-floor"
 
 # The npm packages as bench/peers/node/package-lock.json pins them, into
 # the build tree (scripts/common.sh).
@@ -153,7 +158,7 @@ forward() {
 trap 'forward; exit 130' INT
 trap 'forward; exit 143' TERM
 python3 -B "$DELAYQ_ROOT/bench/peers/peers.py" --server "$build/server/delayq-server" \
-  --node-modules "$node_dir/node_modules" --out "$out" --machine "$machine" \
+  --floor "$build/bench/floor/delayq-bench-floor" --node-modules "$node_dir/node_modules" --out "$out" --machine "$machine" \
   --command "$command" ${pass[@]+"${pass[@]}"} &
 driver=$!
 status=0

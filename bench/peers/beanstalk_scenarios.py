@@ -92,6 +92,8 @@ def table1_round(srv, cfg, round_no, redis_pid):
         secs, timed = _take_all(c, n, srv.name)
         out["cycle-1"] = dict(ops=n, seconds=round(secs, 4), per_s=n / secs, timed_out=timed, **u.done())
 
+    if srv.info.get("floor"):
+        return out  # a floor bounds one request at a time: no group commit to bound
     conns, total = cfg["connections"], cfg["concurrent_cycles"]
     u = _usage(_pids(srv, redis_pid))
     secs, timed = bc.cycles_on_connections("127.0.0.1", srv.beanstalk_port, tube + "-8", conns, total, body)

@@ -62,6 +62,23 @@ TABLE1 = [
     ("delayq-sqlite-full", "delayq", "sqlite:@DIR@/x.db", "WAL, synchronous=full"),
     ("delayq-redis", "delayq", "redis://127.0.0.1:{redis}?prefix=peers-bs", "redis AOF, appendfsync everysec"),
 ]
+# The floors (bench/floor/floor_server.cpp, --floor): the least a beanstalk
+# server can do a request, alone or with one raw SQLite commit a write, on
+# table 1's one-connection rows. (name, arguments, what it writes.)
+FLOORS = [
+    ("floor-memory", [], "nothing"),
+    ("floor-sqlite-normal", ["--sqlite", "@DIR@/floor.db", "--sync", "normal"],
+     "raw SQLite, WAL, synchronous=normal, one commit a put or delete"),
+    ("floor-sqlite-full", ["--sqlite", "@DIR@/floor.db", "--sync", "full"],
+     "raw SQLite, WAL, synchronous=full, one commit a put or delete"),
+]
+# (floor, beanstalkd, delayq): floor ÷ beanstalkd is the most any server
+# that writes what the floor writes can reach against that beanstalkd.
+BOUNDS = [
+    ("floor-memory", "beanstalkd-mem", "delayq-memory"),
+    ("floor-sqlite-normal", "beanstalkd-binlog", "delayq-sqlite-normal"),
+    ("floor-sqlite-full", "beanstalkd-fsync", "delayq-sqlite-full"),
+]
 # (delayq, beanstalkd, target ratio) of matched durability.
 PAIRS = [
     ("delayq-memory", "beanstalkd-mem", 1.0),
@@ -108,6 +125,12 @@ def start_table1(f, args, redis_port):
             s = f.start_delayq(name, args.server, how.format(redis=redis_port))
             s.info["redis"] = how.startswith("redis")
         s.info["durability"] = durability
+        servers[name] = s
+        say(f"{name}: {' '.join(s.cmd)} (pid {s.pid})")
+    for name, how, durability in FLOORS if args.floor else []:
+        s = f.start_beanstalkd(name, how, binary=args.floor)
+        s.info["durability"] = durability
+        s.info["floor"] = True
         servers[name] = s
         say(f"{name}: {' '.join(s.cmd)} (pid {s.pid})")
     return servers
@@ -161,7 +184,7 @@ def run_backlog(f, args, cfg):
 
 
 def run_checks(f, servers, cfg, quick):
-    names = list(servers)
+    names = [n for n, s in servers.items() if not s.info.get("floor")]
     if quick:  # the memory pair only: the checks' cost is their waits
         names = ["beanstalkd-mem", "delayq-memory"]
     loops = f.busy_loops(cfg["busy_loops"])
@@ -246,6 +269,7 @@ def main():
     ap.add_argument("--worker-mode", default="auto",
                     help="auto, plain, next, both, batch, or a comma list of plain, next and batch")
     ap.add_argument("--command", default="", help="the command line to record")
+    ap.add_argument("--floor", default="", help="delayq-bench-floor: table 1's floors (one connection)")
     args = ap.parse_args()
 
     only = [p for p in args.only.split(",") if p]
@@ -265,7 +289,8 @@ def main():
     work = tempfile.mkdtemp(prefix="delayq-bench-peers.")
     f = fleet(work, say)
     started = time.time()
-    result = {"config": dict(cfg, quick=args.quick, parts=only), "pairs": PAIRS}
+    result = {"config": dict(cfg, quick=args.quick, parts=only), "pairs": PAIRS,
+              "bounds": BOUNDS if args.floor else []}
     try:
         # One redis-server for table 1's redis:// row and all of table 3.
         redis = f.start_redis("redis")
@@ -277,7 +302,8 @@ def main():
         servers = {}
         if "table1" in only or "checks" in only:
             servers = start_table1(f, args, redis_port)
-            result["table1_servers"] = {n: {"command": " ".join(s.cmd), "durability": s.info["durability"]}
+            result["table1_servers"] = {n: {"command": " ".join(s.cmd), "durability": s.info["durability"],
+                                            "floor": bool(s.info.get("floor"))}
                                         for n, s in servers.items()}
         if "table1" in only:
             result["table1"] = run_table1(servers, cfg, redis_pid)

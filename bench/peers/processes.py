@@ -188,15 +188,16 @@ class fleet:
             time.sleep(0.02)
         raise RuntimeError(f"{name}: no USING reply to list-tube-used within 30 s (last: {last})")
 
-    def start_beanstalkd(self, name, args):
-        """beanstalkd -l 127.0.0.1 -p PORT ARGS ('@DIR@' in ARGS is a fresh dir)."""
+    def start_beanstalkd(self, name, args, binary="beanstalkd"):
+        """BINARY -l 127.0.0.1 -p PORT ARGS ('@DIR@' in ARGS is a fresh dir):
+        beanstalkd, or what takes its flags (delayq-bench-floor)."""
         base = os.path.join(self.workdir, name)
         os.makedirs(base, exist_ok=True)
         args = [a.replace("@DIR@", base) for a in args]
         log = os.path.join(self.workdir, name + ".log")
         for attempt in range(5):
             port = free_port()
-            cmd = ["beanstalkd", "-l", "127.0.0.1", "-p", str(port)] + args
+            cmd = [binary, "-l", "127.0.0.1", "-p", str(port)] + args
             p = self.spawn(name, cmd, log)
             ok, why = self._await_beanstalk(name, p, port, log, time.monotonic() + 30)
             if ok:

@@ -30,8 +30,9 @@ LABELS = {
 
 
 def table1_order(res):
-    """Table 1's servers, pairs together (peers.json's keys are sorted)."""
-    names = list(res.get("table1_servers", {}))
+    """Table 1's servers, pairs together (peers.json's keys are sorted);
+    the floors are not among them (floors())."""
+    names = [n for n, s in res.get("table1_servers", {}).items() if not s.get("floor")]
     return [n for n in LABELS if n in names] + [n for n in names if n not in LABELS]
 
 
@@ -127,6 +128,39 @@ def table1(res):
             clients.append("-" if c is None else f"{c:.2f}")
         out.append(f"| {name} | " + " | ".join(cells) + " | " + " / ".join(clients) + " |")
     return "\n".join(out) + "\n", tsv
+
+
+def floors(res):
+    """The bound table: each floor (bench/floor/floor_server.cpp) against the
+    beanstalkd and the delayq of its durability, on the one-connection rows."""
+    t1 = res.get("table1")
+    bounds = res.get("bounds") or []
+    if not t1 or not bounds:
+        return ""
+
+    def per_s(row, name):
+        return t1.get(row, {}).get(name, {}).get("median_per_s")
+
+    out = ["### The floor under table 1's one-connection rows", ""]
+    out.append("`delayq-bench-floor` (bench/floor/floor_server.cpp): one thread, poll(), a request parsed "
+               "and answered, and with `--sqlite` one raw SQLite commit (WAL, one row in a one-table "
+               "schema) for every put and every delete before its answer. A server that writes what the "
+               "floor writes cannot answer one request at a time faster, so floor ÷ beanstalkd is the most "
+               "it can reach against that beanstalkd (the *ceiling*); delayq ÷ floor is how near delayq is "
+               "to it. Same client, same run, medians of the rounds.")
+    out.append("")
+    out.append("| row | floor | beanstalkd | ceiling (floor ÷ beanstalkd) | delayq | delayq ÷ beanstalkd | delayq ÷ floor |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for floor, peer, delayq in bounds:
+        for row, what in (("put-1", "puts"), ("cycle-1", "cycles")):
+            f, b, d = per_s(row, floor), per_s(row, peer), per_s(row, delayq)
+            out.append(f"| `{floor}` {what}, against `{peer}` | {rate(f)} | {rate(b)} | "
+                       f"{ratio(_div(f, b), 1.0)} | {rate(d)} | {ratio(_div(d, b))} | {ratio(_div(d, f))} |")
+    out.append("")
+    out.append("A ceiling under 1.0x (bold) puts the 1.0x target of that row out of reach for a store "
+               "that commits what the floor commits; the 8-connection rows have no floor here (there a "
+               "commit carries many writes).")
+    return "\n".join(out) + "\n"
 
 
 def fmt_us(x):
@@ -335,7 +369,7 @@ def write_tsv(path, rows, cols):
 def write_all(res, outdir):
     t1, tsv1 = table1(res)
     t3, tsv3 = table3(res)
-    parts = [p for p in (t1, table2(res), checks(res), t3) if p]
+    parts = [p for p in (t1, floors(res), table2(res), checks(res), t3) if p]
     text = "\n".join(parts)
     with open(os.path.join(outdir, "peers-tables.md"), "w") as f:
         f.write(text)
