@@ -20,7 +20,7 @@
 #                      (scripts/with-redis.sh)
 #   beanstalkd-mem     beanstalkd without -b (nothing on disk)
 #   delayq-memory      delayq-server --store memory:
-# (delayq-server with its defaults: --tick 1 --workers 2 --io-threads 2, and
+# (delayq-server with its defaults: --tick 1 --workers 2 --io-threads auto, and
 # --beanstalk-listen 127.0.0.1:PORT), runs delayq-bench-server against all
 # five in one run (rounds alternate between them) and stops them. It measures
 # puts/s and put+reserve+delete cycles/s with 1 and 32 connections, and the

@@ -149,7 +149,7 @@ pkg() { node -p "require('$node_dir/node_modules/$1/package.json').version" 2>/d
   echo "postgres:   $("$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version); fsync $pg_fsync, synchronous_commit on (scripts/with-postgres.sh)"
   echo "node:       $(node --version); pg-boss $(pkg pg-boss), graphile-worker $(pkg graphile-worker), pg $(pkg pg)"
   echo "python:     $(python3 --version 2>&1)"
-  echo "delayq:     delayq-server defaults (--tick 1 --workers 2 --io-threads 2), store ${delayq_store:-postgres://.../peers_delayq?schema=delayq}"
+  echo "delayq:     delayq-server defaults (--tick 1 --workers 2 --io-threads auto: 2 on this store), store ${delayq_store:-postgres://.../peers_delayq?schema=delayq}"
   echo "command:    $command"
 } >"$machine"
 cat "$machine"

@@ -93,7 +93,7 @@ cmd=("$client_bin" "${mode[@]}" --server-bin "$server_bin" --redis "$DELAYQ_TEST
 {
   delayq_machine "$build"
   echo "redis:      $(redis-server --version | head -n 1); appendonly yes, appendfsync always (scripts/with-redis.sh), data on $(df -T "$DELAYQ_TEST_REDIS_DIR" | awk 'NR == 2 {print $2}')"
-  echo "delayq:     delayq-server --cluster --shards N --lease D --instance iK --push scaleout=RECEIVER (defaults otherwise: --tick 1 --workers 2 --io-threads 2), one fresh prefix per round"
+  echo "delayq:     delayq-server --cluster --shards N --lease D --instance iK --push scaleout=RECEIVER (defaults otherwise: --tick 1 --workers 2 --io-threads auto: 2 on this store), one fresh prefix per round"
   echo "sharing:    every delayq-server, redis-server and the load generator with its push receiver run on these $(nproc) cores"
   build_arg=""
   [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"

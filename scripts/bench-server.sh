@@ -326,7 +326,7 @@ flags="${mode[*]:+ ${mode[*]}}${baseline:+ --baseline $baseline}"
   if ((bs_only)); then
     echo "delayq:     not measured (${note:-run with --beanstalkd-only})"
   else
-    echo "delayq:     delayq-server (defaults: --tick 1 --workers 2 --io-threads 2); sqlite:FILE (synchronous=full), redis://, memory:"
+    echo "delayq:     delayq-server (defaults: --tick 1 --workers 2 --io-threads auto: 1 on memory:, 2 otherwise); sqlite:FILE (synchronous=full), redis://, memory:"
   fi
   build_arg=""
   [[ "$build" != "$DELAYQ_ROOT/build" ]] && build_arg=" --build ${build#"$DELAYQ_ROOT/"}"

@@ -119,10 +119,17 @@ struct server_app::thread_loads {
   std::vector<std::size_t> open;  // by I/O thread
 };
 
+std::size_t io_threads_for(const server_options& options) {
+  if (options.io_threads != 0) return options.io_threads;
+  const std::string uri = options.store.empty() ? default_store_uri() : options.store;
+  return uri.starts_with("memory:") ? 1 : 2;
+}
+
 server_app::server_app(server_options options)
     : options_(std::move(options)),
       loads_(std::make_shared<thread_loads>()),
       p_(std::make_unique<parts>()) {
+  options_.io_threads = io_threads_for(options_);
   for (std::size_t i = 1; i < options_.io_threads; ++i)
     more_io_.push_back(std::make_unique<boost::asio::io_context>(1));
   loads_->open.assign(more_io_.size() + 1, 0);
@@ -625,6 +632,7 @@ void server_app::bring_up() {
   ap.pusher = p.pusher.get();
   ap.push_allow = p.push_allow.get();
   ap.http = p.http.get();
+  ap.io_threads = options_.io_threads;
   ap.guard = p.guard.get();
   ap.peers = p.peers.get();
   ap.forwarder = p.forwarder.get();

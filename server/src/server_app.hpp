@@ -22,8 +22,21 @@ struct server_options {
   std::string store;  ///< Empty: delayq::default_store_uri().
   std::string token;  ///< Empty: no auth (loopback only).
   std::chrono::milliseconds tick{1};
+
+  /// The I/O threads `options` asks for: --io-threads as given, or for "auto"
+  /// one on `memory:` and two on any other store. On `memory:` a request is
+  /// decided and answered where it is read and nothing waits, so one thread
+  /// takes every connection's ready requests per wake-up: with eight beanstalk
+  /// connections the server switched context 0.1 times a cycle against 0.9
+  /// with two threads, and did 1.26-1.46x the cycles (docs/benchmarks.md, "One
+  /// I/O thread on memory:"). With a store a second thread serves its
+  /// connections while the other writes (SQLite, engine_options::caller_writes)
+  /// or drives the store's pipeline (Redis, PostgreSQL): one thread did 0.29x
+  /// of two on SQLite (synchronous=full) and 0.82x on Redis there.
+  std::size_t io_threads_for(const server_options& options);
   std::size_t workers = 2;
-  std::size_t io_threads = 2;
+  /// --io-threads: 0 (the default, "auto") picks io_threads_for()'s count.
+  std::size_t io_threads = 0;
   std::vector<std::string> push;      ///< TYPE=URL
   std::vector<std::string> capacity;  ///< TYPE=N: engine_options::type_capacity
   std::size_t max_body = 8 << 20;

@@ -170,11 +170,24 @@ const std::vector<setting>& settings() {
          c.options.workers = static_cast<std::size_t>(whole(v, 1, 256));
        },
        [](const c_t& c) { return number(c.options.workers); }},
-      {"io_threads", kind::value, "N", "threads serving HTTP", "", "", false, false,
+      {"io_threads", kind::value, "N|auto",
+       "threads serving HTTP and beanstalk connections (auto: 1 on memory:, else 2)", "", "", false,
+       false,
        [](c_t& c, const std::string& v, const origin&) {
-         c.options.io_threads = static_cast<std::size_t>(whole(v, 1, 256));
+         if (v == "auto") {
+           c.options.io_threads = 0;  // io_threads_for() decides
+           return;
+         }
+         try {
+           c.options.io_threads = static_cast<std::size_t>(whole(v, 1, 256));
+         } catch (const config_error&) {
+           throw config_error("wants auto or a whole number from 1 to 256, got \"" + v + "\"");
+         }
        },
-       [](const c_t& c) { return number(c.options.io_threads); }},
+       [](const c_t& c) {
+         return c.options.io_threads == 0 ? std::vector<std::string>{"auto"}
+                                          : number(c.options.io_threads);
+       }},
       {"push", kind::list, "TYPE=URL", "a push target (repeatable; kept in the store)", "", "",
        false, false,
        [](c_t& c, const std::string& v, const origin&) {

@@ -83,6 +83,8 @@ TEST_CASE("config: a file configures a real server, and --print-config masks its
     CHECK(cfg_line(r.out, "tick").find("= 10 ") != std::string::npos);
     CHECK(cfg_line(r.out, "drain_timeout").find("= 2s ") != std::string::npos);
     CHECK(cfg_line(r.out, "workers").find("# default") != std::string::npos);
+    CHECK(cfg_line(r.out, "io_threads").starts_with("io_threads = auto "));
+    CHECK(cfg_line(r.out, "io_threads").ends_with("# default"));
     CHECK(cfg_line(r.out, "token").find("(masked)") != std::string::npos);
     CHECK(cfg_line(r.out, "token").find("token_file token, " + conf + ":5") != std::string::npos);
     CHECK(r.out.find("push_allow = ::1") != std::string::npos);
@@ -194,6 +196,8 @@ TEST_CASE("config: every refusal exits 2, naming the file, the line and the key"
        "1: store: text after the quoted value"},
       {"a number out of range", "\n\ntick = 0\n", "3: tick: wants a whole number from 1 to 60000"},
       {"a number that is not one", "workers = two\n", "1: workers: wants a whole number"},
+      {"no I/O thread", "io_threads = 0\n",
+       "1: io_threads: wants auto or a whole number from 1 to 256, got \"0\""},
       {"a duration without a unit", "drain_timeout = 5\n",
        "1: drain_timeout: wants a whole number with a unit"},
       {"a duration out of range", "drain_timeout = 2h\n",

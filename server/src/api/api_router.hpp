@@ -37,6 +37,7 @@ struct api_parts {
   /// anywhere.
   const push_policy* push_allow = nullptr;
   const http_server* http = nullptr;  ///< For /metrics' request counts; may be null.
+  std::size_t io_threads = 0;         ///< For /metrics (delayq_io_threads).
   /// Whether the store answers, as /healthz reports it (kept by its own
   /// probe: a health check never reads the store).
   const store_health* health = nullptr;

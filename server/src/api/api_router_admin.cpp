@@ -222,6 +222,7 @@ void api_router::metrics(call& c) {
   m.engine = parts_.engine->metrics();
   m.broker = parts_.broker->stats();
   m.broker_types = parts_.broker->type_stats();
+  m.io_threads = parts_.io_threads;
   if (parts_.forwarder != nullptr)
     m.forward_markers_rejected = parts_.forwarder->markers_rejected();
   a.body = render_metrics(m, *parts_.pusher, parts_.http);

@@ -66,6 +66,10 @@ std::string render_metrics(const server_metrics& m, const push_client& pusher,
          pusher.in_flight());
   single(out, "delayq_pushes_queued", "gauge", "Push requests waiting for a connection.",
          pusher.queued());
+  single(out, "delayq_io_threads", "gauge",
+         "Threads serving HTTP and beanstalk connections (--io-threads; auto: 1 on memory:, "
+         "else 2).",
+         m.io_threads);
   single(out, "delayq_forward_marker_rejected_total", "counter",
          "Forwarding markers (X-Delayq-Forwarded-By) ignored: not made by a member for the call "
          "they came with, or too old; each call was handled as a client's.",

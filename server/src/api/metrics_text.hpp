@@ -22,6 +22,8 @@ struct server_metrics {
   /// Forwarding markers ignored (peer_forwarder::markers_rejected(); 0
   /// without --cluster).
   std::uint64_t forward_markers_rejected = 0;
+  /// The I/O threads the server runs (io_threads_for(): what "auto" chose).
+  std::uint64_t io_threads = 0;
 };
 
 /// Thread safety: a pure function of its arguments (`pusher` and `http` are
