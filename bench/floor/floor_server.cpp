@@ -4,7 +4,7 @@
 //
 //   delayq-bench-floor -l ADDR -p PORT [--sqlite PATH [--sync normal|full]]
 //
-// One thread, poll(), no allocation it can avoid, no engine, no timers: it
+// One thread, poll(), no engine, no timers, no other thread to wake: it
 // parses a request, does what the request must do before its answer, and
 // answers. With --sqlite it commits every put (an INSERT) and every delete
 // (a DELETE) to a WAL-mode SQLite file before it answers, one statement a
@@ -16,7 +16,8 @@
 // and answering it, and the client sends the next request only then. So
 // this server's rate on one connection bounds every SQLite store's, and
 // the ratio of that rate to beanstalkd's is the most a SQLite store can
-// reach against it (docs/benchmarks.md, "The floor under the SQLite rows").
+// reach against it (docs/benchmarks.md, "The floor under table 1's
+// one-connection rows").
 //
 // It speaks what bench/peers/beanstalk_client.py sends on one connection:
 // use, watch, ignore, put, reserve, reserve-with-timeout, delete,
@@ -60,10 +61,14 @@ using clock_type = std::chrono::steady_clock;
   std::exit(2);
 }
 
-// The durable half: one job a row, committed per statement.
+// The durable half: one job a row, committed per statement. A fresh file
+// every start: the job numbers start again at 1, and the page size below
+// takes only on a new file.
+// Thread safety: none needed (the program is one thread).
 class job_file {
  public:
   job_file(const std::string& path, const std::string& sync) {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
     if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) die("cannot open " + path);
     // The fastest SQLite measured here at each synchronous level, so that the
     // bound is SQLite's and not this file's choices (neither changes what a
@@ -133,6 +138,7 @@ struct job {
 
 struct client {
   int fd = -1;
+  bool wants_data = false;  // its input ends inside a request: nothing to do until more comes
   std::string in;
   std::string out;
   std::string used = "default";
@@ -142,6 +148,7 @@ struct client {
   bool closing = false;
 };
 
+// Thread safety: none needed (the program is one thread).
 class floor_server {
  public:
   floor_server(int listener, std::unique_ptr<job_file> file)
@@ -174,7 +181,8 @@ class floor_server {
     auto first = clock_type::time_point::max();
     for (const auto& [fd, c] : clients_) {
       // Requests sent behind a reserve that has been answered since: now.
-      if (!c.waiting && c.in.find("\r\n") != std::string::npos) return 0;
+      if (!c.waiting && !c.wants_data && !c.closing && c.in.find("\r\n") != std::string::npos)
+        return 0;
       if (c.waiting) first = std::min(first, c.deadline);
     }
     if (first == clock_type::time_point::max()) return -1;
@@ -220,20 +228,26 @@ class floor_server {
       reserved_by_.erase(by);
       ready_[j.tube].push_front(id);
     }
-    ::close(c.fd);
-    clients_.erase(c.fd);
+    const int fd = c.fd;
+    ::close(fd);
+    clients_.erase(fd);
+    wake_waiters();  // the jobs given back may be what a reserve waits for
   }
 
   // Runs every complete request in c.in, in order; stops at a reserve that
   // waits (the requests after it wait with it, as on beanstalkd).
   void handle(client& c) {
+    c.wants_data = false;
     for (;;) {
       if (c.waiting) {
         if (!try_reserve(c)) return;
         c.waiting = false;
       }
       const std::size_t eol = c.in.find("\r\n");
-      if (eol == std::string::npos) return;
+      if (eol == std::string::npos) {
+        c.wants_data = true;
+        return;
+      }
       const std::string line = c.in.substr(0, eol);
       std::vector<std::string> w;
       for (std::size_t i = 0; i < line.size();) {
@@ -253,7 +267,20 @@ class floor_server {
           continue;
         }
         const std::size_t bytes = std::strtoull(w[4].c_str(), nullptr, 10);
-        if (c.in.size() < eol + 2 + bytes + 2) return;  // the body is still coming
+        if (bytes > max_job_size) {  // beanstalkd's default -z
+          c.out += "JOB_TOO_BIG\r\n";
+          c.closing = true;  // its body is not read: the stream cannot be followed
+          return;
+        }
+        if (c.in.size() < eol + 2 + bytes + 2) {
+          c.wants_data = true;  // the body is still coming
+          return;
+        }
+        if (c.in.compare(eol + 2 + bytes, 2, "\r\n") != 0) {
+          c.out += "EXPECTED_CRLF\r\n";
+          c.closing = true;
+          return;
+        }
         const std::string_view body(c.in.data() + eol + 2, bytes);
         const std::uint64_t id = ++last_id_;
         if (file_)
@@ -357,6 +384,8 @@ class floor_server {
       flush(c);
     }
   }
+
+  static constexpr std::size_t max_job_size = 65535;
 
   int listener_;
   std::unique_ptr<job_file> file_;

@@ -116,7 +116,7 @@ def rotate(xs, k):
     return xs[k:] + xs[:k]
 
 
-def start_table1(f, args, redis_port):
+def start_table1(f, args, redis_port, floors):
     servers = {}
     for name, kind, how, durability in TABLE1:
         if kind == "beanstalkd":
@@ -127,7 +127,7 @@ def start_table1(f, args, redis_port):
         s.info["durability"] = durability
         servers[name] = s
         say(f"{name}: {' '.join(s.cmd)} (pid {s.pid})")
-    for name, how, durability in FLOORS if args.floor else []:
+    for name, how, durability in FLOORS if floors else []:
         s = f.start_beanstalkd(name, how, binary=args.floor)
         s.info["durability"] = durability
         s.info["floor"] = True
@@ -301,7 +301,8 @@ def main():
         result["versions"] = versions(args)
         servers = {}
         if "table1" in only or "checks" in only:
-            servers = start_table1(f, args, redis_port)
+            # The floors take part in table 1's one-connection rows only.
+            servers = start_table1(f, args, redis_port, bool(args.floor) and "table1" in only)
             result["table1_servers"] = {n: {"command": " ".join(s.cmd), "durability": s.info["durability"],
                                             "floor": bool(s.info.get("floor"))}
                                         for n, s in servers.items()}

@@ -157,9 +157,10 @@ def floors(res):
             out.append(f"| `{floor}` {what}, against `{peer}` | {rate(f)} | {rate(b)} | "
                        f"{ratio(_div(f, b), 1.0)} | {rate(d)} | {ratio(_div(d, b))} | {ratio(_div(d, f))} |")
     out.append("")
-    out.append("A ceiling under 1.0x (bold) puts the 1.0x target of that row out of reach for a store "
-               "that commits what the floor commits; the 8-connection rows have no floor here (there a "
-               "commit carries many writes).")
+    out.append("A ceiling under 1.0x (bold): in this run even the floor was slower than that beanstalkd; "
+               "a 1.0x target is out of reach for a store that commits what the floor commits only where "
+               "that holds run after run. The 8-connection rows have no floor here (there a commit "
+               "carries many writes).")
     return "\n".join(out) + "\n"
 
 

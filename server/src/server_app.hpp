@@ -22,18 +22,6 @@ struct server_options {
   std::string store;  ///< Empty: delayq::default_store_uri().
   std::string token;  ///< Empty: no auth (loopback only).
   std::chrono::milliseconds tick{1};
-
-  /// The I/O threads `options` asks for: --io-threads as given, or for "auto"
-  /// one on `memory:` and two on any other store. On `memory:` a request is
-  /// decided and answered where it is read and nothing waits, so one thread
-  /// takes every connection's ready requests per wake-up: with eight beanstalk
-  /// connections the server switched context 0.1 times a cycle against 0.9
-  /// with two threads, and did 1.26-1.46x the cycles (docs/benchmarks.md, "One
-  /// I/O thread on memory:"). With a store a second thread serves its
-  /// connections while the other writes (SQLite, engine_options::caller_writes)
-  /// or drives the store's pipeline (Redis, PostgreSQL): one thread did 0.29x
-  /// of two on SQLite (synchronous=full) and 0.82x on Redis there.
-  std::size_t io_threads_for(const server_options& options);
   std::size_t workers = 2;
   /// --io-threads: 0 (the default, "auto") picks io_threads_for()'s count.
   std::size_t io_threads = 0;
@@ -87,6 +75,18 @@ struct server_options {
   /// closed after this long. 0: never.
   std::chrono::milliseconds beanstalk_idle_timeout{0};
 };
+
+/// The I/O threads `options` asks for: --io-threads as given, or for "auto"
+/// one on `memory:` and two on any other store. On `memory:` a request is
+/// decided and answered where it is read and nothing waits, so one thread
+/// takes every connection's ready requests per wake-up: with eight beanstalk
+/// connections the server switched context 0.1 times a cycle against 0.9
+/// with two threads, and did 1.26-1.46x the cycles (docs/benchmarks.md, "One
+/// I/O thread on memory:"). With a store a second thread serves its
+/// connections while the other writes (SQLite, engine_options::caller_writes)
+/// or drives the store's pipeline (Redis, PostgreSQL): one thread did 0.29x
+/// of two on SQLite (synchronous=full) and 0.82x on Redis there.
+std::size_t io_threads_for(const server_options& options);
 
 /// Parses a duration flag: a whole number with a unit, "500ms", "5s", "2m"
 /// or "1h". Throws std::invalid_argument with a message for the user.

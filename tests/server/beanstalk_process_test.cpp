@@ -229,12 +229,17 @@ TEST_CASE("beanstalk: INSERTED, RELEASED and KICKED mean the job is ready for th
   // in the broker's ready order, so a reserve-with-timeout 0 sent after the
   // answer, on any connection, gets it, in priority order: with no wait in
   // between, on every store, and with --tick 10 (a job that waited for the
-  // next tick boundary would be missed).
-  for (const std::string kind : {"memory", "sqlite", "redis"}) {
+  // next tick boundary would be missed). "memory-2": memory: with a second
+  // I/O thread (the default there is one), so that the two connections are
+  // on two threads, as they are on the other stores.
+  for (const std::string kind : {"memory", "memory-2", "sqlite", "redis"}) {
     CAPTURE(kind);
     std::optional<test_store> store;
-    if (kind != "memory") store.emplace(kind == "sqlite" ? store_kind::sqlite : store_kind::redis);
-    bs_server s(store ? store->uri() : "memory:");
+    if (!kind.starts_with("memory"))
+      store.emplace(kind == "sqlite" ? store_kind::sqlite : store_kind::redis);
+    bs_server s(store ? store->uri() : "memory:",
+                kind == "memory-2" ? std::vector<std::string>{"--io-threads", "2"}
+                                   : std::vector<std::string>{});
     auto producer = s.client();
     auto worker = s.client();
     for (int round = 0; round < 50; ++round) {

@@ -181,13 +181,14 @@ TEST_CASE("server: /metrics and /v1/stats count per type what consumers did") {
 
 TEST_CASE("server: --io-threads auto runs one I/O thread on memory: and two on a store") {
   // /metrics says how many the server started (delayq_io_threads).
-  const auto threads_of = [](std::vector<std::string> args) {
+  const auto threads_of = [](std::vector<std::string> args, std::vector<std::string> env = {}) {
     args.insert(args.begin(), {"--listen", "127.0.0.1:0", "--token", test_token, "--tick", "10"});
-    server_process p(std::move(args));
+    server_process p(std::move(args), server_binary(), std::move(env));
     return get(scrape(p.wait_listening()), "delayq_io_threads");
   };
   temp_dir dir;
   CHECK(threads_of({"--store", "memory:"}) == 1);
+  CHECK(threads_of({}, {"DELAYQ_STORE=memory:"}) == 1);  // the store from the environment
   CHECK(threads_of({"--store", "memory:", "--io-threads", "auto"}) == 1);
   CHECK(threads_of({"--store", "sqlite:" + dir.path() + "/a.db"}) == 2);
   CHECK(threads_of({"--store", "memory:", "--io-threads", "3"}) == 3);
