@@ -56,9 +56,11 @@ dir="${1:-$DELAYQ_ROOT/build}"
   delayq_die "no $dir/bench: configure $dir with -DDELAYQ_BUILD_BENCH=ON and build it first"
 
 # The Google Benchmark binaries; delayq-bench-engine and delayq-bench-store
-# are plain programs with flags of their own, run further down.
+# are plain programs with flags of their own, run further down, and
+# delayq-bench-floor is a server that bench-peers.sh --quick runs (smoke_peers).
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
   ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
+  ! -name delayq-bench-floor \
   ! -name delayq-bench-horizon ! -name delayq-bench-scaleout ! -name delayq-bench-schedules \
   ! -name delayq-bench-postgres ! -name delayq-bench-pg-churn | sort)
 ((${#binaries[@]} > 0)) ||
