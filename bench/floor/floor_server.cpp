@@ -35,6 +35,7 @@
 #include <netinet/tcp.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -46,7 +47,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -133,7 +133,7 @@ class job_file {
 struct job {
   std::string tube;
   std::string body;
-  bool reserved = false;
+  int reserved_by = -1;  // the connection holding it, or -1: ready
 };
 
 struct client {
@@ -222,10 +222,8 @@ class floor_server {
 
   void drop(client& c) {
     for (auto& [id, j] : jobs_) {  // a reserved job goes back, as on a lost connection
-      const auto by = reserved_by_.find(id);
-      if (!j.reserved || by == reserved_by_.end() || by->second != c.fd) continue;
-      j.reserved = false;
-      reserved_by_.erase(by);
+      if (j.reserved_by != c.fd) continue;
+      j.reserved_by = -1;
       ready_[j.tube].push_front(id);
     }
     const int fd = c.fd;
@@ -248,25 +246,30 @@ class floor_server {
         c.wants_data = true;
         return;
       }
-      const std::string line = c.in.substr(0, eol);
-      std::vector<std::string> w;
-      for (std::size_t i = 0; i < line.size();) {
-        const std::size_t j = std::min(line.find(' ', i), line.size());
-        if (j > i) w.push_back(line.substr(i, j - i));
+      // The line's words, as views into line_ (reused: no allocation a
+      // request once it has grown), which outlives the erase from c.in
+      // below. A word's number is read with strto*(), which stops at the
+      // space or the terminating NUL after it.
+      line_.assign(c.in, 0, eol);
+      std::array<std::string_view, 6> w;
+      std::size_t words = 0;
+      for (std::size_t i = 0; i < line_.size() && words < w.size();) {
+        const std::size_t j = std::min(line_.find(' ', i), line_.size());
+        if (j > i) w[words++] = std::string_view(line_).substr(i, j - i);
         i = j + 1;
       }
-      if (w.empty()) {
+      if (words == 0) {
         c.in.erase(0, eol + 2);
         c.out += "UNKNOWN_COMMAND\r\n";
         continue;
       }
-      const std::string& cmd = w[0];
+      const std::string_view cmd = w[0];
       if (cmd == "put") {
-        if (w.size() != 5) {
+        if (words != 5) {
           bad(c, eol);
           continue;
         }
-        const std::size_t bytes = std::strtoull(w[4].c_str(), nullptr, 10);
+        const std::size_t bytes = std::strtoull(w[4].data(), nullptr, 10);
         if (bytes > max_job_size) {  // beanstalkd's default -z
           c.out += "JOB_TOO_BIG\r\n";
           c.closing = true;  // its body is not read: the stream cannot be followed
@@ -285,18 +288,20 @@ class floor_server {
         const std::uint64_t id = ++last_id_;
         if (file_)
           file_->insert(id, c.used,
-                        static_cast<std::uint32_t>(std::strtoul(w[1].c_str(), nullptr, 10)),
-                        static_cast<std::uint32_t>(std::strtoul(w[3].c_str(), nullptr, 10)), body);
+                        static_cast<std::uint32_t>(std::strtoul(w[1].data(), nullptr, 10)),
+                        static_cast<std::uint32_t>(std::strtoul(w[3].data(), nullptr, 10)), body);
         jobs_[id] = job{c.used, std::string(body)};
         ready_[c.used].push_back(id);
         c.in.erase(0, eol + 2 + bytes + 2);
-        c.out += "INSERTED " + std::to_string(id) + "\r\n";
+        c.out += "INSERTED ";
+        c.out += std::to_string(id);
+        c.out += "\r\n";
         wake_waiters();
         continue;
       }
       c.in.erase(0, eol + 2);
       if (cmd == "reserve" || cmd == "reserve-with-timeout") {
-        const long secs = w.size() > 1 ? std::strtol(w[1].c_str(), nullptr, 10) : -1;
+        const long secs = words > 1 ? std::strtol(w[1].data(), nullptr, 10) : -1;
         if (try_reserve(c)) continue;
         if (secs == 0) {
           c.out += "TIMED_OUT\r\n";
@@ -306,33 +311,33 @@ class floor_server {
         c.deadline = secs < 0 ? clock_type::time_point::max()
                               : clock_type::now() + std::chrono::seconds(secs);
         return;
-      } else if (cmd == "delete" && w.size() == 2) {
-        const std::uint64_t id = std::strtoull(w[1].c_str(), nullptr, 10);
+      } else if (cmd == "delete" && words == 2) {
+        const std::uint64_t id = std::strtoull(w[1].data(), nullptr, 10);
         auto it = jobs_.find(id);
         if (it == jobs_.end()) {
           c.out += "NOT_FOUND\r\n";
           continue;
         }
         if (file_) file_->remove(id);
-        if (!it->second.reserved) {
+        if (it->second.reserved_by < 0) {
           auto& q = ready_[it->second.tube];
           q.erase(std::find(q.begin(), q.end(), id));
         }
         jobs_.erase(it);
-        reserved_by_.erase(id);
         c.out += "DELETED\r\n";
-      } else if (cmd == "use" && w.size() == 2) {
+      } else if (cmd == "use" && words == 2) {
         c.used = w[1];
         c.out += "USING " + c.used + "\r\n";
-      } else if (cmd == "watch" && w.size() == 2) {
-        c.watched.insert(w[1]);
+      } else if (cmd == "watch" && words == 2) {
+        c.watched.emplace(w[1]);
         c.out += "WATCHING " + std::to_string(c.watched.size()) + "\r\n";
-      } else if (cmd == "ignore" && w.size() == 2) {
-        if (c.watched.size() == 1 && c.watched.count(w[1]) != 0) {
+      } else if (cmd == "ignore" && words == 2) {
+        const std::string tube(w[1]);
+        if (c.watched.size() == 1 && c.watched.count(tube) != 0) {
           c.out += "NOT_IGNORED\r\n";
           continue;
         }
-        c.watched.erase(w[1]);
+        c.watched.erase(tube);
         c.out += "WATCHING " + std::to_string(c.watched.size()) + "\r\n";
       } else if (cmd == "list-tube-used") {
         c.out += "USING " + c.used + "\r\n";
@@ -357,9 +362,12 @@ class floor_server {
       const std::uint64_t id = it->second.front();
       it->second.pop_front();
       job& j = jobs_[id];
-      j.reserved = true;
-      reserved_by_[id] = c.fd;
-      c.out += "RESERVED " + std::to_string(id) + " " + std::to_string(j.body.size()) + "\r\n";
+      j.reserved_by = c.fd;
+      c.out += "RESERVED ";
+      c.out += std::to_string(id);
+      c.out += ' ';
+      c.out += std::to_string(j.body.size());
+      c.out += "\r\n";
       c.out += j.body;
       c.out += "\r\n";
       return true;
@@ -391,9 +399,9 @@ class floor_server {
   std::unique_ptr<job_file> file_;
   std::map<int, client> clients_;
   std::unordered_map<std::uint64_t, job> jobs_;
-  std::unordered_map<std::uint64_t, int> reserved_by_;
   std::unordered_map<std::string, std::deque<std::uint64_t>> ready_;
   std::uint64_t last_id_ = 0;
+  std::string line_;  // the request line being run (handle())
 };
 
 int listen_on(const std::string& addr, int port) {

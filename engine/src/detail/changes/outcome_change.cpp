@@ -215,9 +215,10 @@ void engine_core::settle(std::span<outcome> outcomes) {
   run_after(after);
   settling_.fetch_sub(1);
   // stop() may be waiting for attempts to end, and may have begun since this
-  // call read the state: read again after the count fell (both in seq_cst
-  // order: either stop() sees the count at 0, or this sees it stopping).
-  if (stopping || state_.load() != run_state::running) attempts_ended();
+  // call read `stopping`: read the state again after the count fell (both in
+  // seq_cst order: either stop() sees the count at 0, or this sees it
+  // stopping). A state that was not running stays so (start() runs once).
+  if (state_.load() != run_state::running) attempts_ended();
   if (leaving_settled) owner_->handover_check();
 }
 
