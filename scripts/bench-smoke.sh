@@ -60,7 +60,7 @@ dir="${1:-$DELAYQ_ROOT/build}"
 # delayq-bench-floor is a server that bench-peers.sh --quick runs (smoke_peers).
 mapfile -t binaries < <(find "$dir/bench" -type f -name 'delayq-bench-*' -perm -u+x \
   ! -name delayq-bench-engine ! -name delayq-bench-store ! -name delayq-bench-server \
-  ! -name delayq-bench-floor \
+  ! -name delayq-bench-floor ! -name delayq-bench-sqlite-settings \
   ! -name delayq-bench-horizon ! -name delayq-bench-scaleout ! -name delayq-bench-schedules \
   ! -name delayq-bench-postgres ! -name delayq-bench-pg-churn | sort)
 ((${#binaries[@]} > 0)) ||
@@ -154,6 +154,10 @@ smoke_engines() {
   # private Redis and runs an engine with a 1 s horizon until 50 tasks the
   # pager read in have run.
   smoke_plain delayq-bench-horizon "$dir/bench/horizon/delayq-bench-horizon" --quick
+
+  # delayq-bench-sqlite-settings: --quick makes 200 commits a setting and a
+  # table of 2,000 tasks a page size, in a temporary directory.
+  smoke_plain delayq-bench-sqlite-settings "$dir/bench/floor/delayq-bench-sqlite-settings" --quick
 
   # delayq-bench-schedules: --quick loads 2,000 schedules from SQLite and from
   # the private Redis, and runs 50 every-second schedules for 2 s.

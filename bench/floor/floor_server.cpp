@@ -75,9 +75,10 @@ class job_file {
     // commit promises): 1 KiB pages, a quarter of the bytes a commit writes
     // with 4 KiB (set before WAL, which fixes it), and the file held
     // exclusively, which skips the dozen fcntl() locks a commit takes
-    // otherwise. An INSERT commit at synchronous=normal took 13.6 us here
-    // with neither, 7.8 us held exclusively, 5.4 us with both; at full, an
-    // fdatasync() each, 110-120 us with any of them.
+    // otherwise. An INSERT commit at synchronous=normal took 13.2 us here
+    // with neither, 8.8 us held exclusively, 5.4 us with both; at full, an
+    // fdatasync() each, 96-128 us with any of them
+    // (delayq-bench-sqlite-settings, sqlite_settings.cpp).
     exec("PRAGMA page_size=1024");
     exec("PRAGMA locking_mode=EXCLUSIVE");
     exec("PRAGMA journal_mode=WAL");
