@@ -144,7 +144,7 @@ server_app::~server_app() {
   stop_io();
 }
 
-std::pair<boost::asio::any_io_executor, std::shared_ptr<void>> server_app::next_connection_home() {
+connection_home server_app::next_connection_home() {
   std::size_t n = 0;
   {
     std::lock_guard lock(loads_->m);

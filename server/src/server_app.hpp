@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "delayq/engine.hpp"
+#include "io/connection_home.hpp"
 
 namespace delayq::server {
 
@@ -171,7 +172,7 @@ class server_app {
   std::shared_ptr<thread_loads> loads_;
   // The executor of a new connection's thread, and what it holds while
   // open (http_server.hpp, session_home).
-  std::pair<boost::asio::any_io_executor, std::shared_ptr<void>> next_connection_home();
+  connection_home next_connection_home();
   void stop_io();
   std::unique_ptr<parts> p_;
 };

@@ -75,16 +75,17 @@ declare -A ALLOWED=(
   # top, server_app.cpp and main.cpp above all of them.
   [server/wire]="engine/include"
   [server/security]=""
-  [server/http]="engine/include"
+  [server/io]=""
+  [server/http]="engine/include server/io"
   [server/ops]="engine/include"
   [server/web]="server/http"
   [server/push]="engine/include server/wire server/http server/security"
   [server/pull]="engine/include server/wire server/security"
   [server/cluster]="engine/include server/wire server/http server/security"
-  [server/beanstalk]="engine/include server/wire server/security server/pull"
+  [server/beanstalk]="engine/include server/wire server/security server/pull server/io"
   [server/api]="engine/include server/wire server/http server/security server/ops server/web
                 server/push server/pull server/cluster"
-  [server/app]="engine/include persistence/include umbrella server/wire server/http
+  [server/app]="engine/include persistence/include umbrella server/wire server/http server/io
                 server/security server/ops server/web server/push server/pull server/cluster
                 server/api server/beanstalk"
 )

@@ -398,7 +398,7 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
   a->h = r.h;
   a->tag = r.tag;
   a->kind = r.kind;
-  a->t = t;
+  a->t = std::move(t);  // run() is done with it
   a->counters = &ti.counters;
   a->began = std::chrono::steady_clock::now();
   if (ti.timeout.count() > 0) {

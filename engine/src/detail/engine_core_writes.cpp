@@ -116,7 +116,8 @@ void engine_core::run_after(after_lock& after) {
   // Due tasks first: those of immediate types (async_start::immediate) are
   // started before the calls that made them due are answered, so an answer
   // (a 201, beanstalk's INSERTED or RELEASED) means the task was handed on.
-  if (!after.requeue.empty()) dispatcher_.push(after.requeue);
+  if (!after.requeue.empty())
+    dispatcher_.push(std::span<const ready_ref>(after.requeue.data(), after.requeue.size()));
   for (auto& [handler, ec] : after.stored) handler(ec);
   for (call_state* c : after.calls) c->done.release();  // the last touch: the caller owns it
   for (auto& c : after.async)

@@ -1,5 +1,7 @@
 #include "detail/task_table.hpp"
 
+#include <algorithm>
+
 namespace delayq::detail {
 
 task_table::task_table(std::uint32_t i, std::size_t slots, const timer_wheel* same_hash)
@@ -19,21 +21,20 @@ void task_table::set_trigger(timer_wheel::handle h, std::uint32_t count, std::ui
 }
 
 task_table::task_attrs task_table::attrs_of(timer_wheel::handle h) const {
-  if (attrs_.empty()) return {};  // the usual case: no task with a priority or a ttr held
-  const auto it = attrs_.find(h);
-  return it == attrs_.end() ? task_attrs{} : it->second;
+  return h < attrs_.size() ? attrs_[h] : task_attrs{};
 }
 
 void task_table::set_attrs(timer_wheel::handle h, task_attrs a) {
-  if (a.priority == 0 && a.ttr_ms == 0)
-    attrs_.erase(h);
-  else
-    attrs_[h] = a;
+  if (h >= attrs_.size()) {
+    if (a.priority == 0 && a.ttr_ms == 0) return;
+    attrs_.resize(std::max<std::size_t>(2 * attrs_.size(), h + 1024));
+  }
+  attrs_[h] = a;
 }
 
 void task_table::forget(timer_wheel::handle h) {
   if (!triggers_.empty()) triggers_.erase(h);
-  if (!attrs_.empty()) attrs_.erase(h);
+  if (h < attrs_.size()) attrs_[h] = {};
   wheel.erase(h);
 }
 

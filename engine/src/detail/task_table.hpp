@@ -146,7 +146,10 @@ class task_table {
 
  private:
   std::unordered_map<timer_wheel::handle, trigger_counts> triggers_;
-  std::unordered_map<timer_wheel::handle, task_attrs> attrs_;
+  // By handle, as order_: a put of beanstalk's carries both, so a map's node
+  // was an allocation a put. Empty until some task has either (the engine's
+  // own callers rarely do).
+  std::vector<task_attrs> attrs_;
   std::vector<std::uint64_t> order_;  // by handle (stamp())
   std::uint64_t last_stamp_ = 0;
 };

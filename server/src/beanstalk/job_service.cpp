@@ -113,66 +113,62 @@ std::optional<std::uint64_t> job_service::own_number(boost::system::error_code& 
 void job_service::put(std::string type, std::string body, std::uint32_t priority,
                       std::uint32_t delay_s, std::uint32_t ttr_s, answer_handler done) {
   if (draining()) return done(answer{.what = answer::kind::draining});
-  done = [this, delay_s, done = std::move(done)](answer a) {
-    if (a.what == answer::kind::ok) {
-      const std::string id = std::to_string(a.id);
-      with_counts(id, [&](job_counts& c) {
-        c.born = std::chrono::steady_clock::now();
-        c.delay_s = delay_s;
-      });
-    }
-    done(std::move(a));
-  };
-  const auto due = p_.engine->now() + std::chrono::seconds{delay_s};
-  const auto ttr = std::chrono::seconds{std::clamp<std::uint32_t>(ttr_s, 1, max_ttr_s)};
+  put_args args{.type = std::move(type),
+                .body = std::move(body),
+                .priority = priority,
+                .delay_s = delay_s,
+                .due = p_.engine->now() + std::chrono::seconds{delay_s},
+                .ttr = std::chrono::seconds{std::clamp<std::uint32_t>(ttr_s, 1, max_ttr_s)}};
   // One instance stores every number; a cluster's member picks one of its
   // own shards' (own_number(), on the blocking threads).
   if (!p_.owns)
-    if (auto n = next_number_now())
-      return schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, 0,
-                          std::move(done));
+    if (auto n = next_number_now()) return schedule_put(std::move(args), *n, 0, std::move(done));
+  put_on_pool(std::move(args), 0, std::move(done));
+}
+
+void job_service::put_on_pool(put_args args, int tries, answer_handler done) {
   // A new block of numbers is a store round trip: not on this thread.
-  boost::asio::post(pool_, [this, type = std::move(type), body = std::move(body), priority, due,
-                            ttr, done = std::move(done)]() mutable {
+  boost::asio::post(pool_, [this, args = std::move(args), tries, done = std::move(done)]() mutable {
     boost::system::error_code ec;
     const auto n = own_number(ec);
     if (!n) return done(answer{.what = answer::kind::internal_error});
-    schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, 0, std::move(done));
+    schedule_put(std::move(args), *n, tries, std::move(done));
   });
 }
 
-void job_service::schedule_put(std::string type, std::string body, std::uint32_t priority,
-                               system_clock::time_point due, std::chrono::milliseconds ttr,
-                               std::uint64_t number, int tries, answer_handler done) {
+void job_service::schedule_put(put_args args, std::uint64_t number, int tries,
+                               answer_handler done) {
   schedule_options opts;
   opts.id = std::to_string(number);
-  opts.priority = priority;
-  opts.ttr = ttr;
+  opts.priority = args.priority;
+  opts.ttr = args.ttr;
   // Kept for a retry under the next number: a pending HTTP task may hold
-  // this one (an id that is a number is that job, whoever made it).
-  auto retry = [this, type, body, priority, due, ttr, tries](answer_handler done) mutable {
-    boost::asio::post(pool_, [this, type = std::move(type), body = std::move(body), priority, due,
-                              ttr, tries, done = std::move(done)]() mutable {
-      boost::system::error_code ec;
-      const auto n = own_number(ec);
-      if (!n) return done(answer{.what = answer::kind::internal_error});
-      schedule_put(std::move(type), std::move(body), priority, due, ttr, *n, tries + 1,
-                   std::move(done));
-    });
-  };
+  // this one (an id that is a number is that job, whoever made it). The
+  // engine takes the body and the type, so this is a copy of each.
+  put_args again{.type = args.type,
+                 .body = args.body,
+                 .priority = args.priority,
+                 .delay_s = args.delay_s,
+                 .due = args.due,
+                 .ttr = args.ttr};
+  const auto due = args.due;
   p_.engine->async_schedule_at(
-      std::move(type), std::move(body), due, std::move(opts),
+      std::move(args.type), std::move(args.body), due, std::move(opts),
       // 201's promise: INSERTED only once the job is durable; and a job due
       // now is in the broker's ready order by then (the fallback executor
       // starts immediately), so the next reserve on any connection sees it.
       // Answered where the outcome is learnt: on this thread for memory:.
-      direct([number, tries, retry = std::move(retry), done = std::move(done)](
-                 boost::system::error_code ec, const std::string&) mutable {
+      direct([this, number, tries, again = std::move(again), done = std::move(done)](
+                 boost::system::error_code ec, const std::string& id) mutable {
         // A number an HTTP task holds, or (a cluster)
         // one whose shard moved away: the next one.
         if ((ec == errc::duplicate_id || ec == errc::not_owner) && tries < 16)
-          return retry(std::move(done));
+          return put_on_pool(std::move(again), tries + 1, std::move(done));
         if (ec) return done(error(ec));
+        with_counts(id, [&](job_counts& c) {
+          c.born = std::chrono::steady_clock::now();
+          c.delay_s = again.delay_s;
+        });
         done(answer{.id = number});
       }));
 }
@@ -185,23 +181,22 @@ void job_service::remove(std::uint64_t job, std::optional<leased_task> mine, ans
   const auto id = mine ? std::optional<std::string>(mine->t.id) : names_.id_of(job);
   if (!id) return done(answer{.what = answer::kind::not_found});
   if (mine) {
-    const std::string& lease = mine->lease;
     // Reserved by this client: the attempt ends as a success, answered
-    // once the removal is durable.
-    if (auto held = p_.broker->lease_of(*id); held && held->lease == lease) {
-      auto shared = std::make_shared<answer_handler>(std::move(done));
-      const auto r = p_.broker->finish(
-          *id, lease, [this, shared, id = *id, type = held->t.type](boost::system::error_code ec) {
-            if (!ec) {
-              std::lock_guard lock(counts_mutex_);
-              ++deletes_[type];
-              jobs_.erase(id);
-            }
-            (*shared)(ec ? error(ec) : answer{});
-          });
-      if (r == lease_broker::lease_result::ok) return;
-      done = std::move(*shared);
-    }
+    // once the removal is durable. A lease that is no longer this client's
+    // (its time-to-run ran out) is refused as stale, the handler unused.
+    auto shared = std::make_shared<answer_handler>(std::move(done));
+    const auto r = p_.broker->finish(
+        *id, mine->lease,
+        [this, shared, id = *id, type = std::move(mine->t.type)](boost::system::error_code ec) {
+          if (!ec) {
+            std::lock_guard lock(counts_mutex_);
+            ++deletes_[type];
+            jobs_.erase(id);
+          }
+          (*shared)(ec ? error(ec) : answer{});
+        });
+    if (r == lease_broker::lease_result::ok) return;
+    done = std::move(*shared);
   }
   if (foreign(*id)) return forward_remove(*id, std::move(done));
   blocking(std::move(done), [this, id = *id] {

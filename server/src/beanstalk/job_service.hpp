@@ -155,9 +155,18 @@ class job_service {
   void forward_remove(const std::string& id, answer_handler done);
   void forward_kick(const std::string& id, answer_handler done);
   std::optional<std::uint64_t> next_number_now();
-  void schedule_put(std::string type, std::string body, std::uint32_t priority,
-                    std::chrono::system_clock::time_point due, std::chrono::milliseconds ttr,
-                    std::uint64_t number, int tries, answer_handler done);
+  // A put's arguments, as schedule_put() hands them to the engine.
+  struct put_args {
+    std::string type, body;
+    std::uint32_t priority = 0, delay_s = 0;
+    std::chrono::system_clock::time_point due;
+    std::chrono::milliseconds ttr{0};
+  };
+  // Schedules job `number`; on a number taken already, tries the next one
+  // (put_on_pool()), 16 times at most.
+  void schedule_put(put_args args, std::uint64_t number, int tries, answer_handler done);
+  // schedule_put() under a number drawn on the blocking threads.
+  void put_on_pool(put_args args, int tries, answer_handler done);
   // The dead letter with task id `id`, or the first of `type` (scans).
   std::optional<dead_letter> find_buried(const std::string& id, boost::system::error_code& ec);
   std::vector<dead_letter> buried_of(const std::string& type, std::size_t limit,

@@ -19,7 +19,7 @@ namespace delayq::server::beanstalk {
 namespace ip = boost::asio::ip;
 using local = boost::asio::local::stream_protocol;
 
-listener::listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
+listener::listener(boost::asio::io_context::executor_type ex, std::vector<ip_block> allow,
                    std::size_t max_connections, std::size_t max_job_size, connection_limits limits,
                    std::function<session_home()> session_executor)
     : ex_(ex),
@@ -169,7 +169,7 @@ void listener::accept(acceptor& a, bool tcp) {
         socket.close(peer_ec);
       } else {
         session_home home = session_executor_ ? session_executor_() : session_home{ex_, nullptr};
-        protocol::socket moved(boost::asio::make_strand(home.first));
+        session::socket_type moved(boost::asio::make_strand(home.first));
         const auto local = socket.local_endpoint(peer_ec);
         const int fd = peer_ec ? -1 : socket.release(peer_ec);
         if (!peer_ec) moved.assign(local.protocol(), fd, peer_ec);

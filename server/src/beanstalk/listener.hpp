@@ -13,7 +13,6 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/basic_socket_acceptor.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -25,6 +24,7 @@
 
 #include "beanstalk/job_service.hpp"
 #include "beanstalk/session.hpp"
+#include "io/connection_home.hpp"
 #include "security/ip_block.hpp"
 
 namespace delayq::server::beanstalk {
@@ -35,12 +35,12 @@ class listener {
  public:
   /// Where a session runs: a strand of the executor (the session holds the
   /// pointer until it ends, for the chooser's count; may be null).
-  using session_home = std::pair<boost::asio::any_io_executor, std::shared_ptr<void>>;
+  using session_home = connection_home;
 
   /// The acceptors run on `ex`; each session on a strand of what
   /// `session_executor` returns (of `ex` when it is null), called once per
   /// connection, when it is accepted.
-  listener(boost::asio::any_io_executor ex, std::vector<ip_block> allow,
+  listener(boost::asio::io_context::executor_type ex, std::vector<ip_block> allow,
            std::size_t max_connections, std::size_t max_job_size, connection_limits limits = {},
            std::function<session_home()> session_executor = nullptr);
   ~listener();
@@ -79,9 +79,9 @@ class listener {
   void close_now();
   bool allowed(const protocol::endpoint& peer) const;
 
-  boost::asio::any_io_executor ex_;
-  std::function<session_home()> session_executor_;            // null: ex_
-  boost::asio::strand<boost::asio::any_io_executor> strand_;  // the acceptors'
+  boost::asio::io_context::executor_type ex_;
+  std::function<session_home()> session_executor_;  // null: ex_
+  connection_executor strand_;                      // the acceptors'
   std::vector<ip_block> allow_;
   std::size_t max_connections_;
   std::size_t max_job_size_;

@@ -60,7 +60,9 @@ session::session(socket_type socket, const std::atomic<job_service*>& service,
       limits_(limits),
       id_(registry.next_id()),
       command_timer_(socket_.get_executor()),
-      idle_timer_(socket_.get_executor()) {}
+      idle_timer_(socket_.get_executor()) {
+  reserve_.types = watched_types();
+}
 
 // Nothing here may touch the service or the registry: a session still
 // queued when the server stops is destroyed with the io_context, after them.
@@ -74,6 +76,7 @@ void session::start() {
   // first read's handler may run on the session's thread before start()
   // returned (watch_state() and pump() both read the command reader).
   registry_.opened();
+  registry_.track(id_, weak_from_this(), idle_since_);
   registry_.use("", using_);
   registry_.watch(watching_.front(), +1);
   // Non-blocking for write(): a reply that does not fit goes on by
@@ -132,8 +135,8 @@ void session::watch_state() {
                     writing_.empty() && (partial || in_pos_ == in_.size());
   const bool progressed = std::exchange(progressed_, false);
   if (idle && idle_ && progressed) {
-    // Bytes came: idle from now, at the back of the registry's list.
-    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    // Bytes came: idle from now, the last the listener would close.
+    mark_idle();
     if (limits_.idle_timeout.count() > 0) {
       const std::uint64_t gen = ++idle_gen_;
       idle_timer_.expires_after(limits_.idle_timeout);
@@ -145,7 +148,7 @@ void session::watch_state() {
     }
   } else if (idle && !idle_) {
     idle_ = true;
-    registry_.idle(id_, weak_from_this(), std::chrono::steady_clock::now());
+    mark_idle();
     if (limits_.idle_timeout.count() > 0) {
       const std::uint64_t gen = ++idle_gen_;
       idle_timer_.expires_after(limits_.idle_timeout);
@@ -159,8 +162,15 @@ void session::watch_state() {
     idle_ = false;
     ++idle_gen_;
     idle_timer_.cancel();
-    registry_.not_idle(id_);
+    idle_since_->store(0, std::memory_order_relaxed);
   }
+}
+
+void session::mark_idle() {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  // Never 0, which means "holds something".
+  idle_since_->store(std::max<std::int64_t>(1, std::chrono::nanoseconds(now).count()),
+                     std::memory_order_relaxed);
 }
 
 void session::read() {
@@ -272,10 +282,9 @@ void session::close() {
   write_timer_.cancel();
   command_timer_.cancel();
   idle_timer_.cancel();
-  if (idle_) {
-    idle_ = false;
-    registry_.not_idle(id_);
-  }
+  idle_ = false;
+  idle_since_->store(0, std::memory_order_relaxed);
+  registry_.forget(id_);
   if (counted_waiting_) {
     counted_waiting_ = false;
     registry_.wait(watching_, -1);
@@ -444,6 +453,7 @@ bool session::run(command c) {
       if (!type_of(c.tube)) return true;
       if (std::find(watching_.begin(), watching_.end(), c.tube) == watching_.end()) {
         watching_.push_back(c.tube);
+        reserve_.types = watched_types();
         registry_.watch(c.tube, +1);
       }
       append_watching(out_, watching_.size());
@@ -458,6 +468,7 @@ bool session::run(command c) {
           return true;
         }
         watching_.erase(it);
+        reserve_.types = watched_types();
         registry_.watch(c.tube, -1);
       }
       append_watching(out_, watching_.size());
@@ -549,8 +560,7 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
   // for it now: so look first, without waiting.
   const bool soon = first && *first - steady::now() <= safety_margin;
   if (!worker_) registry_.became(false, worker_ = true);
-  reserve_request r;
-  r.types = watched_types();
+  reserve_request& r = reserve_;  // its types kept as watching_ changes
   r.max = 1;
   r.wait = soon      ? std::chrono::milliseconds{0}
            : timeout ? std::chrono::milliseconds(std::chrono::seconds{*timeout})

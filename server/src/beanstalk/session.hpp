@@ -10,9 +10,8 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/basic_stream_socket.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -24,6 +23,7 @@
 #include "beanstalk/command_reader.hpp"
 #include "beanstalk/job_service.hpp"
 #include "beanstalk/session_registry.hpp"
+#include "io/connection_home.hpp"
 
 namespace delayq::server::beanstalk {
 
@@ -46,7 +46,8 @@ struct connection_limits {
 /// it alive until the connection ends.
 class session : public std::enable_shared_from_this<session> {
  public:
-  using socket_type = boost::asio::generic::stream_protocol::socket;
+  using socket_type =
+      boost::asio::basic_stream_socket<boost::asio::generic::stream_protocol, connection_executor>;
 
   /// `service`: read at each command until it is set (the store answered).
   /// `home`: held until the session ends (the listener's session_home).
@@ -79,6 +80,8 @@ class session : public std::enable_shared_from_this<session> {
   // and not finished, and tells the registry (and the idle timer) whether
   // the connection holds nothing.
   void watch_state();
+  // Tells the listener (through the registry) that it holds nothing since now.
+  void mark_idle();
   // Appends the reply of a command of verb `v` that answered `a`.
   void reply_answer(verb v, const answer& a);
   // reserve and reserve-with-timeout; false: the reply comes later.
@@ -122,24 +125,30 @@ class session : public std::enable_shared_from_this<session> {
 
   std::string using_ = "default";  // a tube name
   std::vector<std::string> watching_{"default"};
+  // A reserve's request, its types those of watching_ (kept as it changes,
+  // not made again for each reserve).
+  reserve_request reserve_;
   std::map<std::uint64_t, leased_task> reserved_;  // by job number; bodies dropped
 
   // A reserve waiting for a job.
   std::uint64_t waiter_ = 0;
   bool counted_waiting_ = false;  // in the registry's current-waiting
   bool deadline_soon_ = false;
-  boost::asio::steady_timer soon_timer_;
+  connection_timer soon_timer_;
   // The write in flight, and its deadline.
   std::uint64_t writes_ = 0;
-  boost::asio::steady_timer write_timer_;
+  connection_timer write_timer_;
   // What the client takes its time over (connection_limits).
   connection_limits limits_;
   std::uint64_t id_ = 0;     // the registry's number for it
   bool in_command_ = false;  // a command begun, not finished by the client
-  bool idle_ = false;        // on the registry's idle list
+  bool idle_ = false;        // holds nothing (idle_since_ is set)
+  // Shared with the registry, which reads it when it needs room.
+  std::shared_ptr<session_registry::idle_mark> idle_since_ =
+      std::make_shared<session_registry::idle_mark>(0);
   bool progressed_ = false;  // bytes came since the last watch_state()
   std::uint64_t command_gen_ = 0, idle_gen_ = 0;
-  boost::asio::steady_timer command_timer_, idle_timer_;
+  connection_timer command_timer_, idle_timer_;
 };
 
 }  // namespace delayq::server::beanstalk

@@ -9,31 +9,42 @@ std::uint64_t session_registry::next_id() {
   return ++next_id_;
 }
 
-void session_registry::idle(std::uint64_t id, std::weak_ptr<session> s, clock::time_point since) {
+void session_registry::track(std::uint64_t id, std::weak_ptr<session> s,
+                             std::shared_ptr<idle_mark> since) {
   std::lock_guard lock(mutex_);
-  if (auto it = idle_since_.find(id); it != idle_since_.end()) idle_.erase({it->second, id});
-  idle_since_[id] = since;
-  idle_.emplace(std::pair{since, id}, std::move(s));
+  open_.insert_or_assign(id, tracked{std::move(s), std::move(since)});
 }
 
-void session_registry::not_idle(std::uint64_t id) {
+void session_registry::forget(std::uint64_t id) {
   std::lock_guard lock(mutex_);
-  auto it = idle_since_.find(id);
-  if (it == idle_since_.end()) return;
-  idle_.erase({it->second, id});
-  idle_since_.erase(it);
+  open_.erase(id);
 }
 
 std::shared_ptr<session> session_registry::take_longest_idle() {
   std::lock_guard lock(mutex_);
-  while (!idle_.empty()) {
-    auto it = idle_.begin();
-    std::shared_ptr<session> s = it->second.lock();
-    idle_since_.erase(it->first.second);
-    idle_.erase(it);
-    if (s) return s;
+  for (;;) {
+    auto best = open_.end();
+    std::int64_t best_since = 0;
+    for (auto it = open_.begin(); it != open_.end(); ++it) {
+      const std::int64_t since = it->second.since->load(std::memory_order_relaxed);
+      if (since != 0 && (best_since == 0 || since < best_since ||
+                         (since == best_since && it->first < best->first))) {
+        best = it;
+        best_since = since;
+      }
+    }
+    if (best == open_.end()) return nullptr;
+    std::shared_ptr<session> s = best->second.s.lock();
+    if (!s) {
+      open_.erase(best);  // gone without close() (the server stopping)
+      continue;
+    }
+    // Lost to the connection itself (it began a command, or holds nothing
+    // since later): look again.
+    if (!best->second.since->compare_exchange_strong(best_since, 0, std::memory_order_relaxed))
+      continue;
+    return s;
   }
-  return nullptr;
 }
 
 void session_registry::count_close(close_reason why) {

@@ -3,6 +3,7 @@
 // and per tube those using, watching and waiting on it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -44,13 +45,19 @@ class session_registry {
   using clock = std::chrono::steady_clock;
   /// A number for a new connection (never 0).
   std::uint64_t next_id();
-  /// Connection `id` holds nothing since `since`: no reservation, no
-  /// reserve waiting, no command begun or being answered, no reply unsent.
-  void idle(std::uint64_t id, std::weak_ptr<session> s, clock::time_point since);
-  /// Connection `id` is no longer idle (or closed).
-  void not_idle(std::uint64_t id);
-  /// The connection idle the longest, taken off the idle list (null when
-  /// none is idle, or it is gone already).
+  /// When a connection began to hold nothing (no reservation, no reserve
+  /// waiting, no command begun or being answered, no reply unsent): the
+  /// steady clock's nanoseconds since its epoch, 0 while it holds something.
+  /// The connection stores it itself, lock-free, so that a request costs no
+  /// call here (a lock, a map node and its erase per request did before).
+  using idle_mark = std::atomic<std::int64_t>;
+  /// Connection `id` is open, until forget(id); the listener may close it
+  /// for room while `since` is set.
+  void track(std::uint64_t id, std::weak_ptr<session> s, std::shared_ptr<idle_mark> since);
+  void forget(std::uint64_t id);
+  /// The connection idle the longest, its mark cleared so that it is not
+  /// picked twice (null when none is idle). A scan of the open connections:
+  /// it runs only at --max-connections, once per newcomer.
   std::shared_ptr<session> take_longest_idle();
   void count_close(close_reason why);
   void count_refused();
@@ -75,8 +82,11 @@ class session_registry {
   mutable std::mutex mutex_;
   connection_counts c_;
   std::uint64_t next_id_ = 0;
-  std::map<std::pair<clock::time_point, std::uint64_t>, std::weak_ptr<session>> idle_;
-  std::unordered_map<std::uint64_t, clock::time_point> idle_since_;
+  struct tracked {
+    std::weak_ptr<session> s;
+    std::shared_ptr<idle_mark> since;  // shared: read here after the session went
+  };
+  std::unordered_map<std::uint64_t, tracked> open_;
   std::map<std::string, tube_counts, std::less<>> tubes_;
 };
 

@@ -42,9 +42,14 @@ std::string lease_broker::new_lease() {
   // asks for); the counter makes them unique within one run however the
   // random draws fall.
   char counter[24];
-  std::snprintf(counter, sizeof counter, "-%llx",
-                static_cast<unsigned long long>(++lease_counter_));
-  return random_hex(16) + counter + lease_suffix_;
+  const int n = std::snprintf(counter, sizeof counter, "-%llx",
+                              static_cast<unsigned long long>(++lease_counter_));
+  std::string token;
+  token.reserve(32 + static_cast<std::size_t>(n) + lease_suffix_.size());
+  append_random_hex(token, 16);
+  token.append(counter, static_cast<std::size_t>(n));
+  token += lease_suffix_;
+  return token;
 }
 
 void lease_broker::offer(const task& t, attempt_completion done) {

@@ -50,16 +50,24 @@ thread_local random_pool pool;
 
 }  // namespace
 
-std::string random_hex(std::size_t bytes) {
-  std::vector<unsigned char> raw(bytes);
-  pool.take(raw.data(), bytes);
+void append_random_hex(std::string& out, std::size_t bytes) {
   static constexpr char digits[] = "0123456789abcdef";
+  unsigned char raw[64];
+  while (bytes > 0) {
+    const std::size_t n = std::min(bytes, sizeof raw);
+    pool.take(raw, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      out += digits[raw[i] >> 4];
+      out += digits[raw[i] & 0xf];
+    }
+    bytes -= n;
+  }
+}
+
+std::string random_hex(std::size_t bytes) {
   std::string out;
   out.reserve(2 * bytes);
-  for (const unsigned char b : raw) {
-    out += digits[b >> 4];
-    out += digits[b & 0xf];
-  }
+  append_random_hex(out, bytes);
   return out;
 }
 

@@ -15,5 +15,7 @@ namespace delayq::server {
 /// boot). Throws std::system_error when getrandom(2) fails.
 /// Thread safety: safe from any thread.
 std::string random_hex(std::size_t bytes);
+/// random_hex(bytes) appended to `out` (no allocation when it has room).
+void append_random_hex(std::string& out, std::size_t bytes);
 
 }  // namespace delayq::server

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <boost/system/error_code.hpp>
 #include <cstdint>
 #include <functional>
@@ -64,7 +65,9 @@ struct call_state {
 struct after_lock {
   std::vector<call_state*> calls;                  // blocking callers to wake
   std::vector<std::shared_ptr<call_state>> async;  // handlers to call
-  std::vector<ready_ref> requeue;                  // due references to hand over
+  // Due references to hand over: one inline, the task a lone schedule that
+  // is due at once arms (a put of beanstalk's made ready), with no allocation.
+  boost::container::small_vector<ready_ref, 1> requeue;
   std::vector<alert> alerts;
   // Ids whose deferred async calls may run now, with their table.
   std::vector<std::pair<task_table*, std::string>> deferred;
