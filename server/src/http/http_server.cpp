@@ -52,7 +52,9 @@ void http_gone_signal::fire() {
 }
 
 struct http_server::session : std::enable_shared_from_this<session> {
-  session(http_server& s, tcp::socket&& socket, std::shared_ptr<void> home)
+  // On its strand by the strand's concrete type (io/connection_home.hpp).
+  using socket_type = boost::asio::basic_stream_socket<tcp, connection_executor>;
+  session(http_server& s, socket_type&& socket, std::shared_ptr<void> home)
       : server(s),
         connections(s.connections_),
         home(std::move(home)),
@@ -67,10 +69,10 @@ struct http_server::session : std::enable_shared_from_this<session> {
   http_server& server;
   std::shared_ptr<std::atomic<std::size_t>> connections;  // the server's count
   std::shared_ptr<void> home;                             // session_home's hold
-  beast::tcp_stream stream;
+  beast::basic_stream<tcp, connection_executor> stream;
   // The read deadlines. Not the stream's own expiry: that closes the socket,
   // and a request that took too long must still be told so (408).
-  boost::asio::steady_timer deadline;
+  connection_timer deadline;
   bool timed_out = false;
   bool reading = false;  // the deadline may cancel only a read
   std::shared_ptr<http_gone_signal> gone;
@@ -348,7 +350,7 @@ void http_server::accept() {
     } else {
       session_home home =
           session_executor_ ? session_executor_() : session_home{io_.get_executor(), nullptr};
-      tcp::socket socket(boost::asio::make_strand(home.first));
+      session::socket_type socket(boost::asio::make_strand(home.first));
       beast::error_code ignored;
       const auto local = accepted.local_endpoint(ec);
       const int fd = ec ? -1 : accepted.release(ec);

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "io/connection_home.hpp"
+
 namespace delayq::server {
 
 using http_request = boost::beast::http::request<boost::beast::http::string_body>;
@@ -97,7 +99,7 @@ struct http_limits {
 /// each connection the I/O thread with the fewest, so that a connection's
 /// requests are read, handled and answered on one thread, and a lone one
 /// on the thread its store answers on (server_app.hpp).
-using session_home = std::pair<boost::asio::any_io_executor, std::shared_ptr<void>>;
+using session_home = connection_home;
 /// Called once per connection, when it is accepted.
 using session_executor_fn = std::function<session_home()>;
 
