@@ -89,8 +89,10 @@ bool read_last_u32(std::string_view line, std::size_t pos, std::uint32_t& out) {
 }
 
 const verb_prefix* match_verb(std::string_view line) {
+  if (line.empty()) return nullptr;
+  // The first byte rules out most prefixes without a compare.
   for (const verb_prefix& p : verb_prefixes)
-    if (line.substr(0, p.text.size()) == p.text) return &p;
+    if (p.text[0] == line[0] && line.substr(0, p.text.size()) == p.text) return &p;
   return nullptr;
 }
 

@@ -567,10 +567,6 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
                      : std::chrono::duration_cast<std::chrono::milliseconds>(forever);
   r.ttr = service_->default_ttr();
   deadline_soon_ = soon;
-  if (r.wait.count() > 0) {
-    registry_.wait(watching_, +1);
-    counted_waiting_ = true;
-  }
   waiter_ = service_->broker().reserve(
       r,
       [self = shared_from_this(), forever_ = !timeout](std::vector<leased_task> tasks) {
@@ -586,6 +582,14 @@ bool session::reserve(std::optional<std::uint32_t> timeout) {
                           });
       },
       lease_terms{.expiry_abandons = true});
+  // Counted as waiting only when it waits: a job ready now answered it
+  // inside reserve() (two registry updates a reserve saved). An answer that
+  // comes from another thread is posted here, so it runs after this and
+  // finds the count to take back.
+  if (waiter_ != 0 && r.wait.count() > 0) {
+    registry_.wait(watching_, +1);
+    counted_waiting_ = true;
+  }
   if (first && !soon && waiter_ != 0) {
     soon_timer_.expires_at(*first - safety_margin);
     soon_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {

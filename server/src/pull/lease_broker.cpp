@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
-#include <cstdio>
+#include <charconv>
 
 #include "security/secure_random.hpp"
 
@@ -42,12 +42,12 @@ std::string lease_broker::new_lease() {
   // asks for); the counter makes them unique within one run however the
   // random draws fall.
   char counter[24];
-  const int n = std::snprintf(counter, sizeof counter, "-%llx",
-                              static_cast<unsigned long long>(++lease_counter_));
+  counter[0] = '-';
+  const auto end = std::to_chars(counter + 1, counter + sizeof counter, ++lease_counter_, 16).ptr;
   std::string token;
-  token.reserve(32 + static_cast<std::size_t>(n) + lease_suffix_.size());
+  token.reserve(32 + static_cast<std::size_t>(end - counter) + lease_suffix_.size());
   append_random_hex(token, 16);
-  token.append(counter, static_cast<std::size_t>(n));
+  token.append(counter, end);
   token += lease_suffix_;
   return token;
 }

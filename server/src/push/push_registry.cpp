@@ -65,6 +65,7 @@ std::vector<std::string> push_registry::load(boost::system::error_code& ec) {
   for (const auto& [type, target] : loaded)
     if (!targets_.contains(type)) gained.push_back(type);
   targets_ = std::move(loaded);
+  count_.store(targets_.size(), std::memory_order_release);
   return gained;
 }
 
@@ -89,6 +90,7 @@ void push_registry::put(const std::string& type, const push_target& target,
   if (ec) return;
   std::unique_lock lock{mutex_};
   targets_.insert_or_assign(type, target);
+  count_.store(targets_.size(), std::memory_order_release);
 }
 
 bool push_registry::erase(std::string_view type, boost::system::error_code& ec) {
@@ -106,6 +108,7 @@ bool push_registry::erase(std::string_view type, boost::system::error_code& ec) 
   const bool had = had_here || erased;
   std::unique_lock lock{mutex_};
   if (const auto it = targets_.find(type); it != targets_.end()) targets_.erase(it);
+  count_.store(targets_.size(), std::memory_order_release);
   return had;
 }
 

@@ -56,9 +56,12 @@ void append_random_hex(std::string& out, std::size_t bytes) {
   while (bytes > 0) {
     const std::size_t n = std::min(bytes, sizeof raw);
     pool.take(raw, n);
+    const std::size_t at = out.size();
+    out.resize(at + 2 * n);
+    char* hex = out.data() + at;
     for (std::size_t i = 0; i < n; ++i) {
-      out += digits[raw[i] >> 4];
-      out += digits[raw[i] & 0xf];
+      hex[2 * i] = digits[raw[i] >> 4];
+      hex[2 * i + 1] = digits[raw[i] & 0xf];
     }
     bytes -= n;
   }
