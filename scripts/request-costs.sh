@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/request-costs.sh [--rounds N] [--requests R] [--instructions] BIN [BIN...]
+# scripts/request-costs.sh [--rounds N] [--requests R] [--instructions [--keep DIR]]
+#                          BIN [BIN...]
 #
 # What one request costs a delayq-server on `memory:`, one request at a time
 # on one connection: heap allocations (malloc calls, counted by a perf
@@ -17,7 +18,9 @@
 # instructions a request runs (valgrind's callgrind: the counts zeroed
 # before the window and dumped after it), which unlike times do not move
 # with the machine's load; the kernel's part (the system calls) is not in
-# them. Needs root (uprobes). Not run by CI; docs/benchmarks.md quotes what
+# them. --keep DIR keeps each window's callgrind file there, as
+# KIND-I.callgrind (I: the binary's place in the list, from 0), for
+# `callgrind_annotate --inclusive=yes FILE`. Needs root (uprobes). Not run by CI; docs/benchmarks.md quotes what
 # it printed.
 set -euo pipefail
 
@@ -27,17 +30,20 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 rounds=3
 requests=10000
 instructions=""
+keep=""
 while (($#)); do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --requests) requests="$2"; shift 2 ;;
     --instructions) instructions=1; shift ;;
+    --keep) keep="$2"; shift 2 ;;
     *) break ;;
   esac
 done
 (($# >= 1)) || delayq_die "usage: $0 [--rounds N] [--requests R] BIN [BIN...]"
 ensure_packages python3 linux-perf
 [[ -z "$instructions" ]] || ensure_packages valgrind
+[[ -z "$keep" ]] || mkdir -p "$keep"
 bins=()
 labels=("$@")
 for b in "$@"; do bins+=("$(realpath "$b")"); done
@@ -106,6 +112,7 @@ run() {
   client=""
   kill "$pid"
   wait "$pid" || true
+  run_pid=$pid
   pid=""
   run_seconds=$(awk '{print $2}' "$work/done")
   run_count=$(awk -F, -v e="$event" 'index($3, e) == 1 {print $1; exit}' "$work/stat")
@@ -122,6 +129,7 @@ for kind in put cycle add; do
   if [[ -n "$instructions" ]]; then
     for i in "${!bins[@]}"; do
       run "${bins[$i]}" "$kind" instructions
+      [[ -z "$keep" ]] || cp "$work/cg.$run_pid.1" "$keep/$kind-$i.callgrind"
       instr[$kind,$i]=$(awk -v c="$run_count" -v n="$requests" 'BEGIN {printf "%.0f", c / n}')
       echo "$kind ${labels[$i]}: ${instr[$kind,$i]} user-space instructions a request"
     done
