@@ -239,8 +239,9 @@ std::optional<read_result> command_reader::skip_body(std::string_view& input) {
 // Parses one command line (without its "\r\n"). A put moves to reading its
 // body (or skipping it) and returns nullopt.
 std::optional<read_result> command_reader::finish_line(std::string_view line) {
-  if (line.find_first_of(std::string_view("\0\r", 2)) != std::string_view::npos)
-    return protocol_error::bad_format;
+  // One pass (find_first_of asks char_traits once per byte and character).
+  for (const char ch : line)
+    if (ch == '\0' || ch == '\r') return protocol_error::bad_format;
   const verb_prefix* p = match_verb(line);
   if (p == nullptr) return protocol_error::unknown_command;
 
