@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/request-costs.sh [--rounds N] [--requests R] [--instructions [--keep DIR]]
-#                          BIN [BIN...]
+# scripts/request-costs.sh [--rounds N] [--requests R]
+#                          [--instructions [--keep DIR]] BIN [BIN...]
 #
 # What one request costs a delayq-server on `memory:`, one request at a time
 # on one connection: heap allocations (malloc calls, counted by a perf
@@ -16,12 +16,12 @@
 # R requests alone: the client connects (and puts the jobs a cycle takes)
 # before it. --instructions adds, per binary and request, the user-space
 # instructions a request runs (valgrind's callgrind: the counts zeroed
-# before the window and dumped after it), which unlike times do not move
+# before the window and dumped after it), which unlike times hardly move
 # with the machine's load; the kernel's part (the system calls) is not in
 # them. --keep DIR keeps each window's callgrind file there, as
 # KIND-I.callgrind (I: the binary's place in the list, from 0), for
-# `callgrind_annotate --inclusive=yes FILE`. Needs root (uprobes). Not run by CI; docs/benchmarks.md quotes what
-# it printed.
+# `callgrind_annotate --inclusive=yes FILE`. Needs root (uprobes). Not run
+# by CI; docs/benchmarks.md quotes what it printed.
 set -euo pipefail
 
 # shellcheck source=common.sh
@@ -40,7 +40,8 @@ while (($#)); do
     *) break ;;
   esac
 done
-(($# >= 1)) || delayq_die "usage: $0 [--rounds N] [--requests R] BIN [BIN...]"
+(($# >= 1)) || delayq_die "usage: $0 [--rounds N] [--requests R] [--instructions [--keep DIR]] BIN [BIN...]"
+[[ -z "$keep" || -n "$instructions" ]] || delayq_die "--keep keeps callgrind files: it needs --instructions"
 ensure_packages python3 linux-perf
 [[ -z "$instructions" ]] || ensure_packages valgrind
 [[ -z "$keep" ]] || mkdir -p "$keep"
@@ -52,8 +53,13 @@ work=$(mktemp -d)
 pid=""
 client=""
 cleanup() {
+  local status=$?
   [[ -z "$client" ]] || kill "$client" 2>/dev/null || true
   [[ -z "$pid" ]] || kill "$pid" 2>/dev/null || true
+  if ((status != 0)) && [[ -s "$work/server.log" ]]; then
+    echo "the server's log, last lines:" >&2
+    tail -n 20 "$work/server.log" >&2
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -80,21 +86,24 @@ run() {
   pid=$!
   target=$beanstalk_port
   [[ $kind == add ]] && target=$port
+  local up=""
   for _ in $(seq 1200); do
-    (echo >"/dev/tcp/127.0.0.1/$target") 2>/dev/null && break
+    (echo >"/dev/tcp/127.0.0.1/$target") 2>/dev/null && up=1 && break
+    kill -0 "$pid" 2>/dev/null || delayq_die "$kind: the server exited at start"
     sleep 0.05
   done
+  [[ -n "$up" ]] || delayq_die "$kind: the server did not listen on $target within 60 s"
   rm -f "$work/in" "$work/out"
   mkfifo "$work/in" "$work/out"
   python3 -B "$client_py" "$kind" "$target" "$requests" <"$work/in" >"$work/out" &
   client=$!
   exec 5>"$work/in" 6<"$work/out"
-  read -r line <&6
-  [[ $line == ready ]] || delayq_die "$kind: the client said '$line' ($work/server.log)"
+  read -r line <&6 || line="(nothing: it exited)"
+  [[ $line == ready ]] || delayq_die "$kind: the client said '$line'"
   if [[ $event == instructions ]]; then
     callgrind_control -z "$pid" >/dev/null
     echo go >&5
-    read -r line <&6
+    read -r line <&6 || delayq_die "$kind: the client exited in the window"
     echo "$line" >"$work/done"
     callgrind_control -d "$pid" >/dev/null
     for _ in $(seq 600); do
@@ -110,6 +119,7 @@ run() {
   exec 5>&- 6<&-
   wait "$client" || delayq_die "$kind: the client failed"
   client=""
+  kill -0 "$pid" 2>/dev/null || delayq_die "$kind: the server died in the window"
   kill "$pid"
   wait "$pid" || true
   run_pid=$pid

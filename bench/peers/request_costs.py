@@ -4,13 +4,14 @@ a time on one connection, against a delayq-server on 127.0.0.1.
     python3 request_costs.py put|cycle|add PORT N
 
 put: beanstalk `put` of a 100-byte body (ready at once), in tube "t".
-cycle: beanstalk `reserve-with-timeout 5` + `delete` of jobs put before
-       (N puts are made first, untimed and unmeasured by the caller's
-       window only if it starts after; the script measures around "go").
-add: HTTP POST /v1/tasks, due in 60 s, 100-byte payload, keep-alive.
+cycle: beanstalk `reserve-with-timeout 5` + `delete` of jobs this client
+       puts first, before it says "ready" (outside the caller's window).
+add: HTTP POST /v1/tasks, due in a day (none fires in the window, however
+     slow the server runs), 100-byte payload, keep-alive.
 
 Prints "ready" once connected (and, for cycle, once its jobs are put), waits
-for a line on stdin, runs the N requests, and prints "done SECONDS".
+for a line on stdin, runs the N requests, and prints "done SECONDS". A
+request that fails raises, and the client exits non-zero.
 """
 import http.client
 import json
@@ -30,10 +31,16 @@ def main():
         if kind == "cycle":
             for _ in range(n):
                 c.put(body)
-        step = (lambda: c.put(body)) if kind == "put" else (lambda: c.delete(c.reserve(5)[0]))
+        def cycle():
+            job = c.reserve(5)
+            if job is None:
+                raise RuntimeError("reserve-with-timeout 5: TIMED_OUT with jobs put")
+            c.delete(job[0])
+
+        step = (lambda: c.put(body)) if kind == "put" else cycle
     elif kind == "add":
-        h = http.client.HTTPConnection("127.0.0.1", port)
-        doc = json.dumps({"type": "t", "delay_ms": 60000, "payload": body.decode()})
+        h = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        doc = json.dumps({"type": "t", "delay_ms": 86_400_000, "payload": body.decode()})
 
         def step():
             h.request("POST", "/v1/tasks", doc, {"Content-Type": "application/json"})

@@ -83,7 +83,7 @@ declare -A ALLOWED=(
   [server/pull]="engine/include server/wire server/security"
   [server/cluster]="engine/include server/wire server/http server/security"
   [server/beanstalk]="engine/include server/wire server/security server/pull server/io"
-  [server/api]="engine/include server/wire server/http server/security server/ops server/web
+  [server/api]="engine/include server/wire server/http server/io server/security server/ops server/web
                 server/push server/pull server/cluster"
   [server/app]="engine/include persistence/include umbrella server/wire server/http server/io
                 server/security server/ops server/web server/push server/pull server/cluster

@@ -45,6 +45,15 @@ struct attempt_end {
   std::chrono::system_clock::time_point due{};  ///< released: when it is due again
   std::optional<std::uint32_t> priority;        ///< released, buried: the new priority
 };
+
+/// Where an attempt_completion reports: the engine's attempt. One object
+/// shared by the completion's copies, so that copying a completion copies
+/// a pointer, and a ready job a broker holds costs no std::function's heap
+/// block.
+struct attempt_reporter {
+  virtual ~attempt_reporter() = default;
+  virtual void report(attempt_end e, std::function<void(boost::system::error_code)> on_stored) = 0;
+};
 }  // namespace detail
 
 /// How an asynchronous attempt reports its end: call it once, with an empty
@@ -85,7 +94,7 @@ class attempt_completion {
     e.what =
         failure.empty() ? detail::attempt_end::kind::succeeded : detail::attempt_end::kind::failed;
     e.text = std::move(failure);
-    report_(std::move(e), std::move(on_stored));
+    report(std::move(e), std::move(on_stored));
   }
   /// Ends the attempt without counting it (no failure, no retry counted): the
   /// task waits again until `due`, with `priority` when given (beanstalkd's
@@ -101,7 +110,7 @@ class attempt_completion {
     e.what = detail::attempt_end::kind::released;
     e.due = due;
     e.priority = priority;
-    report_(std::move(e), std::move(on_stored));
+    report(std::move(e), std::move(on_stored));
   }
   /// Ends the attempt by burying the task now, whatever the retry policy says:
   /// it becomes a dead letter with `reason` as its error, with `priority` when
@@ -121,16 +130,20 @@ class attempt_completion {
     e.what = detail::attempt_end::kind::buried;
     e.text = std::move(reason);
     e.priority = priority;
-    report_(std::move(e), std::move(on_stored));
+    report(std::move(e), std::move(on_stored));
   }
   /// Whether this completion belongs to an attempt.
   explicit operator bool() const noexcept { return static_cast<bool>(report_); }
 
  private:
   friend class detail::dispatcher;
-  using report_fn = std::function<void(detail::attempt_end, stored_handler)>;
-  explicit attempt_completion(report_fn f) : report_(std::move(f)) {}
-  report_fn report_;
+  explicit attempt_completion(std::shared_ptr<detail::attempt_reporter> r)
+      : report_(std::move(r)) {}
+  void report(detail::attempt_end e, stored_handler on_stored) const {
+    if (!report_) throw std::bad_function_call();  // as calling an empty std::function
+    report_->report(std::move(e), std::move(on_stored));
+  }
+  std::shared_ptr<detail::attempt_reporter> report_;
 };
 
 /// Runs one attempt of a task and reports its end later, through a callback,

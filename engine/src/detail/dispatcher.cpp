@@ -126,9 +126,12 @@ namespace {
 // Held only by the copies of an asynchronous attempt's completion: when the
 // last copy goes without having been called, the attempt is abandoned.
 template <class Attempt>
-struct completion_guard {
+struct completion_guard final : attempt_reporter {
   std::shared_ptr<Attempt> a;
-  ~completion_guard() {
+  void report(attempt_end e, attempt_completion::stored_handler on_stored) override {
+    a->settle(std::move(e), std::move(on_stored));
+  }
+  ~completion_guard() override {
     int p = Attempt::starting;
     if (!a->phase.compare_exchange_strong(p, Attempt::dropped_while_starting))
       a->settle(outcome::what::abandoned, {});
@@ -255,7 +258,9 @@ std::size_t dispatcher::backlog() const {
 bool dispatcher::in_attempt() const noexcept { return current_attempt == this; }
 
 void dispatcher::work() {
-  task t;  // reused: its strings keep their buffers from one attempt to the next
+  // Reused: a synchronous attempt leaves its strings their buffers for the
+  // next (a tracked one takes them, as it took a copy before).
+  task t;
   std::unique_lock lock(mutex_);
   for (;;) {
     ready_ref r;
@@ -447,11 +452,7 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
     }
     auto guard = std::make_shared<completion_guard<attempt>>();
     guard->a = a;
-    async_executor::completion done{
-        [guard](attempt_end e, attempt_completion::stored_handler on_stored) {
-          guard->a->settle(std::move(e), std::move(on_stored));
-        }};
-    guard.reset();  // only `done` and its copies hold it now
+    async_executor::completion done{std::move(guard)};  // only `done` and its copies hold it
     if (a->exec)
       a->exec->start(a->t, std::move(done));
     else

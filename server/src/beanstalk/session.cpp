@@ -162,15 +162,15 @@ void session::watch_state() {
     idle_ = false;
     ++idle_gen_;
     idle_timer_.cancel();
-    idle_since_->store(0, std::memory_order_relaxed);
+    registry_.mark_busy(*idle_since_);
   }
 }
 
 void session::mark_idle() {
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   // Never 0, which means "holds something".
-  idle_since_->store(std::max<std::int64_t>(1, std::chrono::nanoseconds(now).count()),
-                     std::memory_order_relaxed);
+  registry_.mark_idle(*idle_since_,
+                      std::max<std::int64_t>(1, std::chrono::nanoseconds(now).count()));
 }
 
 void session::read() {
@@ -283,7 +283,7 @@ void session::close() {
   command_timer_.cancel();
   idle_timer_.cancel();
   idle_ = false;
-  idle_since_->store(0, std::memory_order_relaxed);
+  registry_.mark_busy(*idle_since_);
   registry_.forget(id_);
   if (counted_waiting_) {
     counted_waiting_ = false;

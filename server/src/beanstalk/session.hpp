@@ -42,8 +42,9 @@ struct connection_limits {
 };
 
 /// Thread safety: none from outside; everything runs on the session's
-/// strand (the socket's executor). Keep it in a shared_ptr: start() holds
-/// it alive until the connection ends.
+/// strand (the socket's executor), but its idle mark, which the registry
+/// reads and may clear from the acceptor's thread (an atomic). Keep it in a
+/// shared_ptr: start() holds it alive until the connection ends.
 class session : public std::enable_shared_from_this<session> {
  public:
   using socket_type =

@@ -1,5 +1,7 @@
 #include "beanstalk/session_registry.hpp"
 
+#include <algorithm>
+
 #include "delayq/prometheus.hpp"
 
 namespace delayq::server::beanstalk {
@@ -10,9 +12,9 @@ std::uint64_t session_registry::next_id() {
 }
 
 void session_registry::track(std::uint64_t id, std::weak_ptr<session> s,
-                             std::shared_ptr<idle_mark> since) {
+                             std::shared_ptr<idle_mark> mark) {
   std::lock_guard lock(mutex_);
-  open_.insert_or_assign(id, tracked{std::move(s), std::move(since)});
+  open_.insert_or_assign(id, tracked{std::move(s), std::move(mark)});
 }
 
 void session_registry::forget(std::uint64_t id) {
@@ -21,28 +23,38 @@ void session_registry::forget(std::uint64_t id) {
 }
 
 std::shared_ptr<session> session_registry::take_longest_idle() {
+  // A newcomer refused for want of an idle connection costs no scan.
+  if (idle_.load(std::memory_order_relaxed) == 0) return nullptr;
   std::lock_guard lock(mutex_);
+  int scans = 0;
   for (;;) {
-    auto best = open_.end();
-    std::int64_t best_since = 0;
-    for (auto it = open_.begin(); it != open_.end(); ++it) {
-      const std::int64_t since = it->second.since->load(std::memory_order_relaxed);
-      if (since != 0 && (best_since == 0 || since < best_since ||
-                         (since == best_since && it->first < best->first))) {
-        best = it;
-        best_since = since;
-      }
+    if (oldest_.empty()) {
+      // Twice at most: the connections found idle by a scan may all be busy
+      // (or idle again, younger) by the time they are claimed.
+      if (scans++ == 2) return nullptr;
+      for (const auto& [id, t] : open_)
+        if (const std::int64_t since = t.mark->load(std::memory_order_acquire); since != 0)
+          oldest_.emplace_back(since, id);
+      const auto keep = std::min(oldest_.size(), cached_oldest);
+      std::partial_sort(oldest_.begin(), oldest_.begin() + static_cast<std::ptrdiff_t>(keep),
+                        oldest_.end());
+      oldest_.resize(keep);
+      std::reverse(oldest_.begin(), oldest_.end());
+      continue;
     }
-    if (best == open_.end()) return nullptr;
-    std::shared_ptr<session> s = best->second.s.lock();
+    auto [since, id] = oldest_.back();
+    oldest_.pop_back();
+    const auto it = open_.find(id);
+    if (it == open_.end()) continue;  // closed since the scan
+    std::shared_ptr<session> s = it->second.s.lock();
     if (!s) {
-      open_.erase(best);  // gone without close() (the server stopping)
+      open_.erase(it);  // gone without close() (the server stopping)
       continue;
     }
     // Lost to the connection itself (it began a command, or holds nothing
-    // since later): look again.
-    if (!best->second.since->compare_exchange_strong(best_since, 0, std::memory_order_relaxed))
-      continue;
+    // since later): the next.
+    if (!it->second.mark->compare_exchange_strong(since, 0, std::memory_order_acq_rel)) continue;
+    idle_.fetch_sub(1, std::memory_order_relaxed);
     return s;
   }
 }

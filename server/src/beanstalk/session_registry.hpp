@@ -35,29 +35,43 @@ struct connection_counts {
 /// Why the server closed a connection (connection_counts).
 enum class close_reason : std::uint8_t { command_timeout, idle_timeout, evicted };
 
-/// The connections' counts per tube, for stats and stats-tube; and the
-/// idle connections, oldest first, for the listener to close one of when it
-/// needs room.
+/// The connections' counts per tube, for stats and stats-tube; and the open
+/// connections with when each began to hold nothing, for the listener to
+/// close the one idle the longest when it needs room.
 ///
 /// Thread safety: every member is safe from any thread.
 class session_registry {
  public:
-  using clock = std::chrono::steady_clock;
   /// A number for a new connection (never 0).
   std::uint64_t next_id();
   /// When a connection began to hold nothing (no reservation, no reserve
   /// waiting, no command begun or being answered, no reply unsent): the
   /// steady clock's nanoseconds since its epoch, 0 while it holds something.
-  /// The connection stores it itself, lock-free, so that a request costs no
-  /// call here (a lock, a map node and its erase per request did before).
+  /// The connection changes it through mark_idle() and mark_busy(),
+  /// lock-free, so that a request takes no lock here (a lock, a map node
+  /// and its erase a request did before).
   using idle_mark = std::atomic<std::int64_t>;
   /// Connection `id` is open, until forget(id); the listener may close it
-  /// for room while `since` is set.
-  void track(std::uint64_t id, std::weak_ptr<session> s, std::shared_ptr<idle_mark> since);
+  /// for room while its mark is set.
+  void track(std::uint64_t id, std::weak_ptr<session> s, std::shared_ptr<idle_mark> mark);
+  /// Connection `id` closed: it is no longer a candidate (call mark_busy()
+  /// on its mark first).
   void forget(std::uint64_t id);
+  /// The connection holds nothing since `since_ns` (not 0).
+  void mark_idle(idle_mark& mark, std::int64_t since_ns) noexcept {
+    if (mark.exchange(since_ns, std::memory_order_acq_rel) == 0)
+      idle_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// The connection holds something again (or closes).
+  void mark_busy(idle_mark& mark) noexcept {
+    if (mark.exchange(0, std::memory_order_acq_rel) != 0)
+      idle_.fetch_sub(1, std::memory_order_relaxed);
+  }
   /// The connection idle the longest, its mark cleared so that it is not
-  /// picked twice (null when none is idle). A scan of the open connections:
-  /// it runs only at --max-connections, once per newcomer.
+  /// picked twice (null when none is idle: then at once, from a count).
+  /// The oldest marks are found by a scan of the open connections, at most
+  /// once per `cached_oldest` connections taken: it runs only at
+  /// --max-connections.
   std::shared_ptr<session> take_longest_idle();
   void count_close(close_reason why);
   void count_refused();
@@ -84,9 +98,15 @@ class session_registry {
   std::uint64_t next_id_ = 0;
   struct tracked {
     std::weak_ptr<session> s;
-    std::shared_ptr<idle_mark> since;  // shared: read here after the session went
+    std::shared_ptr<idle_mark> mark;  // shared: read here after the session went
   };
+  static constexpr std::size_t cached_oldest = 64;
   std::unordered_map<std::uint64_t, tracked> open_;
+  // The oldest marks (mark, id) the last scan found, the oldest last. A
+  // connection idle again since has a later mark and is not taken for it
+  // (its claim fails); one idle only since the scan is younger than all.
+  std::vector<std::pair<std::int64_t, std::uint64_t>> oldest_;
+  std::atomic<std::size_t> idle_{0};  // marks set
   std::map<std::string, tube_counts, std::less<>> tubes_;
 };
 

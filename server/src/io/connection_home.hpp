@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <memory>
@@ -14,8 +15,8 @@ namespace delayq::server {
 /// its concrete type. Not any_io_executor: a strand is too big for
 /// any_executor's inline buffer, so each copy an operation makes of a
 /// type-erased one (to track its work, to ask its properties) is a heap
-/// allocation: five a beanstalk put, 38 an HTTP add
-/// (docs/benchmarks.md, "What a request costs").
+/// allocation, several a request (docs/benchmarks.md, "What a request
+/// costs").
 using connection_executor = boost::asio::strand<boost::asio::io_context::executor_type>;
 
 /// A timer on a connection's strand.

@@ -1,5 +1,6 @@
 #include "security/secure_random.hpp"
 
+#include <string.h>  // explicit_bzero
 #include <sys/random.h>
 
 #include <algorithm>
@@ -65,6 +66,7 @@ void append_random_hex(std::string& out, std::size_t bytes) {
     }
     bytes -= n;
   }
+  explicit_bzero(raw, sizeof raw);  // as the pool wipes what it hands out
 }
 
 std::string random_hex(std::size_t bytes) {

@@ -16,6 +16,7 @@ namespace delayq::server {
 /// Thread safety: safe from any thread.
 std::string random_hex(std::size_t bytes);
 /// random_hex(bytes) appended to `out` (no allocation when it has room).
+/// Throws as random_hex() does; `out` may then hold part of the digits.
 void append_random_hex(std::string& out, std::size_t bytes);
 
 }  // namespace delayq::server
