@@ -3,9 +3,9 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <chrono>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <chrono>
 #include <memory>
 #include <utility>
 
