@@ -514,7 +514,7 @@ void server_app::bring_up() {
   executor_factory executors;
   executors.set_fallback_async(
       [&p](const task& t, attempt_completion done) {
-        if (auto target = p.registry->any() ? p.registry->find(t.type) : std::nullopt) {
+        if (auto target = p.registry->find(t.type)) {
           p.pusher->deliver(t.type, *target, t,
                             [done](std::string failure) { done(std::move(failure)); });
         } else {
@@ -522,9 +522,7 @@ void server_app::bring_up() {
           // A target registered between the find() above and the offer (a PUT
           // here, or another instance's noticed) released the type's ready
           // tasks before this one arrived: give it back, so it is pushed.
-          // (Registered before that release, under the broker's lock that
-          // offer() took after it: any() sees it.)
-          if (p.registry->any() && p.registry->has(t.type)) p.broker->release_ready(t.id);
+          if (p.registry->has(t.type)) p.broker->release_ready(t.id);
         }
       },
       async_start::immediate);

@@ -145,12 +145,7 @@ void job_service::schedule_put(put_args args, std::uint64_t number, int tries,
   // Kept for a retry under the next number: a pending HTTP task may hold
   // this one (an id that is a number is that job, whoever made it). The
   // engine takes the body and the type, so this is a copy of each.
-  put_args again{.type = args.type,
-                 .body = args.body,
-                 .priority = args.priority,
-                 .delay_s = args.delay_s,
-                 .due = args.due,
-                 .ttr = args.ttr};
+  put_args again = args;
   const auto due = args.due;
   p_.engine->async_schedule_at(
       std::move(args.type), std::move(args.body), due, std::move(opts),

@@ -134,19 +134,8 @@ void session::watch_state() {
   const bool idle = !busy_ && !closing_ && reserved_.empty() && waiter_ == 0 && out_.empty() &&
                     writing_.empty() && (partial || in_pos_ == in_.size());
   const bool progressed = std::exchange(progressed_, false);
-  if (idle && idle_ && progressed) {
-    // Bytes came: idle from now, the last the listener would close.
-    mark_idle();
-    if (limits_.idle_timeout.count() > 0) {
-      const std::uint64_t gen = ++idle_gen_;
-      idle_timer_.expires_after(limits_.idle_timeout);
-      idle_timer_.async_wait([self = shared_from_this(), gen](const boost::system::error_code& ec) {
-        if (ec || self->closed_ || !self->idle_ || self->idle_gen_ != gen) return;
-        self->registry_.count_close(close_reason::idle_timeout);
-        self->close();
-      });
-    }
-  } else if (idle && !idle_) {
+  if (idle && (!idle_ || progressed)) {
+    // Idle from now (bytes came: again, the last the listener would close).
     idle_ = true;
     mark_idle();
     if (limits_.idle_timeout.count() > 0) {

@@ -113,11 +113,13 @@ bool push_registry::erase(std::string_view type, boost::system::error_code& ec) 
 }
 
 bool push_registry::has(std::string_view type) const {
+  if (count_.load(std::memory_order_acquire) == 0) return false;  // no lock when none is held
   std::shared_lock lock{mutex_};
   return targets_.contains(type);
 }
 
 std::optional<push_target> push_registry::find(std::string_view type) const {
+  if (count_.load(std::memory_order_acquire) == 0) return std::nullopt;  // as has()
   std::shared_lock lock{mutex_};
   const auto it = targets_.find(type);
   if (it == targets_.end()) return std::nullopt;

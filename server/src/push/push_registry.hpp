@@ -76,10 +76,6 @@ class push_registry {
   std::optional<push_target> find(std::string_view type) const;
   /// Whether `type` has a target (find() without copying it).
   bool has(std::string_view type) const;
-  /// Whether some type has a target: no lock, so that a server without push
-  /// targets pays none a task. A target's change is stored (release) before
-  /// the lock that makes it visible is let go.
-  bool any() const noexcept { return count_.load(std::memory_order_acquire) != 0; }
 
   /// A copy of every target, by type.
   std::map<std::string, push_target> all() const;
@@ -91,7 +87,10 @@ class push_registry {
   std::mutex write_mutex_;
   mutable std::shared_mutex mutex_;
   std::map<std::string, push_target, std::less<>> targets_;
-  std::atomic<std::size_t> count_{0};  // targets_.size(), for any()
+  // targets_.size(), stored (release) before the lock that publishes a
+  // change is let go: find() and has() answer "none" from it without the
+  // lock, so a server without push targets takes none a task.
+  std::atomic<std::size_t> count_{0};
 };
 
 }  // namespace delayq::server
