@@ -224,6 +224,25 @@ class engine_core final : public dispatcher::owner,
   bool schedule_locked(std::span<spec_ref> specs, std::span<std::string> ids,
                        const std::shared_ptr<call_state>& call, call_state& out,
                        std::string& waiting, after_lock& after, bool may_send);
+  // schedule_locked() for a call of one task (schedule, schedule_at,
+  // async_schedule, a put): the same decision, without a batch's plan.
+  bool schedule_one_locked(spec_ref& spec, std::string& id, const std::shared_ptr<call_state>& call,
+                           call_state& out, std::string& waiting, after_lock& after, bool may_send);
+  // What schedule_locked() decided for a task whose id is held or not.
+  enum class schedule_action : std::uint8_t { insert, keep, replace };
+  // Under the task's table lock, its counts reserved: applies one decided
+  // task (insert or replace of `h`) and sets `h` to its record. Returns the
+  // change that settles it, or null for an insert that nothing writes (the
+  // caller settles it in place, with no allocation).
+  std::unique_ptr<change> apply_schedule_locked(const spec_ref& spec, schedule_action what,
+                                                timer_wheel::handle& h, bool durable);
+  // The write of a task apply_schedule_locked() applied, carrying `made`.
+  write_op schedule_op_locked(const spec_ref& spec, schedule_action what, timer_wheel::handle h,
+                              std::unique_ptr<change> made, const std::shared_ptr<call_state>& call,
+                              std::size_t index);
+  // Settles in place a task apply_schedule_locked() applied, with nothing to write.
+  void settle_schedule_locked(task_table& t, timer_wheel::handle h, change* made, call_state& out,
+                              after_lock& after);
   bool running_check(boost::system::error_code& ec) const;
 
   // ---- the id-call skeleton (engine_core_id_call.hpp) -----------------------

@@ -133,7 +133,8 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
                                   const std::shared_ptr<call_state>& call, call_state& out,
                                   std::string& waiting, after_lock& after, bool may_send) {
   const std::size_t n = specs.size();
-  enum class action : std::uint8_t { insert, keep, replace };
+  if (n == 1) return schedule_one_locked(specs[0], ids[0], call, out, waiting, after, may_send);
+  using action = schedule_action;
   struct step {
     action what = action::insert;
     timer_wheel::handle h = timer_wheel::npos;
@@ -221,93 +222,165 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
     // writes since may have pushed them out: asked for again, ahead.
     if (i + ahead < n) specs[i + ahead].table->wheel.prefetch(specs[i + ahead].hash);
     if (plan[i].what == action::keep) continue;
-    const spec_ref& spec = specs[i];
-    task_table& t = *spec.table;
-    timer_wheel& w = t.wheel;
-    const timer_wheel::item it{spec.id, spec.payload, spec.type->k, spec.due_ms, 0};
-    const bool capped = spec.type->capacity != 0;
-    std::unique_ptr<change> made;
     timer_wheel::handle h = plan[i].h;
-    if (plan[i].what == action::replace) {
-      std::uint32_t word = t.tag(h);
-      bool replaced = false;
-      if (tsw::state_of(word) == tsw::armed) {
-        t.set_tag(h, tsw::with_state(word, tsw::persisting));
-        replaced = true;
-      } else if (tsw::state_of(word) == tsw::queued) {
-        // Take it from the ready queue before a worker starts it: the new
-        // generation makes its queue reference stale.
-        replaced = tsw::word(w.tag(h)).compare_exchange_strong(
-            word, tsw::next_generation(word, tsw::persisting), std::memory_order_acq_rel);
-        if (replaced) dispatcher_.count_ready(w.kind(h), -1);
-      }
-      const bool kind_reserved = capped && w.kind(h) != it.kind;
-      if (replaced) {
-        auto c = std::make_unique<replace_change>(&t, h);
-        c->old_payload = std::string(w.payload(h));
-        c->old_due_ms = w.due_ms(h);
-        c->old_attempts = w.attempts(h);
-        c->old_kind = w.kind(h);
-        const task_table::trigger_counts old = t.trigger_of(h);
-        c->old_trigger = old.count;
-        c->old_signals = old.signals;
-        c->old_attrs = t.attrs_of(h);
-        kind_pending(w.kind(h)).add(-1);
-        w.disarm(h);
-        w.assign(h, it);
-        t.set_trigger(h, spec.trigger_count, 0);
-        t.set_attrs(h, {spec.priority, spec.ttr_ms});
-        if (!kind_reserved) kind_pending(it.kind).add(1);
-        made = std::move(c);
-      } else {
-        // Its attempt is running: let it finish, but its outcome must neither
-        // remove nor retry what replaces it. It gives up the id (and with it
-        // the store's record) to a new record.
-        const timer_wheel::handle old = h;
-        const std::uint32_t old_word = t.tag(old);
-        unindex_locked(t, old);
-        h = w.insert_detached(it, spec.hash);
-        t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
-        if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
-        if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
-        pending_.add(1);
-        if (!kind_reserved) kind_pending(it.kind).add(1);
-        auto c = std::make_unique<replace_running_change>(&t, h);
-        c->old = old;
-        c->old_running_tag = old_word;
-        made = std::move(c);
-      }
-    } else {
-      // A new record: its pending count was reserved above, and its id was
-      // looked up above, under this lock.
-      h = w.insert_absent(it, spec.hash);
-      t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
-      if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
-      if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
-      if (!capped) kind_pending(it.kind).add(1);
-      if (durable) made = std::make_unique<insert_change>(&t, h);
-    }
-    t.stamp(h, spec.order);
-    if (durable) {
-      write_op op = make_op(change_kind::save, t, h, true);
-      // Clusters: a replace of a held record is fenced: it must not land once
-      // another instance holds the shard (and read the old copy). A new
-      // record is written unfenced, as any instance may.
-      op.fence = plan[i].what == action::replace ? owner_->token_for(spec.id) : 0;
-      made->call = call;
-      made->index = i;
-      op.ctx = std::move(made);
-      ops.push_back(std::move(op));
-    } else if (made) {
-      settle_change(*made, {}, out, after);  // nothing to write: it holds at once
-    } else {
-      insert_change c(&t, h);  // the usual case, with no allocation
-      settle_change(c, {}, out, after);
-    }
+    std::unique_ptr<change> made = apply_schedule_locked(specs[i], plan[i].what, h, durable);
+    if (durable)
+      ops.push_back(schedule_op_locked(specs[i], plan[i].what, h, std::move(made), call, i));
+    else
+      settle_schedule_locked(*specs[i].table, h, made.get(), out, after);
   }
   if (call) call->ids.assign(ids.begin(), ids.end());
   submit_locked(ops, call, out, after, may_send);
   return true;
+}
+
+bool engine_core::schedule_one_locked(spec_ref& spec, std::string& id,
+                                      const std::shared_ptr<call_state>& call, call_state& out,
+                                      std::string& waiting, after_lock& after, bool may_send) {
+  using action = schedule_action;
+  task_table& t = *spec.table;
+  timer_wheel::handle h = t.wheel.find(spec.id, spec.hash);
+  if (spec.generated && h != timer_wheel::npos) {
+    waiting.clear();  // a generated id that is held: the caller draws anew
+    return false;
+  }
+  if (t.busy(spec.id, h)) {
+    waiting = std::string(spec.id);
+    return false;
+  }
+  auto fail = [&](errc e) {
+    out.ec = e;
+    out.bad = 0;
+    return true;
+  };
+  action what = action::insert;
+  if (h != timer_wheel::npos) {
+    switch (spec.conflict) {
+      case on_conflict::reject: return fail(errc::duplicate_id);
+      case on_conflict::keep: what = action::keep; break;
+      case on_conflict::replace: what = action::replace; break;
+    }
+  }
+  // A generated id is the caller's string already (spec.id views it).
+  if (!spec.generated) id.assign(spec.id.data(), spec.id.size());
+  if (what == action::keep) {
+    if (call) call->ids.assign(1, id);
+    return true;
+  }
+  // The counts, as schedule_locked() reserves them for a batch.
+  if (what == action::insert && !pending_.reserve(1)) return fail(errc::queue_full);
+  const auto* type = spec.type;
+  if (type->capacity != 0 && (what == action::insert || t.wheel.kind(h) != type->k) &&
+      !type->pending.reserve(1)) {
+    if (what == action::insert) pending_.add(-1);
+    return fail(errc::type_full);
+  }
+  const bool durable = writes(change_kind::save);
+  std::unique_ptr<change> made = apply_schedule_locked(spec, what, h, durable);
+  if (!durable) {
+    settle_schedule_locked(t, h, made.get(), out, after);
+    return true;
+  }
+  write_op op = schedule_op_locked(spec, what, h, std::move(made), call, 0);
+  if (call) call->ids.assign(1, id);
+  submit_locked(std::span(&op, 1), call, out, after, may_send);
+  return true;
+}
+
+std::unique_ptr<change> engine_core::apply_schedule_locked(const spec_ref& spec,
+                                                           schedule_action what,
+                                                           timer_wheel::handle& h, bool durable) {
+  task_table& t = *spec.table;
+  timer_wheel& w = t.wheel;
+  const timer_wheel::item it{spec.id, spec.payload, spec.type->k, spec.due_ms, 0};
+  const bool capped = spec.type->capacity != 0;
+  std::unique_ptr<change> made;
+  if (what == schedule_action::replace) {
+    std::uint32_t word = t.tag(h);
+    bool replaced = false;
+    if (tsw::state_of(word) == tsw::armed) {
+      t.set_tag(h, tsw::with_state(word, tsw::persisting));
+      replaced = true;
+    } else if (tsw::state_of(word) == tsw::queued) {
+      // Take it from the ready queue before a worker starts it: the new
+      // generation makes its queue reference stale.
+      replaced = tsw::word(w.tag(h)).compare_exchange_strong(
+          word, tsw::next_generation(word, tsw::persisting), std::memory_order_acq_rel);
+      if (replaced) dispatcher_.count_ready(w.kind(h), -1);
+    }
+    const bool kind_reserved = capped && w.kind(h) != it.kind;
+    if (replaced) {
+      auto c = std::make_unique<replace_change>(&t, h);
+      c->old_payload = std::string(w.payload(h));
+      c->old_due_ms = w.due_ms(h);
+      c->old_attempts = w.attempts(h);
+      c->old_kind = w.kind(h);
+      const task_table::trigger_counts old = t.trigger_of(h);
+      c->old_trigger = old.count;
+      c->old_signals = old.signals;
+      c->old_attrs = t.attrs_of(h);
+      kind_pending(w.kind(h)).add(-1);
+      w.disarm(h);
+      w.assign(h, it);
+      t.set_trigger(h, spec.trigger_count, 0);
+      t.set_attrs(h, {spec.priority, spec.ttr_ms});
+      if (!kind_reserved) kind_pending(it.kind).add(1);
+      made = std::move(c);
+    } else {
+      // Its attempt is running: let it finish, but its outcome must neither
+      // remove nor retry what replaces it. It gives up the id (and with it
+      // the store's record) to a new record.
+      const timer_wheel::handle old = h;
+      const std::uint32_t old_word = t.tag(old);
+      unindex_locked(t, old);
+      h = w.insert_detached(it, spec.hash);
+      t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
+      if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
+      if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
+      pending_.add(1);
+      if (!kind_reserved) kind_pending(it.kind).add(1);
+      auto c = std::make_unique<replace_running_change>(&t, h);
+      c->old = old;
+      c->old_running_tag = old_word;
+      made = std::move(c);
+    }
+  } else {
+    // A new record: its pending count was reserved by the caller, and its id
+    // was looked up under this lock.
+    h = w.insert_absent(it, spec.hash);
+    t.set_tag(h, tsw::with_state(t.tag(h), tsw::persisting) | tsw::fresh);
+    if (spec.trigger_count > 0) t.set_trigger(h, spec.trigger_count, 0);
+    if (spec.priority != 0 || spec.ttr_ms != 0) t.set_attrs(h, {spec.priority, spec.ttr_ms});
+    if (!capped) kind_pending(it.kind).add(1);
+    if (durable) made = std::make_unique<insert_change>(&t, h);
+  }
+  t.stamp(h, spec.order);
+  return made;
+}
+
+write_op engine_core::schedule_op_locked(const spec_ref& spec, schedule_action what,
+                                         timer_wheel::handle h, std::unique_ptr<change> made,
+                                         const std::shared_ptr<call_state>& call,
+                                         std::size_t index) {
+  write_op op = make_op(change_kind::save, *spec.table, h, true);
+  // Clusters: a replace of a held record is fenced: it must not land once
+  // another instance holds the shard (and read the old copy). A new record
+  // is written unfenced, as any instance may.
+  op.fence = what == schedule_action::replace ? owner_->token_for(spec.id) : 0;
+  made->call = call;
+  made->index = index;
+  op.ctx = std::move(made);
+  return op;
+}
+
+void engine_core::settle_schedule_locked(task_table& t, timer_wheel::handle h, change* made,
+                                         call_state& out, after_lock& after) {
+  if (made) {
+    settle_change(*made, {}, out, after);  // nothing to write: it holds at once
+  } else {
+    insert_change c(&t, h);  // the usual case, with no allocation
+    settle_change(c, {}, out, after);
+  }
 }
 
 }  // namespace delayq::detail
