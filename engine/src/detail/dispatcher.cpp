@@ -50,8 +50,14 @@ std::string describe(std::exception_ptr e) {
 }  // namespace
 
 // An attempt that may end on another thread or by its timeout: whoever
-// settles it first reports the outcome.
-struct dispatcher::attempt {
+// settles it first reports the outcome. An asynchronous attempt is also its
+// completion's reporter: the completion's copies hold it, with run_tracked()
+// while start() runs, and nothing else does (its timer's handlers hold it
+// weakly). So when the last copy goes without having been called, the
+// attempt goes with it, and its destructor reports it abandoned: one object
+// where a guard of its own cost a second allocation a dispatched task (and
+// 48 bytes a job delayq-server's broker holds ready).
+struct dispatcher::attempt final : attempt_reporter {
   dispatcher* d = nullptr;
   std::shared_ptr<void> keep;  // the engine, and so this dispatcher
   // What the outcome names of its reference (not the whole ready_ref: one
@@ -59,20 +65,30 @@ struct dispatcher::attempt {
   record_id h = 0;
   std::uint32_t tag = 0;
   std::uint16_t kind = 0;
+  std::atomic<bool> settled{false};
   // The executor's copy: it may outlive the record's turn. It lives as long
   // as the attempt, which every copy of the completion holds, as
   // async_executor promises.
   task t;
-  std::atomic<bool> settled{false};
-  // Whether start() is still running: a completion dropped meanwhile may be
-  // the unwinding of a start() that throws, which is a failure, not an
-  // abandonment; start()'s caller decides once it is back.
-  enum : int { starting, started, dropped_while_starting };
-  std::atomic<int> phase{starting};
   std::unique_ptr<async_executor> exec;
   std::shared_ptr<boost::asio::steady_timer> timer;
   type_counters* counters = nullptr;  // the type's, for the execution time
   std::chrono::steady_clock::time_point began{};
+
+  attempt() = default;
+  attempt(const attempt&) = delete;
+  attempt& operator=(const attempt&) = delete;
+  ~attempt() override {
+    // Nobody ended it, and nobody can now: the completion's last copy went
+    // uncalled (or it never had one: a start() that threw was settled).
+    if (!settled.load(std::memory_order_acquire) && claim()) report(outcome::what::abandoned, {});
+    // The timer is only touched on the strand: its last reference goes there.
+    if (timer) boost::asio::post(d->strand_, [timer = std::move(timer)] {});
+  }
+
+  void report(attempt_end e, attempt_completion::stored_handler on_stored) override {
+    settle(std::move(e), std::move(on_stored));
+  }
 
   void settle(outcome::what w, std::string failure,
               attempt_completion::stored_handler on_stored = nullptr) {
@@ -120,25 +136,6 @@ struct dispatcher::attempt {
     d->report(std::move(o));
   }
 };
-
-namespace {
-
-// Held only by the copies of an asynchronous attempt's completion: when the
-// last copy goes without having been called, the attempt is abandoned.
-template <class Attempt>
-struct completion_guard final : attempt_reporter {
-  std::shared_ptr<Attempt> a;
-  void report(attempt_end e, attempt_completion::stored_handler on_stored) override {
-    a->settle(std::move(e), std::move(on_stored));
-  }
-  ~completion_guard() override {
-    int p = Attempt::starting;
-    if (!a->phase.compare_exchange_strong(p, Attempt::dropped_while_starting))
-      a->settle(outcome::what::abandoned, {});
-  }
-};
-
-}  // namespace
 
 dispatcher::dispatcher(owner& o, const type_registry& types, std::size_t workers,
                        boost::asio::strand<boost::asio::any_io_executor> strand,
@@ -409,10 +406,16 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
   if (ti.timeout.count() > 0) {
     a->timer = std::make_shared<boost::asio::steady_timer>(strand_);
     // The timer is only touched on the strand.
-    boost::asio::post(strand_, [a, after = ti.timeout] {
+    // Weakly: an attempt whose completion's copies are gone is abandoned
+    // then, not kept until its timeout.
+    boost::asio::post(strand_, [w = std::weak_ptr<attempt>(a), after = ti.timeout] {
+      const std::shared_ptr<attempt> a = w.lock();
+      if (!a) return;
       a->timer->expires_after(after);
-      a->timer->async_wait([a, after](const boost::system::error_code& ec) {
+      a->timer->async_wait([w, after](const boost::system::error_code& ec) {
         if (ec) return;
+        const std::shared_ptr<attempt> a = w.lock();
+        if (!a) return;
         std::string why = "timed out after " + std::to_string(after.count()) + " ms";
         // Claimed before it is counted: a completion racing the timer
         // must not find the attempt counted as timed out and still win.
@@ -450,18 +453,15 @@ void dispatcher::run_tracked(const ready_ref& r, const type_registry::type_info&
       if (!a->exec)
         throw std::runtime_error("the async executor maker of type " + ti.name + " returned null");
     }
-    auto guard = std::make_shared<completion_guard<attempt>>();
-    guard->a = a;
-    async_executor::completion done{std::move(guard)};  // only `done` and its copies hold it
+    async_executor::completion done{a};  // with `a` (until this returns), all that holds it
     if (a->exec)
       a->exec->start(a->t, std::move(done));
     else
       (*ti.exec.async_fn)(a->t, std::move(done));
-    int p = attempt::starting;
-    if (!a->phase.compare_exchange_strong(p, attempt::started))
-      a->settle(outcome::what::abandoned, {});  // dropped without a call
+    // A completion dropped uncalled meanwhile: `a` goes below, and with it
+    // the attempt, abandoned (~attempt).
   } catch (...) {
-    a->phase.store(attempt::started);
+    // Not abandoned, whatever copies of the completion the throw let go.
     a->settle(outcome::what::failed, describe(std::current_exception()));
   }
 }
