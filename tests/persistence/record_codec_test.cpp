@@ -1,7 +1,10 @@
 // The record format: round trips, and rejection of every kind of damage.
 #include "delayq/record_codec.hpp"
 
+#include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -55,6 +58,35 @@ TEST_CASE("codec: every truncation of a valid record is rejected") {
   const std::string bytes = encode_task(sample);
   for (std::size_t n = 0; n < bytes.size(); ++n)
     CHECK_MESSAGE(rejected(std::string_view(bytes).substr(0, n)), "prefix of " << n << " bytes");
+}
+
+TEST_CASE("codec: a record that failed to decode leaves nothing behind for the next one") {
+  // Each thread reuses one stream for every record it decodes: a rejected
+  // record, left half read, must not shift where the next, good one is read.
+  const std::string bytes = encode_task(sample);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    REQUIRE(rejected(std::string_view(bytes).substr(0, n)));
+    boost::system::error_code ec;
+    CHECK_MESSAGE(decode_task(bytes, ec) == sample, "after a prefix of " << n << " bytes");
+    CHECK_FALSE(ec);
+  }
+}
+
+TEST_CASE("codec: threads encode and decode at once, each record its own") {
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([k, &wrong] {
+      for (int i = 0; i < 500; ++i) {
+        const task t = test::make_task("t" + std::to_string(k) + "-" + std::to_string(i),
+                                       std::string(static_cast<std::size_t>(i % 40), 'a' + k),
+                                       1'700'000'000'000 + i, static_cast<std::uint32_t>(k));
+        boost::system::error_code ec;
+        if (decode_task(encode_task(t), ec) != t || ec) ++wrong;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong.load() == 0);
 }
 
 TEST_CASE("codec: trailing bytes are rejected") {
