@@ -8,7 +8,8 @@
 //
 // Checked:
 // - the same stream read in one piece, in random chunks and one byte at a
-//   time gives the same results, in the same order;
+//   time gives the same results, in the same order, and so does read() into
+//   one command reused for every result (as the session reads);
 // - next() makes progress: it returns a result only after consuming a byte,
 //   and nullopt only with the input used up;
 // - never more held than max_buffered() (max of the line limit and the
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,17 +84,30 @@ void check_command(const bs::command& c, std::size_t max_job) {
 
 // Reads `stream` cut by `cut` (a function giving each read's size) and
 // returns every result.
+// `reuse`: through read() into one command kept across results.
 template <typename Cut>
-std::vector<bs::read_result> read_stream(std::string_view stream, std::size_t max_job, Cut cut) {
+std::vector<bs::read_result> read_stream(std::string_view stream, std::size_t max_job, Cut cut,
+                                         bool reuse = false) {
   bs::command_reader reader(max_job);
   std::vector<bs::read_result> out;
+  bs::command reused;
+  const auto next = [&](std::string_view& in) -> std::optional<bs::read_result> {
+    if (!reuse) return reader.next(in);
+    bs::protocol_error e{};
+    switch (reader.read(in, reused, e)) {
+      case bs::command_reader::status::more: return std::nullopt;
+      case bs::command_reader::status::command: return bs::read_result(reused);
+      case bs::command_reader::status::error: return bs::read_result(e);
+    }
+    return std::nullopt;
+  };
   while (!stream.empty()) {
     const std::size_t n = std::min(cut(), stream.size());
     std::string_view in = stream.substr(0, n);
     stream.remove_prefix(n);
     for (;;) {
       const std::size_t before = in.size();
-      auto r = reader.next(in);
+      auto r = next(in);
       check(reader.buffered() <= reader.max_buffered(), "buffered more than max_buffered()");
       if (!r) {
         check(in.empty(), "nullopt with input left");
@@ -118,6 +133,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   chunk_sizes sizes{seed};
   const auto chunked = read_stream(stream, max_job, [&] { return sizes.next(); });
   check(chunked == whole, "chunked reads disagree with one read");
+  chunk_sizes again{seed};
+  const auto reused = read_stream(
+      stream, max_job, [&] { return again.next(); }, true);
+  check(reused == whole, "read() into a reused command disagrees with next()");
   if (stream.size() <= 1024) {
     const auto bytes = read_stream(stream, max_job, [] { return std::size_t{1}; });
     check(bytes == whole, "byte-at-a-time reads disagree with one read");

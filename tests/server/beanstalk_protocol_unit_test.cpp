@@ -632,3 +632,28 @@ TEST_CASE("beanstalk protocol: tube names to task types and back") {
     }
   }
 }
+
+TEST_CASE("beanstalk reader: read() into one command reused gives what next() gives") {
+  // The session parses every command into one object: nothing of a command
+  // (a tube, an id, a body) may show in the next one.
+  const std::string stream =
+      "use tube-a\r\nput 5 6 7 3\r\nabc\r\nreserve\r\ndelete 42\r\nwatch b\r\n"
+      "put 1 2 0 0\r\n\r\nbury 9 3\r\nbogus\r\nput 1 2 3 x\r\npeek-ready\r\n"
+      "release 3 4 5\r\nput 0 0 1 2\r\nxyZZ\r\nkick 7\r\nquit\r\n";
+  command_reader fresh, reusing;
+  std::vector<std::string> expected, got;
+  std::string_view a = stream;
+  while (auto r = fresh.next(a)) expected.push_back(show(*r));
+  command c;
+  std::string_view b = stream;
+  for (;;) {
+    protocol_error e{};
+    const auto s = reusing.read(b, c, e);
+    if (s == command_reader::status::more) break;
+    got.push_back(s == command_reader::status::command ? show(read_result(c))
+                                                       : show(read_result(e)));
+  }
+  CHECK(b.empty());
+  REQUIRE(expected.size() == 15);
+  CHECK(got == expected);
+}

@@ -154,20 +154,33 @@ std::size_t command_reader::max_buffered() const noexcept {
 }
 
 std::optional<read_result> command_reader::next(std::string_view& input) {
-  while (!input.empty()) {
-    std::optional<read_result> r;
-    switch (state_) {
-      case state::line: r = read_line(input); break;
-      case state::discard_line: r = discard_line(input); break;
-      case state::body: r = read_body(input); break;
-      case state::skip_body: r = skip_body(input); break;
-    }
-    if (r) return r;
+  command c;
+  protocol_error e{};
+  switch (read(input, c, e)) {
+    case status::more: return std::nullopt;
+    case status::command: return read_result(std::move(c));
+    case status::error: return read_result(e);
   }
   return std::nullopt;
 }
 
-std::optional<read_result> command_reader::read_line(std::string_view& input) {
+command_reader::status command_reader::read(std::string_view& input, command& out,
+                                            protocol_error& error) {
+  while (!input.empty()) {
+    status r = status::more;
+    switch (state_) {
+      case state::line: r = read_line(input, out, error); break;
+      case state::discard_line: r = discard_line(input, error); break;
+      case state::body: r = read_body(input, out, error); break;
+      case state::skip_body: r = skip_body(input, error); break;
+    }
+    if (r != status::more) return r;
+  }
+  return status::more;
+}
+
+command_reader::status command_reader::read_line(std::string_view& input, command& out,
+                                                 protocol_error& error) {
   const std::size_t room = max_line_length - line_.size();
   const bool after_cr = !line_.empty() && line_.back() == '\r';
   const std::size_t lf = find_line_end(input, room, after_cr);
@@ -181,95 +194,117 @@ std::optional<read_result> command_reader::read_line(std::string_view& input) {
       line_.clear();
       state_ = state::discard_line;
     }
-    return std::nullopt;
+    return status::more;
   }
-  std::optional<read_result> r;
+  status r;
   if (line_.empty()) {
     // The usual case, a whole line in `input`: parsed in place.
-    r = finish_line(input.substr(0, lf - 1));
+    r = finish_line(input.substr(0, lf - 1), out, error);
   } else {
     line_.append(input.substr(0, lf + 1));
     line_.resize(line_.size() - 2);
-    r = finish_line(line_);
+    r = finish_line(line_, out, error);
     line_.clear();
   }
   input.remove_prefix(lf + 1);
   return r;
 }
 
-std::optional<read_result> command_reader::discard_line(std::string_view& input) {
+command_reader::status command_reader::discard_line(std::string_view& input,
+                                                    protocol_error& error) {
   const std::size_t lf = find_line_end(input, input.size(), after_cr_);
   if (lf == std::string_view::npos) {
     after_cr_ = input.back() == '\r';
     input = {};
-    return std::nullopt;
+    return status::more;
   }
   input.remove_prefix(lf + 1);
   state_ = state::line;
-  return protocol_error::bad_format;
+  error = protocol_error::bad_format;
+  return status::error;
 }
 
-std::optional<read_result> command_reader::read_body(std::string_view& input) {
+command_reader::status command_reader::read_body(std::string_view& input, command& out,
+                                                 protocol_error& error) {
   const std::size_t n = std::min(body_size_ - body_.size(), input.size());
   body_.append(input.substr(0, n));
   input.remove_prefix(n);
-  if (body_.size() < body_size_) return std::nullopt;
+  if (body_.size() < body_size_) return status::more;
   state_ = state::line;
   if (body_.compare(body_.size() - 2, 2, "\r\n") != 0) {
     body_.clear();
-    return protocol_error::expected_crlf;
+    error = protocol_error::expected_crlf;
+    return status::error;
   }
   body_.resize(body_.size() - 2);
-  command c = std::move(put_);
-  c.body = std::move(body_);
+  out = std::move(put_);
+  out.body = std::move(body_);
   put_ = command{};
   body_ = std::string();
-  return c;
+  return status::command;
 }
 
-std::optional<read_result> command_reader::skip_body(std::string_view& input) {
+command_reader::status command_reader::skip_body(std::string_view& input, protocol_error& error) {
   const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(skip_left_, input.size()));
   input.remove_prefix(n);
   skip_left_ -= n;
-  if (skip_left_ > 0) return std::nullopt;
+  if (skip_left_ > 0) return status::more;
   state_ = state::line;
-  return protocol_error::job_too_big;
+  error = protocol_error::job_too_big;
+  return status::error;
 }
 
 // Parses one command line (without its "\r\n"). A put moves to reading its
-// body (or skipping it) and returns nullopt.
-std::optional<read_result> command_reader::finish_line(std::string_view line) {
+// body (or skipping it) and returns status::more.
+command_reader::status command_reader::finish_line(std::string_view line, command& out,
+                                                   protocol_error& error) {
+  const auto fail = [&error](protocol_error e) {
+    error = e;
+    return status::error;
+  };
   // One pass (find_first_of asks char_traits once per byte and character).
   for (const char ch : line)
-    if (ch == '\0' || ch == '\r') return protocol_error::bad_format;
+    if (ch == '\0' || ch == '\r') return fail(protocol_error::bad_format);
   const verb_prefix* p = match_verb(line);
-  if (p == nullptr) return protocol_error::unknown_command;
+  if (p == nullptr) return fail(protocol_error::unknown_command);
 
-  command c;
+  if (p->v == verb::put) {
+    // Parsed into the reader's own command, which the body completes.
+    command& c = put_;
+    std::size_t pos = p->text.size();
+    std::uint32_t bytes = 0;
+    if (!read_u32(line, pos, c.priority) || !read_u32(line, pos, c.delay) ||
+        !read_u32(line, pos, c.ttr) || !read_u32(line, pos, bytes)) {
+      c = command{};
+      return fail(protocol_error::bad_format);
+    }
+    if (bytes > max_job_size_) {
+      c = command{};
+      skip_left_ = std::uint64_t{bytes} + 2;
+      state_ = state::skip_body;
+      return status::more;
+    }
+    if (pos != line.size()) {
+      c = command{};
+      return fail(protocol_error::bad_format);
+    }
+    c.name = verb::put;
+    c.ttr = std::max<std::uint32_t>(c.ttr, 1);
+    body_size_ = std::size_t{bytes} + 2;
+    body_.clear();
+    body_.reserve(body_size_);
+    state_ = state::body;
+    return status::more;
+  }
+
+  command& c = out;
+  c = command{};
   c.name = p->v;
   std::size_t pos = p->text.size();
   const std::string_view rest = line.substr(pos);
   bool ok = false;
   switch (p->v) {
-    case verb::put: {
-      std::uint32_t bytes = 0;
-      if (!read_u32(line, pos, c.priority) || !read_u32(line, pos, c.delay) ||
-          !read_u32(line, pos, c.ttr) || !read_u32(line, pos, bytes))
-        return protocol_error::bad_format;
-      if (bytes > max_job_size_) {
-        skip_left_ = std::uint64_t{bytes} + 2;
-        state_ = state::skip_body;
-        return std::nullopt;
-      }
-      if (pos != line.size()) return protocol_error::bad_format;
-      c.ttr = std::max<std::uint32_t>(c.ttr, 1);
-      put_ = std::move(c);
-      body_size_ = std::size_t{bytes} + 2;
-      body_.clear();
-      body_.reserve(body_size_);
-      state_ = state::body;
-      return std::nullopt;
-    }
+    case verb::put: break;  // above
     case verb::peek:
     case verb::reserve_job:
     case verb::delete_:
@@ -313,8 +348,8 @@ std::optional<read_result> command_reader::finish_line(std::string_view line) {
     case verb::list_tubes_watched: ok = rest.empty(); break;
     case verb::quit: ok = true; break;
   }
-  if (!ok) return protocol_error::bad_format;
-  return c;
+  if (!ok) return fail(protocol_error::bad_format);
+  return status::command;
 }
 
 }  // namespace delayq::server::beanstalk

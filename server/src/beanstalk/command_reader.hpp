@@ -53,6 +53,8 @@
 //     else run(std::get<command>(std::move(*r)));
 //     // a blocking reserve may stop here, keeping the rest of `in`
 //   }
+//
+// (delayq's session calls read(), the same with no result to move.)
 #pragma once
 
 #include <cstddef>
@@ -161,6 +163,17 @@ class command_reader {
   /// std::bad_alloc.
   std::optional<read_result> next(std::string_view& input);
 
+  /// What read() found.
+  enum class status : std::uint8_t {
+    more,     ///< `input` is used up, the command not complete yet
+    command,  ///< `out` holds a command
+    error,    ///< `error` says what to answer
+  };
+  /// next() without its result's moves, for a session's read loop: a
+  /// command is parsed into `out` (every field set, as a fresh command's),
+  /// an error into `error`.
+  status read(std::string_view& input, command& out, protocol_error& error);
+
   /// Bytes held between calls: a partial line, or a put's partial body.
   std::size_t buffered() const noexcept { return line_.size() + body_.size(); }
 
@@ -175,11 +188,12 @@ class command_reader {
  private:
   enum class state : std::uint8_t { line, discard_line, body, skip_body };
 
-  std::optional<read_result> finish_line(std::string_view line);
-  std::optional<read_result> read_line(std::string_view& input);
-  std::optional<read_result> discard_line(std::string_view& input);
-  std::optional<read_result> read_body(std::string_view& input);
-  std::optional<read_result> skip_body(std::string_view& input);
+  // Each: status::more, or what it read into `out` or `error`.
+  status finish_line(std::string_view line, command& out, protocol_error& error);
+  status read_line(std::string_view& input, command& out, protocol_error& error);
+  status discard_line(std::string_view& input, protocol_error& error);
+  status read_body(std::string_view& input, command& out, protocol_error& error);
+  status skip_body(std::string_view& input, protocol_error& error);
 
   std::size_t max_job_size_;
   state state_ = state::line;

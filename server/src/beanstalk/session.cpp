@@ -183,14 +183,15 @@ void session::read() {
 void session::pump() {
   while (!busy_ && !closed_ && !closing_ && out_.size() < max_unsent) {
     std::string_view rest(in_.data() + in_pos_, in_.size() - in_pos_);
-    auto r = reader_.next(rest);
+    protocol_error e{};
+    const auto r = reader_.read(rest, command_, e);
     in_pos_ = in_.size() - rest.size();
-    if (!r) break;
-    if (auto* e = std::get_if<protocol_error>(&*r)) {
-      out_ += error_reply(*e);
+    if (r == command_reader::status::more) break;
+    if (r == command_reader::status::error) {
+      out_ += error_reply(e);
       continue;
     }
-    if (!run_here(std::get<command>(std::move(*r)))) busy_ = true;
+    if (!run_here(command_)) busy_ = true;
   }
   // Drop what was run: at once when all of it was, else once the run part
   // is large (a client that keeps pipelining may never let it all be run,
@@ -207,10 +208,10 @@ void session::pump() {
   watch_state();
 }
 
-bool session::run_here(command c) {
+bool session::run_here(command& c) {
   running_on_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   answered_inline_ = false;
-  const bool done = run(std::move(c));
+  const bool done = run(c);
   running_on_.store(std::thread::id{}, std::memory_order_relaxed);
   return done || std::exchange(answered_inline_, false);
 }
@@ -369,7 +370,7 @@ void session::reply_answer(verb v, const answer& a) {
   }
 }
 
-bool session::run(command c) {
+bool session::run(command& c) {
   if (c.name == verb::quit) {
     closing_ = true;
     return true;

@@ -68,12 +68,12 @@ class session : public std::enable_shared_from_this<session> {
   void read();
   // Runs the commands held in `in_`, stopping at one that answers later.
   void pump();
-  // Runs one command; false when its reply comes later (and pump() resumes
-  // then).
-  bool run(command c);
+  // Runs one command (it may take its strings); false when its reply comes
+  // later (and pump() resumes then).
+  bool run(command& c);
   // run(), noting that it runs here, so that an answer that comes back
   // before the service call returns is written at once (answering_inline()).
-  bool run_here(command c);
+  bool run_here(command& c);
   bool answering_inline() const noexcept;
   void write();
   void close();
@@ -108,6 +108,7 @@ class session : public std::enable_shared_from_this<session> {
   job_service* service_ = nullptr;  // null until the store answered
   session_registry& registry_;
   command_reader reader_;
+  command command_;  // the command being run, as reader_ parsed it (kept to reuse its strings)
   std::vector<char> buf_;
   std::string in_;  // bytes read and not yet consumed by reader_ (from in_pos_)
   std::size_t in_pos_ = 0;
