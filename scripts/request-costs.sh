@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# scripts/request-costs.sh [--rounds N] [--requests R]
+# scripts/request-costs.sh [--rounds N] [--requests R] [--store memory|sqlite-normal]
 #                          [--instructions [--keep DIR]] BIN [BIN...]
 #
-# What one request costs a delayq-server on `memory:`, one request at a time
+# What one request costs a delayq-server on `memory:` (or, with --store
+# sqlite-normal, on a fresh SQLite file a run with synchronous=normal, the
+# store's own work counted with the server's), one request at a time
 # on one connection: heap allocations (malloc calls, counted by a perf
 # uprobe on libc's malloc) and server CPU time (perf stat task-clock of the
 # server process, in runs without the probe, which slows each call), for
@@ -29,18 +31,24 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 rounds=3
 requests=10000
+store=memory
 instructions=""
 keep=""
 while (($#)); do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --requests) requests="$2"; shift 2 ;;
+    --store) store="$2"; shift 2 ;;
     --instructions) instructions=1; shift ;;
     --keep) keep="$2"; shift 2 ;;
     *) break ;;
   esac
 done
-(($# >= 1)) || delayq_die "usage: $0 [--rounds N] [--requests R] [--instructions [--keep DIR]] BIN [BIN...]"
+(($# >= 1)) || delayq_die "usage: $0 [--rounds N] [--requests R] [--store memory|sqlite-normal] [--instructions [--keep DIR]] BIN [BIN...]"
+case "$store" in
+  memory | sqlite-normal) ;;
+  *) delayq_die "--store: memory or sqlite-normal, not '$store'" ;;
+esac
 [[ -z "$keep" || -n "$instructions" ]] || delayq_die "--keep keeps callgrind files: it needs --instructions"
 ensure_packages python3 linux-perf
 [[ -z "$instructions" ]] || ensure_packages valgrind
@@ -81,7 +89,12 @@ run() {
   local -a under=()
   # Under callgrind the counts go to $work/cg.PID, the window's to cg.PID.1.
   [[ $event != instructions ]] || under=(valgrind --tool=callgrind -q "--callgrind-out-file=$work/cg.%p")
-  "${under[@]}" "$bin" --listen "127.0.0.1:$port" --store memory: \
+  local spec=memory:
+  if [[ $store == sqlite-normal ]]; then
+    rm -f "$work"/store.db*
+    spec="sqlite:$work/store.db?synchronous=normal"
+  fi
+  "${under[@]}" "$bin" --listen "127.0.0.1:$port" --store "$spec" \
     --beanstalk-listen "127.0.0.1:$beanstalk_port" >"$work/server.log" 2>&1 &
   pid=$!
   target=$beanstalk_port
