@@ -142,6 +142,7 @@ run() {
   [[ -n "$run_count" ]] || delayq_die "$kind: no $event count in $work/stat"
 }
 
+echo "store: $store; $requests requests a run; $(date -u '+%Y-%m-%d %H:%M UTC')"
 declare -A cpu allocs rate instr
 for kind in put cycle add; do
   for i in "${!bins[@]}"; do

@@ -82,6 +82,23 @@ class output_to {
   record_streams& s_;
 };
 
+// While alive: the thread's input stream reads `bytes`.
+class input_from {
+ public:
+  explicit input_from(std::string_view bytes) : s_(streams()) {
+    s_.in_buf.view(bytes);
+    s_.in.clear();
+  }
+  ~input_from() { s_.in_buf.view({}); }
+  input_from(const input_from&) = delete;
+  input_from& operator=(const input_from&) = delete;
+  view_buf& buffer() noexcept { return s_.in_buf; }
+  std::istream& stream() noexcept { return s_.in; }
+
+ private:
+  record_streams& s_;
+};
+
 struct corrupt {
   const char* why;
 };
@@ -182,11 +199,9 @@ std::string encode(std::uint16_t version, const task& t, std::string_view error,
 std::uint16_t decode(std::string_view bytes, dead_letter& out, std::string& why) {
   if (!header_ok(bytes, why)) return 0;
 
-  record_streams& streams_here = streams();
-  view_buf& buf = streams_here.in_buf;
-  buf.view(bytes.substr(sizeof magic));
-  std::istream& is = streams_here.in;
-  is.clear();
+  input_from from(bytes.substr(sizeof magic));
+  view_buf& buf = from.buffer();
+  std::istream& is = from.stream();
   std::uint16_t version = 0;
   try {
     cereal::PortableBinaryInputArchive ar(

@@ -225,7 +225,8 @@ class engine_core final : public dispatcher::owner,
                        const std::shared_ptr<call_state>& call, call_state& out,
                        std::string& waiting, after_lock& after, bool may_send);
   // schedule_locked() for a call of one task (schedule, schedule_at,
-  // async_schedule, a put): the same decision, without a batch's plan.
+  // async_schedule, a put, a schedule_many of one): the same decision,
+  // without a batch's plan.
   bool schedule_one_locked(spec_ref& spec, std::string& id, const std::shared_ptr<call_state>& call,
                            call_state& out, std::string& waiting, after_lock& after, bool may_send);
   // What schedule_locked() decided for a task whose id is held or not.

@@ -233,6 +233,7 @@ command_reader::status command_reader::read_body(std::string_view& input, comman
   state_ = state::line;
   if (body_.compare(body_.size() - 2, 2, "\r\n") != 0) {
     body_.clear();
+    put_ = command{};
     error = protocol_error::expected_crlf;
     return status::error;
   }

@@ -171,7 +171,8 @@ class command_reader {
   };
   /// next() without its result's moves, for a session's read loop: a
   /// command is parsed into `out` (every field set, as a fresh command's),
-  /// an error into `error`.
+  /// an error into `error`. After status::more or status::error, what `out`
+  /// holds is unspecified (a command begun and refused).
   status read(std::string_view& input, command& out, protocol_error& error);
 
   /// Bytes held between calls: a partial line, or a put's partial body.

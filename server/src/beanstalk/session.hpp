@@ -108,7 +108,7 @@ class session : public std::enable_shared_from_this<session> {
   job_service* service_ = nullptr;  // null until the store answered
   session_registry& registry_;
   command_reader reader_;
-  command command_;  // the command being run, as reader_ parsed it (kept to reuse its strings)
+  command command_;  // the command being run, as reader_ parsed it into this one object
   std::vector<char> buf_;
   std::string in_;  // bytes read and not yet consumed by reader_ (from in_pos_)
   std::size_t in_pos_ = 0;

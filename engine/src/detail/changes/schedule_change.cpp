@@ -1,6 +1,7 @@
 // The schedule change: a new task, or a task that takes the place of a
 // held one with its id (on_conflict::replace), decided for every task of a
-// schedule call at once (schedule_locked) and settled by one of three
+// schedule call at once (schedule_locked; a call of one task by
+// schedule_one_locked, without a batch's plan) and settled by one of three
 // changes:
 //
 //   insert_change            a new record: armed once its save landed,
