@@ -38,7 +38,12 @@
 //            each own a slice of the ids and repeat, for `seconds`, a pair:
 //            cancel a random id of their slice, then schedule it again with a
 //            new delay (Asio: cancel(), expires_after(), async_wait()).
-//            Reported: pairs per second, all threads together.
+//            Reported: pairs per second, all threads together. A third
+//            side, "engines", runs the same pairs from T threads on T
+//            engines, each holding only its thread's slice: threads that
+//            share nothing of delayq's, the most sharing one engine can
+//            reach on this machine (engines ÷ engine 1 thread is its bound
+//            for the 4 ÷ 1 target).
 //   memory   A fresh process per side: RSS growth (VmRSS) from the started
 //            engine (or the running io_context) with nothing pending to N =
 //            1e6 pending, over N; for the engine also minus the id, type and
@@ -373,10 +378,16 @@ std::string tables(const config& c, const results& res, std::vector<target>& tar
       o << "| " << side << " | " << fmt(one.median) << spread(one) << " | " << fmt(four.median)
         << spread(four) << " | " << ratio(four.median, one.median) << " |\n";
     }
+    const summary sep = res.get("threads", "pairs_per_s", "engines", p, max_threads);
     const double e1 = res.median("threads", "pairs_per_s", "engine", p, 1);
     const double e4 = res.median("threads", "pairs_per_s", "engine", p, max_threads);
     const double a4 = res.median("threads", "pairs_per_s", "asio", p, max_threads);
+    o << "| " << max_threads << " engines, one per thread (nothing shared) | | " << fmt(sep.median)
+      << spread(sep) << " | " << ratio(sep.median, e1)
+      << " (÷ the engine from 1 thread: the bound) |\n";
     o << "\nengine ÷ asio from " << max_threads << " threads: " << ratio(e4, a4) << "\n";
+    o << "engine ÷ " << max_threads << " separate engines from " << max_threads
+      << " threads (what sharing one engine costs): " << ratio(e4, sep.median) << "\n";
     targets.push_back({!std::isnan(e1) && !std::isnan(e4), e4 >= 1.5 * e1,
                        "engine from 4 threads ≥ 1.5x from 1 thread (pairs/s): " + fmt(e4) + " vs " +
                            fmt(e1) + " = " + ratio(e4, e1)});

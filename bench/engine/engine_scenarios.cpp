@@ -315,6 +315,22 @@ void child_threads(std::size_t pending, int rounds, double seconds) {
       asio.schedule(all[i], delays[i % delays.size()]);
     }
   }
+  // The bound on what sharing costs: one engine per thread, each holding
+  // only its thread's slice of the tasks, so that the threads share nothing
+  // of delayq's (only the machine: its cores, caches and memory). Run from
+  // max_threads threads only: with one thread it is the engine side.
+  std::vector<std::unique_ptr<engine_side>> separate;
+  for (int t = 0; t < max_threads; ++t) {
+    separate.push_back(std::make_unique<engine_side>());
+    const std::size_t lo = pending * static_cast<std::size_t>(t) / max_threads;
+    const std::size_t hi = pending * static_cast<std::size_t>(t + 1) / max_threads;
+    std::vector<std::uint32_t> slice;
+    for (std::size_t i = lo; i < hi; ++i) slice.push_back(static_cast<std::uint32_t>(i));
+    id_list ids;
+    ids.assign(slice);
+    for (std::size_t i = 0; i < slice.size(); ++i)
+      separate.back()->schedule(ids[i], delays[slice[i] % delays.size()]);
+  }
   std::fprintf(stderr, " done; %d rounds of %.2f s per measurement\n", rounds, seconds);
 
   // plans[T][t]: thread t of T owns the numbers [t*P/T, (t+1)*P/T) and cycles
@@ -343,28 +359,44 @@ void child_threads(std::size_t pending, int rounds, double seconds) {
     boost::system::error_code ec;
   };
   std::vector<per_thread> locals(max_threads);
-  auto engine_pair = [&](int t, const thread_plan& plan, std::size_t i) {
+  auto pair_on = [&](engine& e, int t, const thread_plan& plan, std::size_t i) {
     per_thread& l = locals[static_cast<std::size_t>(t)];
     const std::string_view id = plan.ids[i];
-    if (!eng.get().cancel(id, l.ec) || l.ec) die("engine.cancel found no task (threads)");
+    if (!e.cancel(id, l.ec) || l.ec) die("engine.cancel found no task (threads)");
     l.so.id.assign(id);
-    eng.get().schedule(task_type, std::string(), delays[i % delays.size()], l.so, l.ec);
+    e.schedule(task_type, std::string(), delays[i % delays.size()], l.so, l.ec);
     if (l.ec) die("engine.schedule failed (threads)");
+  };
+  auto engine_pair = [&](int t, const thread_plan& plan, std::size_t i) {
+    pair_on(eng.get(), t, plan, i);
+  };
+  auto engines_pair = [&](int t, const thread_plan& plan, std::size_t i) {
+    pair_on(separate[static_cast<std::size_t>(t)]->get(), t, plan, i);
   };
   auto asio_pair = [&](int, const thread_plan& plan, std::size_t i) {
     asio.cancel(plan.numbers[i]);
     asio.schedule(plan.numbers[i], delays[i % delays.size()]);
   };
+  // The sides take turns, the first one moving on each round, so that none
+  // always runs first or last.
   for (int round = 0; round < rounds; ++round) {
     for (int threads : {1, max_threads}) {
       const auto& p = plans[threads];
-      for (int k = 0; k < 2; ++k) {
-        if ((k == 0) == (round % 2 == 0))
-          emit("threads", "pairs_per_s", "engine", pending, threads, round,
-               run_threads(threads, seconds, p, engine_pair));
-        else
-          emit("threads", "pairs_per_s", "asio", pending, threads, round,
-               run_threads(threads, seconds, p, asio_pair));
+      const int sides = threads == max_threads ? 3 : 2;
+      for (int k = 0; k < sides; ++k) {
+        switch ((k + round) % sides) {
+          case 0:
+            emit("threads", "pairs_per_s", "engine", pending, threads, round,
+                 run_threads(threads, seconds, p, engine_pair));
+            break;
+          case 1:
+            emit("threads", "pairs_per_s", "asio", pending, threads, round,
+                 run_threads(threads, seconds, p, asio_pair));
+            break;
+          default:
+            emit("threads", "pairs_per_s", "engines", pending, threads, round,
+                 run_threads(threads, seconds, p, engines_pair));
+        }
       }
     }
   }
