@@ -82,8 +82,13 @@ struct engine_options {
   /// each a wheel of `slots` buckets under a lock of its own, so that calls
   /// on ids of different tables (from several threads) do not wait for each
   /// other. A call on one id locks one table; a batch, the tables its ids
-  /// fall in. Each table costs about 140 KB while empty (its slot arrays).
-  std::size_t tables = 8;
+  /// fall in. Each table costs about 150 KB while empty (its slot arrays);
+  /// a task costs the same in any number of them. 32 by default: with more
+  /// threads calling than cores, a thread descheduled while it holds a
+  /// table's lock stalls every call that needs that table, and with 8
+  /// tables four threads on two cores did 0.70-0.78x of what four separate
+  /// engines did (docs/benchmarks.md, "Four threads: 32 tables").
+  std::size_t tables = 32;
   /// Threads that run executors. Never the thread that ticks the wheel.
   std::size_t workers = 2;
   /// Most tasks held at once (waiting, retrying or running). Beyond it
