@@ -85,9 +85,10 @@ struct engine_options {
   /// fall in. Each table costs about 150 KB while empty (its slot arrays);
   /// a task costs the same in any number of them. 32 by default: with more
   /// threads calling than cores, a thread descheduled while it holds a
-  /// table's lock stalls every call that needs that table, and with 8
-  /// tables four threads on two cores did 0.70-0.78x of what four separate
-  /// engines did (docs/benchmarks.md, "Four threads: 32 tables").
+  /// table's lock stalls every call that needs that table: four threads on
+  /// two cores did 0.74x of what four separate engines did with 8 tables,
+  /// 0.83x with 32 (medians of five runs; docs/benchmarks.md, "Four
+  /// threads: a bound, and 32 tables").
   std::size_t tables = 32;
   /// Threads that run executors. Never the thread that ticks the wheel.
   std::size_t workers = 2;
