@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "detail/schedules/schedule_codec.hpp"
+#include "detail/schedules/schedule_keeper.hpp"
 #include "engine_test_support.hpp"
 #include "pg_test_support.hpp"
 
@@ -542,6 +543,48 @@ TEST_CASE("schedules: a claim left in doubt is made again for its future occurre
   for (std::int64_t t = doubt; t < cursor; t += 1000) {
     if (t > started + 100) CHECK_MESSAGE(count.count(t) == 1, "future occurrence " << t);
     if (t < started - 1100) CHECK_MESSAGE(count.count(t) == 0, "past occurrence " << t);
+  }
+}
+
+TEST_CASE(
+    "schedules: in a cluster, a claim in doubt is not made again within a second of its time") {
+  // A keeper claimed ten occurrences and died; their tasks are gone (run
+  // by their shards' owners, or never made). Its successor, in a cluster,
+  // makes again only those at least remake_margin_ms ahead: one closer
+  // could have run in another instance's shard already, and made again
+  // after that it would run twice (CI saw it once, in "scale-out:
+  // schedules make one task per occurrence with three instances and a
+  // kill"). Start just before a whole second, so that the next occurrence
+  // is in the future when the successor decides, but within the margin.
+  while (now_ms() % 1000 < 700) std::this_thread::sleep_for(10ms);
+  const std::int64_t base = now_ms() / 1000 * 1000 + 1000;  // the next whole second
+  const std::int64_t doubt = base - 2000, cursor = base + 8000;
+  const std::string uri = fresh_redis_uri("doubt-cluster") + "&shards=4";
+  delayq::schedule s = every_second("doubt");
+  plant(*delayq::open_store(uri), s, {cursor, doubt, doubt});
+  recorder runs, marks;
+  delayq::executor_factory ex;
+  ex.add("tick", std::ref(runs));
+  ex.add("mark", std::ref(marks));
+  io_thread io;
+  auto o = keeper_options();
+  o.cluster = delayq::cluster_options{4, 600ms, "only"};
+  delayq::engine eng(io.io, ex, delayq::open_store(uri), o);
+  const std::int64_t started = now_ms();  // the successor decides after this
+  eng.start();
+  REQUIRE(eventually([&] { return eng.owner_of("mark") == "only"; }));
+  run_past(eng, marks, cursor + 200);
+  std::map<std::int64_t, int> count;
+  for (const auto& r : runs.snapshot()) ++count[ms_of(r.t.id)];
+  for (const auto& [ms, n] : count) CHECK_MESSAGE(n == 1, "occurrence " << ms);
+  for (std::int64_t t = doubt; t < cursor; t += 1000) {
+    INFO("occurrence " << t << ", started " << started);
+    // Within the margin of any moment the successor could have decided at:
+    // not made again.
+    if (t <= started + delayq::detail::schedules::schedule_keeper::remake_margin_ms)
+      CHECK(count.count(t) == 0);
+    // Far enough ahead of the successor's start: made again, and ran.
+    if (t >= started + 5000) CHECK(count.count(t) == 1);
   }
 }
 

@@ -293,9 +293,11 @@ schedule_keeper::claim schedule_keeper::plan(entry& e, std::int64_t now) const {
   std::size_t looked = 0;
   // A claim in doubt: its occurrences still in the future are made again
   // (on_conflict::keep: made already, they stay one task); the past ones
-  // may have run, and count as done.
+  // may have run, and count as done. In a cluster, so do those due within
+  // remake_margin_ms: their make could land after they ran elsewhere.
+  const std::int64_t remake_after = opt_.instance.empty() ? now : now + remake_margin_ms;
   if (e.doubt_check)
-    for (auto t = w.next_after(std::max(e.st.doubt_ms - 1, now));
+    for (auto t = w.next_after(std::max(e.st.doubt_ms - 1, remake_after));
          t && *t < e.st.cursor_ms && ++looked < most_iterations; t = w.next_after(*t))
       c.make.push_back(*t);
   std::int64_t cursor = e.st.cursor_ms;

@@ -106,6 +106,14 @@ class schedule_keeper {
   static constexpr std::size_t max_missed = 1000;
   /// An occurrence further past than this when its claim is made is missed.
   static constexpr std::int64_t missed_grace_ms = 1000;
+  /// Clusters: an occurrence of a claim left in doubt is made again only
+  /// when it is due at least this far ahead. Its task often lives in another
+  /// instance's shard, where it is stored with insert_absent(): a make
+  /// decided just before the occurrence's time could land after that
+  /// instance ran (and removed) the task the dead keeper had made, and make
+  /// it again, to run twice (seen once in CI, with a lease of one second).
+  /// An occurrence closer than this counts as done.
+  static constexpr std::int64_t remake_margin_ms = 1000;
 
  private:
   // One schedule this keeper owns (under mutex_).
