@@ -5,7 +5,11 @@
 //   delayq-bench-engine [--quick | --full] [--sizes=1e3,1e6] [--rounds N]
 //                       [--scenarios ops,fill,threads,memory,wheel,fire,precision]
 //                       [--out engine.json] [--tsv engine.tsv] [--tables engine.md]
+//                       [--engine-tables N]
 //
+// --engine-tables sets engine_options::tables of every engine the scenarios
+// make (default: the engine's own, 32), to compare table counts in one
+// binary.
 // Every scenario runs in child processes (this binary again, with the hidden
 // flag --child), so each starts from a fresh heap; a child prints raw rows
 // (one per round) on its stdout and the parent takes medians, prints the
@@ -152,7 +156,8 @@ class results {
 
 // Runs this binary with `args` (after --child) and parses the rows it prints.
 void run_child(const std::vector<std::string>& args, results& into) {
-  std::vector<std::string> full = {"delayq-bench-engine", "--child"};
+  std::vector<std::string> full = {"delayq-bench-engine", "--engine-tables",
+                                   std::to_string(engine_tables), "--child"};
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : full) argv.push_back(a.data());
@@ -406,6 +411,9 @@ std::string tables(const config& c, const results& res, std::vector<target>& tar
       << " B), payload (0 B) |\n|---|---:|---:|\n"
       << "| engine | " << fmt(e) << " | " << fmt(b) << " |\n"
       << "| asio | " << fmt(a) << " | (holds no id) |\n";
+    const double idle = res.median("memory", "idle_bytes", "engine", n);
+    o << "\nan engine started with nothing in it (its io_context's thread included): "
+      << fmt(idle / 1024) << " KiB of RSS\n";
     targets.push_back({!std::isnan(b), b <= 128,
                        "engine memory per pending task at " + fmtn(n) +
                            " ≤ 128 B beyond id, type and payload: " + fmt(b) + " B (RSS " + fmt(e) +
@@ -537,6 +545,7 @@ void write_files(const config& c, const results& res, const std::vector<target>&
                         {"thread_rounds", c.thread_rounds},
                         {"thread_seconds", json_num(c.thread_seconds)},
                         {"memory_n", c.memory_n},
+                        {"engine_tables", engine_tables},
                         {"fill_n", c.fill_n},
                         {"fill_rounds", c.fill_rounds},
                         {"wheel_n", c.wheel_n},
@@ -613,6 +622,9 @@ int main(int argc, char** argv) {
       ->type_name("FILE.tsv");
   app.add_option("--tables", c.out_tables, "write the Markdown tables (also printed)")
       ->type_name("FILE.md");
+  app.add_option("--engine-tables", engine_tables,
+                 "engine_options::tables of every engine (default: the engine's own)")
+      ->check(CLI::Range(1, 64));
   // How the parent starts a scenario in a child (run_child): the scenario's
   // name and its arguments.
   app.add_option("--child", child)->group("");

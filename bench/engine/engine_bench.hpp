@@ -36,6 +36,10 @@ constexpr std::string_view task_type = "bench";
 // ------------------------------------------------------------------ threads
 
 constexpr int max_threads = 4;
+/// engine_options::tables of every engine the scenarios make; 0: the
+/// engine's default (--engine-tables, which the parent passes on to its
+/// children).
+inline std::size_t engine_tables = 0;
 constexpr std::size_t thread_ids = 16384;  // random ids each thread cycles through
 
 // ------------------------------------------------------------------ the children

@@ -100,6 +100,7 @@ class engine_side {
   engine_side() : engine_side(engine_options{}) {}
   explicit engine_side(
       engine_options o, executor_factory::function fn = [](const task&) {}) {
+    if (engine_tables != 0) o.tables = engine_tables;
     executor_factory executors;
     executors.add(std::string(task_type), std::move(fn));
     engine_ = std::make_unique<engine>(io_.io(), executors, std::make_unique<memory_store>(), o);
@@ -408,8 +409,12 @@ void child_memory(const std::string& impl, std::size_t n) {
   const auto delays = random_delays(13, 4096);
   const id_list ids = first_ids(n);
   if (impl == "engine") {
+    // What an engine takes before it holds anything: its tables' slot
+    // arrays, its threads' stacks as far as they are touched.
+    const std::size_t empty = rss_bytes();
     engine_side eng;
     const std::size_t before = rss_bytes();
+    emit("memory", "idle_bytes", "engine", n, 1, 0, static_cast<double>(before - empty));
     for (std::size_t i = 0; i < n; ++i) eng.schedule(ids[i], delays[i % delays.size()]);
     const double per = static_cast<double>(rss_bytes() - before) / static_cast<double>(n);
     emit("memory", "rss_bytes_per_task", "engine", n, 1, 0, per);

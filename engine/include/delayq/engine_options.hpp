@@ -83,12 +83,12 @@ struct engine_options {
   /// on ids of different tables (from several threads) do not wait for each
   /// other. A call on one id locks one table; a batch, the tables its ids
   /// fall in. Each table costs about 150 KB while empty (its slot arrays);
-  /// a task costs the same in any number of them. 32 by default: with more
+  /// a task costs the same at 8 tables or 32. 32 by default: with more
   /// threads calling than cores, a thread descheduled while it holds a
   /// table's lock stalls every call that needs that table: four threads on
-  /// two cores did 0.74x of what four separate engines did with 8 tables,
-  /// 0.83x with 32 (medians of five runs; docs/benchmarks.md, "Four
-  /// threads: a bound, and 32 tables").
+  /// two cores did 0.74-0.80x of what four separate engines did with 8
+  /// tables, 0.83-0.85x with 32 (medians of five runs; docs/benchmarks.md,
+  /// "Four threads: a bound, and 32 tables").
   std::size_t tables = 32;
   /// Threads that run executors. Never the thread that ticks the wheel.
   std::size_t workers = 2;
