@@ -93,6 +93,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_cli.hpp"
+#include "delayq/engine_options.hpp"
 #include "engine_bench.hpp"
 
 namespace delayq::bench {
@@ -156,8 +157,11 @@ class results {
 
 // Runs this binary with `args` (after --child) and parses the rows it prints.
 void run_child(const std::vector<std::string>& args, results& into) {
-  std::vector<std::string> full = {"delayq-bench-engine", "--engine-tables",
-                                   std::to_string(engine_tables), "--child"};
+  // --engine-tables goes before --child, which takes every value after it.
+  std::vector<std::string> full = {"delayq-bench-engine"};
+  if (engine_tables != 0)
+    full.insert(full.end(), {"--engine-tables", std::to_string(engine_tables)});
+  full.push_back("--child");
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : full) argv.push_back(a.data());
@@ -535,33 +539,34 @@ void write_files(const config& c, const results& res, const std::vector<target>&
     for (const row& r : res.rows())
       rows.push_back(
           json::array({r.section, r.op, r.impl, r.pending, r.threads, r.round, json_num(r.value)}));
-    const json doc = {{"config",
-                       {{"quick", c.quick},
-                        {"full", c.full},
-                        {"sizes", c.sizes},
-                        {"rounds", c.rounds},
-                        {"ops_per_round", c.ops_per_round},
-                        {"thread_pending", c.thread_pending},
-                        {"thread_rounds", c.thread_rounds},
-                        {"thread_seconds", json_num(c.thread_seconds)},
-                        {"memory_n", c.memory_n},
-                        {"engine_tables", engine_tables},
-                        {"fill_n", c.fill_n},
-                        {"fill_rounds", c.fill_rounds},
-                        {"wheel_n", c.wheel_n},
-                        {"wheel_rounds", c.wheel_rounds},
-                        {"fire_n", c.fire_n},
-                        {"fire_rounds", c.fire_rounds},
-                        {"fire_lead_s", json_num(c.fire_lead_s)},
-                        {"precision_n", c.precision_n},
-                        {"precision_rounds", c.precision_rounds},
-                        {"precision_max_ms", c.precision_max_ms},
-                        {"id_bytes", id_len},
-                        {"type_bytes", task_type.size()},
-                        {"payload_bytes", 0}}},
-                      {"medians", medians},
-                      {"targets", verdicts},
-                      {"rows", rows}};
+    const json doc = {
+        {"config",
+         {{"quick", c.quick},
+          {"full", c.full},
+          {"sizes", c.sizes},
+          {"rounds", c.rounds},
+          {"ops_per_round", c.ops_per_round},
+          {"thread_pending", c.thread_pending},
+          {"thread_rounds", c.thread_rounds},
+          {"thread_seconds", json_num(c.thread_seconds)},
+          {"memory_n", c.memory_n},
+          {"engine_tables", engine_tables != 0 ? engine_tables : delayq::engine_options{}.tables},
+          {"fill_n", c.fill_n},
+          {"fill_rounds", c.fill_rounds},
+          {"wheel_n", c.wheel_n},
+          {"wheel_rounds", c.wheel_rounds},
+          {"fire_n", c.fire_n},
+          {"fire_rounds", c.fire_rounds},
+          {"fire_lead_s", json_num(c.fire_lead_s)},
+          {"precision_n", c.precision_n},
+          {"precision_rounds", c.precision_rounds},
+          {"precision_max_ms", c.precision_max_ms},
+          {"id_bytes", id_len},
+          {"type_bytes", task_type.size()},
+          {"payload_bytes", 0}}},
+        {"medians", medians},
+        {"targets", verdicts},
+        {"rows", rows}};
     std::ofstream f(c.out_json);
     f << doc.dump(2) << '\n';
     if (!f) die("cannot write the JSON file");

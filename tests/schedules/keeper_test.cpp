@@ -554,9 +554,10 @@ TEST_CASE(
   // could have run in another instance's shard already, and made again
   // after that it would run twice (CI saw it once, in "scale-out:
   // schedules make one task per occurrence with three instances and a
-  // kill"). Start just before a whole second, so that the next occurrence
-  // is in the future when the successor decides, but within the margin.
-  while (now_ms() % 1000 < 700) std::this_thread::sleep_for(10ms);
+  // kill"). Start just after a whole second, so that the next occurrence
+  // is within the margin but most of a second ahead: without the margin the
+  // successor, deciding in that time, would make it again.
+  while (now_ms() % 1000 > 100) std::this_thread::sleep_for(10ms);
   const std::int64_t base = now_ms() / 1000 * 1000 + 1000;  // the next whole second
   const std::int64_t doubt = base - 2000, cursor = base + 8000;
   const std::string uri = fresh_redis_uri("doubt-cluster") + "&shards=4";

@@ -111,7 +111,7 @@ class schedule_keeper {
   /// instance's shard, where it is stored with insert_absent(): a make
   /// decided just before the occurrence's time could land after that
   /// instance ran (and removed) the task the dead keeper had made, and make
-  /// it again, to run twice (seen once in CI, with a lease of one second).
+  /// it again, to run twice (a second delivery that CI saw once fits this).
   /// An occurrence closer than this counts as done.
   static constexpr std::int64_t remake_margin_ms = 1000;
 
