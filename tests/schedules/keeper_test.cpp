@@ -552,9 +552,9 @@ TEST_CASE(
   // by their shards' owners, or never made). Its successor, in a cluster,
   // makes again only those at least remake_margin_ms ahead: one closer
   // could have run in another instance's shard already, and made again
-  // after that it would run twice (CI saw it once, in "scale-out:
-  // schedules make one task per occurrence with three instances and a
-  // kill"). Start just after a whole second, so that the next occurrence
+  // after that it would run twice (a second delivery CI saw once, in
+  // "scale-out: schedules make one task per occurrence with three
+  // instances and a kill", fits that). Start just after a whole second, so that the next occurrence
   // is within the margin but most of a second ahead: without the margin the
   // successor, deciding in that time, would make it again.
   while (now_ms() % 1000 > 100) std::this_thread::sleep_for(10ms);
