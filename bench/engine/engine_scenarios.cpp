@@ -383,20 +383,16 @@ void child_threads(std::size_t pending, int rounds, double seconds) {
   for (int round = 0; round < rounds; ++round) {
     for (int threads : {1, max_threads}) {
       const auto& p = plans[threads];
+      const auto run = [&](const char* side, auto& pair) {
+        emit("threads", "pairs_per_s", side, pending, threads, round,
+             run_threads(threads, seconds, p, pair));
+      };
       const int sides = threads == max_threads ? 3 : 2;
       for (int k = 0; k < sides; ++k) {
         switch ((k + round) % sides) {
-          case 0:
-            emit("threads", "pairs_per_s", "engine", pending, threads, round,
-                 run_threads(threads, seconds, p, engine_pair));
-            break;
-          case 1:
-            emit("threads", "pairs_per_s", "asio", pending, threads, round,
-                 run_threads(threads, seconds, p, asio_pair));
-            break;
-          default:
-            emit("threads", "pairs_per_s", "engines", pending, threads, round,
-                 run_threads(threads, seconds, p, engines_pair));
+          case 0: run("engine", engine_pair); break;
+          case 1: run("asio", asio_pair); break;
+          default: run("engines", engines_pair);
         }
       }
     }
