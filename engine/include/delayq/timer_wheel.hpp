@@ -415,7 +415,14 @@ class timer_wheel {
     entry& operator[](std::size_t i) noexcept { return blocks_[i >> bits][i & (per_block - 1)]; }
     void push_back(const entry& e) {
       if (size_ == capacity()) blocks_.push_back(std::unique_ptr<entry[]>(new entry[per_block]));
-      (*this)[size_++] = e;
+      entry* p = &(*this)[size_];
+      *p = e;
+      // Each fourth entry, the line after it is asked for: the array is one
+      // stream among every table's, which the hardware's prefetcher does
+      // not follow, and its line fills stalled a schedule at 1e6 tasks.
+      if ((size_ & 3) == 0 && (size_ & (per_block - 1)) + 4 < per_block)
+        __builtin_prefetch(p + 4, 1);
+      ++size_;
     }
     // Keeps the first n entries, and the blocks they need plus one spare.
     void truncate(std::size_t n) noexcept {

@@ -124,6 +124,9 @@ class engine_core final : public dispatcher::owner,
   // ---- the table services (engine_core_tables.cpp), for the changes ---------
   // Each under the lock of `t`.
 
+  /// A due time no later than the coarse clock plus this may be due at once
+  /// (the coarse clock lags by a few milliseconds at most); a later one never is.
+  static constexpr std::int64_t due_at_once_slack_ms = 50;
   /// Files record h for `due_ms`; or, given `after` and a due time already
   /// passed, hands it to the dispatcher at once (after the lock).
   void arm_locked(task_table& t, timer_wheel::handle h, std::int64_t due_ms,
@@ -216,6 +219,9 @@ class engine_core final : public dispatcher::owner,
   boost::system::error_code check_spec(spec_ref& spec);
   void schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                         boost::system::error_code& ec, std::size_t& bad);
+  // One checked task, as schedule_checked() would, by a shorter path where
+  // it can: the blocking calls of one task (schedule, schedule_at).
+  void schedule_one_checked(spec_ref& spec, std::string& id, boost::system::error_code& ec);
   // Under the locks of every table the specs name: decides every task of a
   // schedule call and applies it (changes/schedule_change.cpp). Returns
   // false (nothing changed) when the call must wait for an id whose write is
@@ -241,6 +247,16 @@ class engine_core final : public dispatcher::owner,
   write_op schedule_op_locked(const spec_ref& spec, schedule_action what, timer_wheel::handle h,
                               std::unique_ptr<change> made, const std::shared_ptr<call_state>& call,
                               std::size_t index);
+  // Reserves the pending counts one decided task takes (an insert, or a
+  // replace that changes a capped type); queue_full or type_full if it may not.
+  errc reserve_one_locked(const spec_ref& spec, schedule_action what, const task_table& t,
+                          timer_wheel::handle h);
+  // Under the task's table lock, on an in-process store with no horizon, for
+  // a task that is not due at once: inserts it and arms it, as
+  // schedule_one_locked() and its settling would (ec: its counts refused it).
+  // Returns false, having changed nothing, if its id is held or calls wait on
+  // an id of the table: the caller takes the general path.
+  bool insert_held_locked(spec_ref& spec, boost::system::error_code& ec);
   // Settles in place a task apply_schedule_locked() applied, with nothing to write.
   void settle_schedule_locked(task_table& t, timer_wheel::handle h, change* made, call_state& out,
                               after_lock& after);

@@ -26,7 +26,8 @@ void engine_core::arm_locked(task_table& t, timer_wheel::handle h, std::int64_t 
   // the workers now. The precise clock is read only when the coarse one (a
   // few nanoseconds, a few milliseconds behind at most) cannot tell: most
   // tasks are armed for later, and a schedule arms one each.
-  if (after != nullptr && due_ms <= ticker_.coarse_now_ms() + 50 && due_ms <= ticker_.begun_ms() &&
+  if (after != nullptr && due_ms <= ticker_.coarse_now_ms() + due_at_once_slack_ms &&
+      due_ms <= ticker_.begun_ms() &&
       state_.load(std::memory_order_relaxed) == run_state::running &&
       owner_->may_fire_locked(t.ref(h), t.wheel.id(h), std::chrono::steady_clock::now()) != 0) {
     if (t.wheel.is_armed(h)) t.wheel.disarm(h);

@@ -67,47 +67,45 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
                                         std::chrono::milliseconds delay,
                                         const schedule_options& opts,
                                         boost::system::error_code& ec) {
+  std::string id;  // every return names it: built in place, never copied or moved
   ec = {};
-  if (!running_check(ec)) return {};
+  if (!running_check(ec)) return id;
   spec_ref spec{type, payload, opts.id, opts.conflict};
   hash_early(spec);
   spec.trigger_count = opts.trigger_count;
   spec.priority = opts.priority;
   spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
-  if (ec) return {};
+  if (ec) return id;
   // By the engine's clock: "in 2 s" is 2 s away however the system clock
   // is set meanwhile. One reading gives the due time and the stamp's floor
   // (a clock read is 40 ns here, a tenth of the call).
   const auto now = std::chrono::steady_clock::now();
   spec.order = schedule_order(now);
   spec.due_ms = due_after(delay, ticker_.ms_at(now), options_.max_delay, ec);
-  if (ec || (ec = check_spec(spec))) return {};
-  std::string id;
-  std::size_t bad = 0;
-  schedule_checked(std::span(&spec, 1), std::span(&id, 1), ec, bad);
-  if (ec) return {};
-  return id;  // moved: `cond ? std::string{} : id` would copy it
+  if (ec || (ec = check_spec(spec))) return id;
+  schedule_one_checked(spec, id, ec);
+  if (ec) id.clear();  // a generated id drawn for a task refused
+  return id;
 }
 
 std::string engine_core::schedule_at(std::string_view type, std::string_view payload,
                                      std::chrono::system_clock::time_point due,
                                      const schedule_options& opts, boost::system::error_code& ec) {
+  std::string id;  // every return names it: built in place, never copied or moved
   ec = {};
-  if (!running_check(ec)) return {};
+  if (!running_check(ec)) return id;
   spec_ref spec{type, payload, opts.id, opts.conflict};
   hash_early(spec);
   spec.trigger_count = opts.trigger_count;
   spec.priority = opts.priority;
   spec.ttr_ms = ttr_ms_of(opts.ttr, ec);
-  if (ec) return {};
+  if (ec) return id;
   spec.order = schedule_order();
   spec.due_ms = due_at(due, now_ms(), options_.max_delay, ec);
-  if (ec || (ec = check_spec(spec))) return {};
-  std::string id;
-  std::size_t bad = 0;
-  schedule_checked(std::span(&spec, 1), std::span(&id, 1), ec, bad);
-  if (ec) return {};
-  return id;  // moved: `cond ? std::string{} : id` would copy it
+  if (ec || (ec = check_spec(spec))) return id;
+  schedule_one_checked(spec, id, ec);
+  if (ec) id.clear();  // a generated id drawn for a task refused
+  return id;
 }
 
 std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
@@ -139,6 +137,46 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
   schedule_checked(refs, ids, ec, bad);
   if (ec) return {};
   return ids;
+}
+
+// A lone task on an in-process store with no horizon (an engine embedded on
+// memory_store, the usual case) writes nothing and pages nothing: it is
+// decided and armed in one hold of its table's lock, without the general
+// frame (pins, the write's call state, the after-lock lists, a batch's
+// plan), which was a quarter of such a call's instructions
+// (docs/benchmarks.md). A task due at once (handed to the workers once the
+// lock is let go), a held id, or an id a call waits on takes the general
+// path.
+void engine_core::schedule_one_checked(spec_ref& spec, std::string& id,
+                                       boost::system::error_code& ec) {
+  if (!horizon_on() && !writes(change_kind::save) &&
+      spec.due_ms > ticker_.coarse_now_ms() + due_at_once_slack_ms) {
+    if (spec.id.empty()) {
+      id = ids_.next();
+      spec.id = id;
+      spec.generated = true;
+      spec.hash = hash(spec.id);
+      spec.table = &table_for(spec.hash);
+    }
+    task_table& t = *spec.table;
+    bool decided = false;
+    {
+      std::lock_guard lock(t.mutex);
+      if (state_.load() != run_state::running) {
+        ec = errc::not_running;
+        return;
+      }
+      decided = insert_held_locked(spec, ec);
+    }
+    // No waiter to wake, where settle_change() wakes the table's: a waiter
+    // waits for a held id's record in transit, and this id was not held.
+    if (decided) {
+      if (!ec && !spec.generated) id.append(spec.id);  // into an empty string: no overlap to check
+      return;
+    }
+  }
+  std::size_t bad = 0;
+  schedule_checked(std::span(&spec, 1), std::span(&id, 1), ec, bad);
 }
 
 void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,

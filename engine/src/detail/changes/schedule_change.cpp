@@ -268,14 +268,7 @@ bool engine_core::schedule_one_locked(spec_ref& spec, std::string& id,
     if (call) call->ids.assign(1, id);
     return true;
   }
-  // The counts, as schedule_locked() reserves them for a batch.
-  if (what == action::insert && !pending_.reserve(1)) return fail(errc::queue_full);
-  const auto* type = spec.type;
-  if (type->capacity != 0 && (what == action::insert || t.wheel.kind(h) != type->k) &&
-      !type->pending.reserve(1)) {
-    if (what == action::insert) pending_.add(-1);
-    return fail(errc::type_full);
-  }
+  if (const errc e = reserve_one_locked(spec, what, t, h); e != errc::ok) return fail(e);
   const bool durable = writes(change_kind::save);
   std::unique_ptr<change> made = apply_schedule_locked(spec, what, h, durable);
   if (!durable) {
@@ -285,6 +278,38 @@ bool engine_core::schedule_one_locked(spec_ref& spec, std::string& id,
   write_op op = schedule_op_locked(spec, what, h, std::move(made), call, 0);
   if (call) call->ids.assign(1, id);
   submit_locked(std::span(&op, 1), call, out, after, may_send);
+  return true;
+}
+
+// The counts of one task, as schedule_locked() reserves them for a batch.
+errc engine_core::reserve_one_locked(const spec_ref& spec, schedule_action what,
+                                     const task_table& t, timer_wheel::handle h) {
+  if (what == schedule_action::insert && !pending_.reserve(1)) return errc::queue_full;
+  const auto* type = spec.type;
+  if (type->capacity != 0 && (what == schedule_action::insert || t.wheel.kind(h) != type->k) &&
+      !type->pending.reserve(1)) {
+    if (what == schedule_action::insert) pending_.add(-1);
+    return errc::type_full;
+  }
+  return errc::ok;
+}
+
+bool engine_core::insert_held_locked(spec_ref& spec, boost::system::error_code& ec) {
+  task_table& t = *spec.table;
+  if (!t.looking_up.empty() || !t.deferred.empty()) return false;  // calls wait on some id
+  timer_wheel::handle h = t.wheel.find(spec.id, spec.hash);
+  if (h != timer_wheel::npos) return false;  // held: a duplicate, a keep or a replace
+  if (const errc e = reserve_one_locked(spec, schedule_action::insert, t, h); e != errc::ok) {
+    ec = e;
+    return true;
+  }
+  apply_schedule_locked(spec, schedule_action::insert, h, false);
+  // insert_change::landed(), in place: nothing is written, and the caller
+  // saw that the task is not due at once, so it goes to the wheel (no
+  // after_lock to hand it to the workers), and with no horizon nothing is
+  // evicted.
+  arm_locked(t, h, spec.due_ms, nullptr);
+  note_scheduled(t, h);
   return true;
 }
 
