@@ -174,3 +174,80 @@ TEST_CASE("engine: tasks due at the same instant run in the order they were sche
   REQUIRE(rec.wait_for_count(ids.size()));
   CHECK(rec.ids() == ids);
 }
+
+// A lone schedule on an in-process store with no horizon takes a shorter
+// path (engine_core::schedule_one_checked: decided and armed in one hold of
+// its table's lock). It must keep every promise of the general one: the
+// pending and per-type counts exact under threads, conflicts, the counters,
+// and the task run.
+TEST_CASE("engine: a lone schedule on an in-process store keeps its caps, counts and conflicts") {
+  io_thread io;
+  recorder rec;
+  delayq::executor_factory f;
+  f.add("free", std::ref(rec));
+  f.add("capped", [](const delayq::task&) {});
+  auto opts = fast_options();
+  opts.type_capacity["capped"] = 100;
+  opts.max_pending = 1000;
+  delayq::engine eng(io.io, f, std::make_unique<delayq::memory_store>(), opts);
+  eng.start();
+  boost::system::error_code ec;
+
+  // Four threads race for the capped type's 100 places: exactly 100 win.
+  std::atomic<int> taken{0}, refused{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < 60; ++i) {
+        boost::system::error_code e;
+        const auto id =
+            eng.schedule("capped", "", 1h, {"c" + std::to_string(t) + "-" + std::to_string(i)}, e);
+        if (!e && !id.empty())
+          ++taken;
+        else if (e == delayq::errc::type_full && id.empty())
+          ++refused;
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(taken.load() == 100);
+  CHECK(refused.load() == 140);
+  CHECK(eng.pending() == 100);
+
+  // Conflicts on a held id: reject, keep, replace.
+  CHECK(eng.schedule("free", "first", 1h, {"x"}) == "x");
+  CHECK(eng.schedule("free", "second", 1h, {"x"}, ec).empty());
+  CHECK(ec == delayq::errc::duplicate_id);
+  CHECK(eng.schedule("free", "kept?", 1h, {"x", delayq::on_conflict::keep}) == "x");
+  CHECK(eng.find("x")->payload == "first");
+  CHECK(eng.schedule("free", "third", 1h, {"x", delayq::on_conflict::replace}) == "x");
+  CHECK(eng.find("x")->payload == "third");
+
+  // A generated id is returned and held.
+  const std::string gen = eng.schedule("free", "g", 1h);
+  CHECK_FALSE(gen.empty());
+  CHECK(eng.find(gen)->payload == "g");
+
+  // The engine-wide cap: 100 capped + x + gen held, so 898 more fit.
+  for (int i = 0; i < 898; ++i) eng.schedule("free", "", 1h, {"f" + std::to_string(i)});
+  CHECK(eng.schedule("free", "", 1h, {"one-too-many"}, ec).empty());
+  CHECK(ec == delayq::errc::queue_full);
+  CHECK(eng.pending() == 1000);
+
+  // Counted: 100 capped, x twice (its replace counts), gen, the 898.
+  const auto st = eng.stats();
+  CHECK(st.scheduled == 100 + 2 + 1 + 898);
+  for (const auto& t : eng.metrics().types)
+    if (t.type == "capped") CHECK(t.pending == 100);
+
+  // A task scheduled this way runs (due later than "at once", so it is filed
+  // in the wheel).
+  CHECK(eng.cancel("f0"));
+  CHECK(eng.schedule("free", "runs", 200ms, {"runner"}) == "runner");
+  REQUIRE(rec.wait_for_count(1));
+  CHECK(rec.snapshot().front().t.id == "runner");
+  CHECK(rec.snapshot().front().t.payload == "runs");
+
+  CHECK(eng.stop());
+  CHECK(eng.schedule("free", "", 1h, {"late"}, ec).empty());
+  CHECK(ec == delayq::errc::not_running);
+}
