@@ -177,9 +177,10 @@ TEST_CASE("engine: tasks due at the same instant run in the order they were sche
 
 // A lone schedule on an in-process store with no horizon takes a shorter
 // path (engine_core::schedule_one_checked: decided and armed in one hold of
-// its table's lock). It must keep every promise of the general one: the
-// pending and per-type counts exact under threads, conflicts, the counters,
-// and the task run.
+// its table's lock), and a batch's new tasks settle in place
+// (settle_schedule_locked). They must keep every promise of the general
+// path: the pending and per-type counts exact under threads, conflicts, the
+// counters, and the task run.
 TEST_CASE("engine: a lone schedule on an in-process store keeps its caps, counts and conflicts") {
   io_thread io;
   recorder rec;
@@ -246,6 +247,18 @@ TEST_CASE("engine: a lone schedule on an in-process store keeps its caps, counts
   REQUIRE(rec.wait_for_count(1));
   CHECK(rec.snapshot().front().t.id == "runner");
   CHECK(rec.snapshot().front().t.payload == "runs");
+
+  // A batch settles its tasks in place too: one due later, one due at once
+  // (handed to the workers), both counted.
+  for (const char* id : {"f1", "f2", "f3"}) CHECK(eng.cancel(id));
+  const auto now = clock_type::now();
+  CHECK(eng.schedule_many({delayq::task_spec{"free", "later", now + 1h, {"b-later"}},
+                           delayq::task_spec{"free", "now", now, {"b-now"}}})
+            .size() == 2);
+  REQUIRE(rec.wait_for_count(2));
+  CHECK(rec.snapshot()[1].t.id == "b-now");
+  CHECK(eng.find("b-later")->payload == "later");
+  CHECK(eng.stats().scheduled == st.scheduled + 1 + 2);
 
   CHECK(eng.stop());
   CHECK(eng.schedule("free", "", 1h, {"late"}, ec).empty());

@@ -216,6 +216,8 @@ class engine_core final : public dispatcher::owner,
   void run_lookup(deferred_call& job, std::uint64_t serial);
   bool release_lookup_locked(task_table& t, std::string_view id, std::uint64_t serial);
   void hash_early(spec_ref& spec) const noexcept;
+  // Checks a task before any lock (a `type` already set is taken as checked:
+  // a batch's previous task had its name).
   boost::system::error_code check_spec(spec_ref& spec);
   void schedule_checked(std::span<spec_ref> specs, std::span<std::string> ids,
                         boost::system::error_code& ec, std::size_t& bad);

@@ -46,8 +46,10 @@ boost::system::error_code engine_core::check_spec(spec_ref& spec) {
   // A type the registry knows was valid when it was interned: the character
   // check is for names met for the first time.
   boost::system::error_code ec;
-  spec.type = types_.find(spec.type_name);
-  if (!spec.type) {
+  if (spec.type) {
+    // Set by the caller: the previous task of a batch had this type's name,
+    // and passed the checks below.
+  } else if (spec.type = types_.find(spec.type_name); !spec.type) {
     if (!valid_type(spec.type_name)) return errc::invalid_type;
     spec.type = types_.lookup(spec.type_name, options_.accept_unregistered_types, ec);
     if (!spec.type) return ec;
@@ -128,6 +130,7 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
       return {};
     }
     refs[i].due_ms = due_at(s.due, now, options_.max_delay, ec);
+    if (i > 0 && s.type == specs[i - 1].type) refs[i].type = refs[i - 1].type;  // looked up once
     if (ec || (ec = check_spec(refs[i]))) {
       bad = i;
       return {};

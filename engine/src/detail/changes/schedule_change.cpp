@@ -27,14 +27,22 @@ namespace {
 
 namespace tsw = task_state_word;
 
+// What a new record's landed save does (insert_change), also where there
+// was nothing to write and nothing waits (settle_schedule_locked(); and
+// insert_held_locked() in place): arms it (`after` null: it is not due at once),
+// counts it, and lets a far one go to the store.
+void land_insert(engine_core& e, task_table& t, timer_wheel::handle h, after_lock* after) {
+  e.arm_locked(t, h, t.wheel.due_ms(h), after);
+  e.note_scheduled(t, h);
+  e.evict_if_far_locked(t, h);  // a far task: the store holds it now
+}
+
 class insert_change final : public change {
  public:
   using change::change;
   void landed(settle_context& c) override {
-    c.engine.arm_locked(c.table, h, c.table.wheel.due_ms(h), &c.after);
+    land_insert(c.engine, c.table, h, &c.after);
     c.call.found = true;
-    c.engine.note_scheduled(c.table, h);
-    c.engine.evict_if_far_locked(c.table, h);  // a far task: the store holds it now
   }
   void failed(settle_context& c, const boost::system::error_code&) override {
     c.engine.erase_locked(c.table, h);
@@ -175,7 +183,10 @@ bool engine_core::schedule_locked(std::span<spec_ref> specs, std::span<std::stri
       waiting.clear();  // two generated ids alike: the caller draws anew
       return false;
     }
-    ids[i] = spec.id;
+    if (!spec.generated) {  // a generated id is ids[i] already (spec.id views it)
+      ids[i].clear();       // (a retry's earlier pass may have set it)
+      ids[i].append(spec.id);
+    }
     const timer_wheel::handle h = plan[i].h;
     if (h == timer_wheel::npos) {
       ++added;
@@ -263,7 +274,10 @@ bool engine_core::schedule_one_locked(spec_ref& spec, std::string& id,
     }
   }
   // A generated id is the caller's string already (spec.id views it).
-  if (!spec.generated) id.assign(spec.id.data(), spec.id.size());
+  if (!spec.generated) {
+    id.clear();  // (a retry's earlier pass may have set it)
+    id.append(spec.id);
+  }
   if (what == action::keep) {
     if (call) call->ids.assign(1, id);
     return true;
@@ -304,10 +318,9 @@ bool engine_core::insert_held_locked(spec_ref& spec, boost::system::error_code& 
     return true;
   }
   apply_schedule_locked(spec, schedule_action::insert, h, false);
-  // insert_change::landed(), in place: nothing is written, and the caller
-  // saw that the task is not due at once, so it goes to the wheel (no
-  // after_lock to hand it to the workers), and with no horizon nothing is
-  // evicted.
+  // land_insert(), in place: nothing is written, and the caller saw that
+  // the task is not due at once, so it goes to the wheel (no after_lock to
+  // hand it to the workers); with no horizon nothing is evicted.
   arm_locked(t, h, spec.due_ms, nullptr);
   note_scheduled(t, h);
   return true;
@@ -403,8 +416,13 @@ void engine_core::settle_schedule_locked(task_table& t, timer_wheel::handle h, c
                                          call_state& out, after_lock& after) {
   if (made) {
     settle_change(*made, {}, out, after);  // nothing to write: it holds at once
+  } else if (t.waiters == 0 && t.deferred.empty()) {
+    // The usual case: a new record, and no call waiting on any id of this
+    // table (settle_change() would find none to wake or run).
+    land_insert(*this, t, h, &after);
+    out.found = true;
   } else {
-    insert_change c(&t, h);  // the usual case, with no allocation
+    insert_change c(&t, h);  // with no allocation
     settle_change(c, {}, out, after);
   }
 }
