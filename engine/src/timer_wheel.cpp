@@ -146,9 +146,9 @@ timer_wheel::timer_wheel(std::size_t slots)
       slot_mask_(slots > 1 && std::has_single_bit(slots) ? slots - 1 : 0),
       seed_(new_seed()) {
   if (slots == 0) throw std::invalid_argument("delayq::timer_wheel: slots must be > 0");
-  slots_.resize(slots);
-  slot_min_.assign(slots, no_tick);
-  stale_.assign(slots, 0);
+  // The slot arrays come with the first entry due within two revolutions
+  // (allocate_slots()): an engine of 32 tables made 32 wheels, and their
+  // 144 KB each at 4,096 slots were most of an idle engine's memory.
   occupied_.assign((slots + 63) / 64, 0);
   index_ = block(16 * sizeof(index_entry));
   index_size_ = 16;
@@ -276,12 +276,21 @@ void timer_wheel::assign(handle h, const item& it) {
 // threads, one after another on 2026-11-29).
 constexpr std::size_t arrivals_batch = 64;
 
+void timer_wheel::allocate_slots() {
+  slots_.resize(slot_count_);
+  slot_min_.assign(slot_count_, no_tick);
+  stale_.assign(slot_count_, 0);
+}
+
 void timer_wheel::push_entry(handle h, std::uint64_t due) {
   record& r = rec(h);
   r.due = due;
   r.seq = ((r.seq | state_mask) + 1) | armed_state;  // a new generation: older entries are stale
-  if (arrivals_.capacity() == 0) arrivals_.reserve(arrivals_batch);
   if (due >= far_from_) return push_far(entry{due, h, r.seq});
+  // An entry in a slot or an arrival may go stale (went_stale()) or be
+  // placed: the slot arrays exist from here on.
+  if (slots_.empty()) allocate_slots();
+  if (arrivals_.capacity() == 0) arrivals_.reserve(arrivals_batch);
   arrivals_.push_back(entry{due, h, r.seq});
   arrivals_min_ = std::min(arrivals_min_, due);
   if (arrivals_.size() >= arrivals_batch) drain_arrivals();
@@ -364,6 +373,7 @@ void timer_wheel::migrate(std::uint64_t tick) {
   far_.truncate(keep);  // and the blocks it no longer needs go
   far_min_ = least;
   far_from_ = until;
+  if (!far_moving_.empty() && slots_.empty()) allocate_slots();
   place_all(far_moving_.data(), far_moving_.size(), true);
   if (far_.empty()) far_stale_ = 0;
   if (far_moving_.capacity() > 1024) std::vector<entry>().swap(far_moving_);
@@ -479,7 +489,7 @@ std::size_t timer_wheel::take_due_by(std::int64_t due_ms, std::vector<handle>& o
   const std::uint64_t tick = now_ + 1;
   if (tick >= far_from_ && far_min_ <= tick) migrate(tick);
   const std::size_t s = slot_of(tick);
-  if (slot_min_[s] > tick) return 0;  // nothing of this tick in its slot
+  if (slots_.empty() || slot_min_[s] > tick) return 0;  // nothing of this tick in its slot
   std::vector<entry>& v = slots_[s];
   std::size_t keep = 0, taken = 0;
   std::uint64_t least = no_tick;

@@ -342,7 +342,7 @@ class timer_wheel {
   /// due at that tick, more when later revolutions' or stale entries are
   /// counted too. A cheap bound, to tell a heavy tick ahead of time.
   std::size_t slot_load(std::uint64_t tick) const noexcept {
-    return slots_[slot_of(tick)].size() + arrivals_.size() +
+    return (slots_.empty() ? 0 : slots_[slot_of(tick)].size()) + arrivals_.size() +
            (tick >= far_from_ ? far_.size() : 0);  // reaching it migrates them
   }
 
@@ -546,6 +546,9 @@ class timer_wheel {
   std::size_t heap_bytes_ = 0;
   std::uint64_t seed_;
 
+  // The slot arrays, empty until the first entry that is not far
+  // (allocate_slots()); every slot is empty and unoccupied until then.
+  void allocate_slots();
   std::vector<std::vector<entry>> slots_;
   std::vector<std::uint64_t> slot_min_;  // lower bound of the earliest due tick per slot
   std::vector<std::uint32_t> stale_;     // stale entries per slot: when compacting pays
