@@ -82,13 +82,15 @@ struct engine_options {
   /// each a wheel of `slots` buckets under a lock of its own, so that calls
   /// on ids of different tables (from several threads) do not wait for each
   /// other. A call on one id locks one table; a batch, the tables its ids
-  /// fall in. Each table costs about 150 KB while empty (its slot arrays);
-  /// a task costs the same at 8 tables or 32. 32 by default: with more
-  /// threads calling than cores, a thread descheduled while it holds a
-  /// table's lock stalls every call that needs that table: four threads on
-  /// two cores did 0.74-0.80x of what four separate engines did with 8
-  /// tables, 0.83-0.85x with 32 (medians of five runs; docs/benchmarks.md,
-  /// "Four threads: a bound, and 32 tables").
+  /// fall in. A table makes its slot arrays (about 150 KB at 4,096 slots)
+  /// with its first task due within two revolutions, so an engine started
+  /// with nothing in it takes under 1 MB at 32 tables (docs/benchmarks.md,
+  /// "idle tables"); a task costs the same at 8 tables or 32. 32 by
+  /// default: with more threads calling than cores, a thread descheduled
+  /// while it holds a table's lock stalls every call that needs that table:
+  /// four threads on two cores did 0.74-0.80x of what four separate
+  /// engines did with 8 tables, 0.83-0.85x with 32 (medians of five runs;
+  /// docs/benchmarks.md, "Four threads: a bound, and 32 tables").
   std::size_t tables = 32;
   /// Threads that run executors. Never the thread that ticks the wheel.
   std::size_t workers = 2;
