@@ -277,9 +277,14 @@ void timer_wheel::assign(handle h, const item& it) {
 constexpr std::size_t arrivals_batch = 64;
 
 void timer_wheel::allocate_slots() {
-  slots_.resize(slot_count_);
-  slot_min_.assign(slot_count_, no_tick);
-  stale_.assign(slot_count_, 0);
+  // All three or none: made aside, then moved in (moves do not throw), so
+  // a bad_alloc leaves the wheel as it was.
+  std::vector<std::vector<entry>> slots(slot_count_);
+  std::vector<std::uint64_t> slot_min(slot_count_, no_tick);
+  std::vector<std::uint32_t> stale(slot_count_, 0);
+  slots_ = std::move(slots);
+  slot_min_ = std::move(slot_min);
+  stale_ = std::move(stale);
 }
 
 void timer_wheel::push_entry(handle h, std::uint64_t due) {
@@ -358,6 +363,8 @@ void timer_wheel::migrate(std::uint64_t tick) {
   // One sequential pass: what is due before the new edge moves out (its
   // records are read only as it is placed), the rest closes ranks in order.
   const std::uint64_t until = far_edge(tick);
+  // Before anything moves: a bad_alloc here leaves the far array whole.
+  if (slots_.empty() && far_min_ < until) allocate_slots();
   far_moving_.clear();
   std::size_t keep = 0;
   std::uint64_t least = no_tick;
@@ -373,7 +380,6 @@ void timer_wheel::migrate(std::uint64_t tick) {
   far_.truncate(keep);  // and the blocks it no longer needs go
   far_min_ = least;
   far_from_ = until;
-  if (!far_moving_.empty() && slots_.empty()) allocate_slots();
   place_all(far_moving_.data(), far_moving_.size(), true);
   if (far_.empty()) far_stale_ = 0;
   if (far_moving_.capacity() > 1024) std::vector<entry>().swap(far_moving_);

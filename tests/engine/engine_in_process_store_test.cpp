@@ -237,8 +237,10 @@ TEST_CASE("engine: a lone schedule on an in-process store keeps its caps, counts
   // Counted: 100 capped, x twice (its replace counts), gen, the 898.
   const auto st = eng.stats();
   CHECK(st.scheduled == 100 + 2 + 1 + 898);
-  for (const auto& t : eng.metrics().types)
+  for (const auto& t : eng.metrics().types) {
     if (t.type == "capped") CHECK(t.pending == 100);
+    if (t.type == "free") CHECK(t.pending == 900);  // x, gen and the 898
+  }
 
   // A task scheduled this way runs (due later than "at once", so it is filed
   // in the wheel).

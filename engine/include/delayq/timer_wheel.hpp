@@ -154,8 +154,11 @@
 // ------
 // Per task: the 64-byte record, a 16-byte slot or far entry (slot arrays
 // grow by half, the far array by 16 KiB blocks) and an 8-byte index entry at a load factor between
-// 3/8 and 3/4, plus a heap block for bytes that do not fit inline. docs/benchmarks.md has the
-// measured figures.
+// 3/8 and 3/4, plus a heap block for bytes that do not fit inline. Per
+// wheel: the slot arrays themselves (36 bytes a slot: 144 KiB at 4,096),
+// made with the first entry that is not far, so an idle wheel, or one
+// holding only far tasks, has none. docs/benchmarks.md has the measured
+// figures.
 #pragma once
 
 #include <atomic>
@@ -417,9 +420,11 @@ class timer_wheel {
       if (size_ == capacity()) blocks_.push_back(std::unique_ptr<entry[]>(new entry[per_block]));
       entry* p = &(*this)[size_];
       *p = e;
-      // Each fourth entry, the line after it is asked for: the array is one
-      // stream among every table's, which the hardware's prefetcher does
-      // not follow, and its line fills stalled a schedule at 1e6 tasks.
+      // Each fourth entry, the line holding the entry four ahead is asked
+      // for (blocks are 16-byte aligned, so not always the next line): the
+      // array is one stream among every table's, which the hardware's
+      // prefetcher does not follow, and its line fills stalled a schedule
+      // at 1e6 tasks.
       if ((size_ & 3) == 0 && (size_ & (per_block - 1)) + 4 < per_block)
         __builtin_prefetch(p + 4, 1);
       ++size_;

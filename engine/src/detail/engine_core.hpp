@@ -125,7 +125,8 @@ class engine_core final : public dispatcher::owner,
   // Each under the lock of `t`.
 
   /// A due time no later than the coarse clock plus this may be due at once
-  /// (the coarse clock lags by a few milliseconds at most); a later one never is.
+  /// (the coarse clock lags by a few milliseconds at most); a later one is
+  /// not, as of that reading.
   static constexpr std::int64_t due_at_once_slack_ms = 50;
   /// Files record h for `due_ms`; or, given `after` and a due time already
   /// passed, hands it to the dispatcher at once (after the lock).
@@ -258,7 +259,7 @@ class engine_core final : public dispatcher::owner,
   // schedule_one_locked() and its settling would (ec: its counts refused it).
   // Returns false, having changed nothing, if its id is held or calls wait on
   // an id of the table: the caller takes the general path.
-  bool insert_held_locked(spec_ref& spec, boost::system::error_code& ec);
+  bool insert_new_in_place_locked(spec_ref& spec, boost::system::error_code& ec);
   // Settles in place a task apply_schedule_locked() applied, with nothing to write.
   void settle_schedule_locked(task_table& t, timer_wheel::handle h, change* made, call_state& out,
                               after_lock& after);

@@ -69,7 +69,7 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
                                         std::chrono::milliseconds delay,
                                         const schedule_options& opts,
                                         boost::system::error_code& ec) {
-  std::string id;  // every return names it: built in place, never copied or moved
+  std::string id;  // every return names it: built in place (NRVO), not moved
   ec = {};
   if (!running_check(ec)) return id;
   spec_ref spec{type, payload, opts.id, opts.conflict};
@@ -93,7 +93,7 @@ std::string engine_core::schedule_delay(std::string_view type, std::string_view 
 std::string engine_core::schedule_at(std::string_view type, std::string_view payload,
                                      std::chrono::system_clock::time_point due,
                                      const schedule_options& opts, boost::system::error_code& ec) {
-  std::string id;  // every return names it: built in place, never copied or moved
+  std::string id;  // every return names it: built in place (NRVO), not moved
   ec = {};
   if (!running_check(ec)) return id;
   spec_ref spec{type, payload, opts.id, opts.conflict};
@@ -169,7 +169,7 @@ void engine_core::schedule_one_checked(spec_ref& spec, std::string& id,
         ec = errc::not_running;
         return;
       }
-      decided = insert_held_locked(spec, ec);
+      decided = insert_new_in_place_locked(spec, ec);
     }
     // No waiter to wake, where settle_change() wakes the table's: a waiter
     // waits for a held id's record in transit, and this id was not held.

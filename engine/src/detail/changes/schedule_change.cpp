@@ -1,8 +1,9 @@
 // The schedule change: a new task, or a task that takes the place of a
 // held one with its id (on_conflict::replace), decided for every task of a
 // schedule call at once (schedule_locked; a call of one task by
-// schedule_one_locked, without a batch's plan) and settled by one of three
-// changes:
+// schedule_one_locked, without a batch's plan; a lone new task on an
+// in-process store with no horizon by insert_new_in_place_locked, decided
+// and armed in one step) and settled by one of three changes:
 //
 //   insert_change            a new record: armed once its save landed,
 //                            erased if it failed
@@ -28,9 +29,10 @@ namespace {
 namespace tsw = task_state_word;
 
 // What a new record's landed save does (insert_change), also where there
-// was nothing to write and nothing waits (settle_schedule_locked(); and
-// insert_held_locked() in place): arms it (`after` null: it is not due at once),
-// counts it, and lets a far one go to the store.
+// was nothing to write and nothing waits (settle_schedule_locked()): arms
+// it, counts it, and lets a far one go to the store.
+// insert_new_in_place_locked() does the same inline, without the eviction
+// (it runs only with no horizon).
 void land_insert(engine_core& e, task_table& t, timer_wheel::handle h, after_lock* after) {
   e.arm_locked(t, h, t.wheel.due_ms(h), after);
   e.note_scheduled(t, h);
@@ -308,9 +310,12 @@ errc engine_core::reserve_one_locked(const spec_ref& spec, schedule_action what,
   return errc::ok;
 }
 
-bool engine_core::insert_held_locked(spec_ref& spec, boost::system::error_code& ec) {
+bool engine_core::insert_new_in_place_locked(spec_ref& spec, boost::system::error_code& ec) {
   task_table& t = *spec.table;
   if (!t.looking_up.empty() || !t.deferred.empty()) return false;  // calls wait on some id
+  // Read again under the lock: a caller that waited for it may find its
+  // task due at once now, which the general path hands to the workers.
+  if (spec.due_ms <= ticker_.coarse_now_ms() + due_at_once_slack_ms) return false;
   timer_wheel::handle h = t.wheel.find(spec.id, spec.hash);
   if (h != timer_wheel::npos) return false;  // held: a duplicate, a keep or a replace
   if (const errc e = reserve_one_locked(spec, schedule_action::insert, t, h); e != errc::ok) {
