@@ -217,6 +217,9 @@ class engine_core final : public dispatcher::owner,
   void run_lookup(deferred_call& job, std::uint64_t serial);
   bool release_lookup_locked(task_table& t, std::string_view id, std::uint64_t serial);
   void hash_early(spec_ref& spec) const noexcept;
+  // Draws a generated id into `id`, which `spec.id` then views, with its
+  // hash and table.
+  void draw_id(spec_ref& spec, std::string& id);
   // Checks a task before any lock (a `type` already set is taken as checked:
   // a batch's previous task had its name).
   boost::system::error_code check_spec(spec_ref& spec);

@@ -19,6 +19,14 @@ bool engine_core::running_check(boost::system::error_code& ec) const {
   return false;
 }
 
+void engine_core::draw_id(spec_ref& spec, std::string& id) {
+  id = ids_.next();
+  spec.id = id;
+  spec.generated = true;
+  spec.hash = hash(spec.id);
+  spec.table = &table_for(spec.hash);
+}
+
 bool engine_core::wait_answer(const std::shared_ptr<call_state>& call, bool queued,
                               call_state& inline_call, boost::system::error_code& ec) {
   if (!queued) {
@@ -147,20 +155,14 @@ std::vector<std::string> engine_core::schedule(std::span<const task_spec> specs,
 // decided and armed in one hold of its table's lock, without the general
 // frame (pins, the write's call state, the after-lock lists, a batch's
 // plan), which was a quarter of such a call's instructions
-// (docs/benchmarks.md). A task due at once (handed to the workers once the
-// lock is let go), a held id, or an id a call waits on takes the general
-// path.
+// (docs/benchmarks.md). A task that may be due at once (within
+// due_at_once_slack_ms: handed to the workers once the lock is let go), a
+// held id, or a table where a call waits on any id takes the general path.
 void engine_core::schedule_one_checked(spec_ref& spec, std::string& id,
                                        boost::system::error_code& ec) {
   if (!horizon_on() && !writes(change_kind::save) &&
       spec.due_ms > ticker_.coarse_now_ms() + due_at_once_slack_ms) {
-    if (spec.id.empty()) {
-      id = ids_.next();
-      spec.id = id;
-      spec.generated = true;
-      spec.hash = hash(spec.id);
-      spec.table = &table_for(spec.hash);
-    }
+    if (spec.id.empty()) draw_id(spec, id);
     task_table& t = *spec.table;
     bool decided = false;
     {
@@ -210,14 +212,8 @@ void engine_core::schedule_checked(std::span<spec_ref> specs, std::span<std::str
   const auto call = durable ? std::make_shared<call_state>() : nullptr;
   // Generated ids are drawn here, before any lock: an id picks its table.
   const auto draw = [&] {
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (!specs[i].id.empty() && !specs[i].generated) continue;
-      ids[i] = ids_.next();
-      specs[i].id = ids[i];
-      specs[i].generated = true;
-      specs[i].hash = hash(specs[i].id);
-      specs[i].table = &table_for(specs[i].hash);
-    }
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].id.empty() || specs[i].generated) draw_id(specs[i], ids[i]);
   };
   draw();
   for (const spec_ref& s : specs) s.table->wheel.prefetch(s.hash);  // loads while we lock
@@ -291,13 +287,7 @@ void engine_core::async_schedule_ref(task_spec& spec, std::unique_ptr<schedule_c
   if (ec || (ec = check_spec(ref))) return done->complete(ec, {});
   if (!ref.id.empty() && !owner_check(ref.id, ec)) return done->complete(ec, {});  // clusters
   std::string id;
-  if (ref.id.empty()) {
-    id = ids_.next();
-    ref.id = id;
-    ref.generated = true;
-    ref.hash = hash(ref.id);
-    ref.table = &table_for(ref.hash);
-  }
+  if (ref.id.empty()) draw_id(ref, id);
   const bool durable = writes(change_kind::save);
   auto call = durable ? std::make_shared<call_state>() : nullptr;
   call_state inline_result;
